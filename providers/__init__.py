@@ -1,0 +1,52 @@
+"""State and state providers: the ABCs, the in-memory provider, serializers and lookup."""
+
+from providers._base import DriverOwnedStateProvider, KeyValueState, State, StateProvider
+from providers._errors import (
+    ProviderConfigError,
+    ProviderError,
+    ProviderNotFoundError,
+    StateBackendError,
+    StatefulBoltsError,
+    StateSerializationError,
+    StateTransactionError,
+)
+from providers._factory import (
+    DEFAULT_PROVIDER,
+    STATE_PROVIDER_CONFIG_KEY,
+    STATE_PROVIDER_KEY,
+    StateFactory,
+    add_extlib_to_path,
+    extlib_dirs,
+    get_provider,
+    load_object,
+    provider_name,
+)
+from providers._serializers import MsgpackSerializer, Serializer
+from providers.memory import InMemoryKeyValueState, InMemoryKeyValueStateProvider
+
+__all__ = [
+    "DEFAULT_PROVIDER",
+    "STATE_PROVIDER_CONFIG_KEY",
+    "STATE_PROVIDER_KEY",
+    "DriverOwnedStateProvider",
+    "InMemoryKeyValueState",
+    "InMemoryKeyValueStateProvider",
+    "KeyValueState",
+    "MsgpackSerializer",
+    "ProviderConfigError",
+    "ProviderError",
+    "ProviderNotFoundError",
+    "Serializer",
+    "State",
+    "StateBackendError",
+    "StateFactory",
+    "StateProvider",
+    "StateSerializationError",
+    "StateTransactionError",
+    "StatefulBoltsError",
+    "add_extlib_to_path",
+    "extlib_dirs",
+    "get_provider",
+    "load_object",
+    "provider_name",
+]

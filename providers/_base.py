@@ -1,0 +1,103 @@
+"""The state contract: ``State``, ``KeyValueState`` and ``StateProvider``.
+
+A state is transactional. Between checkpoints a bolt reads and writes it freely; a checkpoint runs
+``prepare_commit(txid)`` on every task and, once all tasks prepared, ``commit(txid)``. A failed
+checkpoint runs ``rollback()``, which returns the state to the last committed image.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Iterator, Mapping
+from typing import Any, ClassVar
+
+
+class State(ABC):
+    """A transactional state, driven by the checkpoint protocol."""
+
+    @abstractmethod
+    def prepare_commit(self, txid: int) -> None:
+        """Make everything written so far durable as the prepared image of ``txid``."""
+
+    @abstractmethod
+    def commit(self, txid: int | None = None) -> None:
+        """Commit the prepared image of ``txid``.
+
+        With no ``txid`` (the checkpoint spout's own save), commit everything written so far at
+        once, without a prepare step.
+        """
+
+    @abstractmethod
+    def rollback(self) -> None:
+        """Drop everything since the last commit, prepared or not."""
+
+
+class KeyValueState(State):
+    """A transactional map.
+
+    Example:
+        >>> from providers.memory import InMemoryKeyValueState
+        >>> state = InMemoryKeyValueState("demo/counter-0")
+        >>> state.put("storm", 1)
+        >>> state.get("storm"), state.get("spark", 0)
+        (1, 0)
+    """
+
+    @abstractmethod
+    def put(self, key: Any, value: Any) -> None:
+        """Set ``key`` to ``value``; ``None`` values are rejected (use ``delete``)."""
+
+    @abstractmethod
+    def get(self, key: Any, default: Any = None) -> Any:
+        """Return the value of ``key``, or ``default`` when it is absent."""
+
+    @abstractmethod
+    def delete(self, key: Any) -> Any:
+        """Remove ``key`` and return the value it had (``None`` when it was absent)."""
+
+    @abstractmethod
+    def __iter__(self) -> Iterator[tuple[Any, Any]]:
+        """Yield ``(key, value)`` for every live key once, deleted keys hidden."""
+
+    def items(self) -> Iterator[tuple[Any, Any]]:
+        """Same as iterating the state."""
+        return iter(self)
+
+
+class StateProvider(ABC):
+    """Makes states. Looked up by dotted name from ``topology.state.provider``."""
+
+    @abstractmethod
+    def new_state(
+        self, namespace: str, conf: Mapping[str, Any], context: Any | None = None
+    ) -> State:
+        """Return the state of ``namespace``, holding its committed data and any pending prepare."""
+
+
+class DriverOwnedStateProvider(StateProvider):
+    """A provider whose data lives in the driver process for the life of the run.
+
+    Tasks run in other processes, so the runtime ships each task the image of its namespace before
+    the task runs (``export_image`` on the driver, ``import_image`` in the task) and brings back what
+    the task's state did to it (``take_changes`` in the task, ``apply_changes`` on the driver) once
+    the whole transaction has succeeded. Providers backed by a shared store (Redis, a file) do not
+    implement this: their tasks talk to the store directly.
+    """
+
+    driver_owned: ClassVar[bool] = True
+
+    @abstractmethod
+    def export_image(self, namespace: str) -> bytes:
+        """Serialize the committed and prepared image of ``namespace`` (driver side)."""
+
+    @abstractmethod
+    def import_image(self, namespace: str, image: bytes) -> None:
+        """Install a shipped image so that ``new_state(namespace)`` sees it (task side)."""
+
+    @abstractmethod
+    def take_changes(self, namespace: str) -> bytes | None:
+        """Return and forget what states of ``namespace`` did to the image (task side)."""
+
+    @abstractmethod
+    def apply_changes(self, namespace: str, changes: bytes) -> None:
+        """Replay changes taken in a task onto the driver's image (driver side)."""

@@ -1,0 +1,87 @@
+"""Serializers turn keys and values into bytes; msgpack is the default.
+
+A serializer is any object with ``serialize(obj) -> bytes`` and ``deserialize(data) -> obj``.
+``keyClass`` / ``valueClass`` restore types msgpack alone would flatten (tuples, dataclasses,
+pydantic models): the decoded plain value is handed to the class.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Protocol, runtime_checkable
+
+import msgpack
+
+from providers._errors import StateSerializationError
+
+
+@runtime_checkable
+class Serializer(Protocol):
+    """What a key or value serializer must provide."""
+
+    def serialize(self, obj: Any) -> bytes:
+        """Encode ``obj``."""
+
+    def deserialize(self, data: bytes) -> Any:
+        """Decode what ``serialize`` produced."""
+
+
+def _to_plain(obj: Any) -> Any:
+    """msgpack ``default`` hook: dataclasses and pydantic models become maps."""
+    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        return dataclasses.asdict(obj)
+    dump = getattr(obj, "model_dump", None)
+    if callable(dump):
+        return dump(mode="json")
+    if isinstance(obj, set | frozenset):
+        return sorted(obj, key=repr)
+    msg = f"cannot serialize object of type {type(obj).__module__}.{type(obj).__qualname__}"
+    raise TypeError(msg)
+
+
+class MsgpackSerializer:
+    """msgpack, with an optional class to rebuild on decode.
+
+    Example:
+        >>> s = MsgpackSerializer()
+        >>> s.deserialize(s.serialize({"storm": 3}))
+        {'storm': 3}
+    """
+
+    def __init__(self, cls: type | None = None) -> None:
+        self._cls = cls
+        self._packer = msgpack.Packer(default=_to_plain, use_bin_type=True)
+
+    def serialize(self, obj: Any) -> bytes:
+        """Encode ``obj``; raises ``StateSerializationError`` naming its type when msgpack cannot."""
+        try:
+            return self._packer.pack(obj)
+        except (TypeError, ValueError, OverflowError) as exc:
+            # A failed pack leaves the packer's buffer dirty; start afresh.
+            self._packer = msgpack.Packer(default=_to_plain, use_bin_type=True)
+            kind = f"{type(obj).__module__}.{type(obj).__qualname__}"
+            msg = f"msgpack cannot encode a value of type {kind}: {exc}"
+            raise StateSerializationError(msg) from exc
+
+    def deserialize(self, data: bytes) -> Any:
+        """Decode ``data``, rebuilding the configured class if there is one."""
+        obj = msgpack.unpackb(data, raw=False, strict_map_key=False, use_list=True)
+        return _restore(self._cls, obj)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (MsgpackSerializer, (self._cls,))
+
+
+def _restore(cls: type | None, obj: Any) -> Any:
+    if cls is None or obj is None or isinstance(obj, cls):
+        return obj
+    if cls is tuple:
+        return tuple(obj)
+    validate = getattr(cls, "model_validate", None)
+    if callable(validate):
+        return validate(obj)
+    if isinstance(obj, dict):
+        return cls(**obj)
+    if isinstance(obj, list):
+        return cls(*obj)
+    return cls(obj)

@@ -1,0 +1,306 @@
+"""The in-memory provider: Storm's ``InMemoryKeyValueState`` with the same contract as Redis.
+
+Layout per namespace, held in ``_Image`` (the in-memory twin of Redis' ``ns`` / ``ns$prepare`` /
+``ns$txid``): a committed map with its txid, and a prepared *delta* (tombstones as ``None``) with
+its txid. A state object layers its own pending writes on top. Keys and values are stored encoded
+(msgpack), so a value that could not go to Redis cannot go here either, and a caller mutating an
+object after ``put`` cannot change a snapshot.
+
+Differences from Storm, deliberate (ARCHITECTURE section 6): ``commit(txid)`` of the txid already
+committed is a no-op instead of an error (Storm loops forever on a retried COMMIT); ``rollback``
+never aliases the committed map; a new state object on a namespace sees its committed data and any
+pending prepare (Storm's is empty); state is not durable across a driver restart.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+import msgpack
+
+from providers._base import DriverOwnedStateProvider, KeyValueState
+from providers._errors import StateSerializationError, StateTransactionError
+from providers._serializers import MsgpackSerializer
+
+__all__ = ["InMemoryKeyValueState", "InMemoryKeyValueStateProvider"]
+
+_Delta = dict[bytes, bytes | None]
+
+
+class _Image:
+    """What the store keeps for one namespace."""
+
+    __slots__ = ("committed", "committed_txid", "prepared", "prepared_txid", "changes")
+
+    def __init__(self) -> None:
+        self.committed: dict[bytes, bytes] = {}
+        self.committed_txid: int | None = None
+        self.prepared: _Delta | None = None
+        self.prepared_txid: int | None = None
+        # What states did to this image since the last take_changes (task side only).
+        self.changes: list[list[Any]] = []
+
+    def dump(self) -> bytes:
+        return msgpack.packb(
+            [self.committed_txid, self.committed, self.prepared_txid, self.prepared],
+            use_bin_type=True,
+        )
+
+    @classmethod
+    def load(cls, blob: bytes) -> _Image:
+        image = cls()
+        c_txid, committed, p_txid, prepared = msgpack.unpackb(blob, raw=False)
+        image.committed_txid, image.committed = c_txid, committed
+        image.prepared_txid, image.prepared = p_txid, prepared
+        return image
+
+    # The mutating steps, shared by live states and by replaying changes on the driver.
+    def do_prepare(self, txid: int, writes: _Delta) -> None:
+        if self.prepared is not None and self.prepared_txid == txid:
+            self.prepared.update(writes)
+        else:
+            self.prepared = dict(writes)
+        self.prepared_txid = txid
+
+    def do_commit(self, txid: int) -> None:
+        for key, value in (self.prepared or {}).items():
+            if value is None:
+                self.committed.pop(key, None)
+            else:
+                self.committed[key] = value
+        self.committed_txid = txid
+        self.prepared, self.prepared_txid = None, None
+
+    def do_commit_writes(self, writes: _Delta) -> None:
+        for key, value in writes.items():
+            if value is None:
+                self.committed.pop(key, None)
+            else:
+                self.committed[key] = value
+        if self.committed_txid is None:
+            self.committed_txid = -1
+
+    def do_rollback(self) -> None:
+        self.prepared, self.prepared_txid = None, None
+
+    def replay(self, ops: list[list[Any]]) -> None:
+        for op in ops:
+            kind = op[0]
+            if kind == "prepare":
+                self.do_prepare(op[1], op[2])
+            elif kind == "commit":
+                self.do_commit(op[1])
+            elif kind == "commit_writes":
+                self.do_commit_writes(op[1])
+            elif kind == "rollback":
+                self.do_rollback()
+            else:
+                msg = f"unknown in-memory state change {kind!r}"
+                raise StateTransactionError(msg)
+
+
+class InMemoryKeyValueState(KeyValueState):
+    """A ``KeyValueState`` kept in this process.
+
+    Example:
+        >>> state = InMemoryKeyValueState("demo/counter-0")
+        >>> state.put("a", 1)
+        >>> state.prepare_commit(0)
+        >>> state.commit(0)
+        >>> state.put("a", 2)
+        >>> state.rollback()
+        >>> state.get("a")
+        1
+    """
+
+    def __init__(
+        self,
+        namespace: str,
+        image: _Image | None = None,
+        key_serializer: Any | None = None,
+        value_serializer: Any | None = None,
+    ) -> None:
+        self.namespace = namespace
+        self._image = image if image is not None else _Image()
+        self._keys = key_serializer or MsgpackSerializer()
+        self._values = value_serializer or MsgpackSerializer()
+        self._pending: _Delta = {}
+
+    def __repr__(self) -> str:
+        return (
+            f"InMemoryKeyValueState(namespace={self.namespace!r}, "
+            f"committed_txid={self._image.committed_txid}, "
+            f"prepared_txid={self._image.prepared_txid})"
+        )
+
+    @property
+    def committed_txid(self) -> int | None:
+        """The txid of the last commit, or ``None`` when nothing was committed."""
+        return self._image.committed_txid
+
+    @property
+    def prepared_txid(self) -> int | None:
+        """The txid of the pending prepare, or ``None``."""
+        return self._image.prepared_txid
+
+    def _encode_key(self, key: Any) -> bytes:
+        try:
+            return self._keys.serialize(key)
+        except StateSerializationError as exc:
+            msg = f"state {self.namespace!r}: key {key!r} cannot be stored: {exc}"
+            raise StateSerializationError(msg) from exc
+
+    def _lookup(self, ekey: bytes) -> bytes | None:
+        if ekey in self._pending:
+            return self._pending[ekey]
+        prepared = self._image.prepared
+        if prepared is not None and ekey in prepared:
+            return prepared[ekey]
+        return self._image.committed.get(ekey)
+
+    def put(self, key: Any, value: Any) -> None:
+        """Set ``key``; ``None`` is not a value (Storm rejects it too)."""
+        if value is None:
+            msg = f"state {self.namespace!r}: None is not a storable value (key {key!r}); use delete"
+            raise StateSerializationError(msg)
+        try:
+            encoded = self._values.serialize(value)
+        except StateSerializationError as exc:
+            msg = f"state {self.namespace!r}: value for key {key!r} cannot be stored: {exc}"
+            raise StateSerializationError(msg) from exc
+        self._pending[self._encode_key(key)] = encoded
+
+    def get(self, key: Any, default: Any = None) -> Any:
+        """Return the value of ``key`` or ``default``."""
+        raw = self._lookup(self._encode_key(key))
+        return default if raw is None else self._values.deserialize(raw)
+
+    def delete(self, key: Any) -> Any:
+        """Remove ``key``; returns its previous value."""
+        ekey = self._encode_key(key)
+        raw = self._lookup(ekey)
+        self._pending[ekey] = None
+        return None if raw is None else self._values.deserialize(raw)
+
+    def __iter__(self) -> Iterator[tuple[Any, Any]]:
+        """Pending writes first, then the prepared delta, then committed; each key once."""
+        seen: set[bytes] = set()
+        layers = (self._pending, self._image.prepared or {}, self._image.committed)
+        for layer in layers:
+            for ekey, raw in list(layer.items()):
+                if ekey in seen:
+                    continue
+                seen.add(ekey)
+                if raw is not None:
+                    yield self._keys.deserialize(ekey), self._values.deserialize(raw)
+
+    def __len__(self) -> int:
+        return sum(1 for _ in self)
+
+    def prepare_commit(self, txid: int) -> None:
+        """Move pending writes into the prepared delta of ``txid``.
+
+        Re-preparing the same txid adds the newer writes (newer wins). Preparing a newer txid
+        while one is prepared, or a txid at or below the committed one, is an error.
+        """
+        image = self._image
+        if image.prepared_txid is not None and txid != image.prepared_txid:
+            msg = (
+                f"state {self.namespace!r}: cannot prepare txid {txid} while txid "
+                f"{image.prepared_txid} is prepared and not committed"
+            )
+            raise StateTransactionError(msg)
+        if image.committed_txid is not None and txid <= image.committed_txid:
+            msg = (
+                f"state {self.namespace!r}: cannot prepare txid {txid}; txid "
+                f"{image.committed_txid} is already committed"
+            )
+            raise StateTransactionError(msg)
+        writes, self._pending = self._pending, {}
+        image.do_prepare(txid, writes)
+        image.changes.append(["prepare", txid, writes])
+
+    def commit(self, txid: int | None = None) -> None:
+        """Commit the prepared delta of ``txid``; the txid already committed is a no-op.
+
+        Without ``txid``, commit the pending writes at once (the checkpoint spout's save).
+        """
+        image = self._image
+        if txid is None:
+            writes, self._pending = self._pending, {}
+            image.do_commit_writes(writes)
+            image.changes.append(["commit_writes", writes])
+            return
+        if image.prepared_txid == txid:
+            image.do_commit(txid)
+            image.changes.append(["commit", txid])
+            return
+        if image.prepared_txid is None and image.committed_txid == txid:
+            return  # a retried COMMIT of what is already committed
+        msg = (
+            f"state {self.namespace!r}: cannot commit txid {txid}; prepared txid is "
+            f"{image.prepared_txid}, committed txid is {image.committed_txid}"
+        )
+        raise StateTransactionError(msg)
+
+    def rollback(self) -> None:
+        """Drop pending writes and the prepared delta."""
+        self._pending = {}
+        self._image.do_rollback()
+        self._image.changes.append(["rollback"])
+
+
+class InMemoryKeyValueStateProvider(DriverOwnedStateProvider):
+    """Default provider. Every namespace lives in this process's store.
+
+    On the driver the store is the truth for the run; a task gets the image of its namespace
+    shipped in and its changes shipped back (see ``DriverOwnedStateProvider``).
+    """
+
+    _store: dict[str, _Image] = {}
+    _lock = threading.Lock()
+
+    def _image(self, namespace: str) -> _Image:
+        with self._lock:
+            image = self._store.get(namespace)
+            if image is None:
+                image = self._store[namespace] = _Image()
+            return image
+
+    def new_state(
+        self, namespace: str, conf: Mapping[str, Any], context: Any | None = None
+    ) -> InMemoryKeyValueState:
+        """Return a state over the stored image of ``namespace``."""
+        return InMemoryKeyValueState(namespace, self._image(namespace))
+
+    def export_image(self, namespace: str) -> bytes:
+        """Serialize the image of ``namespace``."""
+        return self._image(namespace).dump()
+
+    def import_image(self, namespace: str, image: bytes) -> None:
+        """Replace this process's image of ``namespace`` by a shipped one."""
+        with self._lock:
+            self._store[namespace] = _Image.load(image)
+
+    def take_changes(self, namespace: str) -> bytes | None:
+        """Return and clear the change log of ``namespace`` (``None`` if nothing changed)."""
+        image = self._image(namespace)
+        if not image.changes:
+            return None
+        ops, image.changes = image.changes, []
+        return msgpack.packb(ops, use_bin_type=True)
+
+    def apply_changes(self, namespace: str, changes: bytes) -> None:
+        """Replay a task's change log onto this process's image."""
+        image = self._image(namespace)
+        image.replay(msgpack.unpackb(changes, raw=False))
+        image.changes.clear()
+
+    @classmethod
+    def drop(cls, prefix: str = "") -> None:
+        """Forget every namespace starting with ``prefix`` (all of them by default)."""
+        with cls._lock:
+            for name in [n for n in cls._store if n.startswith(prefix)]:
+                del cls._store[name]

@@ -1,0 +1,1 @@
+import pytest  # noqa: F401
