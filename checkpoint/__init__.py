@@ -1,0 +1,21 @@
+"""The checkpoint protocol: the spout's state machine and the bolt executors."""
+
+from checkpoint._base import BaseStatefulBoltExecutor
+from checkpoint._collectors import AckTrackingOutputCollector, AnchoringOutputCollector
+from checkpoint._state import Action, CheckPointState, TxPhase
+from checkpoint.executor import StatefulBoltExecutor
+from checkpoint.forwarder import CheckpointTupleForwarder
+from checkpoint.spout import TX_STATE_KEY, CheckpointSpout
+
+__all__ = [
+    "TX_STATE_KEY",
+    "AckTrackingOutputCollector",
+    "Action",
+    "AnchoringOutputCollector",
+    "BaseStatefulBoltExecutor",
+    "CheckPointState",
+    "CheckpointSpout",
+    "CheckpointTupleForwarder",
+    "StatefulBoltExecutor",
+    "TxPhase",
+]

@@ -1,0 +1,66 @@
+"""Collectors the checkpoint executors hand to user bolts."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from statefulbolts._collectors import Anchors, OutputCollector
+from statefulbolts._context import TopologyContext
+from statefulbolts._tuple import DEFAULT_STREAM, Tuple
+from statefulbolts.errors import UnanchoredEmitError
+
+
+class AnchoringOutputCollector(OutputCollector):
+    """Refuses unanchored emits: in a stateful topology every emit must be anchored.
+
+    ``anchors=None`` (the default) is refused; an explicit empty list is the deliberate way to emit
+    an untracked tuple, as Storm's ``emit(stream, null, values)`` is.
+    """
+
+    def __init__(self, delegate: OutputCollector, context: TopologyContext) -> None:
+        self._delegate = delegate
+        self._context = context
+
+    def emit(
+        self, values: Sequence[Any], anchors: Anchors = None, stream: str = DEFAULT_STREAM
+    ) -> None:
+        """Emit anchored to ``anchors``; ``None`` raises ``UnanchoredEmitError``."""
+        if anchors is None:
+            ctx = self._context
+            msg = (
+                f"bolt {ctx.this_component_id!r} task {ctx.this_task_id} emitted {list(values)!r} "
+                f"on stream {stream!r} without anchors; bolts in a stateful topology must emit "
+                "anchored tuples: pass anchors=<input tuple>"
+            )
+            raise UnanchoredEmitError(msg)
+        self._delegate.emit(values, anchors, stream)
+
+    def ack(self, tuple_: Tuple) -> None:
+        """Ack at once."""
+        self._delegate.ack(tuple_)
+
+    def fail(self, tuple_: Tuple) -> None:
+        """Fail at once."""
+        self._delegate.fail(tuple_)
+
+    def report_error(self, error: BaseException) -> None:
+        """Report through the underlying collector."""
+        self._delegate.report_error(error)
+
+
+class AckTrackingOutputCollector(AnchoringOutputCollector):
+    """Holds acks back: they are released when the checkpoint that covers them commits."""
+
+    def __init__(self, delegate: OutputCollector, context: TopologyContext) -> None:
+        super().__init__(delegate, context)
+        self.acked: list[Tuple] = []
+
+    def ack(self, tuple_: Tuple) -> None:
+        """Queue the ack until the next PREPARE moves it to the prepared set."""
+        self.acked.append(tuple_)
+
+    def drain(self) -> list[Tuple]:
+        """Return the queued acks and forget them."""
+        acked, self.acked = self.acked, []
+        return acked

@@ -1,0 +1,93 @@
+"""``CheckPointState`` and ``Action``: the checkpoint spout's state machine as two tables.
+
+``next_state`` and ``next_action`` are lookups in ``_NEXT_STATE`` / ``_NEXT_ACTION``, keyed by
+(phase, recovering). The tables are Storm's (STORM-PROTOCOL 1.2).
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+from typing import Any
+
+from statefulbolts.errors import CheckpointError
+
+
+class Action(enum.Enum):
+    """What a ``$checkpoint`` tuple asks stateful tasks to do."""
+
+    PREPARE = "PREPARE"
+    COMMIT = "COMMIT"
+    ROLLBACK = "ROLLBACK"
+    INITSTATE = "INITSTATE"
+
+
+class TxPhase(enum.Enum):
+    """Where the last checkpoint transaction is."""
+
+    COMMITTED = "COMMITTED"
+    COMMITTING = "COMMITTING"
+    PREPARING = "PREPARING"
+
+
+# (phase, recovering) -> (txid delta, next phase); None means "stay as you are".
+_NEXT_STATE: dict[tuple[TxPhase, bool], tuple[int, TxPhase] | None] = {
+    (TxPhase.PREPARING, True): (-1, TxPhase.COMMITTED),  # roll back
+    (TxPhase.PREPARING, False): (0, TxPhase.COMMITTING),
+    (TxPhase.COMMITTING, True): (0, TxPhase.COMMITTED),  # roll forward
+    (TxPhase.COMMITTING, False): (0, TxPhase.COMMITTED),
+    (TxPhase.COMMITTED, True): None,
+    (TxPhase.COMMITTED, False): (1, TxPhase.PREPARING),
+}
+
+_NEXT_ACTION: dict[tuple[TxPhase, bool], Action] = {
+    (TxPhase.PREPARING, True): Action.ROLLBACK,
+    (TxPhase.PREPARING, False): Action.PREPARE,
+    (TxPhase.COMMITTING, True): Action.COMMIT,
+    (TxPhase.COMMITTING, False): Action.COMMIT,
+    (TxPhase.COMMITTED, True): Action.INITSTATE,
+    (TxPhase.COMMITTED, False): Action.PREPARE,
+}
+
+
+@dataclass(frozen=True)
+class CheckPointState:
+    """The checkpoint spout's saved state: a txid and a phase.
+
+    Example:
+        >>> s = CheckPointState(-1, TxPhase.COMMITTED)
+        >>> s.next_action(recovering=True), s.next_state(recovering=False)
+        (<Action.INITSTATE: 'INITSTATE'>, CheckPointState(txid=0, phase=<TxPhase.PREPARING: 'PREPARING'>))
+    """
+
+    txid: int
+    phase: TxPhase
+
+    def next_state(self, recovering: bool) -> CheckPointState:
+        """The state after the current action is acked."""
+        step = _NEXT_STATE[(self.phase, recovering)]
+        if step is None:
+            return self
+        delta, phase = step
+        return CheckPointState(self.txid + delta, phase)
+
+    def next_action(self, recovering: bool) -> Action:
+        """The action to emit from this state."""
+        return _NEXT_ACTION[(self.phase, recovering)]
+
+    def to_value(self) -> list[Any]:
+        """The form saved in state: ``[txid, phase]``."""
+        return [self.txid, self.phase.value]
+
+    @classmethod
+    def from_value(cls, value: Any) -> CheckPointState:
+        """Read the saved form back; anything else is a ``CheckpointError``."""
+        try:
+            txid, phase = value
+            return cls(int(txid), TxPhase(phase))
+        except (TypeError, ValueError) as exc:
+            msg = f"saved checkpoint state {value!r} is not [txid, phase]"
+            raise CheckpointError(msg) from exc
+
+    def __str__(self) -> str:
+        return f"{self.phase.value}({self.txid})"

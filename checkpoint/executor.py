@@ -1,0 +1,135 @@
+"""``StatefulBoltExecutor``: runs a ``StatefulBolt`` through the checkpoint protocol."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from checkpoint._base import BaseStatefulBoltExecutor
+from checkpoint._collectors import AckTrackingOutputCollector
+from checkpoint._state import Action
+from providers import KeyValueState, StateFactory
+from statefulbolts._collectors import OutputCollector
+from statefulbolts._components import StatefulBolt
+from statefulbolts._context import TopologyContext
+from statefulbolts._tuple import Tuple
+from statefulbolts.errors import CheckpointError
+
+
+class StatefulBoltExecutor(BaseStatefulBoltExecutor):
+    """Gives the bolt its state on INITSTATE and runs its hooks around each state step.
+
+    Data that arrives before INITSTATE waits in a buffer. Acks are held back: an ack made before
+    PREPARE(t) is released when COMMIT(t) succeeds, and failed on ROLLBACK. The call order per
+    action is Storm's:
+
+    1. PREPARE(t): ``pre_prepare(t)``, ``state.prepare_commit(t)``, acks move to the prepared set,
+       forward. Before INITSTATE the checkpoint is failed instead (the spout then recovers).
+    2. COMMIT(t): ``pre_commit(t)``, ``state.commit(t)``, release the prepared acks, forward.
+    3. ROLLBACK: ``pre_rollback()``, ``state.rollback()``, fail prepared and queued acks, forward.
+    4. INITSTATE: the first time, ``init_state(state)`` then the buffered tuples in arrival order;
+       afterwards ignored. Forward either way.
+    """
+
+    bolt: StatefulBolt
+
+    def __init__(self, bolt: StatefulBolt) -> None:
+        if not isinstance(bolt, StatefulBolt):
+            kind = f"{type(bolt).__module__}.{type(bolt).__qualname__}"
+            msg = f"StatefulBoltExecutor needs a StatefulBolt, got {kind}"
+            raise TypeError(msg)
+        super().__init__(bolt)
+        self._state: KeyValueState | None = None
+        self._tracking: AckTrackingOutputCollector | None = None
+        self._initialized = False
+        self._pending: list[Tuple] = []
+        self._prepared: list[Tuple] = []
+
+    @property
+    def state(self) -> KeyValueState:
+        """The bolt's state."""
+        if self._state is None:
+            msg = "StatefulBoltExecutor used before prepare"
+            raise CheckpointError(msg)
+        return self._state
+
+    @property
+    def initialized(self) -> bool:
+        """Whether ``init_state`` has run."""
+        return self._initialized
+
+    def prepare(
+        self,
+        conf: Mapping[str, Any],
+        context: TopologyContext,
+        collector: OutputCollector,
+        state: KeyValueState | None = None,
+    ) -> None:
+        """Get the state (namespace ``<topology>/<component>-<task index>``) and prepare the bolt."""
+        if state is None:
+            made = StateFactory.get_state(context.state_namespace(), conf, context)
+            if not isinstance(made, KeyValueState):
+                msg = (
+                    f"bolt {context.this_component_id!r}: the state provider returned "
+                    f"{type(made).__qualname__}, not a KeyValueState"
+                )
+                raise CheckpointError(msg)
+            state = made
+        self._state = state
+        self.init(context, collector)
+        self._tracking = AckTrackingOutputCollector(collector, context)
+        self.bolt.prepare(conf, context, self._tracking)
+
+    def initialize(self) -> None:
+        """Run INITSTATE's body without a checkpoint tuple (a task (re)starting from its state)."""
+        if self._initialized:
+            return
+        self.bolt.init_state(self.state)
+        self._initialized = True
+        pending, self._pending = self._pending, []
+        for tuple_ in pending:
+            self.bolt.execute(tuple_)
+
+    def handle_tuple(self, tuple_: Tuple) -> None:
+        """Execute, or buffer until INITSTATE."""
+        if self._initialized:
+            self.bolt.execute(tuple_)
+        else:
+            self._pending.append(tuple_)
+
+    def handle_checkpoint(self, cp: Tuple, action: Action, txid: int) -> None:
+        """Run the hooks and the state step for ``action`` (see the class docstring)."""
+        tracking = self._tracking
+        if tracking is None:
+            msg = "StatefulBoltExecutor used before prepare"
+            raise CheckpointError(msg)
+        if action is Action.PREPARE:
+            if not self._initialized:
+                self.collector.fail(cp)
+                return
+            self.bolt.pre_prepare(txid)
+            self.state.prepare_commit(txid)
+            self._prepared.extend(tracking.drain())
+        elif action is Action.COMMIT:
+            self.bolt.pre_commit(txid)
+            self.state.commit(txid)
+            self.release_prepared_acks()
+        elif action is Action.ROLLBACK:
+            self.bolt.pre_rollback()
+            self.state.rollback()
+            for tuple_ in [*self._prepared, *tracking.drain()]:
+                self.collector.fail(tuple_)
+            self._prepared = []
+        elif action is Action.INITSTATE:
+            self.initialize()
+        self.forward(cp, action, txid)
+
+    def release_prepared_acks(self) -> None:
+        """Really ack every tuple of the prepared set.
+
+        The Spark runtime calls this at the end of a PREPARE task: the task does not live until
+        COMMIT, and the driver itself holds spout acks until COMMIT succeeds.
+        """
+        prepared, self._prepared = self._prepared, []
+        for tuple_ in prepared:
+            self.collector.ack(tuple_)

@@ -1,0 +1,1 @@
+"""Runnable example topologies."""

@@ -1,0 +1,198 @@
+"""The stateful word count: sentences -> split -> count, with counts in ``KeyValueState``.
+
+Run it::
+
+    python -m examples.wordcount                      # 2,000 sentences on local[2], in-memory state
+    python -m examples.wordcount --sentences 20000 --json
+    python -m examples.wordcount --conf examples/conf/redis.json
+
+It prints a progress line per transaction, then the top words, and checks every count against a
+plain Python count of the same sentences (exit status 1 if any differs).
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import json
+import logging
+import sys
+import time
+from collections.abc import Mapping
+from typing import Any
+
+from examples.corpus import sentence, words
+from statefulbolts import (
+    BasicBolt,
+    Config,
+    Fields,
+    Spout,
+    StatefulBolt,
+    StormTopology,
+    TopologyBuilder,
+)
+
+
+class SentenceSpout(Spout):
+    """Emits ``count`` sentences with their index as message id; replays on ``fail``."""
+
+    def __init__(self, count: int, start: int = 0) -> None:
+        self.count = count
+        self.start = start
+
+    def open(self, conf: Mapping[str, Any], context: Any, collector: Any) -> None:
+        """Split the sentence range over the spout's tasks."""
+        self.collector = collector
+        tasks = len(context.this_component_tasks)
+        self.next_index = self.start + context.this_task_index
+        self.step = tasks
+        self.replay: collections.deque[int] = collections.deque()
+        self.pending: set[int] = set()
+
+    def next_tuple(self) -> None:
+        """Emit a replay if there is one, else the next new sentence."""
+        if self.replay:
+            i = self.replay.popleft()
+        elif self.next_index < self.start + self.count:
+            i = self.next_index
+            self.next_index += self.step
+        else:
+            return
+        self.pending.add(i)
+        self.collector.emit([sentence(i)], message_id=i)
+
+    def ack(self, msg_id: Any) -> None:
+        """Done with ``msg_id``."""
+        self.pending.discard(msg_id)
+
+    def fail(self, msg_id: Any) -> None:
+        """Replay ``msg_id``."""
+        self.replay.append(msg_id)
+
+    def declare_output_fields(self, declarer: Any) -> None:
+        """One field: ``sentence``."""
+        declarer.declare(Fields("sentence"))
+
+
+class SplitSentence(BasicBolt):
+    """Splits a sentence into lower-case words."""
+
+    def execute(self, tuple: Any, collector: Any) -> None:  # noqa: A002
+        """Emit each word, anchored to the sentence."""
+        for word in words(tuple.get_value(0)):
+            collector.emit([word])
+
+    def declare_output_fields(self, declarer: Any) -> None:
+        """One field: ``word``."""
+        declarer.declare(Fields("word"))
+
+
+class WordCount(StatefulBolt):
+    """Counts words in managed state and emits ``(word, count)``."""
+
+    def prepare(self, conf: Mapping[str, Any], context: Any, collector: Any) -> None:
+        """Keep the collector."""
+        self.collector = collector
+
+    def init_state(self, state: Any) -> None:
+        """The counts, restored to the last commit."""
+        self.counts = state
+
+    def execute(self, tuple: Any) -> None:  # noqa: A002
+        """Add one to the word's count."""
+        word = tuple.get_value(0)
+        count = self.counts.get(word, 0) + 1
+        self.counts.put(word, count)
+        self.collector.emit([word, count], anchors=tuple)
+        self.collector.ack(tuple)
+
+    def declare_output_fields(self, declarer: Any) -> None:
+        """``(word, count)``."""
+        declarer.declare(Fields("word", "count"))
+
+
+def build(sentences: int, parallelism: int = 2, start: int = 0) -> StormTopology:
+    """The word count topology over ``sentences`` sentences."""
+    builder = TopologyBuilder()
+    builder.set_spout("sentences", SentenceSpout(sentences, start), 1)
+    builder.set_bolt("split", SplitSentence(), parallelism).shuffle_grouping("sentences")
+    builder.set_bolt("count", WordCount(), parallelism).fields_grouping("split", Fields("word"))
+    return builder.create_topology()
+
+
+def expected_counts(sentences: int, start: int = 0) -> collections.Counter[str]:
+    """The counts a plain Python loop gets for the same sentences."""
+    counts: collections.Counter[str] = collections.Counter()
+    for i in range(start, start + sentences):
+        counts.update(words(sentence(i)))
+    return counts
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the word count and check it."""
+    parser = argparse.ArgumentParser(prog="python -m examples.wordcount", description=__doc__.split("\n")[0])
+    parser.add_argument("--sentences", type=int, default=2000, help="sentences to count (default 2000)")
+    parser.add_argument("--master", default="local[2]", help="Spark master (default local[2])")
+    parser.add_argument("--parallelism", type=int, default=2, help="tasks per bolt (default 2)")
+    parser.add_argument("--conf", help="JSON or YAML file of topology config keys")
+    parser.add_argument("--name", default="wordcount", help="topology name (default wordcount)")
+    parser.add_argument("--timeout", type=float, default=600, help="seconds to wait for the end")
+    parser.add_argument("--json", action="store_true", help="print one JSON document, no progress")
+    parser.add_argument("--top", type=int, default=10, help="how many top words to print")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+
+    from statefulbolts import LocalCluster
+
+    conf = Config.from_file(args.conf) if args.conf else Config()
+
+    def progress(info: Any) -> None:
+        if not args.json:
+            status = "ok" if info.ok else f"FAILED: {info.error}"
+            print(
+                f"txid {info.txid:>4} {info.action or 'BATCH':<9} tuples {info.tuples:>7} "
+                f"acked {info.acked:>7} failed {info.failed:>5} {info.seconds:6.2f}s {status}",
+                flush=True,
+            )
+
+    started = time.perf_counter()
+    with LocalCluster(args.master) as cluster:
+        handle = cluster.submit_topology(
+            args.name, conf, build(args.sentences, args.parallelism), on_transaction=progress
+        )
+        handle.await_idle(args.timeout)
+        counts = handle.read_state("count")
+        metrics = handle.metrics()
+        handle.kill()
+    seconds = time.perf_counter() - started
+
+    expected = expected_counts(args.sentences)
+    mismatched = sorted(w for w in set(expected) | set(counts) if counts.get(w) != expected.get(w))
+    top = sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))[: args.top]
+    result = {
+        "sentences": args.sentences,
+        "words": sum(expected.values()),
+        "distinct_words": len(counts),
+        "seconds": round(seconds, 3),
+        "transactions": len(metrics["transactions"]),
+        "top": top,
+        "exact": not mismatched,
+        "mismatched": mismatched[:20],
+        "components": metrics["components"],
+    }
+    if args.json:
+        print(json.dumps(result, indent=2))
+    else:
+        print(f"\ncounted {result['words']} words ({result['distinct_words']} distinct) "
+              f"from {args.sentences} sentences in {seconds:.1f}s over "
+              f"{result['transactions']} transactions")
+        width = max((len(w) for w, _ in top), default=4)
+        for word, count in top:
+            print(f"  {word:<{width}}  {count}")
+        print("check against a plain Python count:", "exact" if not mismatched else
+              f"MISMATCH in {len(mismatched)} words, e.g. {mismatched[:5]}")
+    return 0 if not mismatched else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,494 @@
+"""A state provider in one SQLite file, and the template for writing your own provider.
+
+Use it::
+
+    conf = {
+        "topology.state.provider": "sqlite_state.SqliteKeyValueStateProvider",
+        "topology.state.provider.config": '{"path": "/var/lib/myapp/state.sqlite3"}',
+    }
+
+The state survives process and machine restarts, needs no server and is safe for several
+processes on one machine (WAL journal, a busy timeout, ``BEGIN IMMEDIATE`` around every write).
+It is not for several machines: SQLite files on network filesystems lose locks.
+
+Config (``topology.state.provider.config``, a JSON string or a dict; every field optional):
+
+``path``
+    The database file (default ``statefulbolts-state.sqlite3``). A relative path is resolved
+    against the working directory of each process that opens it; Spark executors may run
+    elsewhere, so give an absolute path on a real cluster.
+``timeout``
+    How long, in milliseconds, a write waits for another process's write lock (default 5000).
+``keyClass``, ``valueClass``, ``keySerializerClass``, ``valueSerializerClass``
+    As for every provider: a serializer class (dotted name, made with no arguments, with
+    ``serialize`` and ``deserialize``), or msgpack rebuilding the named class on decode.
+
+Writing your own provider
+=========================
+
+This file is a complete provider built only on the public ``providers`` package and the standard
+library; copy it and swap SQL for your store's calls.
+
+1. **What to implement.** A ``providers.KeyValueState`` subclass with ``put``, ``get(key,
+   default=None)``, ``delete`` (returns the old value), ``__iter__`` (``(key, value)`` pairs),
+   ``prepare_commit(txid)``, ``commit(txid=None)`` and ``rollback()``; and a
+   ``providers.StateProvider`` subclass with ``new_state(namespace, conf, context=None)``. The
+   provider is created with no arguments each time a state is asked for, so keep expensive things
+   (connections, pools) in a module-level cache keyed by process id and config.
+
+2. **The contract** (the in-memory and Redis providers keep the same one, and
+   ``tests/test_state_contract.py`` checks it; add your provider to that suite):
+
+   - Keep three things per namespace: the *committed* map with its txid, the *prepared delta*
+     (writes since the last commit that were prepared, deletions kept as tombstones) with its
+     txid, and, in the state object only, the *pending* writes since the last prepare.
+   - ``put(k, None)`` raises ``StateSerializationError``; so does a key or value the serializer
+     cannot encode, and its message names the key and the type.
+   - Reads look in pending, then prepared, then committed; a tombstone means absent. Iteration
+     yields in that order, each key once, tombstones hidden.
+   - ``prepare_commit(t)`` moves pending into the prepared delta. The same ``t`` again merges
+     (newer writes win). Another ``t`` while one is prepared raises ``StateTransactionError``,
+     and so does ``t`` at or below the committed txid. Pending writes survive a refused prepare.
+   - ``commit(t)`` applies the prepared delta of ``t`` to the committed map (tombstones delete)
+     and records ``t`` as committed, atomically. ``commit(t)`` again with nothing prepared is a
+     no-op (Spark and the checkpoint spout retry COMMITs). Any other ``commit(t)`` raises.
+   - ``commit()`` without a txid applies the pending writes to the committed map at once and,
+     if nothing was ever committed, records txid -1. It leaves a prepared delta alone.
+   - ``rollback()`` drops pending writes and the prepared delta and its txid.
+   - ``new_state`` of a namespace returns its committed data plus any prepared delta, so a
+     restarted task can roll back or commit what the previous one prepared.
+   - Store failures raise ``StateBackendError`` (chained with ``raise ... from``) naming where
+     the store is and the namespace; bad config raises ``ProviderConfigError`` naming the field.
+
+3. **Dropping it in.** Put the module (or package) in an ``extlib/`` folder: the project's own,
+   ``./extlib`` in the working directory, a folder named by ``topology.state.extlib.dir`` or by
+   the ``STATEFULBOLTS_EXTLIB`` environment variable (several separated by ``os.pathsep``). The
+   runtime puts these folders on ``sys.path`` on the driver and on every executor. A provider
+   installed as a normal package works too.
+
+4. **Naming it.** Set ``topology.state.provider`` to ``module.ClassName`` of the provider, as
+   above, and its settings under ``topology.state.provider.config``.
+"""
+
+from __future__ import annotations
+
+import builtins
+import json
+import logging
+import os
+import sqlite3
+import threading
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+from providers import (
+    STATE_PROVIDER_CONFIG_KEY,
+    KeyValueState,
+    MsgpackSerializer,
+    ProviderConfigError,
+    Serializer,
+    StateBackendError,
+    StateProvider,
+    StateSerializationError,
+    StateTransactionError,
+    load_object,
+)
+
+__all__ = ["SqliteConfig", "SqliteKeyValueState", "SqliteKeyValueStateProvider"]
+
+log = logging.getLogger(__name__)
+
+DEFAULT_PATH = "statefulbolts-state.sqlite3"
+DEFAULT_TIMEOUT_MS = 5000
+_PAGE = 100
+
+# committed: the committed map. prepared: the prepared delta, value NULL = tombstone.
+# txids: per namespace, the committed txid and the pending prepare txid (NULL = none).
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS committed (
+    ns TEXT NOT NULL, key BLOB NOT NULL, value BLOB NOT NULL, PRIMARY KEY (ns, key)
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS prepared (
+    ns TEXT NOT NULL, key BLOB NOT NULL, value BLOB, PRIMARY KEY (ns, key)
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS txids (
+    ns TEXT PRIMARY KEY, committed INTEGER, prepared INTEGER
+);
+"""
+
+_Delta = dict[bytes, bytes | None]
+
+
+class SqliteConfig:
+    """The validated ``topology.state.provider.config`` of this provider."""
+
+    FIELDS = ("path", "timeout", "keyClass", "valueClass", "keySerializerClass",
+              "valueSerializerClass")  # fmt: skip
+
+    def __init__(self, raw: str | Mapping[str, Any] | None) -> None:
+        data = self._as_dict(raw)
+        unknown = sorted(set(data) - set(self.FIELDS))
+        if unknown:
+            msg = (
+                f"{STATE_PROVIDER_CONFIG_KEY}: unknown field {unknown[0]!r} for the SQLite "
+                f"provider; allowed fields: {', '.join(self.FIELDS)}"
+            )
+            raise ProviderConfigError(msg)
+        path = data.get("path", DEFAULT_PATH)
+        if not isinstance(path, str) or not path:
+            msg = f"{STATE_PROVIDER_CONFIG_KEY}: field 'path' must be a non-empty string"
+            raise ProviderConfigError(msg)
+        timeout = data.get("timeout", DEFAULT_TIMEOUT_MS)
+        if isinstance(timeout, bool) or not isinstance(timeout, int) or timeout < 0:
+            msg = f"{STATE_PROVIDER_CONFIG_KEY}: field 'timeout' must be milliseconds (an int >= 0)"
+            raise ProviderConfigError(msg)
+        for name in self.FIELDS[2:]:
+            if data.get(name) is not None and not isinstance(data[name], str):
+                msg = f"{STATE_PROVIDER_CONFIG_KEY}: field {name!r} must be a dotted class name"
+                raise ProviderConfigError(msg)
+        self.path = Path(path).expanduser().resolve()
+        self.timeout_ms = timeout
+        self.classes: dict[str, str | None] = {n: data.get(n) for n in self.FIELDS[2:]}
+
+    @staticmethod
+    def _as_dict(raw: str | Mapping[str, Any] | None) -> dict[str, Any]:
+        if raw is None:
+            return {}
+        if isinstance(raw, str):
+            try:
+                raw = json.loads(raw) if raw.strip() else {}
+            except json.JSONDecodeError as exc:
+                msg = f"{STATE_PROVIDER_CONFIG_KEY} is not valid JSON: {exc}"
+                raise ProviderConfigError(msg) from None
+        if not isinstance(raw, Mapping):
+            msg = f"{STATE_PROVIDER_CONFIG_KEY} must be a JSON object or a dict"
+            raise ProviderConfigError(msg)
+        return dict(raw)
+
+    def serializers(self, conf: Mapping[str, Any] | None) -> tuple[Serializer, Serializer]:
+        """The key and value serializers (same rules as the built-in providers)."""
+        return self._serializer("key", conf), self._serializer("value", conf)
+
+    def _serializer(self, side: str, conf: Mapping[str, Any] | None) -> Serializer:
+        ser_name = self.classes[f"{side}SerializerClass"]
+        if ser_name:
+            instance = load_object(ser_name, what=f"{side}SerializerClass", conf=conf)()
+            if not isinstance(instance, Serializer):
+                msg = f"{side}SerializerClass {ser_name!r} needs serialize() and deserialize()"
+                raise ProviderConfigError(msg)
+            return instance
+        cls_name = self.classes[f"{side}Class"]
+        if not cls_name:
+            return MsgpackSerializer()
+        builtin = getattr(builtins, cls_name, None)
+        cls = builtin if isinstance(builtin, type) else load_object(
+            cls_name, what=f"{side}Class", conf=conf
+        )
+        if not isinstance(cls, type):
+            msg = f"{STATE_PROVIDER_CONFIG_KEY}: {side}Class {cls_name!r} is not a class"
+            raise ProviderConfigError(msg)
+        return MsgpackSerializer(cls)
+
+
+# One connection per (process, file), shared by every state of that file in the process.
+_connections: dict[tuple[int, Path], tuple[sqlite3.Connection, threading.RLock]] = {}
+_connections_lock = threading.Lock()
+
+
+def _connect(path: Path, timeout_ms: int) -> tuple[sqlite3.Connection, threading.RLock]:
+    key = (os.getpid(), path)
+    with _connections_lock:
+        found = _connections.get(key)
+        if found is not None:
+            return found
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            # isolation_level=None: we issue BEGIN / COMMIT ourselves.
+            conn = sqlite3.connect(
+                path, timeout=timeout_ms / 1000, isolation_level=None, check_same_thread=False
+            )
+            conn.execute("PRAGMA journal_mode=WAL")
+            conn.execute("PRAGMA synchronous=FULL")
+            conn.executescript(_SCHEMA)
+        except (sqlite3.Error, OSError) as exc:
+            msg = f"SQLite state file {str(path)!r} could not be opened: {exc}"
+            raise StateBackendError(msg) from exc
+        log.info("opened SQLite state file %s for process %s", path, key[0])
+        _connections[key] = (conn, threading.RLock())
+        return _connections[key]
+
+
+def close_connections() -> None:
+    """Close this process's cached connections (tests; the next state reopens them)."""
+    with _connections_lock:
+        found = list(_connections.values())
+        _connections.clear()
+    for conn, _lock in found:
+        conn.close()
+
+
+class SqliteKeyValueState(KeyValueState):
+    """A ``KeyValueState`` whose committed map and prepared delta live in SQLite.
+
+    Example:
+        >>> import tempfile, os
+        >>> path = os.path.join(tempfile.mkdtemp(), "state.sqlite3")
+        >>> state = SqliteKeyValueStateProvider().new_state("demo/count-0", {
+        ...     "topology.state.provider.config": {"path": path}})
+        >>> state.put("storm", 1)
+        >>> state.prepare_commit(0)
+        >>> state.commit(0)
+        >>> state.get("storm")
+        1
+    """
+
+    def __init__(
+        self,
+        namespace: str,
+        path: str | os.PathLike[str],
+        key_serializer: Serializer | None = None,
+        value_serializer: Serializer | None = None,
+        *,
+        timeout_ms: int = DEFAULT_TIMEOUT_MS,
+    ) -> None:
+        self.namespace = namespace
+        self.path = Path(path).resolve()
+        self._conn, self._lock = _connect(self.path, timeout_ms)
+        self._keys = key_serializer or MsgpackSerializer()
+        self._values = value_serializer or MsgpackSerializer()
+        self._pending: _Delta = {}
+
+    def __repr__(self) -> str:
+        return f"SqliteKeyValueState(namespace={self.namespace!r}, path={str(self.path)!r})"
+
+    # -- talking to SQLite
+    def _query(self, sql: str, params: tuple[Any, ...]) -> list[Any]:
+        with self._lock:
+            try:
+                return self._conn.execute(sql, params).fetchall()
+            except sqlite3.Error as exc:
+                raise self._failure("read", exc) from exc
+
+    def _failure(self, step: str, exc: sqlite3.Error) -> StateBackendError:
+        msg = (
+            f"SQLite state file {str(self.path)!r} failed during {step} of state "
+            f"{self.namespace!r}: {type(exc).__name__}: {exc}"
+        )
+        return StateBackendError(msg)
+
+    def _txids(self) -> tuple[int | None, int | None]:
+        rows = self._conn.execute(
+            "SELECT committed, prepared FROM txids WHERE ns = ?", (self.namespace,)
+        ).fetchall()
+        return (rows[0][0], rows[0][1]) if rows else (None, None)
+
+    def _write(self, step: str, work: Any) -> Any:
+        """Run ``work(txids)`` in one write transaction; its exception rolls everything back."""
+        with self._lock:
+            try:
+                self._conn.execute("BEGIN IMMEDIATE")
+            except sqlite3.Error as exc:
+                raise self._failure(step, exc) from exc
+            try:
+                result = work(*self._txids())
+                self._conn.execute("COMMIT")
+                return result
+            except BaseException as exc:
+                self._conn.execute("ROLLBACK")
+                if isinstance(exc, sqlite3.Error):
+                    raise self._failure(step, exc) from exc
+                raise
+
+    def _set_txids(self, committed: int | None, prepared: int | None) -> None:
+        self._conn.execute(
+            "INSERT INTO txids (ns, committed, prepared) VALUES (?, ?, ?) "
+            "ON CONFLICT (ns) DO UPDATE SET committed = excluded.committed, "
+            "prepared = excluded.prepared",
+            (self.namespace, committed, prepared),
+        )
+
+    def _apply(self, delta: _Delta) -> None:
+        ns = self.namespace
+        self._conn.executemany(
+            "INSERT OR REPLACE INTO committed (ns, key, value) VALUES (?, ?, ?)",
+            [(ns, k, v) for k, v in delta.items() if v is not None],
+        )
+        self._conn.executemany(
+            "DELETE FROM committed WHERE ns = ? AND key = ?",
+            [(ns, k) for k, v in delta.items() if v is None],
+        )
+
+    @property
+    def committed_txid(self) -> int | None:
+        """The txid of the last commit, or ``None`` when nothing was committed."""
+        with self._lock:
+            return self._txids()[0]
+
+    @property
+    def prepared_txid(self) -> int | None:
+        """The txid of the pending prepare, or ``None``."""
+        with self._lock:
+            return self._txids()[1]
+
+    # -- the map
+    def _encode_key(self, key: Any) -> bytes:
+        try:
+            return self._keys.serialize(key)
+        except StateSerializationError as exc:
+            msg = f"state {self.namespace!r}: key {key!r} cannot be stored: {exc}"
+            raise StateSerializationError(msg) from exc
+
+    def _lookup(self, ekey: bytes) -> bytes | None:
+        if ekey in self._pending:
+            return self._pending[ekey]
+        rows = self._query(
+            "SELECT value, 0 FROM prepared WHERE ns = ?1 AND key = ?2 "
+            "UNION ALL SELECT value, 1 FROM committed WHERE ns = ?1 AND key = ?2 "
+            "ORDER BY 2 LIMIT 1",
+            (self.namespace, ekey),
+        )
+        return rows[0][0] if rows else None
+
+    def put(self, key: Any, value: Any) -> None:
+        """Set ``key``; ``None`` is not a value (use ``delete``)."""
+        if value is None:
+            msg = f"state {self.namespace!r}: None is not a storable value (key {key!r}); use delete"
+            raise StateSerializationError(msg)
+        try:
+            encoded = self._values.serialize(value)
+        except StateSerializationError as exc:
+            msg = f"state {self.namespace!r}: value for key {key!r} cannot be stored: {exc}"
+            raise StateSerializationError(msg) from exc
+        self._pending[self._encode_key(key)] = encoded
+
+    def get(self, key: Any, default: Any = None) -> Any:
+        """Return the value of ``key`` or ``default``."""
+        raw = self._lookup(self._encode_key(key))
+        return default if raw is None else self._values.deserialize(raw)
+
+    def delete(self, key: Any) -> Any:
+        """Remove ``key``; returns its previous value."""
+        ekey = self._encode_key(key)
+        raw = self._lookup(ekey)
+        self._pending[ekey] = None
+        return None if raw is None else self._values.deserialize(raw)
+
+    def _pages(self, table: str) -> Iterator[tuple[bytes, bytes | None]]:
+        """Rows of ``table`` for this namespace, a page at a time (no long read transaction)."""
+        last = b""
+        while True:
+            rows = self._query(
+                f"SELECT key, value FROM {table} WHERE ns = ? AND key > ? ORDER BY key LIMIT ?",
+                (self.namespace, last, _PAGE),
+            )
+            yield from rows
+            if len(rows) < _PAGE:
+                return
+            last = rows[-1][0]
+
+    def __iter__(self) -> Iterator[tuple[Any, Any]]:
+        """Pending writes, then the prepared delta, then committed; each key once."""
+        seen: set[bytes] = set()
+        layers = (iter(list(self._pending.items())), self._pages("prepared"),
+                  self._pages("committed"))  # fmt: skip
+        for layer in layers:
+            for ekey, raw in layer:
+                if ekey in seen:
+                    continue
+                seen.add(ekey)
+                if raw is not None:
+                    yield self._keys.deserialize(ekey), self._values.deserialize(raw)
+
+    def __len__(self) -> int:
+        return sum(1 for _ in self)
+
+    # -- the transaction
+    def prepare_commit(self, txid: int) -> None:
+        """Move pending writes into the prepared delta of ``txid`` (one SQL transaction)."""
+
+        def work(committed: int | None, prepared: int | None) -> None:
+            if prepared is not None and prepared != txid:
+                msg = (
+                    f"state {self.namespace!r}: cannot prepare txid {txid} while txid "
+                    f"{prepared} is prepared and not committed"
+                )
+                raise StateTransactionError(msg)
+            if committed is not None and txid <= committed:
+                msg = (
+                    f"state {self.namespace!r}: cannot prepare txid {txid}; txid "
+                    f"{committed} is already committed"
+                )
+                raise StateTransactionError(msg)
+            if prepared is None:
+                self._conn.execute("DELETE FROM prepared WHERE ns = ?", (self.namespace,))
+            self._conn.executemany(
+                "INSERT OR REPLACE INTO prepared (ns, key, value) VALUES (?, ?, ?)",
+                [(self.namespace, k, v) for k, v in self._pending.items()],
+            )
+            self._set_txids(committed, txid)
+
+        self._write(f"prepare of txid {txid}", work)
+        self._pending = {}
+
+    def commit(self, txid: int | None = None) -> None:
+        """Commit the prepared delta of ``txid`` in one SQL transaction; again is a no-op.
+
+        Without ``txid``, commit the pending writes at once (the checkpoint spout's save).
+        """
+        if txid is None:
+            writes = self._pending
+
+            def save(committed: int | None, prepared: int | None) -> None:
+                self._apply(writes)
+                self._set_txids(-1 if committed is None else committed, prepared)
+
+            self._write("commit", save)
+            self._pending = {}
+            return
+
+        def work(committed: int | None, prepared: int | None) -> None:
+            if prepared == txid:
+                rows = self._conn.execute(
+                    "SELECT key, value FROM prepared WHERE ns = ?", (self.namespace,)
+                ).fetchall()
+                self._apply(dict(rows))
+                self._conn.execute("DELETE FROM prepared WHERE ns = ?", (self.namespace,))
+                self._set_txids(txid, None)
+                return
+            if prepared is None and committed == txid:
+                return  # a retried COMMIT of what is already committed
+            msg = (
+                f"state {self.namespace!r}: cannot commit txid {txid}; prepared txid is "
+                f"{prepared}, committed txid is {committed}"
+            )
+            raise StateTransactionError(msg)
+
+        self._write(f"commit of txid {txid}", work)
+
+    def rollback(self) -> None:
+        """Drop pending writes, the prepared delta and the prepare txid."""
+
+        def work(committed: int | None, prepared: int | None) -> None:
+            self._conn.execute("DELETE FROM prepared WHERE ns = ?", (self.namespace,))
+            if committed is None:
+                self._conn.execute("DELETE FROM txids WHERE ns = ?", (self.namespace,))
+            else:
+                self._set_txids(committed, None)
+
+        self._write("rollback", work)
+        self._pending = {}
+
+
+class SqliteKeyValueStateProvider(StateProvider):
+    """Makes ``SqliteKeyValueState`` objects on the file named by the provider config."""
+
+    def new_state(
+        self, namespace: str, conf: Mapping[str, Any], context: Any | None = None
+    ) -> SqliteKeyValueState:
+        """Return the state of ``namespace``: its committed data and any pending prepare."""
+        config = SqliteConfig(conf.get(STATE_PROVIDER_CONFIG_KEY))
+        keys, values = config.serializers(conf)
+        return SqliteKeyValueState(
+            namespace, config.path, keys, values, timeout_ms=config.timeout_ms
+        )

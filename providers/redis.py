@@ -1,0 +1,576 @@
+"""The Redis provider: Storm's ``RedisKeyValueState`` layout with an atomic, idempotent commit.
+
+Select it with ``topology.state.provider = "providers.redis.RedisKeyValueStateProvider"`` and
+configure it with ``topology.state.provider.config`` (see ``providers._config``).
+
+Layout per namespace ``ns`` (Storm's):
+
+==============  =====  ==============================================================
+key             type   content
+==============  =====  ==============================================================
+``ns``          hash   committed data: serialized key -> envelope
+``ns$prepare``  hash   the prepared delta, tombstones included
+``ns$txid``     hash   ``commit``: last committed txid; ``prepare``: the pending prepare
+==============  =====  ==============================================================
+
+Txids are decimal strings. ``prepare`` is present exactly while a prepare is pending: commit and
+rollback remove it (Storm left it behind after a rollback). ``commit`` is ``-1`` after a commit
+without txid (the checkpoint spout's save) on a namespace that never committed one. On a cluster
+the namespace is wrapped in a hash tag, ``{ns}``, ``{ns}$prepare``, ``{ns}$txid``, so the three
+keys share a slot and one script can touch them.
+
+Value envelope: every value in ``ns`` and ``ns$prepare`` is msgpack ``[1, <payload bytes>]``
+(present; the payload is the value serializer's output) or ``[0]`` (tombstone, the two bytes
+``91 00``). The envelope lets a deletion travel in the prepared delta and keeps the payload
+opaque, so any value serializer works. Tombstones never reach the committed hash.
+
+Round trips: constructing a state is one (a script loads ``ns$txid`` and the prepared delta);
+``prepare_commit``, ``commit`` and ``rollback`` are one script each, whatever the number of keys;
+``get`` is at most one ``HGET`` per distinct key per state object (hits and misses are cached, and
+the cache follows commits). Writes only touch memory until ``prepare_commit``. A state object
+assumes it is the only writer of its namespace while it lives, which the checkpoint protocol
+guarantees (one task per namespace). Connection pools are shared per process and per config.
+
+Every script is idempotent, so redis-py may retry one after a dropped connection.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import threading
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+import msgpack
+
+from providers._base import KeyValueState, StateProvider
+from providers._config import RedisClusterEndpoint, RedisEndpoint, parse_provider_config
+from providers._config import resolve_serializers as _resolve_serializers
+from providers._errors import (
+    ProviderConfigError,
+    StateBackendError,
+    StateSerializationError,
+    StateTransactionError,
+)
+from providers._serializers import MsgpackSerializer, Serializer
+
+try:
+    import redis as redis_py
+    from redis.backoff import ExponentialWithJitterBackoff
+    from redis.cluster import ClusterNode, RedisCluster
+    from redis.exceptions import RedisClusterException, RedisError
+    from redis.retry import Retry
+except ImportError as exc:  # pragma: no cover - depends on the environment
+    _msg = "the Redis state provider needs redis-py: pip install 'statefulbolts[redis]'"
+    raise ImportError(_msg) from exc
+
+__all__ = [
+    "TOMBSTONE",
+    "RedisKeyValueState",
+    "RedisKeyValueStateProvider",
+    "override_client",
+    "reset_clients",
+]
+
+log = logging.getLogger(__name__)
+
+TOMBSTONE: bytes = msgpack.packb([0])
+_PRESENT = 1
+# Storm's ITERATOR_CHUNK_SIZE: how many fields one HSCAN page asks for.
+_SCAN_COUNT = 100
+# A couple of quick retries on a dropped connection; Spark retries the task after that.
+_RETRIES = 2
+
+_Envelope = bytes
+
+
+def _wrap(payload: bytes) -> _Envelope:
+    return msgpack.packb([_PRESENT, payload], use_bin_type=True)
+
+
+def _unwrap(raw: _Envelope, namespace: str) -> bytes | None:
+    """The payload of an envelope, ``None`` for a tombstone."""
+    if raw == TOMBSTONE:
+        return None
+    try:
+        tag, payload = msgpack.unpackb(raw, raw=False)
+    except (ValueError, TypeError, msgpack.UnpackException) as exc:
+        msg = f"state {namespace!r}: a stored value is not a statefulbolts envelope"
+        raise StateSerializationError(msg) from exc
+    if tag != _PRESENT or not isinstance(payload, bytes):
+        msg = f"state {namespace!r}: a stored value has an unknown envelope tag {tag!r}"
+        raise StateSerializationError(msg)
+    return payload
+
+
+# --- Lua scripts ---------------------------------------------------------------------------
+# Shared by the write scripts: apply field/value pairs to a hash, HDEL for tombstones, HSET for
+# the rest, in slices small enough for Lua's unpack() limit.
+_APPLY = """
+local function apply(hash, tombstone, kv, first)
+  local sets, dels = {}, {}
+  for i = first, #kv, 2 do
+    if kv[i + 1] == tombstone then
+      dels[#dels + 1] = kv[i]
+    else
+      sets[#sets + 1] = kv[i]
+      sets[#sets + 1] = kv[i + 1]
+    end
+  end
+  for i = 1, #sets, 1000 do
+    redis.call('HSET', hash, unpack(sets, i, math.min(i + 999, #sets)))
+  end
+  for i = 1, #dels, 1000 do
+    redis.call('HDEL', hash, unpack(dels, i, math.min(i + 999, #dels)))
+  end
+end
+"""
+
+# LOAD. KEYS[1] = ns$prepare, KEYS[2] = ns$txid. No ARGV.
+# Returns {HGETALL ns$txid, HGETALL ns$prepare} as flat field/value lists.
+_LOAD = """
+return {redis.call('HGETALL', KEYS[2]), redis.call('HGETALL', KEYS[1])}
+"""
+
+# PREPARE. KEYS[1] = ns$prepare, KEYS[2] = ns$txid.
+# ARGV[1] = txid (decimal), ARGV[2..] = field, envelope, field, envelope, ... (tombstones kept).
+# Returns {0, previous prepare txid or ''} when prepared,
+#         {1, prepared txid, committed txid or ''} when another txid is prepared,
+#         {2, '', committed txid} when txid <= the committed txid.
+# A fresh prepare first drops any delta not owned by a prepare txid; the same txid again merges
+# (HSET over the old delta: newer wins). Idempotent for the same arguments.
+_PREPARE = """
+local txid = tonumber(ARGV[1])
+local p = redis.call('HGET', KEYS[2], 'prepare')
+local c = redis.call('HGET', KEYS[2], 'commit')
+if p and tonumber(p) ~= txid then return {1, p, c or ''} end
+if c and txid <= tonumber(c) then return {2, p or '', c} end
+if not p then redis.call('DEL', KEYS[1]) end
+for i = 2, #ARGV, 1000 do
+  redis.call('HSET', KEYS[1], unpack(ARGV, i, math.min(i + 999, #ARGV)))
+end
+redis.call('HSET', KEYS[2], 'prepare', ARGV[1])
+return {0, p or ''}
+"""
+
+# COMMIT. KEYS[1] = ns, KEYS[2] = ns$prepare, KEYS[3] = ns$txid.
+# ARGV[1] = txid (decimal), ARGV[2] = the tombstone envelope.
+# Returns {0} when the delta of txid was applied (HSET values, HDEL tombstones, DEL ns$prepare,
+#         commit = txid, prepare removed), all in this one atomic step,
+#         {1} when nothing is prepared and txid is already committed (a retried COMMIT: no-op),
+#         {2, prepared txid or '', committed txid or ''} otherwise (nothing written).
+_COMMIT = (
+    _APPLY
+    + """
+local p = redis.call('HGET', KEYS[3], 'prepare')
+local c = redis.call('HGET', KEYS[3], 'commit')
+if p and tonumber(p) == tonumber(ARGV[1]) then
+  apply(KEYS[1], ARGV[2], redis.call('HGETALL', KEYS[2]), 1)
+  redis.call('DEL', KEYS[2])
+  redis.call('HSET', KEYS[3], 'commit', ARGV[1])
+  redis.call('HDEL', KEYS[3], 'prepare')
+  return {0}
+end
+if not p and c and tonumber(c) == tonumber(ARGV[1]) then return {1} end
+return {2, p or '', c or ''}
+"""
+)
+
+# COMMIT WITHOUT TXID (the checkpoint spout's save). KEYS[1] = ns, KEYS[2] = ns$txid.
+# ARGV[1] = the tombstone envelope, ARGV[2..] = field, envelope, ... (the pending writes).
+# Writes the values, HDELs the tombstones, sets commit = -1 if no commit was recorded yet, leaves
+# any pending prepare alone. Returns the committed txid (decimal).
+_COMMIT_WRITES = (
+    _APPLY
+    + """
+apply(KEYS[1], ARGV[1], ARGV, 2)
+redis.call('HSETNX', KEYS[2], 'commit', '-1')
+return redis.call('HGET', KEYS[2], 'commit')
+"""
+)
+
+# ROLLBACK. KEYS[1] = ns$prepare, KEYS[2] = ns$txid. No ARGV.
+# Drops the prepared delta and the prepare txid. Returns the committed txid or ''.
+_ROLLBACK = """
+redis.call('DEL', KEYS[1])
+redis.call('HDEL', KEYS[2], 'prepare')
+return redis.call('HGET', KEYS[2], 'commit') or ''
+"""
+
+
+def _txid(raw: Any) -> int | None:
+    if raw is None or raw in (b"", ""):
+        return None
+    return int(raw)
+
+
+# --- connections ---------------------------------------------------------------------------
+_Endpoint = RedisEndpoint | RedisClusterEndpoint
+_clients: dict[tuple[int, _Endpoint], Any] = {}
+_clients_lock = threading.Lock()
+_override: list[Any] = []
+
+
+def _retry() -> Retry:
+    return Retry(ExponentialWithJitterBackoff(cap=0.5, base=0.05), _RETRIES)
+
+
+def _make_client(endpoint: _Endpoint) -> Any:
+    password = endpoint.password.get_secret_value() if endpoint.password else None
+    if isinstance(endpoint, RedisClusterEndpoint):
+        cluster = RedisCluster(
+            startup_nodes=[ClusterNode(host, port) for host, port in endpoint.nodes],
+            password=password,
+            socket_timeout=endpoint.timeout_s,
+            socket_connect_timeout=endpoint.timeout_s,
+            retry=_retry(),
+        )
+        # Jedis' maxRedirections: how many MOVED / ASK hops one command may take.
+        cluster.RedisClusterRequestTTL = endpoint.max_redirections
+        return cluster
+    return redis_py.Redis(
+        host=endpoint.host,
+        port=endpoint.port,
+        db=endpoint.database,
+        username=endpoint.username,
+        password=password,
+        ssl=endpoint.ssl,
+        socket_timeout=endpoint.timeout_s,
+        socket_connect_timeout=endpoint.timeout_s,
+        retry=_retry(),
+    )
+
+
+def _client_for(endpoint: _Endpoint, namespace: str) -> Any:
+    """This process's client (and so connection pool) for ``endpoint``, made once."""
+    key = (os.getpid(), endpoint)
+    with _clients_lock:
+        client = _clients.get(key)
+        if client is None:
+            log.info("opening a Redis connection pool to %s for process %s", endpoint.address, key[0])
+            try:
+                client = _make_client(endpoint)
+            except (RedisError, RedisClusterException) as exc:
+                msg = (
+                    f"Redis at {endpoint.address} could not be reached for state "
+                    f"{namespace!r}: {type(exc).__name__}: {exc}"
+                )
+                raise StateBackendError(msg) from exc
+            _clients[key] = client
+        return client
+
+
+@contextlib.contextmanager
+def override_client(client: Any) -> Iterator[Any]:
+    """Make every Redis state made in this process use ``client`` while the block runs.
+
+    For tests: hand in a ``fakeredis.FakeRedis()`` (needs ``lupa`` for the scripts) or a client
+    built on an instrumented connection. Overrides nest; the config's connection settings are
+    ignored inside, its serializer settings are not.
+    """
+    _override.append(client)
+    try:
+        yield client
+    finally:
+        _override.remove(client)
+
+
+def reset_clients() -> None:
+    """Close and forget this process's cached clients (tests, or after a config change)."""
+    with _clients_lock:
+        clients = list(_clients.values())
+        _clients.clear()
+    for client in clients:
+        client.close()
+
+
+def _address_of(client: Any) -> str:
+    if isinstance(client, RedisCluster):
+        return ",".join(node.name for node in client.get_nodes()) or "a Redis cluster"
+    kwargs = getattr(getattr(client, "connection_pool", None), "connection_kwargs", {})
+    return f"{kwargs.get('host', '?')}:{kwargs.get('port', '?')}"
+
+
+# --- the state -----------------------------------------------------------------------------
+class RedisKeyValueState(KeyValueState):
+    """A ``KeyValueState`` in Redis, with the same contract as ``InMemoryKeyValueState``.
+
+    Example:
+        >>> import fakeredis
+        >>> state = RedisKeyValueState("demo/counter-0", fakeredis.FakeRedis())
+        >>> state.put("storm", 1)
+        >>> state.prepare_commit(0)
+        >>> state.commit(0)
+        >>> state.get("storm")
+        1
+    """
+
+    def __init__(
+        self,
+        namespace: str,
+        client: Any,
+        key_serializer: Serializer | None = None,
+        value_serializer: Serializer | None = None,
+        *,
+        address: str | None = None,
+    ) -> None:
+        encoder = getattr(client, "get_encoder", None)
+        if encoder is not None and encoder().decode_responses:
+            msg = "the Redis state needs a client made with decode_responses=False (binary values)"
+            raise ProviderConfigError(msg)
+        self.namespace = namespace
+        self._client = client
+        self._address = address or _address_of(client)
+        base = f"{{{namespace}}}" if isinstance(client, RedisCluster) else namespace
+        self.committed_key = base
+        self.prepare_key = f"{base}$prepare"
+        self.txid_key = f"{base}$txid"
+        self._keys: Serializer = key_serializer or MsgpackSerializer()
+        self._values: Serializer = value_serializer or MsgpackSerializer()
+        self._load_script = client.register_script(_LOAD)
+        self._prepare_script = client.register_script(_PREPARE)
+        self._commit_script = client.register_script(_COMMIT)
+        self._commit_writes_script = client.register_script(_COMMIT_WRITES)
+        self._rollback_script = client.register_script(_ROLLBACK)
+        # Writes since the last prepare; the prepared delta as Redis holds it; committed reads.
+        self._pending: dict[bytes, _Envelope] = {}
+        self._prepared: dict[bytes, _Envelope] = {}
+        self._cache: dict[bytes, _Envelope | None] = {}
+        self._committed_txid: int | None = None
+        self._prepared_txid: int | None = None
+        self._load()
+
+    def __repr__(self) -> str:
+        return (
+            f"RedisKeyValueState(namespace={self.namespace!r}, redis={self._address}, "
+            f"committed_txid={self._committed_txid}, prepared_txid={self._prepared_txid})"
+        )
+
+    @property
+    def committed_txid(self) -> int | None:
+        """The txid of the last commit, or ``None`` when nothing was committed."""
+        return self._committed_txid
+
+    @property
+    def prepared_txid(self) -> int | None:
+        """The txid of the pending prepare, or ``None``."""
+        return self._prepared_txid
+
+    # -- talking to Redis
+    @contextlib.contextmanager
+    def _backend(self, step: str) -> Iterator[None]:
+        try:
+            yield
+        except (RedisError, RedisClusterException) as exc:
+            if isinstance(exc, redis_py.exceptions.TimeoutError):
+                what = "timed out"
+            elif isinstance(exc, redis_py.exceptions.ConnectionError):
+                what = "could not be reached"
+            else:
+                what = "failed"
+            msg = (
+                f"Redis at {self._address} {what} during {step} of state {self.namespace!r}: "
+                f"{type(exc).__name__}: {exc}"
+            )
+            raise StateBackendError(msg) from exc
+
+    def _load(self) -> None:
+        with self._backend("load"):
+            txids, delta = self._load_script(keys=[self.prepare_key, self.txid_key])
+        fields = dict(zip(txids[::2], txids[1::2], strict=True))
+        self._committed_txid = _txid(fields.get(b"commit"))
+        self._prepared_txid = _txid(fields.get(b"prepare"))
+        if self._prepared_txid is not None:
+            self._prepared = dict(zip(delta[::2], delta[1::2], strict=True))
+
+    # -- encoding
+    def _encode_key(self, key: Any) -> bytes:
+        try:
+            return self._keys.serialize(key)
+        except StateSerializationError as exc:
+            msg = f"state {self.namespace!r}: key {key!r} cannot be stored: {exc}"
+            raise StateSerializationError(msg) from exc
+
+    def _decode(self, raw: _Envelope | None) -> Any:
+        payload = None if raw is None else _unwrap(raw, self.namespace)
+        return None if payload is None else self._values.deserialize(payload)
+
+    def _lookup(self, ekey: bytes) -> _Envelope | None:
+        """Pending, then prepared, then committed (cached, one HGET per key at most)."""
+        for layer in (self._pending, self._prepared):
+            if ekey in layer:
+                return layer[ekey]
+        if ekey not in self._cache:
+            with self._backend("get"):
+                self._cache[ekey] = self._client.hget(self.committed_key, ekey)
+        return self._cache[ekey]
+
+    # -- the map
+    def put(self, key: Any, value: Any) -> None:
+        """Set ``key``; ``None`` is not a value (use ``delete``)."""
+        if value is None:
+            msg = f"state {self.namespace!r}: None is not a storable value (key {key!r}); use delete"
+            raise StateSerializationError(msg)
+        try:
+            payload = self._values.serialize(value)
+        except StateSerializationError as exc:
+            msg = f"state {self.namespace!r}: value for key {key!r} cannot be stored: {exc}"
+            raise StateSerializationError(msg) from exc
+        self._pending[self._encode_key(key)] = _wrap(payload)
+
+    def get(self, key: Any, default: Any = None) -> Any:
+        """Return the value of ``key`` or ``default``."""
+        value = self._decode(self._lookup(self._encode_key(key)))
+        return default if value is None else value
+
+    def delete(self, key: Any) -> Any:
+        """Remove ``key``; returns its previous value."""
+        ekey = self._encode_key(key)
+        old = self._decode(self._lookup(ekey))
+        self._pending[ekey] = TOMBSTONE
+        return old
+
+    def __iter__(self) -> Iterator[tuple[Any, Any]]:
+        """Pending writes, then the prepared delta, then ``HSCAN`` of committed; each key once."""
+        seen: set[bytes] = set()
+        for layer in (dict(self._pending), dict(self._prepared)):
+            for ekey, raw in layer.items():
+                if ekey not in seen:
+                    seen.add(ekey)
+                    if raw != TOMBSTONE:
+                        yield self._keys.deserialize(ekey), self._decode(raw)
+        cursor = 0
+        while True:
+            with self._backend("iteration"):
+                cursor, page = self._client.hscan(self.committed_key, cursor, count=_SCAN_COUNT)
+            for ekey, raw in page.items():
+                if ekey not in seen:
+                    seen.add(ekey)
+                    self._cache.setdefault(ekey, raw)
+                    yield self._keys.deserialize(ekey), self._decode(raw)
+            if not cursor:
+                return
+
+    def __len__(self) -> int:
+        return sum(1 for _ in self)
+
+    # -- the transaction
+    def prepare_commit(self, txid: int) -> None:
+        """Move pending writes into the prepared delta of ``txid`` (one script call).
+
+        Re-preparing the same txid adds the newer writes (newer wins). Preparing another txid
+        while one is prepared, or a txid at or below the committed one, raises
+        ``StateTransactionError`` and keeps the pending writes.
+        """
+        args: list[Any] = [str(int(txid))]
+        for ekey, raw in self._pending.items():
+            args += (ekey, raw)
+        with self._backend(f"prepare of txid {txid}"):
+            reply = self._prepare_script(keys=[self.prepare_key, self.txid_key], args=args)
+        code = int(reply[0])
+        if code == 1:
+            self._prepared_txid, self._committed_txid = _txid(reply[1]), _txid(reply[2])
+            msg = (
+                f"state {self.namespace!r}: cannot prepare txid {txid} while txid "
+                f"{self._prepared_txid} is prepared and not committed"
+            )
+            raise StateTransactionError(msg)
+        if code == 2:
+            self._committed_txid = _txid(reply[2])
+            msg = (
+                f"state {self.namespace!r}: cannot prepare txid {txid}; txid "
+                f"{self._committed_txid} is already committed"
+            )
+            raise StateTransactionError(msg)
+        if _txid(reply[1]) is None:
+            self._prepared = {}
+        self._prepared.update(self._pending)
+        log.debug(
+            "state %s: prepared txid %s (%s writes)", self.namespace, txid, len(self._pending)
+        )
+        self._pending = {}
+        self._prepared_txid = int(txid)
+
+    def commit(self, txid: int | None = None) -> None:
+        """Commit the prepared delta of ``txid`` atomically; the committed txid again is a no-op.
+
+        Without ``txid``, commit the pending writes at once (the checkpoint spout's save).
+
+        Steps (one Lua script, so Redis applies all or nothing):
+            1. Check ``ns$txid``: ``prepare`` must equal ``txid``; or nothing is prepared and
+               ``commit`` equals ``txid`` (a retried COMMIT: stop, nothing to do).
+            2. Apply ``ns$prepare`` to ``ns``: HSET values, HDEL tombstones.
+            3. DEL ``ns$prepare``; set ``commit`` to ``txid``; remove ``prepare``.
+        """
+        if txid is None:
+            self._commit_writes()
+            return
+        with self._backend(f"commit of txid {txid}"):
+            reply = self._commit_script(
+                keys=[self.committed_key, self.prepare_key, self.txid_key],
+                args=[str(int(txid)), TOMBSTONE],
+            )
+        code = int(reply[0])
+        if code == 2:
+            self._prepared_txid, self._committed_txid = _txid(reply[1]), _txid(reply[2])
+            msg = (
+                f"state {self.namespace!r}: cannot commit txid {txid}; prepared txid is "
+                f"{self._prepared_txid}, committed txid is {self._committed_txid}"
+            )
+            raise StateTransactionError(msg)
+        if code == 0:
+            self._remember(self._prepared)
+            log.debug("state %s: committed txid %s", self.namespace, txid)
+        self._prepared = {}
+        self._prepared_txid = None
+        self._committed_txid = int(txid)
+
+    def _commit_writes(self) -> None:
+        args: list[Any] = [TOMBSTONE]
+        for ekey, raw in self._pending.items():
+            args += (ekey, raw)
+        with self._backend("commit"):
+            committed = self._commit_writes_script(
+                keys=[self.committed_key, self.txid_key], args=args
+            )
+        self._remember(self._pending)
+        self._pending = {}
+        self._committed_txid = _txid(committed)
+
+    def _remember(self, applied: Mapping[bytes, _Envelope]) -> None:
+        """Keep the read cache equal to Redis after ``applied`` reached the committed hash."""
+        for ekey, raw in applied.items():
+            self._cache[ekey] = None if raw == TOMBSTONE else raw
+
+    def rollback(self) -> None:
+        """Drop pending writes, the prepared delta and the prepare txid (one script call)."""
+        with self._backend("rollback"):
+            committed = self._rollback_script(keys=[self.prepare_key, self.txid_key])
+        self._pending = {}
+        self._prepared = {}
+        self._prepared_txid = None
+        self._committed_txid = _txid(committed)
+
+
+class RedisKeyValueStateProvider(StateProvider):
+    """Makes ``RedisKeyValueState`` objects from ``topology.state.provider.config``."""
+
+    def new_state(
+        self, namespace: str, conf: Mapping[str, Any], context: Any | None = None
+    ) -> RedisKeyValueState:
+        """Return the state of ``namespace``: its committed data and any pending prepare.
+
+        Raises:
+            ProviderConfigError: the provider config is invalid.
+            StateBackendError: Redis could not be reached (names host, port and namespace).
+        """
+        config = parse_provider_config(conf)
+        keys, values = _resolve_serializers(config, conf)
+        if _override:
+            client = _override[-1]
+            return RedisKeyValueState(namespace, client, keys, values)
+        endpoint = config.redis_endpoint()
+        client = _client_for(endpoint, namespace)
+        return RedisKeyValueState(namespace, client, keys, values, address=endpoint.address)

@@ -1,0 +1,94 @@
+"""statefulbolts: Storm-style stateful topologies, checkpointed, running on Apache Spark.
+
+Example:
+    >>> from statefulbolts import TopologyBuilder, Config, LocalCluster  # doctest: +SKIP
+    >>> with LocalCluster() as cluster:  # doctest: +SKIP
+    ...     handle = cluster.submit_topology("wc", Config(), builder.create_topology())
+    ...     handle.await_idle(60)
+    ...     counts = handle.read_state("count")
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from statefulbolts._clock import Clock, ManualClock
+from statefulbolts._collectors import BasicOutputCollector, OutputCollector, SpoutOutputCollector
+from statefulbolts._components import (
+    BasicBolt,
+    Bolt,
+    OutputFieldsDeclarer,
+    Spout,
+    StatefulBolt,
+)
+from statefulbolts._config import Config, TopologyConfig, validate_config
+from statefulbolts._context import TopologyContext
+from statefulbolts._topology import (
+    CHECKPOINT_COMPONENT_ID,
+    CHECKPOINT_STREAM_ID,
+    GlobalStreamId,
+    Grouping,
+    GroupingKind,
+    StormTopology,
+    TopologyBuilder,
+)
+from statefulbolts._tuple import Fields, Tuple, Values
+from statefulbolts.errors import (
+    ConfigError,
+    FailedException,
+    ReportedFailedException,
+    StatefulBoltsError,
+    TopologyError,
+    TopologyFailedError,
+)
+
+if TYPE_CHECKING:
+    from statefulbolts.runtime import LocalCluster, TopologyHandle
+
+__all__ = [
+    "CHECKPOINT_COMPONENT_ID",
+    "CHECKPOINT_STREAM_ID",
+    "BasicBolt",
+    "BasicOutputCollector",
+    "Bolt",
+    "Clock",
+    "Config",
+    "ConfigError",
+    "FailedException",
+    "Fields",
+    "GlobalStreamId",
+    "Grouping",
+    "GroupingKind",
+    "LocalCluster",
+    "ManualClock",
+    "OutputCollector",
+    "OutputFieldsDeclarer",
+    "ReportedFailedException",
+    "Spout",
+    "SpoutOutputCollector",
+    "StatefulBolt",
+    "StatefulBoltsError",
+    "StormTopology",
+    "TopologyBuilder",
+    "TopologyConfig",
+    "TopologyContext",
+    "TopologyError",
+    "TopologyFailedError",
+    "TopologyHandle",
+    "Tuple",
+    "Values",
+    "validate_config",
+]
+
+_LAZY = {"LocalCluster", "TopologyHandle"}
+
+
+def __getattr__(name: str) -> Any:
+    # The runtime imports pyspark; load it only when asked for, so components (which run inside
+    # Spark workers) and the checkpoint package import statefulbolts cheaply and without cycles.
+    if name in _LAZY:
+        from statefulbolts import runtime
+
+        return getattr(runtime, name)
+    msg = f"module 'statefulbolts' has no attribute {name!r}"
+    raise AttributeError(msg)

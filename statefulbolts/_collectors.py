@@ -1,0 +1,78 @@
+"""What components emit through. The runtime and the test harness implement these."""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Sequence
+from typing import Any
+
+from statefulbolts._tuple import DEFAULT_STREAM, Tuple
+
+Anchors = Tuple | Sequence[Tuple] | None
+
+
+def anchor_list(anchors: Anchors) -> list[Tuple]:
+    """Normalize ``emit``'s ``anchors`` argument (one tuple, a list, or ``None``)."""
+    if anchors is None:
+        return []
+    if isinstance(anchors, Tuple):
+        return [anchors]
+    return list(anchors)
+
+
+class SpoutOutputCollector(ABC):
+    """Given to ``Spout.open``."""
+
+    @abstractmethod
+    def emit(
+        self, values: Sequence[Any], message_id: Any = None, stream: str = DEFAULT_STREAM
+    ) -> None:
+        """Emit a tuple; with a ``message_id`` it is tracked and ``ack``/``fail`` follow."""
+
+    @abstractmethod
+    def report_error(self, error: BaseException) -> None:
+        """Record an error against this spout task (the topology keeps running)."""
+
+
+class OutputCollector(ABC):
+    """Given to ``Bolt.prepare``."""
+
+    @abstractmethod
+    def emit(
+        self, values: Sequence[Any], anchors: Anchors = None, stream: str = DEFAULT_STREAM
+    ) -> None:
+        """Emit a tuple anchored to ``anchors`` (a tuple or a list of tuples)."""
+
+    @abstractmethod
+    def ack(self, tuple_: Tuple) -> None:
+        """Mark ``tuple_`` as fully processed by this bolt."""
+
+    @abstractmethod
+    def fail(self, tuple_: Tuple) -> None:
+        """Fail ``tuple_``: its spout tuple is failed and replayed."""
+
+    @abstractmethod
+    def report_error(self, error: BaseException) -> None:
+        """Record an error against this bolt task (the topology keeps running)."""
+
+
+class BasicOutputCollector:
+    """Given to ``BasicBolt.execute``: emits are anchored to the input being executed."""
+
+    __slots__ = ("_out", "_input")
+
+    def __init__(self, out: OutputCollector) -> None:
+        self._out = out
+        self._input: Tuple | None = None
+
+    def set_context(self, input_tuple: Tuple) -> None:
+        """Set the tuple that following emits are anchored to."""
+        self._input = input_tuple
+
+    def emit(self, values: Sequence[Any], stream: str = DEFAULT_STREAM) -> None:
+        """Emit anchored to the current input tuple."""
+        self._out.emit(values, self._input, stream)
+
+    def report_error(self, error: BaseException) -> None:
+        """Record an error against this bolt task."""
+        self._out.report_error(error)

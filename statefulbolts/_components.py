@@ -1,0 +1,225 @@
+"""Spouts and bolts: the classes users subclass."""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Iterable, Mapping
+from typing import TYPE_CHECKING, Any
+
+from statefulbolts._collectors import BasicOutputCollector, OutputCollector, SpoutOutputCollector
+from statefulbolts._tuple import DEFAULT_STREAM, Fields, Tuple
+from statefulbolts.errors import FailedException, ReportedFailedException
+
+if TYPE_CHECKING:
+    from providers import KeyValueState
+    from statefulbolts._context import TopologyContext
+
+__all__ = [
+    "BasicBolt",
+    "BasicBoltExecutor",
+    "Bolt",
+    "Component",
+    "OutputFieldsDeclarer",
+    "Spout",
+    "StatefulBolt",
+]
+
+
+class OutputFieldsDeclarer:
+    """Collects the streams a component declares in ``declare_output_fields``."""
+
+    def __init__(self) -> None:
+        self.streams: dict[str, Fields] = {}
+
+    def declare(self, fields: Fields | Iterable[str]) -> None:
+        """Declare the fields of the default stream."""
+        self.declare_stream(DEFAULT_STREAM, fields)
+
+    def declare_stream(self, stream_id: str, fields: Fields | Iterable[str]) -> None:
+        """Declare the fields of ``stream_id``."""
+        if not isinstance(stream_id, str) or not stream_id:
+            msg = f"stream id must be a non-empty string, got {stream_id!r}"
+            raise ValueError(msg)
+        if stream_id in self.streams:
+            msg = f"stream {stream_id!r} declared twice"
+            raise ValueError(msg)
+        self.streams[stream_id] = fields if isinstance(fields, Fields) else Fields(list(fields))
+
+
+class Component(ABC):  # noqa: B024 - a marker base with optional hooks
+    """What spouts and bolts share."""
+
+    def declare_output_fields(self, declarer: OutputFieldsDeclarer) -> None:  # noqa: B027
+        """Declare output streams; components that emit nothing need not override it."""
+
+    def get_component_configuration(self) -> Mapping[str, Any] | None:
+        """Component-specific config merged over the topology config (optional)."""
+        return None
+
+
+class Spout(Component):
+    """A source of tuples. ``open`` once; ``next_tuple``, ``ack`` and ``fail`` on one instance.
+
+    Example:
+        >>> class Numbers(Spout):
+        ...     def open(self, conf, context, collector):
+        ...         self.collector, self.n = collector, 0
+        ...     def next_tuple(self):
+        ...         if self.n < 3:
+        ...             self.collector.emit([self.n], message_id=self.n)
+        ...             self.n += 1
+        ...     def declare_output_fields(self, declarer):
+        ...         declarer.declare(Fields("n"))
+    """
+
+    def open(  # noqa: B027
+        self, conf: Mapping[str, Any], context: TopologyContext, collector: SpoutOutputCollector
+    ) -> None:
+        """Called once before the first ``next_tuple``."""
+
+    @abstractmethod
+    def next_tuple(self) -> None:
+        """Emit zero or more tuples; must not block for long."""
+
+    def ack(self, msg_id: Any) -> None:  # noqa: B027
+        """The tuple tree of ``msg_id`` completed and its transaction committed."""
+
+    def fail(self, msg_id: Any) -> None:  # noqa: B027
+        """The tuple tree of ``msg_id`` failed, timed out or was rolled back; replay it."""
+
+    def close(self) -> None:  # noqa: B027
+        """Called when the topology is killed."""
+
+    def activate(self) -> None:  # noqa: B027
+        """Called when the spout is activated."""
+
+    def deactivate(self) -> None:  # noqa: B027
+        """Called when the spout is deactivated."""
+
+
+class Bolt(Component):
+    """Processes tuples. Ack (or fail) every input; anchor emits to inputs.
+
+    Example:
+        >>> class Upper(Bolt):
+        ...     def prepare(self, conf, context, collector):
+        ...         self.collector = collector
+        ...     def execute(self, tuple):
+        ...         self.collector.emit([tuple.get_value(0).upper()], anchors=tuple)
+        ...         self.collector.ack(tuple)
+    """
+
+    def prepare(  # noqa: B027
+        self, conf: Mapping[str, Any], context: TopologyContext, collector: OutputCollector
+    ) -> None:
+        """Called once per task life before ``execute``."""
+
+    @abstractmethod
+    def execute(self, tuple: Tuple) -> None:  # noqa: A002 - Storm's parameter name
+        """Process one tuple."""
+
+    def cleanup(self) -> None:  # noqa: B027
+        """Called when the task ends (not guaranteed after a crash)."""
+
+
+class BasicBolt(Component):
+    """A bolt whose emits are anchored to the input and whose input is acked for it.
+
+    Raise ``FailedException`` from ``execute`` to fail the input instead.
+
+    Example:
+        >>> class Split(BasicBolt):
+        ...     def execute(self, tuple, collector):
+        ...         for word in tuple.get_value(0).split():
+        ...             collector.emit([word])
+        ...     def declare_output_fields(self, declarer):
+        ...         declarer.declare(Fields("word"))
+    """
+
+    def prepare(self, conf: Mapping[str, Any], context: TopologyContext) -> None:  # noqa: B027
+        """Called once per task life before ``execute``."""
+
+    @abstractmethod
+    def execute(self, tuple: Tuple, collector: BasicOutputCollector) -> None:  # noqa: A002
+        """Process one tuple; emits go through ``collector``."""
+
+    def cleanup(self) -> None:  # noqa: B027
+        """Called when the task ends."""
+
+
+class StatefulBolt(Bolt):
+    """A bolt with managed ``KeyValueState``, checkpointed by the framework.
+
+    ``init_state`` receives the state restored to the last commit before any tuple is executed.
+    Keep what must survive in the state, not in fields: a bolt instance lives for one transaction.
+
+    Example:
+        >>> class Count(StatefulBolt):
+        ...     def prepare(self, conf, context, collector):
+        ...         self.collector = collector
+        ...     def init_state(self, state):
+        ...         self.counts = state
+        ...     def execute(self, tuple):
+        ...         word = tuple.get_value(0)
+        ...         self.counts.put(word, self.counts.get(word, 0) + 1)
+        ...         self.collector.ack(tuple)
+    """
+
+    @abstractmethod
+    def init_state(self, state: KeyValueState) -> None:
+        """Receive the state, restored to the last committed checkpoint."""
+
+    def pre_prepare(self, txid: int) -> None:  # noqa: B027
+        """Called before the state's ``prepare_commit(txid)``."""
+
+    def pre_commit(self, txid: int) -> None:  # noqa: B027
+        """Called before the state's ``commit(txid)``."""
+
+    def pre_rollback(self) -> None:  # noqa: B027
+        """Called before the state's ``rollback()``."""
+
+
+class BasicBoltExecutor(Bolt):
+    """Runs a ``BasicBolt`` as a ``Bolt``: anchors its emits and acks (or fails) its input."""
+
+    def __init__(self, bolt: BasicBolt) -> None:
+        self.bolt = bolt
+        self._collector: OutputCollector | None = None
+        self._basic: BasicOutputCollector | None = None
+
+    def declare_output_fields(self, declarer: OutputFieldsDeclarer) -> None:
+        """Delegate to the wrapped bolt."""
+        self.bolt.declare_output_fields(declarer)
+
+    def get_component_configuration(self) -> Mapping[str, Any] | None:
+        """Delegate to the wrapped bolt."""
+        return self.bolt.get_component_configuration()
+
+    def prepare(
+        self, conf: Mapping[str, Any], context: TopologyContext, collector: OutputCollector
+    ) -> None:
+        """Prepare the wrapped bolt."""
+        self._collector = collector
+        self._basic = BasicOutputCollector(collector)
+        self.bolt.prepare(conf, context)
+
+    def execute(self, tuple: Tuple) -> None:  # noqa: A002
+        """Execute the wrapped bolt, then ack the input, or fail it on ``FailedException``."""
+        collector, basic = self._collector, self._basic
+        assert collector is not None and basic is not None, "execute before prepare"  # noqa: S101
+        basic.set_context(tuple)
+        try:
+            self.bolt.execute(tuple, basic)
+        except FailedException as exc:
+            if isinstance(exc, ReportedFailedException):
+                collector.report_error(exc)
+            collector.fail(tuple)
+        else:
+            collector.ack(tuple)
+
+    def cleanup(self) -> None:
+        """Clean up the wrapped bolt."""
+        self.bolt.cleanup()
+
+    def __repr__(self) -> str:
+        return f"BasicBoltExecutor({self.bolt!r})"

@@ -1,0 +1,141 @@
+"""``Config``: Storm's dotted keys, validated into a frozen model.
+
+Users write Storm's keys in a dict, a ``Config``, or a JSON / YAML file. The runtime validates them
+into ``TopologyConfig``; a wrong type or value raises ``ConfigError`` naming the key and what is
+allowed, and an unknown ``topology.*`` key warns with the closest known key.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+import warnings
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from statefulbolts.errors import ConfigError
+
+
+class TopologyConfig(BaseModel):
+    """The validated topology-level config."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    state_provider: str = Field(
+        "providers.memory.InMemoryKeyValueStateProvider", alias="topology.state.provider"
+    )
+    state_provider_config: str | dict[str, Any] | None = Field(
+        None, alias="topology.state.provider.config"
+    )
+    checkpoint_interval_ms: int = Field(
+        1000, gt=0, alias="topology.state.checkpoint.interval.ms"
+    )
+    message_timeout_secs: float = Field(30, gt=0, alias="topology.message.timeout.secs")
+    acker_executors: int | None = Field(None, ge=0, alias="topology.acker.executors")
+    max_spout_pending: int | None = Field(None, ge=0, alias="topology.max.spout.pending")
+    enable_message_timeouts: bool = Field(True, alias="topology.enable.message.timeouts")
+    max_transaction_retries: int = Field(5, ge=1, alias="topology.max.transaction.retries")
+    task_max_failures: int = Field(4, ge=1, alias="topology.spark.task.max.failures")
+    extlib_dir: str | None = Field(None, alias="topology.state.extlib.dir")
+    debug: bool = Field(False, alias="topology.debug")
+
+    @property
+    def ackers(self) -> int:
+        """Acker reduce partitions: ``None`` means one (Storm: one per worker; we have one)."""
+        return 1 if self.acker_executors is None else self.acker_executors
+
+
+KNOWN_KEYS: dict[str, str] = {
+    str(f.alias): name for name, f in TopologyConfig.model_fields.items() if f.alias
+}
+
+
+class Config(dict[str, Any]):
+    """A topology config: a dict with Storm's keys as constants.
+
+    Example:
+        >>> conf = Config()
+        >>> conf[Config.TOPOLOGY_STATE_CHECKPOINT_INTERVAL] = 500
+        >>> conf.set_num_ackers(2)
+        >>> validate_config(conf).checkpoint_interval_ms
+        500
+    """
+
+    TOPOLOGY_STATE_PROVIDER = "topology.state.provider"
+    TOPOLOGY_STATE_PROVIDER_CONFIG = "topology.state.provider.config"
+    TOPOLOGY_STATE_CHECKPOINT_INTERVAL = "topology.state.checkpoint.interval.ms"
+    TOPOLOGY_MESSAGE_TIMEOUT_SECS = "topology.message.timeout.secs"
+    TOPOLOGY_ACKER_EXECUTORS = "topology.acker.executors"
+    TOPOLOGY_MAX_SPOUT_PENDING = "topology.max.spout.pending"
+    TOPOLOGY_ENABLE_MESSAGE_TIMEOUTS = "topology.enable.message.timeouts"
+    TOPOLOGY_MAX_TRANSACTION_RETRIES = "topology.max.transaction.retries"
+    TOPOLOGY_SPARK_TASK_MAX_FAILURES = "topology.spark.task.max.failures"
+    TOPOLOGY_STATE_EXTLIB_DIR = "topology.state.extlib.dir"
+    TOPOLOGY_DEBUG = "topology.debug"
+
+    def set_num_ackers(self, n: int) -> None:
+        """``topology.acker.executors``; 0 turns tuple tracking off."""
+        self[self.TOPOLOGY_ACKER_EXECUTORS] = n
+
+    def set_max_spout_pending(self, n: int) -> None:
+        """``topology.max.spout.pending``, per spout task."""
+        self[self.TOPOLOGY_MAX_SPOUT_PENDING] = n
+
+    def set_message_timeout_secs(self, secs: float) -> None:
+        """``topology.message.timeout.secs``."""
+        self[self.TOPOLOGY_MESSAGE_TIMEOUT_SECS] = secs
+
+    @classmethod
+    def from_file(cls, path: str | Path) -> Config:
+        """Read a JSON or YAML file of config keys."""
+        return cls(load_config_file(path))
+
+
+def load_config_file(path: str | Path) -> dict[str, Any]:
+    """Read a config mapping from a ``.json``, ``.yaml`` or ``.yml`` file."""
+    p = Path(path)
+    try:
+        text = p.read_text(encoding="utf-8")
+    except OSError as exc:
+        msg = f"config file {str(p)!r} cannot be read: {exc}"
+        raise ConfigError(msg) from exc
+    try:
+        if p.suffix.lower() in {".yaml", ".yml"}:
+            data = yaml.safe_load(text)
+        else:
+            data = json.loads(text)
+    except (ValueError, yaml.YAMLError) as exc:
+        msg = f"config file {str(p)!r} is not valid: {exc}"
+        raise ConfigError(msg) from exc
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        msg = f"config file {str(p)!r} must hold a mapping of keys, got {type(data).__name__}"
+        raise ConfigError(msg)
+    return data
+
+
+def validate_config(conf: Mapping[str, Any] | None) -> TopologyConfig:
+    """Validate the ``topology.*`` keys of ``conf``; other keys pass through untouched."""
+    conf = dict(conf or {})
+    known = {k: v for k, v in conf.items() if k in KNOWN_KEYS}
+    for key in conf:
+        if isinstance(key, str) and key.startswith("topology.") and key not in KNOWN_KEYS:
+            close = difflib.get_close_matches(key, KNOWN_KEYS, n=1)
+            hint = f"; did you mean {close[0]!r}?" if close else ""
+            warnings.warn(f"unknown config key {key!r}{hint}", UserWarning, stacklevel=2)
+    if known.get("topology.state.provider") is None:
+        known.pop("topology.state.provider", None)
+    try:
+        return TopologyConfig.model_validate(known)
+    except ValidationError as exc:
+        problems = []
+        for err in exc.errors():
+            key = ".".join(str(p) for p in err["loc"])
+            problems.append(f"{key}: {err['msg']} (got {err.get('input')!r})")
+        msg = "invalid topology config: " + "; ".join(problems)
+        raise ConfigError(msg) from None

@@ -1,0 +1,62 @@
+"""``TopologyContext``: what a task knows about itself and the topology."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from statefulbolts._tuple import Fields
+
+if TYPE_CHECKING:
+    from statefulbolts._topology import GlobalStreamId, Grouping, StormTopology
+
+
+class TopologyContext:
+    """Given to ``open`` and ``prepare``.
+
+    Example:
+        >>> from statefulbolts.testing import make_context
+        >>> ctx = make_context("count", task_index=1, parallelism=2)
+        >>> ctx.this_component_id, ctx.this_task_index, len(ctx.component_tasks("count"))
+        ('count', 1, 2)
+    """
+
+    def __init__(
+        self, topology: StormTopology, topology_name: str, component_id: str, task_index: int
+    ) -> None:
+        self.topology = topology
+        self.topology_name = topology_name
+        self.this_component_id = component_id
+        self.this_task_index = task_index
+        self.this_task_id = topology.task_ids(component_id)[task_index]
+
+    def component_tasks(self, component_id: str) -> list[int]:
+        """Global task ids of ``component_id``."""
+        return list(self.topology.task_ids(component_id))
+
+    def component_id(self, task_id: int) -> str:
+        """The component that runs global task ``task_id``."""
+        return self.topology.component_of_task(task_id)
+
+    @property
+    def this_sources(self) -> dict[GlobalStreamId, Grouping]:
+        """The inputs of this component (``$checkpoint`` inputs included), with groupings."""
+        return {i.source: i.grouping for i in self.topology.inputs(self.this_component_id)}
+
+    def component_output_fields(self, component_id: str, stream_id: str = "default") -> Fields:
+        """The fields ``component_id`` declared for ``stream_id``."""
+        return self.topology.component(component_id).outputs[stream_id]
+
+    @property
+    def this_component_tasks(self) -> list[int]:
+        """Global task ids of this component."""
+        return self.component_tasks(self.this_component_id)
+
+    def state_namespace(self) -> str:
+        """``<topology>/<component>-<task index>``: where this task's state lives."""
+        return f"{self.topology_name}/{self.this_component_id}-{self.this_task_index}"
+
+    def __repr__(self) -> str:
+        return (
+            f"TopologyContext(topology={self.topology_name!r}, "
+            f"component={self.this_component_id!r}, task={self.this_task_id})"
+        )

@@ -1,0 +1,423 @@
+"""``TopologyBuilder`` and the immutable ``StormTopology`` it produces.
+
+Building executes nothing. Wiring is validated when it is declared (duplicate ids, parallelism,
+component types) and when the topology is created (unknown sources and streams, grouping on an
+undeclared field, cycles, a stateful bolt with no input). When at least one stateful bolt exists,
+``create_topology`` adds ``$checkpointspout`` (parallelism 1) and wires the ``$checkpoint`` stream
+with all grouping from every distinct source of every bolt, as Storm does; stateful bolts are marked
+to run under ``StatefulBoltExecutor`` and every other bolt under ``CheckpointTupleForwarder``.
+"""
+
+from __future__ import annotations
+
+import enum
+import types
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from statefulbolts._components import (
+    BasicBolt,
+    BasicBoltExecutor,
+    Bolt,
+    OutputFieldsDeclarer,
+    Spout,
+    StatefulBolt,
+)
+from statefulbolts._tuple import DEFAULT_STREAM, Fields
+from statefulbolts.errors import TopologyError
+
+CHECKPOINT_STREAM_ID = "$checkpoint"
+CHECKPOINT_COMPONENT_ID = "$checkpointspout"
+CHECKPOINT_FIELDS = Fields("txid", "action")
+
+
+class GroupingKind(enum.Enum):
+    """How an input stream's tuples are spread over the consuming bolt's tasks."""
+
+    SHUFFLE = "shuffle"
+    FIELDS = "fields"
+    ALL = "all"
+    GLOBAL = "global"
+    NONE = "none"
+    LOCAL_OR_SHUFFLE = "local_or_shuffle"
+
+
+@dataclass(frozen=True)
+class GlobalStreamId:
+    """A stream of a component."""
+
+    component_id: str
+    stream_id: str = DEFAULT_STREAM
+
+
+@dataclass(frozen=True)
+class Grouping:
+    """A grouping and, for fields grouping, the fields."""
+
+    kind: GroupingKind
+    fields: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class InputSpec:
+    """One input of a bolt."""
+
+    source: GlobalStreamId
+    grouping: Grouping
+
+
+class ExecutorKind(enum.Enum):
+    """What the runtime wraps a bolt in."""
+
+    PLAIN = "plain"  # no stateful bolt in the topology
+    FORWARDER = "forwarder"  # CheckpointTupleForwarder
+    STATEFUL = "stateful"  # StatefulBoltExecutor
+
+
+@dataclass(frozen=True)
+class ComponentSpec:
+    """A spout or bolt as declared, with its streams and inputs resolved."""
+
+    id: str
+    obj: Any
+    parallelism: int
+    is_spout: bool
+    outputs: Mapping[str, Fields]
+    inputs: tuple[InputSpec, ...] = ()
+    executor: ExecutorKind = ExecutorKind.PLAIN
+    conf: Mapping[str, Any] = field(default_factory=dict)
+
+    @property
+    def is_stateful(self) -> bool:
+        """Whether the component is a stateful bolt."""
+        return self.executor is ExecutorKind.STATEFUL
+
+    @property
+    def user_class(self) -> str:
+        """``module.qualname`` of the user's class (for error messages)."""
+        obj = self.obj.bolt if isinstance(self.obj, BasicBoltExecutor) else self.obj
+        if obj is None:
+            return "checkpoint.CheckpointSpout"
+        cls = type(obj)
+        return f"{cls.__module__}.{cls.__qualname__}"
+
+
+class StormTopology:
+    """An immutable topology description. Execution happens in the runtime only."""
+
+    def __init__(self, components: Mapping[str, ComponentSpec]) -> None:
+        self._components = types.MappingProxyType(dict(components))
+        self._task_ids: dict[str, tuple[int, ...]] = {}
+        next_id = 1
+        for cid in sorted(self._components):
+            n = self._components[cid].parallelism
+            self._task_ids[cid] = tuple(range(next_id, next_id + n))
+            next_id += n
+        self._task_component = {t: c for c, ts in self._task_ids.items() for t in ts}
+        self._consumers: dict[GlobalStreamId, list[tuple[str, Grouping]]] = {}
+        for spec in self._components.values():
+            for inp in spec.inputs:
+                self._consumers.setdefault(inp.source, []).append((spec.id, inp.grouping))
+
+    @property
+    def components(self) -> Mapping[str, ComponentSpec]:
+        """Every component by id."""
+        return self._components
+
+    @property
+    def spouts(self) -> dict[str, ComponentSpec]:
+        """Spouts by id (``$checkpointspout`` included when present)."""
+        return {c: s for c, s in self._components.items() if s.is_spout}
+
+    @property
+    def bolts(self) -> dict[str, ComponentSpec]:
+        """Bolts by id."""
+        return {c: s for c, s in self._components.items() if not s.is_spout}
+
+    @property
+    def has_stateful_bolt(self) -> bool:
+        """Whether checkpointing is wired in."""
+        return CHECKPOINT_COMPONENT_ID in self._components
+
+    def component(self, component_id: str) -> ComponentSpec:
+        """The spec of ``component_id``."""
+        try:
+            return self._components[component_id]
+        except KeyError:
+            msg = f"no component {component_id!r}; components are {sorted(self._components)}"
+            raise TopologyError(msg) from None
+
+    def inputs(self, component_id: str) -> tuple[InputSpec, ...]:
+        """The inputs of a bolt, ``$checkpoint`` inputs included."""
+        return self.component(component_id).inputs
+
+    def consumers(self, source: GlobalStreamId) -> list[tuple[str, Grouping]]:
+        """Who subscribes to a stream, with which grouping."""
+        return self._consumers.get(source, [])
+
+    def task_ids(self, component_id: str) -> tuple[int, ...]:
+        """Global task ids of a component (Storm numbers tasks over sorted component ids)."""
+        self.component(component_id)
+        return self._task_ids[component_id]
+
+    def component_of_task(self, task_id: int) -> str:
+        """The component running global task ``task_id``."""
+        return self._task_component[task_id]
+
+    def topological_bolts(self) -> list[str]:
+        """Bolt ids, each after all of its sources (ties by id)."""
+        order: list[str] = []
+        done: set[str] = set(self.spouts)
+        pending = sorted(self.bolts)
+        while pending:
+            ready = [b for b in pending if all(i.source.component_id in done for i in self.inputs(b))]
+            for b in ready:
+                order.append(b)
+                done.add(b)
+            pending = [b for b in pending if b not in done]
+        return order
+
+
+class _Declarer:
+    """Returned by ``set_bolt``: declares the bolt's inputs. Every method returns ``self``."""
+
+    def __init__(self, builder: TopologyBuilder, component_id: str) -> None:
+        self._builder = builder
+        self._id = component_id
+
+    def _add(self, source: str, stream: str, grouping: Grouping) -> _Declarer:
+        if not isinstance(source, str) or not source:
+            msg = f"bolt {self._id!r}: source component must be a non-empty string, got {source!r}"
+            raise TopologyError(msg)
+        inputs = self._builder._inputs[self._id]
+        gsid = GlobalStreamId(source, stream)
+        if any(i.source == gsid for i in inputs):
+            msg = f"bolt {self._id!r} subscribes to {source!r} stream {stream!r} twice"
+            raise TopologyError(msg)
+        inputs.append(InputSpec(gsid, grouping))
+        return self
+
+    def shuffle_grouping(self, component_id: str, stream_id: str = DEFAULT_STREAM) -> _Declarer:
+        """Spread tuples evenly over the tasks."""
+        return self._add(component_id, stream_id, Grouping(GroupingKind.SHUFFLE))
+
+    def fields_grouping(
+        self, component_id: str, fields: Fields | Iterable[str] | str, stream_id: str = DEFAULT_STREAM
+    ) -> _Declarer:
+        """Tuples with equal values of ``fields`` go to the same task."""
+        names = [fields] if isinstance(fields, str) else list(fields)
+        if not names:
+            msg = f"bolt {self._id!r}: fields_grouping on {component_id!r} needs at least one field"
+            raise TopologyError(msg)
+        return self._add(component_id, stream_id, Grouping(GroupingKind.FIELDS, tuple(names)))
+
+    def all_grouping(self, component_id: str, stream_id: str = DEFAULT_STREAM) -> _Declarer:
+        """Every task gets every tuple."""
+        return self._add(component_id, stream_id, Grouping(GroupingKind.ALL))
+
+    def global_grouping(self, component_id: str, stream_id: str = DEFAULT_STREAM) -> _Declarer:
+        """Every tuple goes to the task with the lowest id."""
+        return self._add(component_id, stream_id, Grouping(GroupingKind.GLOBAL))
+
+    def none_grouping(self, component_id: str, stream_id: str = DEFAULT_STREAM) -> _Declarer:
+        """No preference; behaves as shuffle grouping (as in Storm)."""
+        return self._add(component_id, stream_id, Grouping(GroupingKind.NONE))
+
+    def local_or_shuffle_grouping(
+        self, component_id: str, stream_id: str = DEFAULT_STREAM
+    ) -> _Declarer:
+        """Prefer a task in the same worker; on Spark every task is remote, so shuffle."""
+        return self._add(component_id, stream_id, Grouping(GroupingKind.LOCAL_OR_SHUFFLE))
+
+    def add_configuration(self, key: str, value: Any) -> _Declarer:
+        """Set a component-specific config key."""
+        self._builder._conf[self._id][key] = value
+        return self
+
+
+def _check_id(component_id: Any, taken: Mapping[str, Any]) -> None:
+    if not isinstance(component_id, str) or not component_id.strip():
+        msg = f"component id must be a non-empty string, got {component_id!r}"
+        raise TopologyError(msg)
+    if component_id.startswith(("$", "__")):
+        msg = f"component id {component_id!r} is reserved: ids starting with '$' or '__' are system ids"
+        raise TopologyError(msg)
+    if "/" in component_id:
+        msg = f"component id {component_id!r} may not contain '/' (it is part of state namespaces)"
+        raise TopologyError(msg)
+    if component_id in taken:
+        msg = f"duplicate component id {component_id!r}"
+        raise TopologyError(msg)
+
+
+def _check_parallelism(component_id: str, parallelism: Any) -> int:
+    if isinstance(parallelism, bool) or not isinstance(parallelism, int) or parallelism < 1:
+        msg = f"component {component_id!r}: parallelism must be an int >= 1, got {parallelism!r}"
+        raise TopologyError(msg)
+    return parallelism
+
+
+class TopologyBuilder:
+    """Declare spouts and bolts, then ``create_topology()``.
+
+    Example:
+        >>> from examples.wordcount import SentenceSpout, SplitSentence, WordCount
+        >>> builder = TopologyBuilder()
+        >>> _ = builder.set_spout("sentences", SentenceSpout(10))
+        >>> _ = builder.set_bolt("split", SplitSentence(), 2).shuffle_grouping("sentences")
+        >>> _ = builder.set_bolt("count", WordCount(), 2).fields_grouping("split", ["word"])
+        >>> topology = builder.create_topology()
+        >>> sorted(topology.components)
+        ['$checkpointspout', 'count', 'sentences', 'split']
+    """
+
+    def __init__(self) -> None:
+        self._objects: dict[str, Any] = {}
+        self._parallelism: dict[str, int] = {}
+        self._spouts: set[str] = set()
+        self._inputs: dict[str, list[InputSpec]] = {}
+        self._conf: dict[str, dict[str, Any]] = {}
+
+    def set_spout(self, component_id: str, spout: Spout, parallelism: int = 1) -> _Declarer:
+        """Add a spout with ``parallelism`` tasks."""
+        _check_id(component_id, self._objects)
+        if not isinstance(spout, Spout):
+            kind = f"{type(spout).__module__}.{type(spout).__qualname__}"
+            msg = f"spout {component_id!r}: expected a statefulbolts.Spout, got {kind}"
+            raise TopologyError(msg)
+        self._parallelism[component_id] = _check_parallelism(component_id, parallelism)
+        self._objects[component_id] = spout
+        self._spouts.add(component_id)
+        self._conf[component_id] = {}
+        self._inputs[component_id] = []
+        return _Declarer(self, component_id)
+
+    def set_bolt(
+        self, component_id: str, bolt: Bolt | BasicBolt, parallelism: int = 1
+    ) -> _Declarer:
+        """Add a bolt (``Bolt``, ``BasicBolt`` or ``StatefulBolt``) with ``parallelism`` tasks."""
+        _check_id(component_id, self._objects)
+        if isinstance(bolt, BasicBolt):
+            wrapped: Bolt = BasicBoltExecutor(bolt)
+        elif isinstance(bolt, Bolt):
+            wrapped = bolt
+        else:
+            kind = f"{type(bolt).__module__}.{type(bolt).__qualname__}"
+            msg = (
+                f"bolt {component_id!r}: expected a statefulbolts.Bolt, BasicBolt or "
+                f"StatefulBolt, got {kind}"
+            )
+            raise TopologyError(msg)
+        self._parallelism[component_id] = _check_parallelism(component_id, parallelism)
+        self._objects[component_id] = wrapped
+        self._inputs[component_id] = []
+        self._conf[component_id] = {}
+        return _Declarer(self, component_id)
+
+    def _declared_streams(self, component_id: str, obj: Any) -> dict[str, Fields]:
+        declarer = OutputFieldsDeclarer()
+        try:
+            obj.declare_output_fields(declarer)
+        except (TypeError, ValueError) as exc:
+            msg = f"component {component_id!r}: declare_output_fields failed: {exc}"
+            raise TopologyError(msg) from exc
+        return declarer.streams
+
+    def create_topology(self) -> StormTopology:
+        """Validate the wiring and return the immutable topology."""
+        outputs = {cid: self._declared_streams(cid, obj) for cid, obj in self._objects.items()}
+        for cid in self._objects:
+            if cid in self._spouts and self._inputs[cid]:
+                msg = f"spout {cid!r} cannot subscribe to streams"
+                raise TopologyError(msg)
+            for inp in self._inputs[cid]:
+                self._check_input(cid, inp, outputs)
+        self._check_acyclic()
+        stateful = {c for c, o in self._objects.items() if isinstance(o, StatefulBolt)}
+        for cid in sorted(stateful):
+            if not self._inputs[cid]:
+                msg = f"stateful bolt {cid!r} has no input: subscribe it to a spout or a bolt"
+                raise TopologyError(msg)
+
+        specs: dict[str, ComponentSpec] = {}
+        for cid, obj in self._objects.items():
+            inputs = list(self._inputs[cid])
+            streams = dict(outputs[cid])
+            executor = ExecutorKind.PLAIN
+            if stateful and cid not in self._spouts:
+                executor = ExecutorKind.STATEFUL if cid in stateful else ExecutorKind.FORWARDER
+                streams[CHECKPOINT_STREAM_ID] = CHECKPOINT_FIELDS
+                sources = sorted({i.source.component_id for i in inputs})
+                for src in sources:
+                    from_id = CHECKPOINT_COMPONENT_ID if src in self._spouts else src
+                    gsid = GlobalStreamId(from_id, CHECKPOINT_STREAM_ID)
+                    if all(i.source != gsid for i in inputs):
+                        inputs.append(InputSpec(gsid, Grouping(GroupingKind.ALL)))
+            specs[cid] = ComponentSpec(
+                id=cid,
+                obj=obj,
+                parallelism=self._parallelism[cid],
+                is_spout=cid in self._spouts,
+                outputs=types.MappingProxyType(streams),
+                inputs=tuple(inputs),
+                executor=executor,
+                conf=types.MappingProxyType(dict(self._conf[cid])),
+            )
+        if stateful:
+            specs[CHECKPOINT_COMPONENT_ID] = ComponentSpec(
+                id=CHECKPOINT_COMPONENT_ID,
+                obj=None,
+                parallelism=1,
+                is_spout=True,
+                outputs=types.MappingProxyType({CHECKPOINT_STREAM_ID: CHECKPOINT_FIELDS}),
+            )
+        return StormTopology(specs)
+
+    def _check_input(
+        self, cid: str, inp: InputSpec, outputs: Mapping[str, Mapping[str, Fields]]
+    ) -> None:
+        src, stream = inp.source.component_id, inp.source.stream_id
+        if src not in self._objects:
+            msg = (
+                f"bolt {cid!r} subscribes to unknown component {src!r}; "
+                f"components are {sorted(self._objects)}"
+            )
+            raise TopologyError(msg)
+        if src == cid:
+            msg = f"bolt {cid!r} subscribes to itself (a cycle)"
+            raise TopologyError(msg)
+        if stream not in outputs[src]:
+            msg = (
+                f"bolt {cid!r} subscribes to stream {stream!r} of {src!r}, which declares "
+                f"streams {sorted(outputs[src])}"
+            )
+            raise TopologyError(msg)
+        if inp.grouping.kind is GroupingKind.FIELDS:
+            declared = outputs[src][stream]
+            missing = [f for f in inp.grouping.fields if f not in declared]
+            if missing:
+                msg = (
+                    f"bolt {cid!r}: fields grouping on {missing} but {src!r} stream {stream!r} "
+                    f"declares fields {declared.to_list()}"
+                )
+                raise TopologyError(msg)
+
+    def _check_acyclic(self) -> None:
+        state: dict[str, int] = {}  # 1 = on the current path, 2 = done
+
+        def visit(node: str, path: list[str]) -> None:
+            state[node] = 1
+            for inp in self._inputs[node]:
+                src = inp.source.component_id
+                if state.get(src) == 1:
+                    cycle = [*path[path.index(src) :], src] if src in path else [src, node]
+                    msg = f"topology has a cycle: {' -> '.join(reversed(cycle))}"
+                    raise TopologyError(msg)
+                if state.get(src) is None:
+                    visit(src, [*path, src])
+            state[node] = 2
+
+        for cid in sorted(self._objects):
+            if state.get(cid) is None:
+                visit(cid, [cid])

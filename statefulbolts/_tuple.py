@@ -1,0 +1,173 @@
+"""``Fields``, ``Values`` and ``Tuple``: what flows between components."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator, Sequence
+from typing import Any
+
+from statefulbolts.errors import FieldNotFoundError
+
+DEFAULT_STREAM = "default"
+
+
+class Fields:
+    """An ordered list of field names with O(1) lookup.
+
+    Example:
+        >>> f = Fields("word", "count")
+        >>> f.index("count"), list(f)
+        (1, ['word', 'count'])
+    """
+
+    __slots__ = ("_names", "_index")
+
+    def __init__(self, *names: str | Iterable[str]) -> None:
+        if len(names) == 1 and not isinstance(names[0], str):
+            flat = list(names[0])
+        else:
+            flat = list(names)
+        for name in flat:
+            if not isinstance(name, str) or not name:
+                msg = f"field names must be non-empty strings, got {name!r} in {flat!r}"
+                raise TypeError(msg)
+        if len(set(flat)) != len(flat):
+            msg = f"duplicate field name in {flat!r}"
+            raise ValueError(msg)
+        self._names: tuple[str, ...] = tuple(flat)
+        self._index = {name: i for i, name in enumerate(flat)}
+
+    def __len__(self) -> int:
+        return len(self._names)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._names)
+
+    def __getitem__(self, i: int) -> str:
+        return self._names[i]
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._index
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Fields) and other._names == self._names
+
+    def __hash__(self) -> int:
+        return hash(self._names)
+
+    def __repr__(self) -> str:
+        return f"Fields({', '.join(map(repr, self._names))})"
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (Fields, (list(self._names),))
+
+    def index(self, name: str) -> int:
+        """Position of ``name``; raises ``FieldNotFoundError`` listing the known fields."""
+        try:
+            return self._index[name]
+        except KeyError:
+            msg = f"no field {name!r}; fields are {list(self._names)}"
+            raise FieldNotFoundError(msg) from None
+
+    def select(self, selector: Fields, values: Sequence[Any]) -> list[Any]:
+        """The values of ``selector``'s fields, in ``selector``'s order."""
+        return [values[self.index(name)] for name in selector]
+
+    def to_list(self) -> list[str]:
+        """The names as a list."""
+        return list(self._names)
+
+
+class Values(list[Any]):
+    """A list of tuple values, as in Storm: ``Values("storm", 1)``."""
+
+    def __init__(self, *values: Any) -> None:
+        super().__init__(values)
+
+
+class Tuple:
+    """One tuple as a bolt sees it.
+
+    ``values`` and ``fields`` line up; ``source_component``, ``source_task`` (global task id) and
+    ``source_stream_id`` say where it came from. The acking identity is internal.
+
+    Example:
+        >>> t = Tuple(["storm", 2], Fields("word", "count"), "split", 3, "default")
+        >>> t.get_value_by_field("word"), t.get_value(1)
+        ('storm', 2)
+    """
+
+    __slots__ = (
+        "values",
+        "fields",
+        "source_component",
+        "source_task",
+        "source_stream_id",
+        "anchors",
+        "ack_val",
+    )
+
+    def __init__(
+        self,
+        values: Sequence[Any],
+        fields: Fields,
+        source_component: str,
+        source_task: int,
+        source_stream_id: str = DEFAULT_STREAM,
+        anchors: tuple[tuple[int, int], ...] = (),
+    ) -> None:
+        self.values = values
+        self.fields = fields
+        self.source_component = source_component
+        self.source_task = source_task
+        self.source_stream_id = source_stream_id
+        # (root id, this tuple's edge id) per spout tree it belongs to; empty when untracked.
+        self.anchors = anchors
+        # XOR of the edge ids of tuples emitted anchored to this one.
+        self.ack_val = 0
+
+    def get_value(self, i: int) -> Any:
+        """The value at position ``i``."""
+        return self.values[i]
+
+    def get_value_by_field(self, name: str) -> Any:
+        """The value of field ``name``."""
+        return self.values[self.fields.index(name)]
+
+    def get_string(self, i: int) -> str:
+        """The value at ``i``, as a ``str`` (it must be one)."""
+        value = self.values[i]
+        if not isinstance(value, str):
+            msg = f"value {i} of {self!r} is {type(value).__name__}, not str"
+            raise TypeError(msg)
+        return value
+
+    def get_string_by_field(self, name: str) -> str:
+        """The value of field ``name`` as a ``str``."""
+        return self.get_string(self.fields.index(name))
+
+    def get_integer_by_field(self, name: str) -> int:
+        """The value of field ``name`` as an ``int``."""
+        return int(self.values[self.fields.index(name)])
+
+    def contains(self, name: str) -> bool:
+        """Whether the tuple has field ``name``."""
+        return name in self.fields
+
+    def select(self, selector: Fields) -> list[Any]:
+        """Values of the fields in ``selector``."""
+        return self.fields.select(selector, self.values)
+
+    def __len__(self) -> int:
+        return len(self.values)
+
+    def __getitem__(self, i: int) -> Any:
+        return self.values[i]
+
+    def __iter__(self) -> Iterator[Any]:
+        return iter(self.values)
+
+    def __repr__(self) -> str:
+        return (
+            f"Tuple(source={self.source_component}:{self.source_task}, "
+            f"stream={self.source_stream_id}, values={list(self.values)!r})"
+        )

@@ -1,0 +1,101 @@
+"""Every error statefulbolts raises on purpose, in one tree.
+
+::
+
+    StatefulBoltsError                          (providers._errors)
+    ├── ProviderError ...                       state and providers (see providers._errors)
+    ├── ConfigError (ValueError)                a config key with a wrong type or value
+    ├── TopologyError (ValueError)              wiring: unknown component or stream, cycle, ...
+    ├── FieldNotFoundError (KeyError)           a tuple has no such field
+    ├── UnanchoredEmitError (RuntimeError)      a bolt in a stateful topology emitted unanchored
+    ├── CheckpointError (RuntimeError)          illegal checkpoint transition
+    ├── FailedException                         raised by a BasicBolt to fail its input (Storm's)
+    │   └── ReportedFailedException             ... and report the error too
+    └── TopologyFailedError (RuntimeError)      the runtime gave up (names component, task, txid)
+        └── TaskFailedError                     one task's error, carried from a Spark worker
+"""
+
+from __future__ import annotations
+
+from providers._errors import (
+    ProviderConfigError,
+    ProviderError,
+    ProviderNotFoundError,
+    StateBackendError,
+    StatefulBoltsError,
+    StateSerializationError,
+    StateTransactionError,
+)
+
+__all__ = [
+    "CheckpointError",
+    "ConfigError",
+    "FailedException",
+    "FieldNotFoundError",
+    "ProviderConfigError",
+    "ProviderError",
+    "ProviderNotFoundError",
+    "ReportedFailedException",
+    "StateBackendError",
+    "StateSerializationError",
+    "StateTransactionError",
+    "StatefulBoltsError",
+    "TaskFailedError",
+    "TopologyError",
+    "TopologyFailedError",
+    "UnanchoredEmitError",
+]
+
+
+class ConfigError(StatefulBoltsError, ValueError):
+    """A config key has a wrong type or value; the message names the key and what is allowed."""
+
+
+class TopologyError(StatefulBoltsError, ValueError):
+    """The topology is wired wrongly; the message names the component."""
+
+
+class FieldNotFoundError(StatefulBoltsError, KeyError):
+    """A tuple or a ``Fields`` has no field of that name."""
+
+    def __str__(self) -> str:
+        return str(self.args[0]) if self.args else ""
+
+
+class UnanchoredEmitError(StatefulBoltsError, RuntimeError):
+    """A bolt in a stateful topology emitted a tuple without anchors."""
+
+
+class CheckpointError(StatefulBoltsError, RuntimeError):
+    """An illegal checkpoint state transition or action."""
+
+
+class FailedException(StatefulBoltsError):  # noqa: N818 - Storm's name, kept for users
+    """Raise from ``BasicBolt.execute`` to fail the input tuple (it is replayed)."""
+
+
+class ReportedFailedException(FailedException):
+    """Like ``FailedException``, and the error is reported as well."""
+
+
+class TopologyFailedError(StatefulBoltsError, RuntimeError):
+    """The runtime stopped the topology; ``component``, ``task`` and ``txid`` say where."""
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        component: str | None = None,
+        task: int | None = None,
+        txid: int | None = None,
+        cause: str | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.component = component
+        self.task = task
+        self.txid = txid
+        self.cause = cause
+
+
+class TaskFailedError(TopologyFailedError):
+    """A task's user code raised inside a Spark worker."""

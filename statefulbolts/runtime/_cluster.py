@@ -1,0 +1,152 @@
+"""``LocalCluster`` and ``TopologyHandle``: submitting topologies to a SparkSession."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from statefulbolts._clock import Clock
+from statefulbolts._config import validate_config
+from statefulbolts._topology import StormTopology
+from statefulbolts.errors import TopologyError
+from statefulbolts.runtime._driver import TopologyRunner, TransactionInfo
+from statefulbolts.runtime._spark import build_session
+
+log = logging.getLogger(__name__)
+
+
+class TopologyHandle:
+    """A running topology.
+
+    Example:
+        >>> handle = cluster.submit_topology("wc", conf, topology)  # doctest: +SKIP
+        >>> handle.await_idle(120)  # doctest: +SKIP
+        >>> handle.read_state("count")["storm"]  # doctest: +SKIP
+        3
+    """
+
+    def __init__(self, runner: TopologyRunner, cluster: LocalCluster) -> None:
+        self._runner = runner
+        self._cluster = cluster
+
+    @property
+    def name(self) -> str:
+        """The topology name."""
+        return self._runner.name
+
+    @property
+    def error(self) -> BaseException | None:
+        """Why the topology stopped, if it failed."""
+        return self._runner.error
+
+    def await_idle(self, timeout: float | None = 300) -> TopologyHandle:
+        """Wait until spouts stopped emitting, nothing is pending and the last checkpoint committed.
+
+        Raises:
+            TimeoutError: not idle within ``timeout`` seconds (the message says where it is).
+            TopologyFailedError: the topology stopped with an error.
+        """
+        self._runner.await_idle(timeout)
+        return self
+
+    def read_state(self, component_id: str) -> dict[Any, Any]:
+        """The committed state of a stateful component, merged over its tasks, as a dict."""
+        return self._runner.read_state(component_id)
+
+    def metrics(self) -> dict[str, Any]:
+        """Per component (executed, emitted, acked, failed) and per transaction figures."""
+        return self._runner.metrics()
+
+    def status(self) -> dict[str, Any]:
+        """Where the checkpoint spout and the ledger are now."""
+        return self._runner.status()
+
+    def kill(self) -> None:
+        """Stop the topology after the running transaction."""
+        self._runner.kill()
+        self._cluster._forget(self.name)
+
+    @property
+    def runner(self) -> TopologyRunner:
+        """The driver loop (for tests and tools)."""
+        return self._runner
+
+
+class LocalCluster:
+    """Runs topologies on a SparkSession: one you give, or one it makes for ``master``.
+
+    For ``local`` masters every Spark address is bound to 127.0.0.1 and ``local[N]`` becomes
+    ``local[N,F]`` so that a failed task is retried as on a cluster.
+
+    Example:
+        >>> with LocalCluster("local[2]") as cluster:  # doctest: +SKIP
+        ...     handle = cluster.submit_topology("wc", {}, topology)
+        ...     handle.await_idle(120)
+    """
+
+    def __init__(
+        self,
+        master: str = "local[2]",
+        spark: Any | None = None,
+        *,
+        app_name: str = "statefulbolts",
+        spark_conf: Mapping[str, Any] | None = None,
+        task_max_failures: int = 4,
+    ) -> None:
+        self._owns_session = spark is None
+        self.spark = spark or build_session(master, app_name, spark_conf, task_max_failures)
+        self._topologies: dict[str, TopologyHandle] = {}
+
+    def submit_topology(
+        self,
+        name: str,
+        conf: Mapping[str, Any] | None,
+        topology: StormTopology,
+        *,
+        clock: Clock | None = None,
+        on_transaction: Callable[[TransactionInfo], None] | None = None,
+        faults: Any = None,
+    ) -> TopologyHandle:
+        """Start ``topology`` under ``name``; returns at once with a handle."""
+        if name in self._topologies:
+            msg = f"a topology named {name!r} is already running on this cluster"
+            raise TopologyError(msg)
+        validate_config(conf)
+        runner = TopologyRunner(
+            name,
+            conf,
+            topology,
+            self.spark,
+            clock=clock,
+            on_transaction=on_transaction,
+            faults=faults,
+        )
+        runner.start()
+        handle = TopologyHandle(runner, self)
+        self._topologies[name] = handle
+        return handle
+
+    def kill_topology(self, name: str) -> None:
+        """Kill the topology ``name``."""
+        handle = self._topologies.get(name)
+        if handle is None:
+            msg = f"no topology named {name!r}; running: {sorted(self._topologies)}"
+            raise TopologyError(msg)
+        handle.kill()
+
+    def _forget(self, name: str) -> None:
+        self._topologies.pop(name, None)
+
+    def shutdown(self) -> None:
+        """Kill every topology, and stop the SparkSession if this cluster created it."""
+        for handle in list(self._topologies.values()):
+            handle.kill()
+        if self._owns_session:
+            self.spark.stop()
+
+    def __enter__(self) -> LocalCluster:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.shutdown()

@@ -1,0 +1,729 @@
+"""The driver side of a running topology.
+
+One ``TopologyRunner`` per submitted topology owns the spout instances (``open`` once;
+``next_tuple``, ``ack`` and ``fail`` on one thread), the ``CheckpointSpout``, the ledger of live
+spout tuples and the results of the acker. Its loop:
+
+1. Gather: call the user spouts' ``next_tuple`` round-robin (within ``topology.max.spout.pending``)
+   into a buffer. Gathering goes on while a Spark job runs, so spouts and Spark overlap.
+2. When no job is running, ask the checkpoint spout for its next action. A recovery action or a
+   COMMIT is a job of its own; a PREPARE takes the whole buffer with it. An idle topology (nothing
+   buffered) does not run empty PREPAREs.
+3. When the job ends: apply driver-owned state changes, settle every root (complete, failed or
+   incomplete) and ack or fail the checkpoint tuple, which moves the checkpoint spout. Spout
+   ``ack`` runs only after the COMMIT of the tuple's transaction; failed trees and rolled-back
+   transactions ``fail`` at once; incomplete trees fail when ``topology.message.timeout.secs``
+   runs out.
+4. A failed job rolls back through the checkpoint spout's recovery; after
+   ``topology.max.transaction.retries`` consecutive failures the topology stops with an error
+   naming component, task, txid and cause.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import logging
+import random
+import re
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from checkpoint import Action, CheckpointSpout, TxPhase
+from providers import DriverOwnedStateProvider, KeyValueState, StateFactory, get_provider
+from statefulbolts._clock import Clock
+from statefulbolts._collectors import SpoutOutputCollector
+from statefulbolts._config import TopologyConfig, validate_config
+from statefulbolts._context import TopologyContext
+from statefulbolts._topology import CHECKPOINT_COMPONENT_ID, StormTopology
+from statefulbolts._tuple import DEFAULT_STREAM
+from statefulbolts.acker import IdSequence, RotatingMap
+from statefulbolts.errors import TopologyError, TopologyFailedError
+from statefulbolts.runtime._job import run_job
+from statefulbolts.runtime._plan import ERROR, METRICS, STATE, TUPLE, ExecutionPlan, Router
+from statefulbolts.runtime._task import TASK_ERROR_MARK, TaskEnv
+
+log = logging.getLogger(__name__)
+
+_MAX_BUFFER = 2_000_000
+_TASK_ERROR = re.compile(
+    re.escape(TASK_ERROR_MARK) + r" component='([^']*)' task=(\d+) txid=(-?\d+)\] ([^\n]*)"
+)
+
+
+@dataclass
+class TransactionInfo:
+    """What one Spark job did; handed to ``on_transaction`` callbacks and kept in metrics."""
+
+    txid: int
+    action: str | None
+    tuples: int
+    seconds: float
+    ok: bool
+    acked: int = 0
+    failed: int = 0
+    error: str | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        """A JSON-friendly dict."""
+        return dict(self.__dict__)
+
+
+class _SpoutTask:
+    __slots__ = ("comp", "task", "spout", "router", "seq", "emitted", "live", "name", "context")
+
+    def __init__(self, comp: int, task: int, spout: Any, router: Router, name: str) -> None:
+        self.comp, self.task, self.spout, self.router, self.name = comp, task, spout, router, name
+        self.seq = 0
+        self.emitted = 0
+        self.live = 0
+        self.context: TopologyContext | None = None
+
+
+class _Root:
+    __slots__ = ("st", "msg_id", "init", "txid")
+
+    def __init__(self, st: _SpoutTask, msg_id: Any, init: int) -> None:
+        self.st, self.msg_id, self.init = st, msg_id, init
+        self.txid: int | None = None
+
+
+class _Collector(SpoutOutputCollector):
+    def __init__(self, runner: TopologyRunner, st: _SpoutTask) -> None:
+        self._runner, self._st = runner, st
+
+    def emit(
+        self, values: Sequence[Any], message_id: Any = None, stream: str = DEFAULT_STREAM
+    ) -> None:
+        self._runner._spout_emit(self._st, values, message_id, stream)
+
+    def report_error(self, error: BaseException) -> None:
+        self._runner._record_error(self._st.name, error)
+
+
+@dataclass
+class _Job:
+    txid: int
+    action: str | None
+    roots: list[int]
+    tuples: int
+    started: float
+    cp_root: int | None = None
+    cp_init: int = 0
+    future: concurrent.futures.Future[Any] | None = None
+
+
+@dataclass
+class _Stats:
+    components: dict[str, dict[str, float]] = field(default_factory=dict)
+    transactions: list[TransactionInfo] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
+
+    def add(self, component: str, **values: float) -> None:
+        row = self.components.setdefault(
+            component, {"executed": 0, "emitted": 0, "acked": 0, "failed": 0, "errors": 0}
+        )
+        for key, value in values.items():
+            row[key] = row.get(key, 0) + value
+
+
+class TopologyRunner:
+    """Runs one topology on a SparkContext until killed or failed."""
+
+    def __init__(
+        self,
+        name: str,
+        conf: Mapping[str, Any] | None,
+        topology: StormTopology,
+        spark: Any,
+        *,
+        clock: Clock | None = None,
+        on_transaction: Callable[[TransactionInfo], None] | None = None,
+        faults: Any = None,
+    ) -> None:
+        if not isinstance(name, str) or not name or "/" in name:
+            msg = f"topology name must be a non-empty string without '/', got {name!r}"
+            raise TopologyError(msg)
+        if not isinstance(topology, StormTopology):
+            msg = f"expected a StormTopology from create_topology(), got {type(topology).__name__}"
+            raise TopologyError(msg)
+        self.name = name
+        self.tc: TopologyConfig = validate_config(conf)
+        self.conf: dict[str, Any] = {**dict(conf or {}), "topology.name": name}
+        if self.tc.extlib_dir:
+            self.conf["topology.state.extlib.dir"] = self.tc.extlib_dir
+        self.topology = topology
+        self.plan = ExecutionPlan(topology)
+        self.spark = spark
+        self.sc = spark.sparkContext
+        self.clock = clock or Clock()
+        self.on_transaction = on_transaction
+        self.faults = faults
+        self.stats = _Stats()
+        self.provider = get_provider(self.conf) if topology.has_stateful_bolt else None
+        self._driver_owned = isinstance(self.provider, DriverOwnedStateProvider)
+
+        from pyspark import cloudpickle
+
+        try:
+            blob = cloudpickle.dumps(topology)
+        except Exception as exc:
+            msg = f"topology {name!r} cannot be serialized for Spark: {exc}"
+            raise TopologyError(msg) from exc
+        self._topology_blob = self.sc.broadcast(blob)
+        self._ship_extlib()
+
+        self._ids = IdSequence(random.getrandbits(62))
+        self._tracking = self.tc.ackers > 0
+        self._buffer: list[Any] = []
+        self._buffer_roots: list[int] = []
+        self._roots: dict[int, _Root] = {}
+        self._timeouts: RotatingMap[int, _Root] = RotatingMap(2, self._expire)
+        self._awaiting: dict[int, list[int]] = {}
+        self._cp_emits: list[Any] = []
+        self._last_batch_ms: float | None = None
+        self._plain_txid = 0
+        self._consecutive_failures = 0
+        self._not_before = 0.0
+        self._next_rotate = 0.0
+        self._pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix=f"sb-{name}-job")
+        self._job: _Job | None = None
+        self._lock = threading.RLock()
+        self._stop = threading.Event()
+        self._idle = threading.Event()
+        self._done = threading.Event()
+        self.error: BaseException | None = None
+
+        self._spouts: list[_SpoutTask] = []
+        for cid, spec in sorted(topology.spouts.items()):
+            if cid == CHECKPOINT_COMPONENT_ID:
+                continue
+            c = self.plan.index[cid]
+            for t in range(spec.parallelism):
+                instance = cloudpickle.loads(cloudpickle.dumps(spec.obj))
+                self._spouts.append(_SpoutTask(c, t, instance, Router(self.plan, c, t), cid))
+        self.cp: CheckpointSpout | None = None
+        self._thread = threading.Thread(target=self._main, name=f"sb-{name}", daemon=True)
+
+    # ----------------------------------------------------------------- lifecycle
+    def start(self) -> None:
+        """Open the spouts and start the driver loop in a thread."""
+        self._open()
+        self._thread.start()
+
+    def _open(self) -> None:
+        for st in self._spouts:
+            st.context = TopologyContext(self.topology, self.name, st.name, st.task)
+            try:
+                st.spout.open(self.conf, st.context, _Collector(self, st))
+                st.spout.activate()
+            except Exception as exc:
+                msg = f"spout {st.name!r} task {st.context.this_task_id} failed in open: {exc}"
+                raise TopologyFailedError(msg, component=st.name, task=st.task) from exc
+        if self.topology.has_stateful_bolt:
+            cp = CheckpointSpout(self.clock)
+            c = self.plan.index[CHECKPOINT_COMPONENT_ID]
+            st = _SpoutTask(c, 0, cp, Router(self.plan, c, 0), CHECKPOINT_COMPONENT_ID)
+            st.context = TopologyContext(self.topology, self.name, CHECKPOINT_COMPONENT_ID, 0)
+            self._cp_task = st
+            cp.open(self.conf, st.context, _CheckpointCollector(self, st))
+            self.cp = cp
+
+    def kill(self, timeout: float | None = 60) -> None:
+        """Stop the loop after the running job, close the spouts."""
+        self._stop.set()
+        if self._thread.is_alive() and threading.current_thread() is not self._thread:
+            self._thread.join(timeout)
+        self._pool.shutdown(wait=True)
+
+    @property
+    def done(self) -> bool:
+        """Whether the loop has ended (killed or failed)."""
+        return self._done.is_set()
+
+    def await_idle(self, timeout: float | None = None) -> None:
+        """Block until the topology is idle; raise its error if it failed."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            if self.error is not None:
+                raise self.error
+            if self._idle.wait(0.05):
+                with self._lock:
+                    if self._idle.is_set():
+                        return
+            if self.done:
+                if self.error is not None:
+                    raise self.error
+                msg = f"topology {self.name!r} was killed before it became idle"
+                raise TopologyFailedError(msg)
+            if deadline is not None and time.monotonic() > deadline:
+                msg = f"topology {self.name!r} not idle after {timeout} s: {self.status()}"
+                raise TimeoutError(msg)
+
+    def status(self) -> dict[str, Any]:
+        """A snapshot of where the topology is."""
+        with self._lock:
+            return {
+                "checkpoint": str(self.cp.cur) if self.cp else None,
+                "recovering": self.cp.recovering if self.cp else False,
+                "buffered": len(self._buffer_roots),
+                "live_roots": len(self._roots),
+                "awaiting_commit": sum(len(v) for v in self._awaiting.values()),
+                "job": f"{self._job.action}({self._job.txid})" if self._job else None,
+            }
+
+    # ----------------------------------------------------------------- spout side
+    def _spout_emit(
+        self, st: _SpoutTask, values: Sequence[Any], message_id: Any, stream: str
+    ) -> None:
+        plan = self.plan
+        s = plan.stream_index[st.comp].get(stream)
+        if s is None:
+            msg = (
+                f"spout {st.name!r} emitted on undeclared stream {stream!r}; it declares "
+                f"{sorted(plan.stream_index[st.comp])}"
+            )
+            raise TopologyError(msg)
+        fields = plan.fields[st.comp][s]
+        if len(values) != len(fields):
+            msg = (
+                f"spout {st.name!r} emitted {len(values)} values on stream {stream!r}, which "
+                f"declares {len(fields)} fields {fields.to_list()}"
+            )
+            raise TopologyError(msg)
+        vals = list(values)
+        tracked = message_id is not None and self._tracking
+        root = self._ids.next() if tracked else 0
+        init = 0
+        buffer = self._buffer
+        for dest, dtask in st.router.targets(st.comp, s, vals):
+            st.seq += 1
+            if tracked:
+                edge = self._ids.next()
+                init ^= edge
+                anch: tuple[tuple[int, int], ...] = ((root, edge),)
+            else:
+                anch = ()
+            buffer.append((TUPLE, dest, dtask, st.comp, st.task, s, st.seq, vals, anch))
+        st.emitted += 1
+        if tracked and init:
+            self._roots[root] = _Root(st, message_id, init)
+            self._buffer_roots.append(root)
+            st.live += 1
+        elif message_id is not None:
+            st.spout.ack(message_id)  # untracked, or a tree with no edges: complete at once
+
+    def _record_error(self, component: str, error: BaseException) -> None:
+        text = f"{component}: {type(error).__name__}: {error}"
+        log.warning("error reported by %s", text)
+        self.stats.errors.append(text)
+        self.stats.add(component, errors=1)
+
+    def _gather(self) -> int:
+        """One round of ``next_tuple`` over the spout tasks; returns tuples emitted."""
+        if len(self._buffer) >= _MAX_BUFFER:
+            return 0
+        limit = self.tc.max_spout_pending or 0
+        emitted = 0
+        for st in self._spouts:
+            if limit and st.live >= limit:
+                continue
+            before = st.emitted
+            try:
+                st.spout.next_tuple()
+            except Exception as exc:
+                msg = f"spout {st.name!r} task {st.task} raised in next_tuple: {exc}"
+                raise TopologyFailedError(msg, component=st.name, task=st.task) from exc
+            emitted += st.emitted - before
+        return emitted
+
+    def _settle_ack(self, root: int) -> None:
+        r = self._roots.pop(root, None)
+        if r is not None:
+            r.st.live -= 1
+            r.st.spout.ack(r.msg_id)
+            self.stats.add(r.st.name, acked=1)
+
+    def _settle_fail(self, root: int) -> None:
+        r = self._roots.pop(root, None)
+        if r is not None:
+            self._timeouts.remove(root)
+            r.st.live -= 1
+            r.st.spout.fail(r.msg_id)
+            self.stats.add(r.st.name, failed=1)
+
+    def _expire(self, root: int, r: _Root) -> None:
+        if self._roots.get(root) is r:
+            log.info("tuple %r of spout %s timed out; failing it", r.msg_id, r.st.name)
+            self._settle_fail(root)
+
+    def _tick(self) -> None:
+        if not self.tc.enable_message_timeouts:
+            return
+        now = self.clock.now_ms()
+        period = self.tc.message_timeout_secs * 1000.0
+        if self._next_rotate == 0.0:
+            self._next_rotate = now + period
+        while now >= self._next_rotate:
+            self._timeouts.rotate()
+            self._next_rotate += period
+
+    # ----------------------------------------------------------------- the loop
+    def _main(self) -> None:
+        try:
+            while not self._stop.is_set():
+                progressed = self._step()
+                if not progressed:
+                    self._wait_a_little()
+        except BaseException as exc:  # noqa: BLE001 - kept and re-raised to the caller
+            log.error("topology %s stopped: %s", self.name, exc)
+            self.error = exc
+        finally:
+            self._drain_job()
+            for st in self._spouts:
+                try:
+                    st.spout.deactivate()
+                    st.spout.close()
+                except Exception:  # noqa: BLE001 - closing must not hide the real error
+                    log.exception("spout %s failed to close", st.name)
+            self._done.set()
+
+    def _wait_a_little(self) -> None:
+        job = self._job
+        if job is not None and job.future is not None:
+            concurrent.futures.wait([job.future], timeout=0.002)
+        else:
+            self._stop.wait(0.002)
+
+    def _drain_job(self) -> None:
+        job = self._job
+        if job is not None and job.future is not None:
+            try:
+                job.future.result()
+            except Exception:  # noqa: BLE001 - the topology is stopping; the job is abandoned
+                log.info("job %s(%s) ended with an error while stopping", job.action, job.txid)
+            self._job = None
+
+    def _step(self) -> bool:
+        with self._lock:
+            self._tick()
+            job = self._job
+            if job is not None:
+                assert job.future is not None  # noqa: S101
+                if job.future.done():
+                    self._finish(job)
+                    self._job = None
+                    return True
+                return self._gather() > 0
+            gathered = self._gather()
+            if self.clock.now_ms() < self._not_before:
+                return gathered > 0
+            if self._start_next_job():
+                self._idle.clear()
+                return True
+            idle = (
+                gathered == 0
+                and not self._buffer
+                and not self._roots
+                and (self.cp is None or (not self.cp.recovering and self.cp.cur.phase is TxPhase.COMMITTED))
+            )
+            if idle:
+                self._idle.set()
+            else:
+                self._idle.clear()
+            return gathered > 0
+
+    def _start_next_job(self) -> bool:
+        cp = self.cp
+        if cp is None:
+            due = self._last_batch_ms is None or (
+                self.clock.now_ms() - self._last_batch_ms > self.tc.checkpoint_interval_ms
+            )
+            if not (self._buffer and due):
+                return False
+            self._last_batch_ms = self.clock.now_ms()
+            self._plain_txid += 1
+            self._submit(self._plain_txid, None)
+            return True
+        needs_recovery = cp.recovering or cp.cur.phase is not TxPhase.COMMITTED
+        if not needs_recovery and not self._buffer:
+            return False  # nothing to checkpoint: skip empty PREPAREs
+        if not cp.due():
+            return False
+        cp.next_tuple()
+        if not self._cp_emits:
+            return False
+        txid, action, records, root, init = self._cp_emits.pop()
+        self._cp_emits.clear()
+        self._submit(txid, action, records, root, init)
+        return True
+
+    def _submit(
+        self,
+        txid: int,
+        action: str | None,
+        cp_records: list[Any] | None = None,
+        cp_root: int | None = None,
+        cp_init: int = 0,
+    ) -> None:
+        carries_data = action in (None, Action.PREPARE.value)
+        records: list[Any] = []
+        roots: list[int] = []
+        if carries_data:
+            records, self._buffer = self._buffer, []
+            roots, self._buffer_roots = self._buffer_roots, []
+            for root in roots:
+                self._roots[root].txid = txid
+        records.extend(cp_records or [])
+        job = _Job(txid, action, roots, len(roots), time.perf_counter(), cp_root, cp_init)
+        plan = self.plan
+        if plan.depth == 0:
+            future: concurrent.futures.Future[Any] = concurrent.futures.Future()
+            future.set_result([({}, set(), [])])
+            job.future = future
+            self._job = job
+            return
+        n0 = len(plan.levels[0].slots)
+        first: list[list[Any]] = [[] for _ in range(n0)]
+        key_for = plan.key_for
+        for r in records:
+            first[key_for(-1, r[1], r[2])].append(r)
+        images: dict[str, bytes] = {}
+        if self._driver_owned:
+            assert isinstance(self.provider, DriverOwnedStateProvider)  # noqa: S101
+            for c, t in plan.stateful_tasks():
+                ns = f"{self.name}/{plan.component_ids[c]}-{t}"
+                images[ns] = self.provider.export_image(ns)
+        env = TaskEnv(
+            plan=plan,
+            topology_name=self.name,
+            conf=self.conf,
+            txid=txid,
+            action=action,
+            ackers=self.tc.ackers,
+            images=images,
+            provider=self.tc.state_provider,
+            faults=self.faults,
+        )
+        description = f"{self.name} {action or 'BATCH'}({txid}) {len(roots)} tuples"
+        blob = self._topology_blob
+
+        def work() -> Any:
+            self.sc.setJobDescription(description)
+            return run_job(self.sc, env, blob, first)
+
+        job.future = self._pool.submit(work)
+        self._job = job
+        log.debug("submitted %s", description)
+
+    # ----------------------------------------------------------------- results
+    def _finish(self, job: _Job) -> None:
+        assert job.future is not None  # noqa: S101
+        exc = job.future.exception()
+        seconds = time.perf_counter() - job.started
+        if exc is not None:
+            self._job_failed(job, exc, seconds)
+            return
+        acks: dict[int, int] = {}
+        fails: set[int] = set()
+        side: list[Any] = []
+        for part_acks, part_fails, part_side in job.future.result():
+            for root, x in part_acks.items():
+                acks[root] = acks.get(root, 0) ^ x
+            fails.update(part_fails)
+            side.extend(part_side)
+        errors: list[str] = []
+        for rec in side:
+            kind = rec[0]
+            if kind == STATE and self._driver_owned:
+                self.provider.apply_changes(rec[1], rec[2])  # type: ignore[union-attr]
+            elif kind == METRICS:
+                m = rec[3]
+                self.stats.add(
+                    self.plan.component_ids[rec[1]],
+                    executed=m["executed"],
+                    emitted=m["emitted"],
+                    acked=m["acked"],
+                    failed=m["failed"],
+                )
+            elif kind == ERROR:
+                name = self.plan.component_ids[rec[1]]
+                task_id = self.plan.task_ids[rec[1]][rec[2]]
+                text = f"component {name!r} task {task_id}: {rec[3]}"
+                log.warning("txid %s: %s", job.txid, text)
+                errors.append(text)
+                self.stats.errors.append(text)
+                self.stats.add(name, errors=1)
+
+        cp_ok = True
+        if job.cp_root is not None:
+            cp_ok = job.cp_root not in fails and job.cp_init ^ acks.get(job.cp_root, 0) == 0
+        acked = failed = 0
+        stateful = self.cp is not None
+        for root in job.roots:
+            r = self._roots.get(root)
+            if r is None:
+                continue
+            if root in fails or not cp_ok:
+                self._settle_fail(root)
+                failed += 1
+            elif r.init ^ acks.get(root, 0) == 0:
+                if stateful:
+                    self._awaiting.setdefault(job.txid, []).append(root)
+                else:
+                    self._settle_ack(root)
+                acked += 1
+            else:
+                self._timeouts.put(root, r)  # incomplete: it fails when the timeout runs out
+
+        if self.cp is not None:
+            if cp_ok:
+                self.cp.ack(job.txid)
+            else:
+                self.cp.fail(job.txid)
+        if cp_ok:
+            if job.action == Action.COMMIT.value:
+                self._consecutive_failures = 0
+                for root in self._awaiting.pop(job.txid, []):
+                    self._settle_ack(root)
+            elif job.action == Action.ROLLBACK.value:
+                for txid in list(self._awaiting):
+                    for root in self._awaiting.pop(txid):
+                        self._settle_fail(root)
+        else:
+            cause = errors[-1] if errors else "a checkpoint tuple was failed"
+            self._count_failure(job, cause, None, None)
+        info = TransactionInfo(job.txid, job.action, job.tuples, seconds, cp_ok, acked, failed)
+        if not cp_ok:
+            info.error = errors[-1] if errors else "checkpoint failed"
+        self._record(info)
+
+    def _job_failed(self, job: _Job, exc: BaseException, seconds: float) -> None:
+        text = str(exc)
+        match = _TASK_ERROR.search(text)
+        if match:
+            component, task, cause = match.group(1), int(match.group(2)), match.group(4)
+        else:
+            component, task = None, None
+            lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
+            picked = [ln for ln in lines if "Error" in ln or "Exception" in ln or "crash" in ln]
+            cause = (picked or lines or [type(exc).__name__])[0][:500]
+        log.warning(
+            "%s(%s) failed (%s): %s", job.action or "BATCH", job.txid, component or "spark", cause
+        )
+        for root in job.roots:
+            self._settle_fail(root)
+        if self.cp is not None and job.cp_root is not None:
+            self.cp.fail(job.txid)
+        self._record(
+            TransactionInfo(job.txid, job.action, job.tuples, seconds, False, 0, len(job.roots), cause)
+        )
+        self._count_failure(job, cause, component, task)
+
+    def _count_failure(
+        self, job: _Job, cause: str, component: str | None, task: int | None
+    ) -> None:
+        self._consecutive_failures += 1
+        n = self._consecutive_failures
+        if n > self.tc.max_transaction_retries:
+            where = f"component {component!r} task {task}" if component else "the Spark job"
+            msg = (
+                f"topology {self.name!r} stopped: {job.action or 'BATCH'}({job.txid}) failed "
+                f"{n} times in a row (topology.max.transaction.retries = "
+                f"{self.tc.max_transaction_retries}); last failure in {where}: {cause}"
+            )
+            raise TopologyFailedError(
+                msg, component=component, task=task, txid=job.txid, cause=cause
+            )
+        backoff = min(0.1 * 2 ** (n - 1), 5.0)
+        log.info("retrying txid %s in %.1f s (attempt %d)", job.txid, backoff, n + 1)
+        self._not_before = self.clock.now_ms() + backoff * 1000.0
+
+    def _record(self, info: TransactionInfo) -> None:
+        self.stats.transactions.append(info)
+        if len(self.stats.transactions) > 10_000:
+            del self.stats.transactions[:5_000]
+        if self.on_transaction is not None:
+            self.on_transaction(info)
+
+    # ----------------------------------------------------------------- reading
+    def read_state(self, component_id: str) -> dict[Any, Any]:
+        """The state of a stateful component, merged over its tasks."""
+        spec = self.topology.component(component_id)
+        if not spec.is_stateful:
+            msg = f"component {component_id!r} is not a stateful bolt"
+            raise TopologyError(msg)
+        merged: dict[Any, Any] = {}
+        with self._lock:
+            for t in range(spec.parallelism):
+                ns = f"{self.name}/{component_id}-{t}"
+                state = StateFactory.get_state(ns, self.conf)
+                assert isinstance(state, KeyValueState)  # noqa: S101
+                for key, value in state:
+                    merged[_hashable(key)] = value
+        return merged
+
+    def metrics(self) -> dict[str, Any]:
+        """Per component counters and per transaction figures."""
+        with self._lock:
+            comps = {k: dict(v) for k, v in self.stats.components.items()}
+            for st in self._spouts:
+                comps.setdefault(st.name, {}).setdefault("emitted", 0)
+            for st in self._spouts:
+                comps[st.name]["emitted"] = sum(
+                    s.emitted for s in self._spouts if s.name == st.name
+                )
+            return {
+                "components": comps,
+                "transactions": [t.as_dict() for t in self.stats.transactions],
+                "errors": list(self.stats.errors),
+                "status": self.status(),
+            }
+
+    def _ship_extlib(self) -> None:
+        """Send every extlib folder to the executors as a zip on their ``sys.path``."""
+        import tempfile
+        import zipfile
+
+        from providers import add_extlib_to_path
+
+        for folder in add_extlib_to_path(self.conf):
+            files = [p for p in folder.rglob("*.py") if "__pycache__" not in p.parts]
+            if not files:
+                continue
+            with tempfile.NamedTemporaryFile(
+                prefix=f"extlib-{folder.name}-", suffix=".zip", delete=False
+            ) as tmp:
+                with zipfile.ZipFile(tmp, "w") as zf:
+                    for path in files:
+                        zf.write(path, path.relative_to(folder).as_posix())
+                name = tmp.name
+            self.sc.addPyFile(name)
+
+
+class _CheckpointCollector(_Collector):
+    """Always tracks: checkpoint tuples complete or fail even with ackers off (a Storm fix)."""
+
+    def emit(
+        self, values: Sequence[Any], message_id: Any = None, stream: str = DEFAULT_STREAM
+    ) -> None:
+        runner, st = self._runner, self._st
+        s = runner.plan.stream_index[st.comp][stream]
+        root = runner._ids.next()
+        init = 0
+        records = []
+        vals = list(values)
+        for dest, dtask in st.router.targets(st.comp, s, vals):
+            st.seq += 1
+            edge = runner._ids.next()
+            init ^= edge
+            records.append((TUPLE, dest, dtask, st.comp, st.task, s, st.seq, vals, ((root, edge),)))
+        runner._cp_emits.append((message_id, str(values[1]), records, root, init))
+
+
+def _hashable(key: Any) -> Any:
+    if isinstance(key, list):
+        return tuple(_hashable(k) for k in key)
+    return key

@@ -1,0 +1,79 @@
+"""Getting a SparkSession that suits the runtime, bound to loopback for local masters."""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import sys
+from collections.abc import Mapping
+from typing import Any
+
+log = logging.getLogger(__name__)
+
+LOOPBACK = "127.0.0.1"
+_LOCAL = re.compile(r"^local(\[(?P<n>\*|\d+)(,(?P<f>\d+))?\])?$")
+
+
+def is_local(master: str) -> bool:
+    """Whether ``master`` runs everything in this machine's driver JVM (``local``, ``local[N]``)."""
+    return bool(_LOCAL.match(master.strip()))
+
+
+def with_task_retries(master: str, max_failures: int) -> str:
+    """``local[N]`` retries nothing; make it ``local[N,F]`` as a cluster would retry F times."""
+    m = _LOCAL.match(master.strip())
+    if not m or m.group("f") is not None:
+        return master
+    return f"local[{m.group('n') or 1},{max_failures}]"
+
+
+def loopback_settings(user_conf: Mapping[str, Any] | None = None) -> dict[str, str]:
+    """Spark settings that keep a local run on 127.0.0.1, unless the user set them."""
+    user_conf = user_conf or {}
+    os.environ.setdefault("SPARK_LOCAL_IP", LOOPBACK)
+    wanted = {
+        "spark.driver.host": LOOPBACK,
+        "spark.driver.bindAddress": LOOPBACK,
+        "spark.ui.enabled": "false",
+        "spark.ui.showConsoleProgress": "false",
+    }
+    return {k: v for k, v in wanted.items() if k not in user_conf}
+
+
+def build_session(
+    master: str = "local[2]",
+    app_name: str = "statefulbolts",
+    spark_conf: Mapping[str, Any] | None = None,
+    task_max_failures: int = 4,
+) -> Any:
+    """Create (or get) a SparkSession for ``master`` with loopback binding for local masters."""
+    from pyspark.sql import SparkSession
+
+    spark_conf = dict(spark_conf or {})
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    builder = SparkSession.builder.appName(app_name)
+    if is_local(master):
+        master = with_task_retries(master, task_max_failures)
+        for key, value in loopback_settings(spark_conf).items():
+            builder = builder.config(key, value)
+        if "spark.executorEnv.PYTHONPATH" not in spark_conf:
+            # Local workers run on this machine: let them import what the driver can.
+            paths = [p for p in sys.path if p and os.path.isdir(p)]
+            builder = builder.config("spark.executorEnv.PYTHONPATH", os.pathsep.join(paths))
+    builder = builder.master(master)
+    for key, value in spark_conf.items():
+        builder = builder.config(key, str(value))
+    session = builder.getOrCreate()
+    session.sparkContext.setLogLevel(os.environ.get("STATEFULBOLTS_SPARK_LOG_LEVEL", "ERROR"))
+    log.info("Spark session on %s", session.sparkContext.master)
+    return session
+
+
+def task_attempt() -> int:
+    """The attempt number of the Spark task running this code (0 outside Spark)."""
+    from pyspark import TaskContext
+
+    ctx = TaskContext.get()
+    return 0 if ctx is None else ctx.attemptNumber()
