@@ -182,8 +182,10 @@ class SqliteConfig:
         if not cls_name:
             return MsgpackSerializer()
         builtin = getattr(builtins, cls_name, None)
-        cls = builtin if isinstance(builtin, type) else load_object(
-            cls_name, what=f"{side}Class", conf=conf
+        cls = (
+            builtin
+            if isinstance(builtin, type)
+            else load_object(cls_name, what=f"{side}Class", conf=conf)
         )
         if not isinstance(cls, type):
             msg = f"{STATE_PROVIDER_CONFIG_KEY}: {side}Class {cls_name!r} is not a class"
@@ -268,7 +270,8 @@ class SqliteKeyValueState(KeyValueState):
             try:
                 return self._conn.execute(sql, params).fetchall()
             except sqlite3.Error as exc:
-                raise self._failure("read", exc) from exc
+                failure = self._failure("a read", exc)
+                raise failure from exc
 
     def _failure(self, step: str, exc: sqlite3.Error) -> StateBackendError:
         msg = (
@@ -353,7 +356,9 @@ class SqliteKeyValueState(KeyValueState):
     def put(self, key: Any, value: Any) -> None:
         """Set ``key``; ``None`` is not a value (use ``delete``)."""
         if value is None:
-            msg = f"state {self.namespace!r}: None is not a storable value (key {key!r}); use delete"
+            msg = (
+                f"state {self.namespace!r}: None is not a storable value (key {key!r}); use delete"
+            )
             raise StateSerializationError(msg)
         try:
             encoded = self._values.serialize(value)

@@ -71,15 +71,15 @@ class StateProvider(ABC):
     def new_state(
         self, namespace: str, conf: Mapping[str, Any], context: Any | None = None
     ) -> State:
-        """Return the state of ``namespace``, holding its committed data and any pending prepare."""
+        """Return the state of ``namespace``: its committed data and any pending prepare."""
 
 
 class DriverOwnedStateProvider(StateProvider):
     """A provider whose data lives in the driver process for the life of the run.
 
-    Tasks run in other processes, so the runtime ships each task the image of its namespace before
-    the task runs (``export_image`` on the driver, ``import_image`` in the task) and brings back what
-    the task's state did to it (``take_changes`` in the task, ``apply_changes`` on the driver) once
+    Tasks run in other processes, so the runtime ships each task the image of its namespace
+    before the task runs (``export_image`` on the driver, ``import_image`` in the task) and brings
+    back what the task's state did to it (``take_changes`` in the task, ``apply_changes`` on the driver) once
     the whole transaction has succeeded. Providers backed by a shared store (Redis, a file) do not
     implement this: their tasks talk to the store directly.
     """

@@ -319,15 +319,23 @@ class StateProviderConfig(_Model):
         if pool is None and self.url is not None:
             return RedisConfig.model_validate({"url": self.url}).endpoint()
         if pool is not None:
-            if self.jedis_cluster_config is not None:
+            endpoint = pool.endpoint()
+            if self.jedis_cluster_config is not None and endpoint not in _warned_both:
+                _warned_both.add(endpoint)
                 log.warning(
-                    "%s configures both a Redis pool and a cluster; using the pool (as Storm does)",
+                    "%s configures both a Redis pool and a cluster; using the pool at %s "
+                    "(as Storm does)",
                     STATE_PROVIDER_CONFIG_KEY,
+                    endpoint.address,
                 )
-            return pool.endpoint()
+            return endpoint
         if self.jedis_cluster_config is not None:
             return self.jedis_cluster_config.endpoint()
         return RedisPoolConfig().endpoint()
+
+
+# Pool endpoints already warned about (a provider is made per state: warn once, not per task).
+_warned_both: set[RedisEndpoint] = set()
 
 
 @functools.lru_cache(maxsize=128)
@@ -365,9 +373,7 @@ def _model_at(path: tuple[str | int, ...]) -> type[BaseModel] | None:
     for part in path:
         if model is None or isinstance(part, int):
             return None
-        field = next(
-            (f for n, f in model.model_fields.items() if (f.alias or n) == part), None
-        )
+        field = next((f for n, f in model.model_fields.items() if (f.alias or n) == part), None)
         if field is None:
             return None
         nested = field.annotation
@@ -421,7 +427,7 @@ def resolve_class(dotted: str, *, what: str, conf: Mapping[str, Any] | None = No
     """Resolve ``keyClass`` / ``valueClass``: a dotted name, or a builtin such as ``tuple``."""
     name = dotted.strip()
     if "." not in name and ":" not in name and isinstance(getattr(builtins, name, None), type):
-        return getattr(builtins, name)  # type: ignore[no-any-return]
+        return getattr(builtins, name)
     obj = load_object(name, what=what, conf=conf)
     if not isinstance(obj, type):
         msg = f"{STATE_PROVIDER_CONFIG_KEY}: {what} {dotted!r} is {obj!r}, not a class"
@@ -470,9 +476,7 @@ def resolve_serializers(
     arguments) wins; otherwise msgpack rebuilding ``*Class`` on decode (a dotted name, or a
     builtin such as ``tuple``); otherwise plain msgpack.
     """
-    keys = _serializer(
-        config.key_serializer_class, config.key_class, field="key", conf=conf
-    )
+    keys = _serializer(config.key_serializer_class, config.key_class, field="key", conf=conf)
     values = _serializer(
         config.value_serializer_class, config.value_class, field="value", conf=conf
     )

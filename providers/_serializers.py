@@ -27,7 +27,7 @@ class Serializer(Protocol):
 
 
 def _to_plain(obj: Any) -> Any:
-    """msgpack ``default`` hook: dataclasses and pydantic models become maps."""
+    """Turn dataclasses, pydantic models and sets into plain values for msgpack."""
     if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
         return dataclasses.asdict(obj)
     dump = getattr(obj, "model_dump", None)
@@ -35,7 +35,8 @@ def _to_plain(obj: Any) -> Any:
         return dump(mode="json")
     if isinstance(obj, set | frozenset):
         return sorted(obj, key=repr)
-    msg = f"cannot serialize object of type {type(obj).__module__}.{type(obj).__qualname__}"
+    kind = f"{type(obj).__module__}.{type(obj).__qualname__}"
+    msg = f"cannot serialize object of type {kind}"
     raise TypeError(msg)
 
 
@@ -53,7 +54,7 @@ class MsgpackSerializer:
         self._packer = msgpack.Packer(default=_to_plain, use_bin_type=True)
 
     def serialize(self, obj: Any) -> bytes:
-        """Encode ``obj``; raises ``StateSerializationError`` naming its type when msgpack cannot."""
+        """Encode ``obj``; ``StateSerializationError`` names its type when msgpack cannot."""
         try:
             return self._packer.pack(obj)
         except (TypeError, ValueError, OverflowError) as exc:

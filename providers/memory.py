@@ -21,6 +21,7 @@ from typing import Any
 import msgpack
 
 from providers._base import DriverOwnedStateProvider, KeyValueState
+from providers._config import parse_provider_config, resolve_serializers
 from providers._errors import StateSerializationError, StateTransactionError
 from providers._serializers import MsgpackSerializer
 
@@ -32,15 +33,22 @@ _Delta = dict[bytes, bytes | None]
 class _Image:
     """What the store keeps for one namespace."""
 
-    __slots__ = ("committed", "committed_txid", "prepared", "prepared_txid", "changes")
+    __slots__ = ("committed", "committed_txid", "prepared", "prepared_txid", "changes", "tracking")
 
     def __init__(self) -> None:
         self.committed: dict[bytes, bytes] = {}
         self.committed_txid: int | None = None
         self.prepared: _Delta | None = None
         self.prepared_txid: int | None = None
-        # What states did to this image since the last take_changes (task side only).
+        # What states did to this image since the last take_changes. Only a shipped image (task
+        # side, installed by import_image) records: nobody takes the changes of a driver-side
+        # image, so a long-lived driver state (the checkpoint spout's) would grow a log forever.
         self.changes: list[list[Any]] = []
+        self.tracking = False
+
+    def record(self, op: list[Any]) -> None:
+        if self.tracking:
+            self.changes.append(op)
 
     def dump(self) -> bytes:
         return msgpack.packb(
@@ -127,6 +135,8 @@ class InMemoryKeyValueState(KeyValueState):
         self._keys = key_serializer or MsgpackSerializer()
         self._values = value_serializer or MsgpackSerializer()
         self._pending: _Delta = {}
+        # Encoded str keys: hot keys are encoded once, not on every get and put.
+        self._key_cache: dict[str, bytes] = {}
 
     def __repr__(self) -> str:
         return (
@@ -146,6 +156,13 @@ class InMemoryKeyValueState(KeyValueState):
         return self._image.prepared_txid
 
     def _encode_key(self, key: Any) -> bytes:
+        if type(key) is str:
+            cached = self._key_cache.get(key)
+            if cached is None:
+                cached = self._keys.serialize(key)
+                if len(self._key_cache) < 100_000:
+                    self._key_cache[key] = cached
+            return cached
         try:
             return self._keys.serialize(key)
         except StateSerializationError as exc:
@@ -163,7 +180,10 @@ class InMemoryKeyValueState(KeyValueState):
     def put(self, key: Any, value: Any) -> None:
         """Set ``key``; ``None`` is not a value (Storm rejects it too)."""
         if value is None:
-            msg = f"state {self.namespace!r}: None is not a storable value (key {key!r}); use delete"
+            msg = (
+                f"state {self.namespace!r}: None is not a storable value (key {key!r}); "
+                "use delete"
+            )
             raise StateSerializationError(msg)
         try:
             encoded = self._values.serialize(value)
@@ -220,7 +240,7 @@ class InMemoryKeyValueState(KeyValueState):
             raise StateTransactionError(msg)
         writes, self._pending = self._pending, {}
         image.do_prepare(txid, writes)
-        image.changes.append(["prepare", txid, writes])
+        image.record(["prepare", txid, writes])
 
     def commit(self, txid: int | None = None) -> None:
         """Commit the prepared delta of ``txid``; the txid already committed is a no-op.
@@ -231,11 +251,11 @@ class InMemoryKeyValueState(KeyValueState):
         if txid is None:
             writes, self._pending = self._pending, {}
             image.do_commit_writes(writes)
-            image.changes.append(["commit_writes", writes])
+            image.record(["commit_writes", writes])
             return
         if image.prepared_txid == txid:
             image.do_commit(txid)
-            image.changes.append(["commit", txid])
+            image.record(["commit", txid])
             return
         if image.prepared_txid is None and image.committed_txid == txid:
             return  # a retried COMMIT of what is already committed
@@ -249,7 +269,7 @@ class InMemoryKeyValueState(KeyValueState):
         """Drop pending writes and the prepared delta."""
         self._pending = {}
         self._image.do_rollback()
-        self._image.changes.append(["rollback"])
+        self._image.record(["rollback"])
 
 
 class InMemoryKeyValueStateProvider(DriverOwnedStateProvider):
@@ -272,20 +292,30 @@ class InMemoryKeyValueStateProvider(DriverOwnedStateProvider):
     def new_state(
         self, namespace: str, conf: Mapping[str, Any], context: Any | None = None
     ) -> InMemoryKeyValueState:
-        """Return a state over the stored image of ``namespace``."""
-        return InMemoryKeyValueState(namespace, self._image(namespace))
+        """Return a state over the stored image of ``namespace``.
+
+        ``keyClass`` / ``valueClass`` / ``*SerializerClass`` in the provider config apply here as
+        they do for Redis.
+        """
+        keys, values = resolve_serializers(parse_provider_config(conf), conf)
+        return InMemoryKeyValueState(namespace, self._image(namespace), keys, values)
 
     def export_image(self, namespace: str) -> bytes:
         """Serialize the image of ``namespace``."""
         return self._image(namespace).dump()
 
     def import_image(self, namespace: str, image: bytes) -> None:
-        """Replace this process's image of ``namespace`` by a shipped one."""
+        """Replace this process's image of ``namespace`` by a shipped one, recording changes."""
+        loaded = _Image.load(image)
+        loaded.tracking = True
         with self._lock:
-            self._store[namespace] = _Image.load(image)
+            self._store[namespace] = loaded
 
     def take_changes(self, namespace: str) -> bytes | None:
-        """Return and clear the change log of ``namespace`` (``None`` if nothing changed)."""
+        """Return and clear the change log of ``namespace`` (``None`` if nothing changed).
+
+        Only an image installed by ``import_image`` keeps a log; a driver-side image has none.
+        """
         image = self._image(namespace)
         if not image.changes:
             return None

@@ -24,7 +24,8 @@ Value envelope: every value in ``ns`` and ``ns$prepare`` is msgpack ``[1, <paylo
 ``91 00``). The envelope lets a deletion travel in the prepared delta and keeps the payload
 opaque, so any value serializer works. Tombstones never reach the committed hash.
 
-Round trips: constructing a state is one (a script loads ``ns$txid`` and the prepared delta);
+Round trips: a process's first state on a server loads the scripts (one pipelined round trip);
+constructing a state is one (a script loads ``ns$txid`` and the prepared delta);
 ``prepare_commit``, ``commit`` and ``rollback`` are one script each, whatever the number of keys;
 ``get`` is at most one ``HGET`` per distinct key per state object (hits and misses are cached, and
 the cache follows commits). Writes only touch memory until ``prepare_commit``. A state object
@@ -200,6 +201,9 @@ return redis.call('HGET', KEYS[2], 'commit') or ''
 """
 
 
+_SCRIPTS = (_LOAD, _PREPARE, _COMMIT, _COMMIT_WRITES, _ROLLBACK)
+
+
 def _txid(raw: Any) -> int | None:
     if raw is None or raw in (b"", ""):
         return None
@@ -243,22 +247,51 @@ def _make_client(endpoint: _Endpoint) -> Any:
     )
 
 
+def _backend_error(address: str, step: str, namespace: str, exc: Exception) -> StateBackendError:
+    """The error a person can act on: where Redis is, what we were doing, for which state."""
+    if isinstance(exc, redis_py.exceptions.TimeoutError):
+        what = "timed out"
+    elif isinstance(exc, redis_py.exceptions.ConnectionError):
+        what = "could not be reached"
+    else:
+        what = "failed"
+    msg = (
+        f"Redis at {address} {what} during {step} of state {namespace!r}: "
+        f"{type(exc).__name__}: {exc}"
+    )
+    return StateBackendError(msg)
+
+
+def _preload(client: Any) -> None:
+    """Load every script once per new client, so a first prepare is not sent twice (NOSCRIPT)."""
+    if isinstance(client, RedisCluster):
+        for source in _SCRIPTS:
+            client.script_load(source)
+        return
+    pipe = client.pipeline(transaction=False)
+    for source in _SCRIPTS:
+        pipe.script_load(source)
+    pipe.execute()
+
+
 def _client_for(endpoint: _Endpoint, namespace: str) -> Any:
     """This process's client (and so connection pool) for ``endpoint``, made once."""
     key = (os.getpid(), endpoint)
     with _clients_lock:
         client = _clients.get(key)
         if client is None:
-            log.info("opening a Redis connection pool to %s for process %s", endpoint.address, key[0])
+            log.info(
+                "opening a Redis connection pool to %s for process %s", endpoint.address, key[0]
+            )
+            made = None
             try:
-                client = _make_client(endpoint)
+                made = _make_client(endpoint)
+                _preload(made)
             except (RedisError, RedisClusterException) as exc:
-                msg = (
-                    f"Redis at {endpoint.address} could not be reached for state "
-                    f"{namespace!r}: {type(exc).__name__}: {exc}"
-                )
-                raise StateBackendError(msg) from exc
-            _clients[key] = client
+                if made is not None:
+                    made.close()
+                raise _backend_error(endpoint.address, "connect", namespace, exc) from exc
+            client = _clients[key] = made
         return client
 
 
@@ -364,17 +397,7 @@ class RedisKeyValueState(KeyValueState):
         try:
             yield
         except (RedisError, RedisClusterException) as exc:
-            if isinstance(exc, redis_py.exceptions.TimeoutError):
-                what = "timed out"
-            elif isinstance(exc, redis_py.exceptions.ConnectionError):
-                what = "could not be reached"
-            else:
-                what = "failed"
-            msg = (
-                f"Redis at {self._address} {what} during {step} of state {self.namespace!r}: "
-                f"{type(exc).__name__}: {exc}"
-            )
-            raise StateBackendError(msg) from exc
+            raise _backend_error(self._address, step, self.namespace, exc) from exc
 
     def _load(self) -> None:
         with self._backend("load"):
@@ -411,7 +434,9 @@ class RedisKeyValueState(KeyValueState):
     def put(self, key: Any, value: Any) -> None:
         """Set ``key``; ``None`` is not a value (use ``delete``)."""
         if value is None:
-            msg = f"state {self.namespace!r}: None is not a storable value (key {key!r}); use delete"
+            msg = (
+                f"state {self.namespace!r}: None is not a storable value (key {key!r}); use delete"
+            )
             raise StateSerializationError(msg)
         try:
             payload = self._values.serialize(value)

@@ -11,7 +11,6 @@ fail under CI (``CI=true``) and are skipped elsewhere, both with a message sayin
 
 from __future__ import annotations
 
-import contextlib
 import os
 import shutil
 import socket
@@ -92,16 +91,25 @@ class RedisServer:
 
     def _wait_ready(self, timeout: float = 10.0) -> bool:
         import redis
+        from redis.backoff import NoBackoff
+        from redis.retry import Retry
 
         deadline = time.monotonic() + timeout
-        probe = redis.Redis(host=self.host, port=self.port, socket_connect_timeout=0.5)
+        # No client-side retries: this loop is the retry, at its own pace.
+        probe = redis.Redis(
+            host=self.host, port=self.port, socket_connect_timeout=0.5, retry=Retry(NoBackoff(), 0)
+        )
         try:
             while time.monotonic() < deadline:
                 if self.process is None or self.process.poll() is not None:
                     return False
-                with contextlib.suppress(redis.exceptions.RedisError):
+                try:
                     if probe.ping():
                         return True
+                except (redis.exceptions.ResponseError, redis.exceptions.AuthenticationError):
+                    return True  # it answered, if only to ask for a password
+                except redis.exceptions.RedisError:
+                    pass
                 time.sleep(0.02)
             return False
         finally:

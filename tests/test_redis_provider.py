@@ -72,6 +72,7 @@ def keys_of(client: Any) -> set[str]:
 
 @pytest.fixture(autouse=True)
 def _fresh_pools() -> Iterator[None]:
+    reset_clients()
     yield
     reset_clients()
 
@@ -414,8 +415,12 @@ def test_topologies_with_same_component_ids_do_not_collide(redis_db: Any) -> Non
     assert StateFactory.get_state("wordcount-b/count-0", conf).get("storm") == 100
 
 
-def test_connection_pool_is_shared_per_process_and_config(redis_db: Any) -> None:
-    conf = pool_conf(redis_db)
+def test_connection_pool_is_shared_per_process_and_config(redis_server_factory: Any) -> None:
+    server = redis_server_factory()  # its own server: no other test's connections to count
+    admin = server.client()
+    before = len(admin.client_list())
+    assert before == 1
+    conf = pool_conf(server)
     states = [StateFactory.get_state(f"topo/pool-{i}", conf) for i in range(50)]
     for state in states:
         state.put("x", 1)
@@ -423,11 +428,11 @@ def test_connection_pool_is_shared_per_process_and_config(redis_db: Any) -> None
         state.commit(1)
         assert state.get("y") is None
     assert len({id(s._client) for s in states}) == 1
+    assert len(admin.client_list()) - before == 1, "one pooled connection serves every state"
     # Same server, different setting: a different pool.
-    other = StateFactory.get_state("topo/pool-x", pool_conf(redis_db, timeout=3000))
+    other = StateFactory.get_state("topo/pool-x", pool_conf(server, timeout=3000))
     assert other._client is not states[0]._client
-    clients = redis_db.client().client_list()
-    assert len(clients) <= 3  # one pooled connection per config, plus this admin connection
+    assert len(admin.client_list()) - before == 2
 
 
 # --- failures ------------------------------------------------------------------------------
@@ -475,14 +480,21 @@ def test_wrong_type_reply_is_a_backend_error(redis_db: Any) -> None:
     assert isinstance(info.value.__cause__, redis.exceptions.ResponseError)
 
 
-def test_bad_password_does_not_leak(redis_db: Any, caplog: Any) -> None:
+def test_bad_password_does_not_leak(redis_server_factory: Any, caplog: Any) -> None:
+    server = redis_server_factory(extra_args=("--requirepass", "the-right-one"))
     caplog.set_level(logging.DEBUG)
     with pytest.raises(StateBackendError) as info:
-        StateFactory.get_state("topo/auth-0", pool_conf(redis_db, password=SECRET))
-    assert f"{redis_db.host}:{redis_db.port}" in str(info.value)
+        StateFactory.get_state("topo/auth-0", pool_conf(server, password=SECRET))
+    assert f"{server.host}:{server.port}" in str(info.value)
+    assert "'topo/auth-0'" in str(info.value)
     assert SECRET not in str(info.value)
     assert SECRET not in repr(info.value)
     assert SECRET not in caplog.text
+    good = StateFactory.get_state("topo/auth-0", pool_conf(server, password="the-right-one"))
+    good.put("a", 1)
+    good.prepare_commit(0)
+    good.commit(0)
+    assert server.client(password="the-right-one").hlen("topo/auth-0") == 1
 
 
 def test_decode_responses_client_is_refused(redis_db: Any) -> None:
@@ -591,7 +603,10 @@ def test_url_config_reaches_the_real_server(redis_db: Any) -> None:
         ({"jedisPoolConfig": {"port": 0}}, ["'jedisPoolConfig.port'", "greater than or equal"]),
         ({"jedisPoolConfig": {"password": 5}}, ["'jedisPoolConfig.password'", "string"]),
         ({"keyclass": "x"}, ["'keyclass'", "did you mean 'keyClass'"]),
-        ({"jedisClusterConfig": {"nodes": ["nohost"]}}, ["'jedisClusterConfig.nodes'", "host:port"]),
+        (
+            {"jedisClusterConfig": {"nodes": ["nohost"]}},
+            ["'jedisClusterConfig.nodes'", "host:port"],
+        ),
         ({"redisConfig": {"url": f"http://:{SECRET}@h"}}, ["'redisConfig.url'", "redis"]),
         ({"redisConfig": {"url": "redis://h", "port": 1}}, ["'redisConfig'", "url or port"]),
         ({"url": "redis://h", "jedisPoolConfig": {}}, ["jedisPoolConfig and url"]),
@@ -651,8 +666,16 @@ def test_cluster_config() -> None:
 
 # --- cluster -------------------------------------------------------------------------------
 def test_cluster_keys_share_a_slot(redis_server_factory: Any) -> None:
+    # An explicit bus port: the default (port + 10000) can be taken or above 65535.
     node = redis_server_factory(
-        extra_args=("--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf")
+        extra_args=(
+            "--cluster-enabled",
+            "yes",
+            "--cluster-config-file",
+            "nodes.conf",
+            "--cluster-port",
+            str(_closed_port()),
+        )
     )
     admin = node.client()
     admin.execute_command("CLUSTER", "ADDSLOTSRANGE", "0", "16383")

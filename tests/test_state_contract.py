@@ -83,8 +83,13 @@ def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Backend]
         server = request.getfixturevalue("redis_db")
         pool = {"host": server.host, "port": server.port}
         yield Backend(kind, "providers.redis.RedisKeyValueStateProvider", {"jedisPoolConfig": pool})
+        from providers.redis import reset_clients
+
+        reset_clients()
     else:
-        b = Backend(kind, "sqlite_state.SqliteKeyValueStateProvider", {"path": str(tmp_path / "s.db")})
+        b = Backend(
+            kind, "sqlite_state.SqliteKeyValueStateProvider", {"path": str(tmp_path / "s.db")}
+        )
         yield b
         import sqlite_state
 
@@ -422,22 +427,12 @@ def test_namespaces_are_independent(backend: Backend) -> None:
     assert backend.state(other_ns).prepared_txid == 7
 
 
-def _value_class_xfail(backend: Backend) -> None:
-    if backend.name == "memory":
-        pytest.xfail(
-            "InMemoryKeyValueStateProvider.new_state ignores keyClass/valueClass "
-            "(requested change to providers/memory.py)"
-        )
-
-
 def test_value_class_restores_dataclass(backend: Backend) -> None:
     state = backend.state(valueClass=f"{__name__}.Point")
     state.put("p", Point(1, 2))
     state.prepare_commit(1)
     state.commit(1)
     got = backend.state(valueClass=f"{__name__}.Point").get("p")
-    if got != Point(1, 2):
-        _value_class_xfail(backend)
     assert got == Point(1, 2)
 
 
@@ -447,6 +442,4 @@ def test_key_and_value_class_restore_tuples(backend: Backend) -> None:
     state.prepare_commit(1)
     state.commit(1)
     items = list(backend.state(keyClass="tuple", valueClass="tuple"))
-    if items != [(("w", 1), (1, "x"))]:
-        _value_class_xfail(backend)
     assert items == [(("w", 1), (1, "x"))]

@@ -1,0 +1,278 @@
+"""The extlib SQLite provider: durability, several processes, its config, its guarantees."""
+
+from __future__ import annotations
+
+import ast
+import json
+import os
+import sqlite3
+import subprocess
+import sys
+import textwrap
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import msgpack
+import pytest
+
+from providers import (
+    STATE_PROVIDER_CONFIG_KEY,
+    STATE_PROVIDER_KEY,
+    ProviderConfigError,
+    StateBackendError,
+    StateFactory,
+    add_extlib_to_path,
+)
+
+ROOT = Path(__file__).resolve().parent.parent
+EXTLIB = ROOT / "extlib"
+PROVIDER = "sqlite_state.SqliteKeyValueStateProvider"
+
+add_extlib_to_path()
+import sqlite_state  # noqa: E402
+
+
+def conf_for(config: Any) -> dict[str, Any]:
+    conf: dict[str, Any] = {STATE_PROVIDER_KEY: PROVIDER}
+    if config is not None:
+        conf[STATE_PROVIDER_CONFIG_KEY] = config
+    return conf
+
+
+def path_conf(path: Path, **extra: Any) -> dict[str, Any]:
+    return conf_for(json.dumps({"path": str(path), **extra}))
+
+
+def k(key: Any) -> bytes:
+    return msgpack.packb(key, use_bin_type=True)
+
+
+@pytest.fixture(autouse=True)
+def _close() -> Iterator[None]:
+    yield
+    sqlite_state.close_connections()
+
+
+def rows(path: Path, sql: str) -> list[tuple[Any, ...]]:
+    with sqlite3.connect(path) as conn:
+        return [tuple(r) for r in conn.execute(sql).fetchall()]
+
+
+def run_python(code: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), str(EXTLIB)])}
+    return subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+
+def test_exact_rows_after_prepare_commit_rollback(tmp_path: Path) -> None:
+    db = tmp_path / "state.sqlite3"
+    state = StateFactory.get_state("topo/count-0", path_conf(db))
+    state.put("a", 1)
+    state.put("b", 2)
+    state.prepare_commit(1)
+    state.commit(1)
+    state.delete("b")
+    state.put("c", 3)
+    state.prepare_commit(2)
+    assert rows(db, "SELECT ns, key, value FROM committed ORDER BY key") == [
+        ("topo/count-0", k("a"), k(1)),
+        ("topo/count-0", k("b"), k(2)),
+    ]
+    assert rows(db, "SELECT key, value FROM prepared ORDER BY key") == [
+        (k("b"), None),
+        (k("c"), k(3)),
+    ]
+    assert rows(db, "SELECT ns, committed, prepared FROM txids") == [("topo/count-0", 1, 2)]
+    state.rollback()
+    assert rows(db, "SELECT * FROM prepared") == []
+    assert rows(db, "SELECT ns, committed, prepared FROM txids") == [("topo/count-0", 1, None)]
+    state.delete("a")
+    state.commit()
+    assert rows(db, "SELECT key FROM committed") == [(k("b"),)]
+
+
+def test_rollback_before_any_commit_leaves_no_txid_row(tmp_path: Path) -> None:
+    db = tmp_path / "state.sqlite3"
+    state = StateFactory.get_state("topo/count-0", path_conf(db))
+    state.put("a", 1)
+    state.prepare_commit(0)
+    state.rollback()
+    assert rows(db, "SELECT * FROM txids") == []
+    assert rows(db, "SELECT * FROM prepared") == []
+
+
+def test_durable_across_provider_instances(tmp_path: Path) -> None:
+    db = tmp_path / "state.sqlite3"
+    state = StateFactory.get_state("topo/count-0", path_conf(db))
+    state.put("a", 1)
+    state.prepare_commit(1)
+    state.commit(1)
+    state.put("b", 2)
+    state.prepare_commit(2)
+    sqlite_state.close_connections()
+    again = StateFactory.get_state("topo/count-0", path_conf(db))
+    assert (again.committed_txid, again.prepared_txid) == (1, 2)
+    assert dict(again) == {"a": 1, "b": 2}
+
+
+def test_durable_across_processes(tmp_path: Path) -> None:
+    db = tmp_path / "state.sqlite3"
+    writer = f"""
+        import json, os
+        from providers import StateFactory
+        conf = {{"topology.state.provider": "{PROVIDER}",
+                 "topology.state.provider.config": json.dumps({{"path": {str(db)!r}}})}}
+        s = StateFactory.get_state("topo/count-0", conf)
+        s.put("a", 1)
+        s.prepare_commit(1)
+        s.commit(1)
+        s.put("b", 2)
+        s.prepare_commit(2)
+        os._exit(0)  # die without closing anything, between prepare and commit
+    """
+    done = run_python(writer, tmp_path)
+    assert done.returncode == 0, done.stderr
+    restarted = StateFactory.get_state("topo/count-0", path_conf(db))
+    assert (restarted.committed_txid, restarted.prepared_txid) == (1, 2)
+    assert dict(restarted) == {"a": 1, "b": 2}
+    restarted.rollback()
+    assert dict(StateFactory.get_state("topo/count-0", path_conf(db))) == {"a": 1}
+
+
+def test_several_processes_write_one_file(tmp_path: Path) -> None:
+    db = tmp_path / "state.sqlite3"
+    worker = f"""
+        import json, sys
+        from providers import StateFactory
+        conf = {{"topology.state.provider": "{PROVIDER}",
+                 "topology.state.provider.config": json.dumps({{"path": {str(db)!r}}})}}
+        task = sys.argv[1] if len(sys.argv) > 1 else "0"
+        s = StateFactory.get_state("topo/count-" + task, conf)
+        for txid in range(30):
+            s.put("n", txid)
+            s.put(f"k{{txid}}", txid)
+            s.prepare_commit(txid)
+            s.commit(txid)
+    """
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), str(EXTLIB)])}
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", textwrap.dedent(worker), str(task)],
+            cwd=tmp_path,
+            env=env,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for task in range(4)
+    ]
+    for proc in procs:
+        _, err = proc.communicate(timeout=60)
+        assert proc.returncode == 0, err
+    for task in range(4):
+        state = StateFactory.get_state(f"topo/count-{task}", path_conf(db))
+        assert state.committed_txid == 29
+        assert state.get("n") == 29
+        assert len(state) == 31
+    assert rows(db, "PRAGMA journal_mode") == [("wal",)]
+
+
+def test_commit_is_one_transaction(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    db = tmp_path / "state.sqlite3"
+    state = StateFactory.get_state("topo/count-0", path_conf(db))
+    state.put("a", 1)
+    state.prepare_commit(1)
+    state.commit(1)
+    state.put("a", 2)
+    state.put("b", 2)
+    state.prepare_commit(2)
+    before = (
+        rows(db, "SELECT * FROM committed"),
+        rows(db, "SELECT * FROM prepared"),
+        rows(db, "SELECT * FROM txids"),
+    )
+
+    def crash(*args: Any) -> None:
+        raise RuntimeError("crash after the data was written, before the txid")
+
+    monkeypatch.setattr(sqlite_state.SqliteKeyValueState, "_set_txids", crash)
+    with pytest.raises(RuntimeError, match="crash"):
+        state.commit(2)
+    after = (
+        rows(db, "SELECT * FROM committed"),
+        rows(db, "SELECT * FROM prepared"),
+        rows(db, "SELECT * FROM txids"),
+    )
+    assert after == before
+    monkeypatch.undo()
+    state.commit(2)
+    assert dict(StateFactory.get_state("topo/count-0", path_conf(db))) == {"a": 2, "b": 2}
+
+
+def test_path_config_nested_and_relative(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    nested = tmp_path / "deep" / "er" / "state.db"
+    state = StateFactory.get_state("topo/x-0", path_conf(nested))
+    state.put("a", 1)
+    state.commit()
+    assert nested.is_file()
+    monkeypatch.chdir(tmp_path)
+    rel = StateFactory.get_state("topo/x-0", conf_for({"path": "rel/state.db"}))
+    rel.put("b", 1)
+    rel.commit()
+    assert (tmp_path / "rel" / "state.db").is_file()
+    assert rel.get("a") is None
+    default = StateFactory.get_state("topo/x-0", conf_for(None))
+    default.put("c", 1)
+    default.commit()
+    assert (tmp_path / "statefulbolts-state.sqlite3").is_file()
+    assert rows(tmp_path / "statefulbolts-state.sqlite3", "SELECT key FROM committed") == [
+        (k("c"),)
+    ]
+
+
+@pytest.mark.parametrize(
+    ("config", "fragment"),
+    [
+        ({"pathh": "x"}, "unknown field 'pathh'"),
+        ({"path": 3}, "'path'"),
+        ({"timeout": -1}, "'timeout'"),
+        ({"valueClass": 5}, "'valueClass'"),
+        ("[1]", "JSON object"),
+        ("{nope", "not valid JSON"),
+    ],
+)
+def test_bad_config(config: Any, fragment: str, tmp_path: Path) -> None:
+    raw = config if isinstance(config, str) else json.dumps(config)
+    with pytest.raises(ProviderConfigError, match="topology.state.provider.config") as info:
+        StateFactory.get_state("topo/x-0", conf_for(raw))
+    assert fragment in str(info.value)
+
+
+def test_unusable_path_is_a_backend_error(tmp_path: Path) -> None:
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a folder")
+    with pytest.raises(StateBackendError) as info:
+        StateFactory.get_state("topo/x-0", path_conf(blocker / "state.db"))
+    assert str(blocker / "state.db") in str(info.value)
+
+
+def test_module_imports_only_providers_and_stdlib() -> None:
+    tree = ast.parse((EXTLIB / "sqlite_state.py").read_text())
+    imported: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            imported.update(alias.name.split(".")[0] for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            imported.add(node.module.split(".")[0])
+            if node.module == "providers":
+                assert all(not alias.name.startswith("_") for alias in node.names)
+    third_party = imported - set(sys.stdlib_module_names) - {"__future__", "providers"}
+    assert third_party == set()
+    assert "providers" in imported
