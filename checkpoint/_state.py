@@ -56,8 +56,10 @@ class CheckPointState:
 
     Example:
         >>> s = CheckPointState(-1, TxPhase.COMMITTED)
-        >>> s.next_action(recovering=True), s.next_state(recovering=False)
-        (<Action.INITSTATE: 'INITSTATE'>, CheckPointState(txid=0, phase=<TxPhase.PREPARING: 'PREPARING'>))
+        >>> s.next_action(recovering=True)
+        <Action.INITSTATE: 'INITSTATE'>
+        >>> print(s.next_state(recovering=False))
+        PREPARING(0)
     """
 
     txid: int
@@ -81,12 +83,20 @@ class CheckPointState:
 
     @classmethod
     def from_value(cls, value: Any) -> CheckPointState:
-        """Read the saved form back; anything else is a ``CheckpointError``."""
+        """Read the saved form back; anything else is a ``CheckpointError``.
+
+        The txid must be an ``int`` (not a ``bool``, a float or a numeric string): ``to_value``
+        only ever writes ints, so anything else means the saved state is not ours or is corrupt.
+        """
+        msg = f"saved checkpoint state {value!r} is not [txid, phase]"
+        if not isinstance(value, list | tuple) or len(value) != 2:
+            raise CheckpointError(msg)
+        txid, phase = value
+        if isinstance(txid, bool) or not isinstance(txid, int):
+            raise CheckpointError(msg)
         try:
-            txid, phase = value
-            return cls(int(txid), TxPhase(phase))
-        except (TypeError, ValueError) as exc:
-            msg = f"saved checkpoint state {value!r} is not [txid, phase]"
+            return cls(txid, TxPhase(phase))
+        except ValueError as exc:
             raise CheckpointError(msg) from exc
 
     def __str__(self) -> str:

@@ -21,9 +21,13 @@ from statefulbolts.errors import ConfigError
 
 
 class TopologyConfig(BaseModel):
-    """The validated topology-level config."""
+    """The validated topology-level config.
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    Types are strict, as Storm's validators are: ``True`` is not a count of ackers, ``"500"`` is
+    not a number of milliseconds and ``"yes"`` is not a boolean (an int is a float, though).
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid", strict=True)
 
     state_provider: str = Field(
         "providers.memory.InMemoryKeyValueStateProvider", alias="topology.state.provider"
@@ -42,11 +46,17 @@ class TopologyConfig(BaseModel):
     task_max_failures: int = Field(4, ge=1, alias="topology.spark.task.max.failures")
     extlib_dir: str | None = Field(None, alias="topology.state.extlib.dir")
     debug: bool = Field(False, alias="topology.debug")
+    name: str | None = Field(None, alias="topology.name")
 
     @property
-    def ackers(self) -> int:
-        """Acker reduce partitions: ``None`` means one (Storm: one per worker; we have one)."""
-        return 1 if self.acker_executors is None else self.acker_executors
+    def tracking(self) -> bool:
+        """Whether tuple trees are tracked (``topology.acker.executors`` is not 0)."""
+        return self.acker_executors != 0
+
+    @property
+    def acker_partitions(self) -> int:
+        """Spark partitions of the acker reduce; 0 means the driver reduces (the default)."""
+        return self.acker_executors or 0
 
 
 KNOWN_KEYS: dict[str, str] = {
@@ -119,14 +129,35 @@ def load_config_file(path: str | Path) -> dict[str, Any]:
     return data
 
 
+_PREFIX = "topology."
+
+
+def closest_key(key: str) -> str | None:
+    """The known ``topology.*`` key most like ``key``, or ``None`` when none is close.
+
+    Keys are compared without the shared ``topology.`` prefix: with it, every short unknown key
+    (``topology.workers``) looks close to every short known one (``topology.name``).
+
+    Example:
+        >>> closest_key("topology.acker.executor")
+        'topology.acker.executors'
+        >>> closest_key("topology.workers") is None
+        True
+    """
+    rest = key.removeprefix(_PREFIX)
+    by_rest = {k.removeprefix(_PREFIX): k for k in KNOWN_KEYS if k.startswith(_PREFIX)}
+    close = difflib.get_close_matches(rest, by_rest, n=1)
+    return by_rest[close[0]] if close else None
+
+
 def validate_config(conf: Mapping[str, Any] | None) -> TopologyConfig:
     """Validate the ``topology.*`` keys of ``conf``; other keys pass through untouched."""
     conf = dict(conf or {})
     known = {k: v for k, v in conf.items() if k in KNOWN_KEYS}
     for key in conf:
-        if isinstance(key, str) and key.startswith("topology.") and key not in KNOWN_KEYS:
-            close = difflib.get_close_matches(key, KNOWN_KEYS, n=1)
-            hint = f"; did you mean {close[0]!r}?" if close else ""
+        if isinstance(key, str) and key.startswith(_PREFIX) and key not in KNOWN_KEYS:
+            close = closest_key(key)
+            hint = f"; did you mean {close!r}?" if close else ""
             warnings.warn(f"unknown config key {key!r}{hint}", UserWarning, stacklevel=2)
     if known.get("topology.state.provider") is None:
         known.pop("topology.state.provider", None)

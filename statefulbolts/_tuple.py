@@ -102,8 +102,10 @@ class Tuple:
         "source_component",
         "source_task",
         "source_stream_id",
-        "anchors",
         "ack_val",
+        "_root",
+        "_edge",
+        "_more",
     )
 
     def __init__(
@@ -113,17 +115,34 @@ class Tuple:
         source_component: str,
         source_task: int,
         source_stream_id: str = DEFAULT_STREAM,
-        anchors: tuple[tuple[int, int], ...] = (),
+        anchors: Sequence[tuple[int, int]] = (),
+        root: int = 0,
+        edge: int = 0,
     ) -> None:
         self.values = values
         self.fields = fields
         self.source_component = source_component
         self.source_task = source_task
         self.source_stream_id = source_stream_id
-        # (root id, this tuple's edge id) per spout tree it belongs to; empty when untracked.
-        self.anchors = anchors
         # XOR of the edge ids of tuples emitted anchored to this one.
         self.ack_val = 0
+        # Acking identity: (root id, this tuple's edge id) for each spout tree it belongs to.
+        # The first pair is kept in two slots (the common case), any others in ``_more``.
+        self._more: tuple[tuple[int, int], ...] | None = None
+        if anchors:
+            root, edge = anchors[0]
+            if len(anchors) > 1:
+                self._more = tuple(anchors[1:])
+        self._root = root
+        self._edge = edge
+
+    @property
+    def anchors(self) -> tuple[tuple[int, int], ...]:
+        """``(root id, edge id)`` per spout tree this tuple belongs to; empty when untracked."""
+        if not self._root:
+            return ()
+        first = ((self._root, self._edge),)
+        return first + self._more if self._more else first
 
     def get_value(self, i: int) -> Any:
         """The value at position ``i``."""
@@ -145,9 +164,21 @@ class Tuple:
         """The value of field ``name`` as a ``str``."""
         return self.get_string(self.fields.index(name))
 
+    def get_integer(self, i: int) -> int:
+        """The value at ``i``, as an ``int`` (it must be one; a ``bool`` or a float is not).
+
+        Like ``get_string``, this checks rather than converts: ``int("7")`` or ``int(2.9)`` would
+        silently hide an upstream bolt emitting the wrong type.
+        """
+        value = self.values[i]
+        if isinstance(value, bool) or not isinstance(value, int):
+            msg = f"value {i} of {self!r} is {type(value).__name__}, not int"
+            raise TypeError(msg)
+        return value
+
     def get_integer_by_field(self, name: str) -> int:
-        """The value of field ``name`` as an ``int``."""
-        return int(self.values[self.fields.index(name)])
+        """The value of field ``name`` as an ``int`` (it must be one)."""
+        return self.get_integer(self.fields.index(name))
 
     def contains(self, name: str) -> bool:
         """Whether the tuple has field ``name``."""

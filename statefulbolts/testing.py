@@ -2,7 +2,9 @@
 
 ``RecordingCollector`` records what a component emitted, acked, failed and reported;
 ``make_tuple``, ``make_context`` and ``checkpoint_tuple`` build the inputs; ``ManualClock`` moves
-time by hand. ``crash`` raises ``ABORT``-style failures deterministically.
+time by hand. ``RecordingStatefulBolt`` and ``RecordingState`` log hook and state calls into one
+list, and ``drive`` feeds an executor data tuples and whole checkpoint barriers (one ``$checkpoint``
+tuple from every input task), so the exact protocol sequence can be asserted.
 
 Example:
     >>> from examples.wordcount import SplitSentence
@@ -18,10 +20,11 @@ Example:
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from providers import KeyValueState
 from statefulbolts._clock import ManualClock
 from statefulbolts._collectors import Anchors, OutputCollector, SpoutOutputCollector, anchor_list
 from statefulbolts._components import Bolt, OutputFieldsDeclarer, Spout, StatefulBolt
@@ -40,7 +43,11 @@ __all__ = [
     "ManualClock",
     "RecordingCollector",
     "RecordingSpoutCollector",
+    "RecordingState",
+    "RecordingStatefulBolt",
+    "checkpoint_barrier",
     "checkpoint_tuple",
+    "drive",
     "make_context",
     "make_tuple",
 ]
@@ -172,6 +179,7 @@ def make_context(
     topology: StormTopology | None = None,
     topology_name: str = "test",
     stateful: bool = True,
+    checkpointed: bool | None = None,
     sources: dict[str, int] | None = None,
     source_fields: Sequence[str] = ("value",),
 ) -> TopologyContext:
@@ -179,14 +187,231 @@ def make_context(
 
     Without ``topology``, builds one where ``component_id`` (stateful by default) subscribes to
     ``sources`` (name -> parallelism; default one spout ``source``), so checkpoint inputs are wired
-    as the real builder does.
+    as the real builder does. ``checkpointed`` (default: same as ``stateful``) with
+    ``stateful=False`` adds a stateful bolt ``<component_id>-state`` beside the component, so the
+    component is a non-stateful bolt in a checkpointed topology: what ``CheckpointTupleForwarder``
+    runs under.
+
+    Example:
+        >>> context = make_context("split", stateful=False, checkpointed=True)
+        >>> sorted(context.topology.components)
+        ['$checkpointspout', 'source', 'split', 'split-state']
     """
+    if checkpointed is None:
+        checkpointed = stateful
+    if stateful and not checkpointed:
+        msg = "make_context: a stateful component is always checkpointed; drop checkpointed=False"
+        raise ValueError(msg)
     if topology is None:
         builder = TopologyBuilder()
         bolt: Bolt = _StatefulSink() if stateful else _Sink()
         declarer = builder.set_bolt(component_id, bolt, parallelism)
+        extra = None
+        if checkpointed and not stateful:
+            extra = builder.set_bolt(f"{component_id}-state", _StatefulSink())
         for name, n in (sources or {"source": 1}).items():
             builder.set_spout(name, _Source(Fields(list(source_fields))), n)
             declarer.shuffle_grouping(name)
+            if extra is not None:
+                extra.shuffle_grouping(name)
         topology = builder.create_topology()
     return TopologyContext(topology, topology_name, component_id, task_index)
+
+
+class RecordingStatefulBolt(StatefulBolt):
+    """A ``StatefulBolt`` that logs every hook call, in order, into ``calls``.
+
+    ``calls`` gets ``("prepare",)``, ``("init_state",)``, ``("pre_prepare", txid)``,
+    ``("pre_commit", txid)``, ``("pre_rollback",)`` and ``("execute", values)``. ``execute`` stores
+    ``values[0] -> values[1:]`` in the state (when the tuple has at least one value), emits the
+    values anchored to the input when ``emit`` is true, and acks the input. A hook named in
+    ``raise_in`` raises ``RuntimeError("<hook> failed")`` after logging itself. Pass one ``calls``
+    list to this bolt and to a ``RecordingState`` to see both in one sequence.
+
+    Example:
+        >>> from checkpoint import Action, StatefulBoltExecutor
+        >>> from providers import InMemoryKeyValueState
+        >>> calls = []
+        >>> bolt = RecordingStatefulBolt(calls)
+        >>> executor = StatefulBoltExecutor(bolt)
+        >>> context, out = make_context("count"), RecordingCollector()
+        >>> state = RecordingState(InMemoryKeyValueState("t/c-0"), calls)
+        >>> executor.prepare({}, context, out, state)
+        >>> drive(executor, context, [(Action.INITSTATE, -1), make_tuple(["a", 1])])
+        >>> drive(executor, context, [(Action.PREPARE, 0), (Action.COMMIT, 0)])
+        >>> calls  # doctest: +NORMALIZE_WHITESPACE
+        [('prepare',), ('init_state',), ('execute', ['a', 1]), ('pre_prepare', 0),
+         ('state.prepare_commit', 0), ('pre_commit', 0), ('state.commit', 0)]
+    """
+
+    def __init__(
+        self,
+        calls: list[tuple[Any, ...]] | None = None,
+        *,
+        emit: bool = False,
+        raise_in: Iterable[str] = (),
+        fields: Sequence[str] = ("value",),
+    ) -> None:
+        self.calls: list[tuple[Any, ...]] = [] if calls is None else calls
+        self.emit = emit
+        self.raise_in = frozenset(raise_in)
+        self.fields = Fields(list(fields))
+        self.state: KeyValueState | None = None
+        self.collector: OutputCollector | None = None
+
+    def _log(self, *call: Any) -> None:
+        self.calls.append(call)
+        if call[0] in self.raise_in:
+            msg = f"{call[0]} failed"
+            raise RuntimeError(msg)
+
+    def declare_output_fields(self, declarer: OutputFieldsDeclarer) -> None:
+        """Declare ``fields`` on the default stream."""
+        declarer.declare(self.fields)
+
+    def prepare(self, conf: Any, context: TopologyContext, collector: OutputCollector) -> None:
+        """Log and keep the collector."""
+        self.collector = collector
+        self._log("prepare")
+
+    def init_state(self, state: KeyValueState) -> None:
+        """Log and keep the state."""
+        self.state = state
+        self._log("init_state")
+
+    def execute(self, tuple: Tuple) -> None:  # noqa: A002 - Storm's parameter name
+        """Log, store, optionally emit anchored, and ack."""
+        self._log("execute", list(tuple.values))
+        if self.state is not None and len(tuple.values) >= 1:
+            self.state.put(tuple.values[0], list(tuple.values[1:]))
+        assert self.collector is not None  # noqa: S101 - prepare ran
+        if self.emit:
+            self.collector.emit(list(tuple.values), anchors=tuple)
+        self.collector.ack(tuple)
+
+    def pre_prepare(self, txid: int) -> None:
+        """Log."""
+        self._log("pre_prepare", txid)
+
+    def pre_commit(self, txid: int) -> None:
+        """Log."""
+        self._log("pre_commit", txid)
+
+    def pre_rollback(self) -> None:
+        """Log."""
+        self._log("pre_rollback")
+
+
+class RecordingState(KeyValueState):
+    """Wraps a ``KeyValueState`` and logs its transaction steps into ``calls``.
+
+    ``calls`` gets ``("state.prepare_commit", txid)``, ``("state.commit", txid)`` (``txid`` is
+    ``None`` for the no-argument commit) and ``("state.rollback",)``; reads and writes pass through
+    unlogged. A step named in ``raise_in`` (``"state.commit"``, ...) raises
+    ``RuntimeError("<step> failed")`` after logging itself, before reaching the wrapped state.
+
+    Example:
+        >>> from providers import InMemoryKeyValueState
+        >>> calls = []
+        >>> state = RecordingState(InMemoryKeyValueState("t/c-0"), calls)
+        >>> state.put("k", 1)
+        >>> state.prepare_commit(0)
+        >>> state.commit(0)
+        >>> calls, state.get("k")
+        ([('state.prepare_commit', 0), ('state.commit', 0)], 1)
+    """
+
+    def __init__(
+        self,
+        inner: KeyValueState,
+        calls: list[tuple[Any, ...]] | None = None,
+        *,
+        raise_in: Iterable[str] = (),
+    ) -> None:
+        self.inner = inner
+        self.calls: list[tuple[Any, ...]] = [] if calls is None else calls
+        self.raise_in = frozenset(raise_in)
+
+    def _log(self, *call: Any) -> None:
+        self.calls.append(call)
+        if call[0] in self.raise_in:
+            msg = f"{call[0]} failed"
+            raise RuntimeError(msg)
+
+    def prepare_commit(self, txid: int) -> None:
+        """Log, then prepare the wrapped state."""
+        self._log("state.prepare_commit", txid)
+        self.inner.prepare_commit(txid)
+
+    def commit(self, txid: int | None = None) -> None:
+        """Log, then commit the wrapped state."""
+        self._log("state.commit", txid)
+        self.inner.commit(txid)
+
+    def rollback(self) -> None:
+        """Log, then roll back the wrapped state."""
+        self._log("state.rollback")
+        self.inner.rollback()
+
+    def put(self, key: Any, value: Any) -> None:
+        """Pass through."""
+        self.inner.put(key, value)
+
+    def get(self, key: Any, default: Any = None) -> Any:
+        """Pass through."""
+        return self.inner.get(key, default)
+
+    def delete(self, key: Any) -> Any:
+        """Pass through."""
+        return self.inner.delete(key)
+
+    def __iter__(self) -> Iterator[tuple[Any, Any]]:
+        """Pass through."""
+        return iter(self.inner)
+
+
+def checkpoint_barrier(context: TopologyContext, action: Any, txid: int) -> list[Tuple]:
+    """A complete barrier: one ``$checkpoint`` tuple ``(txid, action)`` per input task.
+
+    The input tasks are every task that sends ``context``'s component checkpoints, in task order.
+
+    Example:
+        >>> context = make_context("count", sources={"a": 1, "b": 2})
+        >>> [(t.source_component, t.source_task) for t in checkpoint_barrier(context, "PREPARE", 0)]
+        [('$checkpointspout', 1)]
+    """
+    tasks = sorted(
+        (task, source.component_id)
+        for source in context.this_sources
+        if source.stream_id == CHECKPOINT_STREAM_ID
+        for task in context.component_tasks(source.component_id)
+    )
+    return [checkpoint_tuple(action, txid, component, task) for task, component in tasks]
+
+
+def drive(executor: Bolt, context: TopologyContext, steps: Iterable[Any]) -> None:
+    """Feed ``executor`` (already prepared with ``context``) a sequence of steps, in order.
+
+    A step is a ``Tuple`` (executed as is) or an ``(action, txid)`` pair, which delivers the
+    complete barrier of ``checkpoint_barrier(context, action, txid)``; ``action`` may be an
+    ``Action`` or its name.
+
+    Example:
+        >>> from checkpoint import CheckpointTupleForwarder
+        >>> from examples.wordcount import SplitSentence
+        >>> from statefulbolts._components import BasicBoltExecutor
+        >>> forwarder = CheckpointTupleForwarder(BasicBoltExecutor(SplitSentence()))
+        >>> context = make_context("split", stateful=False, checkpointed=True)
+        >>> out = RecordingCollector()
+        >>> forwarder.prepare({}, context, out)
+        >>> drive(forwarder, context, [make_tuple(["a b"]), ("PREPARE", 0)])
+        >>> [(e.stream, e.values) for e in out.emitted]
+        [('default', ['a']), ('default', ['b']), ('$checkpoint', [0, 'PREPARE'])]
+    """
+    for step in steps:
+        if isinstance(step, Tuple):
+            executor.execute(step)
+        else:
+            action, txid = step
+            for cp in checkpoint_barrier(context, action, txid):
+                executor.execute(cp)
