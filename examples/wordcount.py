@@ -88,7 +88,7 @@ class SplitSentence(BasicBolt):
 
 
 class WordCount(StatefulBolt):
-    """Counts words in managed state and emits ``(word, count)``."""
+    """Counts words in managed state (a sink: it emits nothing)."""
 
     def prepare(self, conf: Mapping[str, Any], context: Any, collector: Any) -> None:
         """Keep the collector."""
@@ -103,12 +103,7 @@ class WordCount(StatefulBolt):
         word = tuple.get_value(0)
         count = self.counts.get(word, 0) + 1
         self.counts.put(word, count)
-        self.collector.emit([word, count], anchors=tuple)
         self.collector.ack(tuple)
-
-    def declare_output_fields(self, declarer: Any) -> None:
-        """``(word, count)``."""
-        declarer.declare(Fields("word", "count"))
 
 
 def build(sentences: int, parallelism: int = 2, start: int = 0) -> StormTopology:

@@ -37,11 +37,15 @@ from statefulbolts._clock import Clock
 from statefulbolts._collectors import SpoutOutputCollector
 from statefulbolts._config import TopologyConfig, validate_config
 from statefulbolts._context import TopologyContext
-from statefulbolts._topology import CHECKPOINT_COMPONENT_ID, StormTopology
+from statefulbolts._topology import (
+    CHECKPOINT_COMPONENT_ID,
+    CHECKPOINT_STREAM_ID,
+    StormTopology,
+)
 from statefulbolts._tuple import DEFAULT_STREAM
 from statefulbolts.acker import IdSequence, RotatingMap
 from statefulbolts.errors import TopologyError, TopologyFailedError
-from statefulbolts.runtime._job import run_job
+from statefulbolts.runtime._job import run_flat_job, run_job
 from statefulbolts.runtime._plan import ERROR, METRICS, STATE, TUPLE, ExecutionPlan, Router
 from statefulbolts.runtime._task import TASK_ERROR_MARK, TaskEnv
 
@@ -72,11 +76,10 @@ class TransactionInfo:
 
 
 class _SpoutTask:
-    __slots__ = ("comp", "task", "spout", "router", "seq", "emitted", "live", "name", "context")
+    __slots__ = ("comp", "task", "spout", "router", "emitted", "live", "name", "context")
 
     def __init__(self, comp: int, task: int, spout: Any, router: Router, name: str) -> None:
         self.comp, self.task, self.spout, self.router, self.name = comp, task, spout, router, name
-        self.seq = 0
         self.emitted = 0
         self.live = 0
         self.context: TopologyContext | None = None
@@ -176,8 +179,9 @@ class TopologyRunner:
         self._ship_extlib()
 
         self._ids = IdSequence(random.getrandbits(62))
-        self._tracking = self.tc.ackers > 0
-        self._buffer: list[Any] = []
+        self._tracking = self.tc.tracking
+        self._batches: dict[tuple[int, int, int, int, int], tuple[list[Any], ...]] = {}
+        self._buffered = 0
         self._buffer_roots: list[int] = []
         self._roots: dict[int, _Root] = {}
         self._timeouts: RotatingMap[int, _Root] = RotatingMap(2, self._expire)
@@ -268,7 +272,7 @@ class TopologyRunner:
             return {
                 "checkpoint": str(self.cp.cur) if self.cp else None,
                 "recovering": self.cp.recovering if self.cp else False,
-                "buffered": len(self._buffer_roots),
+                "buffered": self._buffered,
                 "live_roots": len(self._roots),
                 "awaiting_commit": sum(len(v) for v in self._awaiting.values()),
                 "job": f"{self._job.action}({self._job.txid})" if self._job else None,
@@ -297,16 +301,23 @@ class TopologyRunner:
         tracked = message_id is not None and self._tracking
         root = self._ids.next() if tracked else 0
         init = 0
-        buffer = self._buffer
+        batches = self._batches
+        value = vals[0] if len(fields) == 1 else vals
         for dest, dtask in st.router.targets(st.comp, s, vals):
-            st.seq += 1
+            key = (dest, dtask, st.comp, st.task, s)
+            batch = batches.get(key)
+            if batch is None:
+                batch = batches[key] = ([], [], [])
+            batch[0].append(value)
             if tracked:
                 edge = self._ids.next()
                 init ^= edge
-                anch: tuple[tuple[int, int], ...] = ((root, edge),)
+                batch[1].append(root)
+                batch[2].append(edge)
             else:
-                anch = ()
-            buffer.append((TUPLE, dest, dtask, st.comp, st.task, s, st.seq, vals, anch))
+                batch[1].append(0)
+                batch[2].append(0)
+        self._buffered += 1
         st.emitted += 1
         if tracked and init:
             self._roots[root] = _Root(st, message_id, init)
@@ -323,7 +334,7 @@ class TopologyRunner:
 
     def _gather(self) -> int:
         """One round of ``next_tuple`` over the spout tasks; returns tuples emitted."""
-        if len(self._buffer) >= _MAX_BUFFER:
+        if self._buffered >= _MAX_BUFFER:
             return 0
         limit = self.tc.max_spout_pending or 0
         emitted = 0
@@ -425,7 +436,7 @@ class TopologyRunner:
                 return True
             idle = (
                 gathered == 0
-                and not self._buffer
+                and not self._buffered
                 and not self._roots
                 and (self.cp is None or (not self.cp.recovering and self.cp.cur.phase is TxPhase.COMMITTED))
             )
@@ -441,55 +452,79 @@ class TopologyRunner:
             due = self._last_batch_ms is None or (
                 self.clock.now_ms() - self._last_batch_ms > self.tc.checkpoint_interval_ms
             )
-            if not (self._buffer and due):
+            if not (self._buffered and due):
                 return False
             self._last_batch_ms = self.clock.now_ms()
             self._plain_txid += 1
             self._submit(self._plain_txid, None)
             return True
         needs_recovery = cp.recovering or cp.cur.phase is not TxPhase.COMMITTED
-        if not needs_recovery and not self._buffer:
+        if not needs_recovery and not self._buffered:
             return False  # nothing to checkpoint: skip empty PREPAREs
         if not cp.due():
             return False
         cp.next_tuple()
         if not self._cp_emits:
             return False
-        txid, action, records, root, init = self._cp_emits.pop()
+        txid, action = self._cp_emits.pop()
         self._cp_emits.clear()
-        self._submit(txid, action, records, root, init)
+        self._submit(txid, action)
         return True
 
-    def _submit(
-        self,
-        txid: int,
-        action: str | None,
-        cp_records: list[Any] | None = None,
-        cp_root: int | None = None,
-        cp_init: int = 0,
-    ) -> None:
+    def _checkpoint_records(self, txid: int, action: str) -> tuple[list[list[Any]], int, int]:
+        """The checkpoint tuple of a job, per first-stage slot (PREPARE) or per stateful task."""
+        plan = self.plan
+        root = self._ids.next()
+        init = 0
+        vals = [txid, action]
+        if action == Action.PREPARE.value:
+            st = self._cp_task
+            slots: list[list[Any]] = [[] for _ in plan.levels[0].slots]
+            for dest, dtask in st.router.targets(st.comp, 0, vals):
+                edge = self._ids.next()
+                init ^= edge
+                rec = (TUPLE, dest, dtask, st.comp, st.task, 0, [vals], [root], [edge], None)
+                slots[plan.key_for(-1, dest, dtask)].append(rec)
+            return slots, root, init
+        per_task: list[list[Any]] = []
+        for c, t in plan.stateful_tasks():
+            recs = []
+            for inp in self.topology.inputs(plan.component_ids[c]):
+                if inp.source.stream_id != CHECKPOINT_STREAM_ID:
+                    continue
+                src = plan.index[inp.source.component_id]
+                s = plan.checkpoint_stream[src]
+                for src_task in range(plan.parallelism[src]):
+                    edge = self._ids.next()
+                    init ^= edge
+                    recs.append((TUPLE, c, t, src, src_task, s, [vals], [root], [edge], None))
+            per_task.append(recs)
+        return per_task, root, init
+
+    def _submit(self, txid: int, action: str | None) -> None:
+        plan = self.plan
         carries_data = action in (None, Action.PREPARE.value)
         records: list[Any] = []
         roots: list[int] = []
         if carries_data:
-            records, self._buffer = self._buffer, []
+            records = [
+                (TUPLE, dest, dtask, src, stask, s, vals, roots_, edges, None)
+                for (dest, dtask, src, stask, s), (vals, roots_, edges) in self._batches.items()
+            ]
+            self._batches, self._buffered = {}, 0
             roots, self._buffer_roots = self._buffer_roots, []
             for root in roots:
                 self._roots[root].txid = txid
-        records.extend(cp_records or [])
-        job = _Job(txid, action, roots, len(roots), time.perf_counter(), cp_root, cp_init)
-        plan = self.plan
+        job = _Job(txid, action, roots, len(roots), time.perf_counter())
         if plan.depth == 0:
             future: concurrent.futures.Future[Any] = concurrent.futures.Future()
             future.set_result([({}, set(), [])])
             job.future = future
             self._job = job
             return
-        n0 = len(plan.levels[0].slots)
-        first: list[list[Any]] = [[] for _ in range(n0)]
-        key_for = plan.key_for
-        for r in records:
-            first[key_for(-1, r[1], r[2])].append(r)
+        cp_slots: list[list[Any]] = []
+        if action is not None:
+            cp_slots, job.cp_root, job.cp_init = self._checkpoint_records(txid, action)
         images: dict[str, bytes] = {}
         if self._driver_owned:
             assert isinstance(self.provider, DriverOwnedStateProvider)  # noqa: S101
@@ -502,17 +537,31 @@ class TopologyRunner:
             conf=self.conf,
             txid=txid,
             action=action,
-            ackers=self.tc.ackers,
+            ackers=self.tc.acker_partitions,
             images=images,
             provider=self.tc.state_provider,
             faults=self.faults,
         )
         description = f"{self.name} {action or 'BATCH'}({txid}) {len(roots)} tuples"
         blob = self._topology_blob
+        sc = self.sc
+        if carries_data:
+            first: list[list[Any]] = [[] for _ in plan.levels[0].slots]
+            key_for = plan.key_for
+            for r in records:
+                first[key_for(-1, r[1], r[2])].append(r)
+            for slot, recs in enumerate(cp_slots):
+                first[slot].extend(recs)
 
-        def work() -> Any:
-            self.sc.setJobDescription(description)
-            return run_job(self.sc, env, blob, first)
+            def work() -> Any:
+                sc.setJobDescription(description)
+                return run_job(sc, env, blob, first)
+
+        else:
+
+            def work() -> Any:
+                sc.setJobDescription(description)
+                return run_flat_job(sc, env, blob, cp_slots)
 
         job.future = self._pool.submit(work)
         self._job = job
@@ -547,6 +596,7 @@ class TopologyRunner:
                     emitted=m["emitted"],
                     acked=m["acked"],
                     failed=m["failed"],
+                    seconds=m["seconds"],
                 )
             elif kind == ERROR:
                 name = self.plan.component_ids[rec[1]]
@@ -704,23 +754,12 @@ class TopologyRunner:
 
 
 class _CheckpointCollector(_Collector):
-    """Always tracks: checkpoint tuples complete or fail even with ackers off (a Storm fix)."""
+    """Records the checkpoint spout's emits; the runner routes them (see ``_submit``)."""
 
     def emit(
         self, values: Sequence[Any], message_id: Any = None, stream: str = DEFAULT_STREAM
     ) -> None:
-        runner, st = self._runner, self._st
-        s = runner.plan.stream_index[st.comp][stream]
-        root = runner._ids.next()
-        init = 0
-        records = []
-        vals = list(values)
-        for dest, dtask in st.router.targets(st.comp, s, vals):
-            st.seq += 1
-            edge = runner._ids.next()
-            init ^= edge
-            records.append((TUPLE, dest, dtask, st.comp, st.task, s, st.seq, vals, ((root, edge),)))
-        runner._cp_emits.append((message_id, str(values[1]), records, root, init))
+        self._runner._cp_emits.append((int(values[0]), str(values[1])))
 
 
 def _hashable(key: Any) -> Any:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from statefulbolts.runtime._plan import ExecutionPlan
-from statefulbolts.runtime._task import TaskEnv, reduce_acks, run_slot
+from statefulbolts.runtime._task import TaskEnv, reduce_acks, run_flat, run_slot
 
 
 def _identity(key: int) -> int:
@@ -35,3 +35,19 @@ def run_job(sc: Any, env: TaskEnv, topology_blob: Any, first: list[list[Any]]) -
         rdd = rdd.partitionBy(env.ackers, _identity).mapPartitions(reduce_acks)
         return rdd.collect()
     return reduce_acks(rdd.collect())
+
+
+def run_flat_job(sc: Any, env: TaskEnv, topology_blob: Any, per_task: list[list[Any]]) -> list[Any]:
+    """A data-free checkpoint (COMMIT, ROLLBACK, INITSTATE): one stage over the stateful tasks.
+
+    Each stateful task gets the checkpoint tuple from every one of its checkpoint input tasks, as
+    if it had been forwarded down the DAG; forwarders have no state and no hooks, so skipping them
+    changes nothing but the cost (one stage instead of one per level).
+    """
+    n = len(per_task)
+    rdd = sc.parallelize([(i, per_task[i]) for i in range(n)], n)
+
+    def fn(slot: int, items: Any) -> Any:
+        return run_flat(env, topology_blob, slot, items)
+
+    return reduce_acks(rdd.mapPartitionsWithIndex(fn).collect())

@@ -29,9 +29,13 @@ from statefulbolts._topology import (
 )
 from statefulbolts._tuple import Fields
 
-# Record kinds. A tuple record is
-#   (TUPLE, dest_comp, dest_task, src_comp, src_task, stream, seq, values, anchors)
-# with component and stream indices from the plan; side records are
+# Record kinds. Tuples travel in batches, one per (source task, stream, destination task):
+#   (TUPLE, dest_comp, dest_task, src_comp, src_task, stream, values, roots, edges, more)
+# in emit order, with component and stream indices from the plan. Columns, not rows, because
+# pickling a few long lists costs a fraction of pickling many small tuples: ``values`` holds each
+# tuple's values (the bare value when the stream has one field), ``roots`` / ``edges`` its first
+# (root id, edge id) pair (0 when untracked), ``more`` maps a position to its further pairs (or is
+# None). Side records are
 #   (ACKS, {root: xor}), (FAILS, [root, ...]), (METRICS, comp, task, {...}),
 #   (STATE, namespace, changes), (ERROR, comp, task, text), (HOOKS, comp, task, [...]).
 TUPLE, ACKS, FAILS, METRICS, STATE, ERROR = range(6)
@@ -99,6 +103,7 @@ class ExecutionPlan:
         self.fields: list[list[Fields]] = [
             [s.outputs[name] for name in self.streams[i]] for i, s in enumerate(specs)
         ]
+        self.widths: list[list[int]] = [[len(f) for f in per] for per in self.fields]
         self.checkpoint_stream: list[int | None] = [
             self.stream_index[i].get(CHECKPOINT_STREAM_ID) for i in range(len(specs))
         ]
@@ -157,32 +162,61 @@ class ExecutionPlan:
         ]
 
 
-class Router:
-    """Chooses destination tasks for an emitting task, as its groupings say."""
+# Grouping codes for the hot path (enum comparisons cost an attribute lookup per emit).
+_SHUFFLE, _FIELDS, _ALL, _GLOBAL = range(4)
+_CODE = {
+    GroupingKind.SHUFFLE: _SHUFFLE,
+    GroupingKind.NONE: _SHUFFLE,
+    GroupingKind.LOCAL_OR_SHUFFLE: _SHUFFLE,
+    GroupingKind.FIELDS: _FIELDS,
+    GroupingKind.ALL: _ALL,
+    GroupingKind.GLOBAL: _GLOBAL,
+}
 
-    __slots__ = ("_routes", "_rr", "_rr_start")
+
+class Router:
+    """Chooses destination tasks for one emitting task, as its groupings say.
+
+    Shuffle-like groupings go round-robin, starting at the emitting task's index so that tasks
+    spread differently; fields grouping hashes the selected values with ``stable_hash``.
+    """
+
+    __slots__ = ("_table", "_rr")
 
     def __init__(self, plan: ExecutionPlan, comp: int, task: int) -> None:
-        self._routes = plan.routes
-        # Round-robin counters start at the emitting task's index, so tasks spread differently.
-        self._rr: dict[tuple[int, int], int] = {}
-        self._rr_start = task
+        self._table: dict[int, list[list[Any]]] = {}
+        for (c, stream), routes in plan.routes.items():
+            if c == comp:
+                # [code, dest, n_tasks, positions, round-robin counter]
+                self._table[stream] = [
+                    [_CODE[r.kind], r.dest, r.n_tasks, r.positions, task] for r in routes
+                ]
+        self._rr = task
 
     def targets(self, comp: int, stream: int, values: Sequence[Any]) -> list[tuple[int, int]]:
-        """(dest component, dest task) pairs for one emit."""
+        """(dest component, dest task) pairs for one emit of this task on ``stream``."""
         out: list[tuple[int, int]] = []
-        for route in self._routes.get((comp, stream), ()):
-            kind, n = route.kind, route.n_tasks
-            if kind is GroupingKind.FIELDS:
-                key = [values[p] for p in route.positions]
-                out.append((route.dest, stable_hash(key) % n))
-            elif kind is GroupingKind.ALL:
-                out.extend((route.dest, t) for t in range(n))
-            elif kind is GroupingKind.GLOBAL:
-                out.append((route.dest, 0))
-            else:  # shuffle, none, local-or-shuffle
-                rr_key = (stream, route.dest)
-                i = self._rr.get(rr_key, self._rr_start)
-                self._rr[rr_key] = i + 1
-                out.append((route.dest, i % n))
+        for route in self._table.get(stream, ()):
+            code, dest, n = route[0], route[1], route[2]
+            if code == _FIELDS:
+                positions = route[3]
+                if len(positions) == 1:
+                    out.append((dest, stable_hash((values[positions[0]],)) % n))
+                else:
+                    out.append((dest, stable_hash([values[p] for p in positions]) % n))
+            elif code == _SHUFFLE:
+                i = route[4]
+                route[4] = i + 1
+                out.append((dest, i % n))
+            elif code == _ALL:
+                out.extend((dest, t) for t in range(n))
+            else:
+                out.append((dest, 0))
         return out
+
+    def single_field_route(self, stream: int) -> tuple[int, int, int] | None:
+        """``(dest, position, n_tasks)`` when ``stream`` has one consumer, by one field."""
+        routes = self._table.get(stream, ())
+        if len(routes) == 1 and routes[0][0] == _FIELDS and len(routes[0][3]) == 1:
+            return routes[0][1], routes[0][3][0], routes[0][2]
+        return None

@@ -19,7 +19,7 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from statefulbolts._collectors import Anchors, OutputCollector, anchor_list
+from statefulbolts._collectors import Anchors, OutputCollector
 from statefulbolts._context import TopologyContext
 from statefulbolts._topology import ExecutorKind, StormTopology
 from statefulbolts._tuple import DEFAULT_STREAM, Tuple
@@ -34,6 +34,7 @@ from statefulbolts.runtime._plan import (
     TUPLE,
     ExecutionPlan,
     Router,
+    stable_hash,
 )
 
 TASK_ERROR_MARK = "[statefulbolts-task"
@@ -60,22 +61,41 @@ def _load_topology(blob: Any) -> StormTopology:
 
 
 class TaskCollector(OutputCollector):
-    """The raw collector of a bolt task: routes emits and keeps the XOR ledger of this task."""
+    """The raw collector of a bolt task: routes emits and keeps the XOR ledger of this task.
+
+    In a flat job (COMMIT, ROLLBACK, INITSTATE: no data, every stateful task in one stage) the
+    forwarded checkpoint goes nowhere, and a data emit is an error: there is no stage after it.
+    """
 
     def __init__(
-        self, plan: ExecutionPlan, comp: int, task: int, level: int, txid: int, name: str
+        self,
+        plan: ExecutionPlan,
+        comp: int,
+        task: int,
+        level: int,
+        txid: int,
+        name: str,
+        flat_action: str | None = None,
     ) -> None:
         self.comp, self.task, self._level = comp, task, level
         self._name = name
+        self._flat_action = flat_action
         self._streams = plan.stream_index[comp]
         self._fields = plan.fields[comp]
+        self._widths = [len(f) for f in plan.fields[comp]]
         self._router = Router(plan, comp, task)
         self._key_for = plan.key_for
         self._cp_stream = plan.checkpoint_stream[comp]
         self._base = id_base(txid, comp, task)
         self._n = 0
-        self.seq = 0
-        self.buckets: dict[int, list[Any]] = {}
+        self.batches: dict[tuple[int, int, int], list[Any]] = {}
+        # Fields grouping on one str field: remember which batch a value goes to.
+        self._memo: dict[int, tuple[int, dict[str, list[Any]], int, int]] = {}
+        for stream in range(len(self._widths)):
+            single = self._router.single_field_route(stream)
+            if single is not None:
+                dest, pos, n = single
+                self._memo[stream] = (pos, {}, dest, n)
         self.xor: dict[int, int] = {}
         self.fails: list[int] = []
         self.errors: list[str] = []
@@ -83,55 +103,118 @@ class TaskCollector(OutputCollector):
         self.acked = 0
         self.failed = 0
 
-    def emit(
-        self, values: Sequence[Any], anchors: Anchors = None, stream: str = DEFAULT_STREAM
-    ) -> None:
-        """Route one tuple to its destination tasks, with fresh edge ids per anchor."""
+    def _bad_emit(self, values: Sequence[Any], stream: str) -> TopologyError:
         s = self._streams.get(stream)
         if s is None:
             msg = (
                 f"bolt {self._name!r} task {self.task} emitted on undeclared stream {stream!r}; "
                 f"it declares {sorted(self._streams)}"
             )
-            raise TopologyError(msg)
-        if len(values) != len(self._fields[s]):
+        elif self._flat_action is not None:
+            msg = (
+                f"bolt {self._name!r} task {self.task} emitted {list(values)!r} during "
+                f"{self._flat_action}; bolts may emit only while executing tuples (not from "
+                "init_state or the pre_commit / pre_rollback hooks of a data-free checkpoint)"
+            )
+        else:
             msg = (
                 f"bolt {self._name!r} emitted {len(values)} values on stream {stream!r}, which "
-                f"declares {len(self._fields[s])} fields {self._fields[s].to_list()}"
+                f"declares {self._widths[s]} fields {self._fields[s].to_list()}"
             )
-            raise TopologyError(msg)
-        vals = list(values)
-        parents = anchor_list(anchors)
-        buckets = self.buckets
-        for dest, dtask in self._router.targets(self.comp, s, vals):
-            self.seq += 1
-            anch: tuple[tuple[int, int], ...] = ()
-            if parents:
-                roots: dict[int, int] = {}
-                for parent in parents:
-                    if parent.anchors:
-                        self._n += 1
-                        edge = hash((self._base, self._n)) or 1
-                        parent.ack_val ^= edge
-                        for root, _ in parent.anchors:
-                            roots[root] = roots.get(root, 0) ^ edge
-                anch = tuple(roots.items())
-            rec = (TUPLE, dest, dtask, self.comp, self.task, s, self.seq, vals, anch)
-            key = self._key_for(self._level, dest, dtask)
-            bucket = buckets.get(key)
-            if bucket is None:
-                buckets[key] = [rec]
-            else:
-                bucket.append(rec)
+        return TopologyError(msg)
+
+    def emit(
+        self, values: Sequence[Any], anchors: Anchors = None, stream: str = DEFAULT_STREAM
+    ) -> None:
+        """Route one tuple to its destination tasks, with fresh edge ids per anchor."""
+        s = self._streams.get(stream)
+        if s is None or len(values) != self._widths[s]:
+            raise self._bad_emit(values, stream)
+        if self._flat_action is not None:
+            if s == self._cp_stream:
+                return
+            raise self._bad_emit(values, stream)
+        memo = self._memo.get(s)
+        value = values[memo[0]] if memo is not None else None
+        if memo is not None and type(value) is str:
+            cache = memo[1]
+            batch = cache.get(value)
+            if batch is None:
+                batch = self._batch(memo[2], stable_hash((value,)) % memo[3], s)
+                if len(cache) < 100_000:
+                    cache[value] = batch
+            targets: Sequence[list[Any]] = (batch,)
+        else:
+            targets = [self._batch(d, t, s) for d, t in self._router.targets(self.comp, s, values)]
         if s != self._cp_stream:
             self.emitted += 1
+        if not targets:
+            return
+        # Single-field streams ship bare values; the receiver wraps them back in a list.
+        vals = values[0] if self._widths[s] == 1 else list(values)
+        if anchors is None:
+            parents: Sequence[Tuple] = ()
+        elif isinstance(anchors, Tuple):
+            parents = (anchors,)
+        else:
+            parents = anchors
+        base = self._base
+        for batch in targets:
+            root = edge = 0
+            more: tuple[tuple[int, int], ...] | None = None
+            if len(parents) == 1 and parents[0]._more is None:
+                parent = parents[0]
+                if parent._root:
+                    self._n += 1
+                    edge = hash((base, self._n)) or 1
+                    parent.ack_val ^= edge
+                    root = parent._root
+            elif parents:
+                roots: dict[int, int] = {}
+                for parent in parents:
+                    if parent._root:
+                        self._n += 1
+                        e = hash((base, self._n)) or 1
+                        parent.ack_val ^= e
+                        for r, _ in parent.anchors:
+                            roots[r] = roots.get(r, 0) ^ e
+                if roots:
+                    pairs = list(roots.items())
+                    root, edge = pairs[0]
+                    if len(pairs) > 1:
+                        more = tuple(pairs[1:])
+            if more is not None:
+                if batch[3] is None:
+                    batch[3] = {}
+                batch[3][len(batch[0])] = more
+            batch[0].append(vals)
+            batch[1].append(root)
+            batch[2].append(edge)
+
+    def _batch(self, dest: int, dtask: int, stream: int) -> list[Any]:
+        key = (dest, dtask, stream)
+        batch = self.batches.get(key)
+        if batch is None:
+            batch = self.batches[key] = [[], [], [], None]
+        return batch
+
+    def records(self) -> Iterator[tuple[int, Any]]:
+        """``(next-stage key, batch record)`` for everything emitted."""
+        comp, task, level, key_for = self.comp, self.task, self._level, self._key_for
+        for (dest, dtask, s), (vals, roots, edges, more) in self.batches.items():
+            rec = (TUPLE, dest, dtask, comp, task, s, vals, roots, edges, more)
+            yield key_for(level, dest, dtask), rec
 
     def ack(self, tuple_: Tuple) -> None:
         """XOR the tuple's id and the ids of its children into each of its roots."""
-        xor = self.xor
-        extra = tuple_.ack_val
-        for root, edge in tuple_.anchors:
-            xor[root] = xor.get(root, 0) ^ edge ^ extra
+        root = tuple_._root
+        if root:
+            xor = self.xor
+            extra = tuple_.ack_val
+            xor[root] = xor.get(root, 0) ^ tuple_._edge ^ extra
+            if tuple_._more:
+                for r, e in tuple_._more:
+                    xor[r] = xor.get(r, 0) ^ e ^ extra
         if tuple_.source_stream_id != "$checkpoint":
             self.acked += 1
 
@@ -147,12 +230,9 @@ class TaskCollector(OutputCollector):
         self.errors.append(text)
 
 
-def _ordered(groups: dict[tuple[int, int], list[Any]]) -> Iterator[Any]:
-    for key in sorted(groups):
-        recs = groups[key]
-        if any(recs[i][6] > recs[i + 1][6] for i in range(len(recs) - 1)):
-            recs.sort(key=lambda r: r[6])
-        yield from recs
+def _ordered(batches: list[Any]) -> list[Any]:
+    """Batches by (source component, source task, stream): a deterministic delivery order."""
+    return sorted(batches, key=lambda r: (r[3], r[4], r[5]))
 
 
 def _make_bolt(env: TaskEnv, topology: StormTopology, comp: int) -> Any:
@@ -173,14 +253,40 @@ def run_slot(
     env: TaskEnv, topology_blob: Any, level: int, slot: int, items: Iterable[Any]
 ) -> Iterator[tuple[int, list[Any]]]:
     """Run the bolt task in ``slot`` of ``level`` over its records; yield keyed output."""
-    started = time.perf_counter()
     plan = env.plan
     comp, task = plan.levels[level].slots[slot]
-    name = plan.component_ids[comp]
     final = level == plan.depth - 1
     n_next = max(env.ackers, 1) if final else len(plan.levels[level + 1].slots)
+    return _run_task(env, topology_blob, comp, task, level, slot, final, n_next, items, None)
 
-    groups: dict[tuple[int, int], list[Any]] = {}
+
+def run_flat(
+    env: TaskEnv, topology_blob: Any, slot: int, items: Iterable[Any]
+) -> Iterator[tuple[int, list[Any]]]:
+    """Run stateful task ``slot`` of a flat (data-free) checkpoint job."""
+    comp, task = env.plan.stateful_tasks()[slot]
+    return _run_task(
+        env, topology_blob, comp, task, -1, slot, True, 1, items, env.action or "checkpoint"
+    )
+
+
+def _run_task(
+    env: TaskEnv,
+    topology_blob: Any,
+    comp: int,
+    task: int,
+    level: int,
+    slot: int,
+    final: bool,
+    n_next: int,
+    items: Iterable[Any],
+    flat_action: str | None,
+) -> Iterator[tuple[int, list[Any]]]:
+    started = time.perf_counter()
+    plan = env.plan
+    name = plan.component_ids[comp]
+
+    batches: list[Any] = []
     checkpoints: list[Any] = []
     carry: list[Any] = []
     acks: dict[int, int] = {}
@@ -195,11 +301,7 @@ def run_slot(
                     if r[5] == cp_streams[r[3]]:
                         checkpoints.append(r)
                     else:
-                        group = groups.get((r[3], r[4]))
-                        if group is None:
-                            groups[(r[3], r[4])] = [r]
-                        else:
-                            group.append(r)
+                        batches.append(r)
                 else:
                     carry.append(r)
             elif kind == ACKS:
@@ -212,7 +314,7 @@ def run_slot(
 
     topology = _load_topology(topology_blob)
     context = TopologyContext(topology, env.topology_name, name, task)
-    collector = TaskCollector(plan, comp, task, level, env.txid, name)
+    collector = TaskCollector(plan, comp, task, level, env.txid, name, flat_action)
     namespace = context.state_namespace()
     stateful = plan.executor[comp] is ExecutorKind.STATEFUL
     provider = None
@@ -224,25 +326,37 @@ def run_slot(
 
             provider = get_provider(env.conf)
             provider.import_image(namespace, env.images[namespace])  # type: ignore[attr-defined]
-        if env.faults is not None:
-            env.faults.on_task_start(env, name, task)
+        faults = env.faults
+        if faults is not None:
+            faults.on_task_start(env, name, task)
         bolt.prepare(env.conf, context, collector)
         if stateful:
             bolt.initialize()
-        fields, comp_ids, task_ids, streams = plan.fields, plan.component_ids, plan.task_ids, plan.streams
+        fields, comp_ids, streams = plan.fields, plan.component_ids, plan.streams
+        task_ids = plan.task_ids
+        # Data goes straight to the user's bolt when the wrapper would just pass it on.
         execute = bolt.execute
-        faults = env.faults
-        for r in _ordered(groups):
+        if plan.executor[comp] is not ExecutorKind.PLAIN and (not stateful or bolt.initialized):
+            execute = bolt.bolt.execute
+        widths = plan.widths
+        for r in _ordered(batches):
             src, s = r[3], r[5]
-            t = Tuple(r[7], fields[src][s], comp_ids[src], task_ids[src][r[4]], streams[src][s], r[8])
-            if faults is not None:
-                faults.on_tuple(env, name, task, executed, t)
-            execute(t)
-            executed += 1
-        for r in sorted(checkpoints, key=lambda r: (r[3], r[4])):
+            f, cid, tid, sid = fields[src][s], comp_ids[src], task_ids[src][r[4]], streams[src][s]
+            more = r[9]
+            single = widths[src][s] == 1
+            for i, (vals, root, edge) in enumerate(zip(r[6], r[7], r[8], strict=True)):
+                t = Tuple([vals] if single else vals, f, cid, tid, sid, (), root, edge)
+                if more is not None and i in more:
+                    t._more = more[i]
+                if faults is not None:
+                    faults.on_tuple(env, name, task, executed, t)
+                execute(t)
+                executed += 1
+        for r in _ordered(checkpoints):
             src, s = r[3], r[5]
-            t = Tuple(r[7], fields[src][s], comp_ids[src], task_ids[src][r[4]], streams[src][s], r[8])
-            execute(t)
+            f, cid, tid, sid = fields[src][s], comp_ids[src], task_ids[src][r[4]], streams[src][s]
+            for vals, root, edge in zip(r[6], r[7], r[8], strict=True):
+                bolt.execute(Tuple(vals, f, cid, tid, sid, (), root, edge))
         if stateful and env.action == "PREPARE":
             bolt.release_prepared_acks()
         bolt.cleanup()
@@ -256,13 +370,22 @@ def run_slot(
             msg, component=name, task=context.this_task_id, txid=env.txid, cause=repr(exc)
         ) from exc
 
-    out = collector.buckets
-    key_for = plan.key_for
-    for r in carry:
-        key = key_for(level, r[1], r[2])
-        out.setdefault(key, []).append(r)
-    for root, x in collector.xor.items():
-        acks[root] = acks.get(root, 0) ^ x
+    out: dict[int, list[Any]] = {}
+    for key, rec in collector.records():
+        bucket = out.get(key)
+        if bucket is None:
+            out[key] = [rec]
+        else:
+            bucket.append(rec)
+    if carry:
+        key_for = plan.key_for
+        for r in carry:
+            out.setdefault(key_for(level, r[1], r[2]), []).append(r)
+    if acks:
+        for root, x in collector.xor.items():
+            acks[root] = acks.get(root, 0) ^ x
+    else:
+        acks = collector.xor
     fails.extend(collector.fails)
     if provider is not None:
         changes = provider.take_changes(namespace)  # type: ignore[attr-defined]
