@@ -2,7 +2,7 @@
 
     python bench/wordcount.py --json                 # 1,000,000 words, in-memory state
     python bench/wordcount.py --words 200000
-    python bench/wordcount.py --provider redis --json  # adds a Redis-backed run (starts redis-server)
+    python bench/wordcount.py --provider redis --json  # adds a Redis run (starts redis-server)
 
 Both sides run on the same local[2] SparkSession after a warm-up, over the same sentences. The
 figure that matters is ``ratio`` = framework words/s / baseline words/s.
@@ -140,7 +140,9 @@ def main(argv: list[str] | None = None) -> int:
         "master": sc.master,
         "interval_ms": args.interval,
         "runs": runs,
-        "ratio_memory_vs_baseline": round(runs["memory"]["words_per_sec"] / runs["baseline"]["words_per_sec"], 3),
+        "ratio_memory_vs_baseline": round(
+            runs["memory"]["words_per_sec"] / runs["baseline"]["words_per_sec"], 3
+        ),
     }
     if "redis" in runs:
         result["ratio_redis_vs_memory"] = round(
@@ -151,7 +153,10 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(result, indent=2))
     else:
         for name, run in runs.items():
-            print(f"{name:>9}: {run['seconds']:7.2f}s  {run['words_per_sec']:>9} words/s  exact={run['exact']}")
+            print(
+                f"{name:>9}: {run['seconds']:7.2f}s  {run['words_per_sec']:>9} words/s  "
+                f"exact={run['exact']}"
+            )
         print(f"ratio memory/baseline: {result['ratio_memory_vs_baseline']}")
         if "ratio_redis_vs_memory" in result:
             print(f"ratio redis/memory:    {result['ratio_redis_vs_memory']}")

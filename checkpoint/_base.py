@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import logging
 from abc import abstractmethod
+from collections.abc import Mapping
+from typing import Any
 
 from checkpoint._state import Action
 from statefulbolts._collectors import OutputCollector
@@ -104,6 +106,6 @@ class BaseStatefulBoltExecutor(Bolt):
         """Clean up the wrapped bolt."""
         self.bolt.cleanup()
 
-    def get_component_configuration(self):  # type: ignore[no-untyped-def]  # noqa: ANN201
+    def get_component_configuration(self) -> Mapping[str, Any] | None:
         """Delegate to the wrapped bolt."""
         return self.bolt.get_component_configuration()

@@ -65,7 +65,7 @@ class StatefulBoltExecutor(BaseStatefulBoltExecutor):
         collector: OutputCollector,
         state: KeyValueState | None = None,
     ) -> None:
-        """Get the state (namespace ``<topology>/<component>-<task index>``) and prepare the bolt."""
+        """Get the state (namespace ``<topology>/<component>-<task index>``); prepare the bolt."""
         if state is None:
             made = StateFactory.get_state(context.state_namespace(), conf, context)
             if not isinstance(made, KeyValueState):

@@ -115,6 +115,11 @@ def build(sentences: int, parallelism: int = 2, start: int = 0) -> StormTopology
     return builder.create_topology()
 
 
+def topology() -> StormTopology:
+    """The default word count (2,000 sentences), for ``statefulbolts run examples.wordcount:topology``."""
+    return build(2000)
+
+
 def expected_counts(sentences: int, start: int = 0) -> collections.Counter[str]:
     """The counts a plain Python loop gets for the same sentences."""
     counts: collections.Counter[str] = collections.Counter()
@@ -125,8 +130,12 @@ def expected_counts(sentences: int, start: int = 0) -> collections.Counter[str]:
 
 def main(argv: list[str] | None = None) -> int:
     """Run the word count and check it."""
-    parser = argparse.ArgumentParser(prog="python -m examples.wordcount", description=__doc__.split("\n")[0])
-    parser.add_argument("--sentences", type=int, default=2000, help="sentences to count (default 2000)")
+    parser = argparse.ArgumentParser(
+        prog="python -m examples.wordcount", description=__doc__.split("\n")[0]
+    )
+    parser.add_argument(
+        "--sentences", type=int, default=2000, help="sentences to count (default 2000)"
+    )
     parser.add_argument("--master", default="local[2]", help="Spark master (default local[2])")
     parser.add_argument("--parallelism", type=int, default=2, help="tasks per bolt (default 2)")
     parser.add_argument("--conf", help="JSON or YAML file of topology config keys")
@@ -178,14 +187,20 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         print(json.dumps(result, indent=2))
     else:
-        print(f"\ncounted {result['words']} words ({result['distinct_words']} distinct) "
-              f"from {args.sentences} sentences in {seconds:.1f}s over "
-              f"{result['transactions']} transactions")
+        print(
+            f"\ncounted {result['words']} words ({result['distinct_words']} distinct) "
+            f"from {args.sentences} sentences in {seconds:.1f}s over "
+            f"{result['transactions']} transactions"
+        )
         width = max((len(w) for w, _ in top), default=4)
         for word, count in top:
             print(f"  {word:<{width}}  {count}")
-        print("check against a plain Python count:", "exact" if not mismatched else
-              f"MISMATCH in {len(mismatched)} words, e.g. {mismatched[:5]}")
+        print(
+            "check against a plain Python count:",
+            "exact"
+            if not mismatched
+            else f"MISMATCH in {len(mismatched)} words, e.g. {mismatched[:5]}",
+        )
     return 0 if not mismatched else 1
 
 

@@ -80,8 +80,8 @@ class DriverOwnedStateProvider(StateProvider):
     Tasks run in other processes, so the runtime ships each task the image of its namespace
     before the task runs (``export_image`` on the driver, ``import_image`` in the task) and brings
     back what the task's state did to it (``take_changes`` in the task, ``apply_changes`` on the
-    driver) once the whole transaction has succeeded. Providers backed by a shared store (Redis, a file) do not
-    implement this: their tasks talk to the store directly.
+    driver) once the whole transaction has succeeded. Providers backed by a shared store (Redis,
+    a file) do not implement this: their tasks talk to the store directly.
     """
 
     driver_owned: ClassVar[bool] = True

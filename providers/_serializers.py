@@ -8,6 +8,7 @@ pydantic models): the decoded plain value is handed to the class.
 from __future__ import annotations
 
 import dataclasses
+import functools
 from typing import Any, Protocol, runtime_checkable
 
 import msgpack
@@ -52,6 +53,9 @@ class MsgpackSerializer:
     def __init__(self, cls: type | None = None) -> None:
         self._cls = cls
         self._packer = msgpack.Packer(default=_to_plain, use_bin_type=True)
+        if cls is None:
+            # No class to rebuild: decode straight through msgpack (no Python frame per value).
+            self.deserialize = _UNPACK  # type: ignore[method-assign]
 
     def serialize(self, obj: Any) -> bytes:
         """Encode ``obj``; ``StateSerializationError`` names its type when msgpack cannot."""
@@ -71,6 +75,9 @@ class MsgpackSerializer:
 
     def __reduce__(self) -> tuple[Any, ...]:
         return (MsgpackSerializer, (self._cls,))
+
+
+_UNPACK = functools.partial(msgpack.unpackb, raw=False, strict_map_key=False, use_list=True)
 
 
 def _restore(cls: type | None, obj: Any) -> Any:

@@ -35,9 +35,7 @@ class TopologyConfig(BaseModel):
     state_provider_config: str | dict[str, Any] | None = Field(
         None, alias="topology.state.provider.config"
     )
-    checkpoint_interval_ms: int = Field(
-        1000, gt=0, alias="topology.state.checkpoint.interval.ms"
-    )
+    checkpoint_interval_ms: int = Field(1000, gt=0, alias="topology.state.checkpoint.interval.ms")
     message_timeout_secs: float = Field(30, gt=0, alias="topology.message.timeout.secs")
     acker_executors: int | None = Field(None, ge=0, alias="topology.acker.executors")
     max_spout_pending: int | None = Field(None, ge=0, alias="topology.max.spout.pending")

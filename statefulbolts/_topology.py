@@ -171,7 +171,9 @@ class StormTopology:
         done: set[str] = set(self.spouts)
         pending = sorted(self.bolts)
         while pending:
-            ready = [b for b in pending if all(i.source.component_id in done for i in self.inputs(b))]
+            ready = [
+                b for b in pending if all(i.source.component_id in done for i in self.inputs(b))
+            ]
             for b in ready:
                 order.append(b)
                 done.add(b)
@@ -203,7 +205,10 @@ class _Declarer:
         return self._add(component_id, stream_id, Grouping(GroupingKind.SHUFFLE))
 
     def fields_grouping(
-        self, component_id: str, fields: Fields | Iterable[str] | str, stream_id: str = DEFAULT_STREAM
+        self,
+        component_id: str,
+        fields: Fields | Iterable[str] | str,
+        stream_id: str = DEFAULT_STREAM,
     ) -> _Declarer:
         """Tuples with equal values of ``fields`` go to the same task."""
         names = [fields] if isinstance(fields, str) else list(fields)
@@ -241,7 +246,10 @@ def _check_id(component_id: Any, taken: Mapping[str, Any]) -> None:
         msg = f"component id must be a non-empty string, got {component_id!r}"
         raise TopologyError(msg)
     if component_id.startswith(("$", "__")):
-        msg = f"component id {component_id!r} is reserved: ids starting with '$' or '__' are system ids"
+        msg = (
+            f"component id {component_id!r} is reserved: ids starting with '$' or '__' are "
+            "system ids"
+        )
         raise TopologyError(msg)
     if "/" in component_id:
         msg = f"component id {component_id!r} may not contain '/' (it is part of state namespaces)"

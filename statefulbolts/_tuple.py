@@ -22,8 +22,9 @@ class Fields:
     __slots__ = ("_names", "_index")
 
     def __init__(self, *names: str | Iterable[str]) -> None:
-        if len(names) == 1 and not isinstance(names[0], str):
-            flat = list(names[0])
+        first = names[0] if len(names) == 1 else None
+        if first is not None and not isinstance(first, str):
+            flat: list[Any] = list(first)
         else:
             flat = list(names)
         for name in flat:

@@ -30,7 +30,9 @@ def mix64(x: int) -> int:
 
 def id_base(txid: int, component_index: int, task_index: int, salt: int = 0) -> int:
     """A per-(transaction, task) base from which ``IdSequence`` draws ids."""
-    return mix64(mix64(mix64(txid + 0x9E3779B97F4A7C15) ^ component_index) ^ (task_index << 20) ^ salt)
+    return mix64(
+        mix64(mix64(txid + 0x9E3779B97F4A7C15) ^ component_index) ^ (task_index << 20) ^ salt
+    )
 
 
 class IdSequence:
@@ -65,9 +67,7 @@ class RotatingMap(Generic[K, V]):
         ['a']
     """
 
-    def __init__(
-        self, num_buckets: int = 3, expire: Callable[[K, V], Any] | None = None
-    ) -> None:
+    def __init__(self, num_buckets: int = 3, expire: Callable[[K, V], Any] | None = None) -> None:
         if num_buckets < 2:
             msg = f"num_buckets must be >= 2, got {num_buckets}"
             raise ValueError(msg)

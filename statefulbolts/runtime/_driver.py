@@ -52,6 +52,8 @@ from statefulbolts.runtime._task import TASK_ERROR_MARK, TaskEnv
 log = logging.getLogger(__name__)
 
 _MAX_BUFFER = 2_000_000
+# extlib folders already shipped, per SparkContext: (folder, newest mtime).
+_SHIPPED_EXTLIB: dict[int, set[tuple[str, int]]] = {}
 _TASK_ERROR = re.compile(
     re.escape(TASK_ERROR_MARK) + r" component='([^']*)' task=(\d+) txid=(-?\d+)\] ([^\n]*)"
 )
@@ -438,7 +440,10 @@ class TopologyRunner:
                 gathered == 0
                 and not self._buffered
                 and not self._roots
-                and (self.cp is None or (not self.cp.recovering and self.cp.cur.phase is TxPhase.COMMITTED))
+                and (
+                    self.cp is None
+                    or (not self.cp.recovering and self.cp.cur.phase is TxPhase.COMMITTED)
+                )
             )
             if idle:
                 self._idle.set()
@@ -668,7 +673,9 @@ class TopologyRunner:
         if self.cp is not None and job.cp_root is not None:
             self.cp.fail(job.txid)
         self._record(
-            TransactionInfo(job.txid, job.action, job.tuples, seconds, False, 0, len(job.roots), cause)
+            TransactionInfo(
+                job.txid, job.action, job.tuples, seconds, False, 0, len(job.roots), cause
+            )
         )
         self._count_failure(job, cause, component, task)
 
@@ -739,10 +746,13 @@ class TopologyRunner:
 
         from providers import add_extlib_to_path
 
+        shipped = _SHIPPED_EXTLIB.setdefault(id(self.sc), set())
         for folder in add_extlib_to_path(self.conf):
             files = [p for p in folder.rglob("*.py") if "__pycache__" not in p.parts]
-            if not files:
+            stamp = (str(folder), max((p.stat().st_mtime_ns for p in files), default=0))
+            if not files or stamp in shipped:
                 continue
+            shipped.add(stamp)
             with tempfile.NamedTemporaryFile(
                 prefix=f"extlib-{folder.name}-", suffix=".zip", delete=False
             ) as tmp:

@@ -124,9 +124,7 @@ class ExecutionPlan:
                 for t in range(self.parallelism[c])
             )
             self.levels.append(Level(lv, slots))
-        self._slot_of = [
-            {pair: s for s, pair in enumerate(level.slots)} for level in self.levels
-        ]
+        self._slot_of = [{pair: s for s, pair in enumerate(level.slots)} for level in self.levels]
 
         self.routes: dict[tuple[int, int], tuple[Route, ...]] = {}
         for c, spec in enumerate(specs):

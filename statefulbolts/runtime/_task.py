@@ -344,6 +344,16 @@ def _run_task(
             f, cid, tid, sid = fields[src][s], comp_ids[src], task_ids[src][r[4]], streams[src][s]
             more = r[9]
             single = widths[src][s] == 1
+            if more is None and faults is None:
+                # The hot loop: no multi-anchored tuples, no fault injection.
+                if single:
+                    for vals, root, edge in zip(r[6], r[7], r[8], strict=True):
+                        execute(Tuple([vals], f, cid, tid, sid, (), root, edge))
+                else:
+                    for vals, root, edge in zip(r[6], r[7], r[8], strict=True):
+                        execute(Tuple(vals, f, cid, tid, sid, (), root, edge))
+                executed += len(r[6])
+                continue
             for i, (vals, root, edge) in enumerate(zip(r[6], r[7], r[8], strict=True)):
                 t = Tuple([vals] if single else vals, f, cid, tid, sid, (), root, edge)
                 if more is not None and i in more:
