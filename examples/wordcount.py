@@ -116,7 +116,7 @@ def build(sentences: int, parallelism: int = 2, start: int = 0) -> StormTopology
 
 
 def topology() -> StormTopology:
-    """The default word count (2,000 sentences), for ``statefulbolts run examples.wordcount:topology``."""
+    """The default word count (2,000 sentences), for ``statefulbolts run``."""
     return build(2000)
 
 

@@ -45,6 +45,7 @@ class TopologyConfig(BaseModel):
     extlib_dir: str | None = Field(None, alias="topology.state.extlib.dir")
     debug: bool = Field(False, alias="topology.debug")
     name: str | None = Field(None, alias="topology.name")
+    faults: str | dict[str, Any] | None = Field(None, alias="topology.faults")
 
     @property
     def tracking(self) -> bool:
@@ -84,6 +85,8 @@ class Config(dict[str, Any]):
     TOPOLOGY_SPARK_TASK_MAX_FAILURES = "topology.spark.task.max.failures"
     TOPOLOGY_STATE_EXTLIB_DIR = "topology.state.extlib.dir"
     TOPOLOGY_DEBUG = "topology.debug"
+    TOPOLOGY_NAME = "topology.name"
+    TOPOLOGY_FAULTS = "topology.faults"
 
     def set_num_ackers(self, n: int) -> None:
         """``topology.acker.executors``; 0 turns tuple tracking off."""

@@ -33,6 +33,7 @@ from typing import Any
 
 from checkpoint import Action, CheckpointSpout, TxPhase
 from providers import DriverOwnedStateProvider, KeyValueState, StateFactory, get_provider
+from recovery.faults import FaultPlan, KillPoint
 from statefulbolts._clock import Clock
 from statefulbolts._collectors import SpoutOutputCollector
 from statefulbolts._config import TopologyConfig, validate_config
@@ -165,7 +166,7 @@ class TopologyRunner:
         self.sc = spark.sparkContext
         self.clock = clock or Clock()
         self.on_transaction = on_transaction
-        self.faults = faults
+        self.faults = faults if faults is not None else FaultPlan.from_conf(self.conf)
         self.stats = _Stats()
         self.provider = get_provider(self.conf) if topology.has_stateful_bolt else None
         self._driver_owned = isinstance(self.provider, DriverOwnedStateProvider)
@@ -633,14 +634,22 @@ class TopologyRunner:
             else:
                 self._timeouts.put(root, r)  # incomplete: it fails when the timeout runs out
 
+        faults = self.faults
+        is_prepare = job.action == Action.PREPARE.value
         if self.cp is not None:
             if cp_ok:
+                if faults is not None and is_prepare:
+                    faults.on_driver(KillPoint.AFTER_PREPARE, job.txid)
                 self.cp.ack(job.txid)
+                if faults is not None and is_prepare:
+                    faults.on_driver(KillPoint.AFTER_COMMITTING_SAVED, job.txid)
             else:
                 self.cp.fail(job.txid)
         if cp_ok:
             if job.action == Action.COMMIT.value:
                 self._consecutive_failures = 0
+                if faults is not None:
+                    faults.on_driver(KillPoint.AFTER_COMMITTED, job.txid)
                 for root in self._awaiting.pop(job.txid, []):
                     self._settle_ack(root)
             elif job.action == Action.ROLLBACK.value:

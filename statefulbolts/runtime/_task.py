@@ -327,8 +327,11 @@ def _run_task(
             provider = get_provider(env.conf)
             provider.import_image(namespace, env.images[namespace])  # type: ignore[attr-defined]
         faults = env.faults
+        attempt = 0
         if faults is not None:
-            faults.on_task_start(env, name, task)
+            from statefulbolts.runtime._spark import task_attempt
+
+            attempt = task_attempt()
         bolt.prepare(env.conf, context, collector)
         if stateful:
             bolt.initialize()
@@ -359,7 +362,7 @@ def _run_task(
                 if more is not None and i in more:
                     t._more = more[i]
                 if faults is not None:
-                    faults.on_tuple(env, name, task, executed, t)
+                    faults.on_tuple(name, task, env.txid, attempt, executed)
                 execute(t)
                 executed += 1
         for r in _ordered(checkpoints):
@@ -369,6 +372,8 @@ def _run_task(
                 bolt.execute(Tuple(vals, f, cid, tid, sid, (), root, edge))
         if stateful and env.action == "PREPARE":
             bolt.release_prepared_acks()
+        if stateful and faults is not None and env.action == "COMMIT":
+            faults.on_task_committed(name, task, env.txid)
         bolt.cleanup()
     except Exception as exc:
         user = topology.component(name).user_class

@@ -1,0 +1,140 @@
+"""Deterministic fault injection, configured by ``topology.faults``, for tests and demos.
+
+Real failures, not simulated return values: a crash is ``os._exit`` of the Python worker (Spark
+sees the worker die and retries the task), an error is an exception raised from the bolt's task,
+a driver kill is ``os._exit`` of the driver process at a named point of the checkpoint protocol.
+
+``topology.faults`` is a dict (or its JSON)::
+
+    {
+      "tasks": [
+        {"component": "count", "task": 0, "at_tuple": 5, "kind": "crash", "attempts": "first"},
+        {"component": "split", "task": 1, "at_tuple": 0, "kind": "raise", "attempts": "every",
+         "txid": 3}
+      ],
+      "driver": {"point": "after-committing-saved", "txid": 2}
+    }
+
+Task faults fire when the task has executed ``at_tuple`` data tuples (0: before the first), in
+transaction ``txid`` if given (else any), on the first Spark attempt of the task only
+(``"first"``: Spark's retry then succeeds) or on every attempt (``"every"``: a poison tuple).
+Driver kill points (``KillPoint``) name where in the protocol the driver dies.
+"""
+
+from __future__ import annotations
+
+import enum
+import json
+import logging
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from statefulbolts.errors import ConfigError
+
+log = logging.getLogger(__name__)
+
+FAULTS_KEY = "topology.faults"
+KILLED_EXIT_CODE = 137
+
+
+class InjectedFault(RuntimeError):  # noqa: N818 - it is the fault itself, not an error report
+    """What a ``"raise"`` task fault raises."""
+
+
+class KillPoint(enum.Enum):
+    """Where in the checkpoint protocol a driver kill happens."""
+
+    AFTER_PREPARE = "after-prepare"  # PREPARE(t) succeeded everywhere, COMMITTING(t) not saved
+    AFTER_COMMITTING_SAVED = "after-committing-saved"  # COMMITTING(t) saved, no task committed
+    MID_COMMIT = "mid-commit"  # some tasks committed t, COMMITTED(t) not saved
+    AFTER_COMMITTED = "after-committed"  # COMMITTED(t) saved, spout acks not yet delivered
+
+
+@dataclass(frozen=True)
+class TaskFault:
+    """One fault in one task."""
+
+    component: str
+    task: int
+    at_tuple: int = 0
+    kind: str = "crash"
+    attempts: str = "first"
+    txid: int | None = None
+
+    def matches(self, component: str, task: int, txid: int, attempt: int, n: int) -> bool:
+        """Whether this fault fires for the n-th tuple of this task attempt."""
+        return (
+            self.component == component
+            and self.task == task
+            and self.at_tuple == n
+            and (self.txid is None or self.txid == txid)
+            and (self.attempts == "every" or attempt == 0)
+        )
+
+
+@dataclass(frozen=True)
+class FaultPlan:
+    """Every fault of a run; shipped to the tasks with each job."""
+
+    tasks: tuple[TaskFault, ...] = ()
+    driver_point: KillPoint | None = None
+    driver_txid: int | None = None
+    driver_pid: int | None = None
+
+    @classmethod
+    def from_conf(cls, conf: Mapping[str, Any]) -> FaultPlan | None:
+        """Read ``topology.faults``; ``None`` when absent."""
+        raw = conf.get(FAULTS_KEY)
+        if raw is None:
+            return None
+        try:
+            data = json.loads(raw) if isinstance(raw, str) else dict(raw)
+            tasks = tuple(TaskFault(**t) for t in data.get("tasks", ()))
+            for t in tasks:
+                if t.kind not in ("crash", "raise") or t.attempts not in ("first", "every"):
+                    msg = f"kind must be crash|raise and attempts first|every, got {t}"
+                    raise ValueError(msg)
+            driver = data.get("driver") or {}
+            point = KillPoint(driver["point"]) if driver.get("point") else None
+            txid = driver.get("txid")
+        except (TypeError, ValueError, KeyError) as exc:
+            allowed = [p.value for p in KillPoint]
+            msg = (
+                f"{FAULTS_KEY}: {exc}; expected {{'tasks': [{{component, task, at_tuple, kind, "
+                f"attempts, txid}}], 'driver': {{'point': one of {allowed}, 'txid': int}}}}"
+            )
+            raise ConfigError(msg) from exc
+        return cls(tasks, point, txid, os.getpid())
+
+    # ---------------------------------------------------------------- task side
+    def on_tuple(self, component: str, task: int, txid: int, attempt: int, n: int) -> None:
+        """Called in the task before it executes its n-th data tuple (and once with n = 0)."""
+        for fault in self.tasks:
+            if fault.matches(component, task, txid, attempt, n):
+                log.warning("injected %s in %s task %s at tuple %s", fault.kind, component, task, n)
+                if fault.kind == "crash":
+                    os._exit(1)
+                msg = f"injected fault in {component} task {task} at tuple {n} (txid {txid})"
+                raise InjectedFault(msg)
+
+    def on_task_committed(self, component: str, task: int, txid: int) -> None:
+        """Called in a task right after its state committed ``txid``: the mid-commit kill."""
+        if (
+            self.driver_point is KillPoint.MID_COMMIT
+            and self.driver_pid is not None
+            and (self.driver_txid is None or self.driver_txid == txid)
+        ):
+            import signal
+
+            log.warning("killing the driver (pid %s) mid-commit of txid %s", self.driver_pid, txid)
+            os.kill(self.driver_pid, signal.SIGKILL)
+
+    # ---------------------------------------------------------------- driver side
+    def on_driver(self, point: KillPoint, txid: int) -> None:
+        """Called by the driver at each kill point; exits the process when it matches."""
+        if self.driver_point is point and (self.driver_txid is None or self.driver_txid == txid):
+            log.warning("injected driver kill at %s (txid %s)", point.value, txid)
+            logging.shutdown()
+            os._exit(KILLED_EXIT_CODE)
