@@ -46,6 +46,9 @@ class TopologyConfig(BaseModel):
     debug: bool = Field(False, alias="topology.debug")
     name: str | None = Field(None, alias="topology.name")
     faults: str | dict[str, Any] | None = Field(None, alias="topology.faults")
+    state_backend_timeout_secs: float = Field(
+        300, gt=0, alias="topology.state.backend.timeout.secs"
+    )
 
     @property
     def tracking(self) -> bool:
@@ -87,6 +90,7 @@ class Config(dict[str, Any]):
     TOPOLOGY_DEBUG = "topology.debug"
     TOPOLOGY_NAME = "topology.name"
     TOPOLOGY_FAULTS = "topology.faults"
+    TOPOLOGY_STATE_BACKEND_TIMEOUT_SECS = "topology.state.backend.timeout.secs"
 
     def set_num_ackers(self, n: int) -> None:
         """``topology.acker.executors``; 0 turns tuple tracking off."""

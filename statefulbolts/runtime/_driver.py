@@ -32,7 +32,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from checkpoint import Action, CheckpointSpout, TxPhase
-from providers import DriverOwnedStateProvider, KeyValueState, StateFactory, get_provider
+from providers import (
+    DriverOwnedStateProvider,
+    KeyValueState,
+    StateBackendError,
+    StateFactory,
+    get_provider,
+)
 from recovery.faults import FaultPlan, KillPoint
 from statefulbolts._clock import Clock
 from statefulbolts._collectors import SpoutOutputCollector
@@ -193,6 +199,8 @@ class TopologyRunner:
         self._last_batch_ms: float | None = None
         self._plain_txid = 0
         self._consecutive_failures = 0
+        self._backend_down_since: float | None = None
+        self._backend_attempts = 0
         self._not_before = 0.0
         self._next_rotate = 0.0
         self._pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix=f"sb-{name}-job")
@@ -469,7 +477,7 @@ class TopologyRunner:
             return False  # nothing to checkpoint: skip empty PREPAREs
         if not cp.due():
             return False
-        cp.next_tuple()
+        self._with_backend("starting a checkpoint", cp.next_tuple)
         if not self._cp_emits:
             return False
         txid, action = self._cp_emits.pop()
@@ -636,18 +644,21 @@ class TopologyRunner:
 
         faults = self.faults
         is_prepare = job.action == Action.PREPARE.value
-        if self.cp is not None:
+        cp = self.cp
+        if cp is not None:
             if cp_ok:
                 if faults is not None and is_prepare:
                     faults.on_driver(KillPoint.AFTER_PREPARE, job.txid)
-                self.cp.ack(job.txid)
+                what = f"saving checkpoint state after {job.action}({job.txid})"
+                self._with_backend(what, lambda: cp.ack(job.txid))
                 if faults is not None and is_prepare:
                     faults.on_driver(KillPoint.AFTER_COMMITTING_SAVED, job.txid)
             else:
-                self.cp.fail(job.txid)
+                self._with_backend("recording a failed checkpoint", lambda: cp.fail(job.txid))
         if cp_ok:
             if job.action == Action.COMMIT.value:
                 self._consecutive_failures = 0
+                self._backend_down_since = None
                 if faults is not None:
                     faults.on_driver(KillPoint.AFTER_COMMITTED, job.txid)
                 for root in self._awaiting.pop(job.txid, []):
@@ -680,7 +691,8 @@ class TopologyRunner:
         for root in job.roots:
             self._settle_fail(root)
         if self.cp is not None and job.cp_root is not None:
-            self.cp.fail(job.txid)
+            cp = self.cp
+            self._with_backend("recording a failed checkpoint", lambda: cp.fail(job.txid))
         self._record(
             TransactionInfo(
                 job.txid, job.action, job.tuples, seconds, False, 0, len(job.roots), cause
@@ -691,6 +703,9 @@ class TopologyRunner:
     def _count_failure(
         self, job: _Job, cause: str, component: str | None, task: int | None
     ) -> None:
+        if "StateBackendError" in cause:
+            self._backend_failure(job, cause)
+            return
         self._consecutive_failures += 1
         n = self._consecutive_failures
         if n > self.tc.max_transaction_retries:
@@ -706,6 +721,57 @@ class TopologyRunner:
         backoff = min(0.1 * 2 ** (n - 1), 5.0)
         log.info("retrying txid %s in %.1f s (attempt %d)", job.txid, backoff, n + 1)
         self._not_before = self.clock.now_ms() + backoff * 1000.0
+
+    def _backend_failure(self, job: _Job, cause: str) -> None:
+        """The state store failed: wait for it (with backoff) instead of counting a retry."""
+        now = self.clock.now_ms()
+        if self._backend_down_since is None:
+            self._backend_down_since = now
+            self._backend_attempts = 0
+        self._backend_attempts += 1
+        waited = (now - self._backend_down_since) / 1000.0
+        limit = self.tc.state_backend_timeout_secs
+        if waited > limit:
+            msg = (
+                f"topology {self.name!r} stopped: the state backend failed for {waited:.0f} s "
+                f"(topology.state.backend.timeout.secs = {limit}); last error: {cause}"
+            )
+            raise TopologyFailedError(msg, txid=job.txid, cause=cause)
+        backoff = min(0.25 * 2 ** (self._backend_attempts - 1), 5.0)
+        log.warning(
+            "waiting %.1f s for the state backend before retrying %s(%s) (down for %.1f s): %s",
+            backoff,
+            job.action or "BATCH",
+            job.txid,
+            waited,
+            cause,
+        )
+        self._not_before = now + backoff * 1000.0
+
+    def _with_backend(self, what: str, call: Callable[[], Any]) -> Any:
+        """Run a driver-side state call, waiting out a state backend outage."""
+        started = self.clock.now_ms()
+        attempt = 0
+        while True:
+            try:
+                result = call()
+            except StateBackendError as exc:
+                attempt += 1
+                waited = (self.clock.now_ms() - started) / 1000.0
+                if waited > self.tc.state_backend_timeout_secs or self._stop.is_set():
+                    raise
+                backoff = min(0.25 * 2 ** (attempt - 1), 5.0)
+                log.warning(
+                    "%s: state backend unavailable for %.1f s, retrying in %.1f s: %s",
+                    what,
+                    waited,
+                    backoff,
+                    exc,
+                )
+                self.clock.sleep(backoff)
+            else:
+                self._backend_down_since = None
+                return result
 
     def _record(self, info: TransactionInfo) -> None:
         self.stats.transactions.append(info)
