@@ -235,8 +235,9 @@ class TopologyRunner:
                 st.spout.open(self.conf, st.context, _Collector(self, st))
                 st.spout.activate()
             except Exception as exc:
-                msg = f"spout {st.name!r} task {st.context.this_task_id} failed in open: {exc}"
-                raise TopologyFailedError(msg, component=st.name, task=st.task) from exc
+                task_id = st.context.this_task_id
+                msg = f"spout {st.name!r} task {task_id} failed in open: {exc}"
+                raise TopologyFailedError(msg, component=st.name, task=task_id) from exc
         if self.topology.has_stateful_bolt:
             cp = CheckpointSpout(self.clock)
             c = self.plan.index[CHECKPOINT_COMPONENT_ID]
@@ -336,6 +337,7 @@ class TopologyRunner:
             st.live += 1
         elif message_id is not None:
             st.spout.ack(message_id)  # untracked, or a tree with no edges: complete at once
+            self.stats.add(st.name, acked=1)
 
     def _record_error(self, component: str, error: BaseException) -> None:
         text = f"{component}: {type(error).__name__}: {error}"
@@ -356,8 +358,9 @@ class TopologyRunner:
             try:
                 st.spout.next_tuple()
             except Exception as exc:
-                msg = f"spout {st.name!r} task {st.task} raised in next_tuple: {exc}"
-                raise TopologyFailedError(msg, component=st.name, task=st.task) from exc
+                task_id = self.plan.task_ids[st.comp][st.task]
+                msg = f"spout {st.name!r} task {task_id} raised in next_tuple: {exc}"
+                raise TopologyFailedError(msg, component=st.name, task=task_id) from exc
             emitted += st.emitted - before
         return emitted
 

@@ -78,6 +78,7 @@ class TaskCollector(OutputCollector):
         flat_action: str | None = None,
     ) -> None:
         self.comp, self.task, self._level = comp, task, level
+        self._task_id = plan.task_ids[comp][task]
         self._name = name
         self._flat_action = flat_action
         self._streams = plan.stream_index[comp]
@@ -107,12 +108,13 @@ class TaskCollector(OutputCollector):
         s = self._streams.get(stream)
         if s is None:
             msg = (
-                f"bolt {self._name!r} task {self.task} emitted on undeclared stream {stream!r}; "
+                f"bolt {self._name!r} task {self._task_id} emitted on undeclared stream "
+                f"{stream!r}; "
                 f"it declares {sorted(self._streams)}"
             )
         elif self._flat_action is not None:
             msg = (
-                f"bolt {self._name!r} task {self.task} emitted {list(values)!r} during "
+                f"bolt {self._name!r} task {self._task_id} emitted {list(values)!r} during "
                 f"{self._flat_action}; bolts may emit only while executing tuples (not from "
                 "init_state or the pre_commit / pre_rollback hooks of a data-free checkpoint)"
             )

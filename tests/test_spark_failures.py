@@ -1,0 +1,333 @@
+"""End to end on local Spark: crashes, failed and lost tuples, limits, and wiring errors."""
+
+from __future__ import annotations
+
+import collections
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+import topologies as topo
+
+from statefulbolts import TopologyBuilder, TopologyFailedError
+
+pytestmark = pytest.mark.spark
+
+CONF = {"topology.state.checkpoint.interval.ms": 100}
+TIMEOUT = 60
+
+
+def _once(n: int) -> collections.Counter[int]:
+    return collections.Counter(range(n))
+
+
+# ------------------------------------------------------------------------- crashes and retries
+
+
+@pytest.mark.parametrize("mode", ["crash", "raise"])
+def test_first_attempt_fault_is_retried_by_spark_and_counts_stay_exact(
+    cluster: Any, tmp_path: Path, mode: str
+) -> None:
+    """A Python worker dying (``os._exit``) or a bolt raising in attempt 0 of its Spark task."""
+    n, target = 60, 37
+    log = tmp_path / "fault.log"
+    name = topo.new_key(f"fault-{mode}")
+    bolt = topo.FirstAttemptFault(target, str(log), mode)
+    handle = cluster.submit_topology(name, CONF, topo.relay_into(name, n, bolt))
+    try:
+        handle.await_idle(TIMEOUT)
+        state = handle.read_state("sink")
+        txs = topo.transactions(handle)
+    finally:
+        handle.kill()
+
+    assert state == dict.fromkeys(range(n), 1)
+    # The fault hit attempt 0 and Spark's retry (attempt 1) went through: nothing else saw it.
+    lines = log.read_text(encoding="utf-8").split("\n")[:-1]
+    assert [line.split()[0] for line in lines] == ["0", "1"], lines
+    if mode == "crash":
+        assert lines[0].split()[1] != lines[1].split()[1]  # a new Python worker
+    # Spark's task retry hid the fault: no transaction failed, no tuple was replayed.
+    assert all(ok for _, _, ok in txs), txs
+    rec = topo.record(name)
+    assert rec.emits == _once(n)
+    assert rec.acks == _once(n)
+    assert rec.fails == collections.Counter()
+
+
+def _task_max_failures(cluster: Any) -> int:
+    """F of the session's ``local[N,F]`` master: how many attempts Spark gives a task."""
+    match = re.fullmatch(r"local\[[^,\]]+,(\d+)\]", cluster.spark.sparkContext.master)
+    assert match, cluster.spark.sparkContext.master
+    return int(match.group(1))
+
+
+def test_job_failing_for_good_rolls_back_and_replays_exactly(cluster: Any, tmp_path: Path) -> None:
+    """Every Spark attempt of PREPARE(1) raises: ROLLBACK(1), INITSTATE(0), PREPARE(1) again."""
+    n, burst, target = 40, 20, 30
+    failures = _task_max_failures(cluster)
+    log = tmp_path / "job.log"
+    name = topo.new_key("job-fails")
+    bolt = topo.FailJobOnce(target, str(log), failures)
+    topology = topo.direct_into(name, n, bolt, burst=burst, grouping=topo.by_value)
+    handle = cluster.submit_topology(name, CONF, topology)
+    try:
+        handle.await_idle(TIMEOUT)
+        state = handle.read_state("sink")
+        txs = topo.transactions(handle)
+    finally:
+        handle.kill()
+
+    assert state == dict.fromkeys(range(n), 1)
+    assert txs == [
+        ("INITSTATE", -1, True),
+        ("PREPARE", 0, True),
+        ("COMMIT", 0, True),
+        ("PREPARE", 1, False),
+        ("ROLLBACK", 1, True),
+        ("INITSTATE", 0, True),
+        ("PREPARE", 1, True),
+        ("COMMIT", 1, True),
+    ]
+    # Attempts 0..F-1 of the failed job, then attempt 0 of the retried transaction.
+    attempts = log.read_text(encoding="utf-8").split()
+    assert attempts == [str(a) for a in range(failures)] + ["0"]
+    # The rolled-back burst was failed once and replayed once; everything acked once.
+    rec = topo.record(name)
+    second = collections.Counter(range(burst, n))
+    assert rec.fails == second
+    assert rec.emits == _once(n) + second
+    assert rec.acks == _once(n)
+    assert [topo.image(name, "sink", t) for t in range(2)] == [(1, None), (1, None)]
+
+
+# ----------------------------------------------------------------------- failed and lost tuples
+
+
+def test_failed_tuples_are_replayed_and_counted_once(cluster: Any) -> None:
+    n, targets = 50, (5, 17, 33)
+    name = topo.new_key("fail-once")
+    # Fields grouping: the replay meets the task that holds the "already failed" marker.
+    topology = topo.direct_into(name, n, topo.FailFirstDelivery(targets), grouping=topo.by_value)
+    handle = cluster.submit_topology(name, CONF, topology)
+    try:
+        handle.await_idle(TIMEOUT)
+        state = handle.read_state("sink")
+        metrics = handle.metrics()
+    finally:
+        handle.kill()
+
+    assert state == {**dict.fromkeys(range(n), 1), **{f"failed|{v}": 1 for v in targets}}
+    rec = topo.record(name)
+    assert rec.fails == collections.Counter(targets)
+    assert rec.acks == _once(n)
+    assert rec.emits == _once(n) + collections.Counter(targets)
+    comps = metrics["components"]
+    assert (comps["src"]["emitted"], comps["src"]["acked"], comps["src"]["failed"]) == (
+        n + len(targets),
+        n,
+        len(targets),
+    )
+    sink = comps["sink"]
+    assert (sink["executed"], sink["acked"], sink["failed"]) == (n + len(targets), n, len(targets))
+    assert all(t["ok"] for t in metrics["transactions"])
+
+
+def test_unacked_tuple_times_out_and_is_replayed(cluster: Any) -> None:
+    n, target = 30, 7
+    conf = {**CONF, "topology.message.timeout.secs": 1}
+    name = topo.new_key("timeout")
+    topology = topo.direct_into(name, n, topo.IgnoreFirstDelivery(target), grouping=topo.by_value)
+    handle = cluster.submit_topology(name, conf, topology)
+    try:
+        handle.await_idle(TIMEOUT)
+        state = handle.read_state("sink")
+    finally:
+        handle.kill()
+
+    assert state == {**dict.fromkeys(range(n), 1), f"ignored|{target}": 1}
+    rec = topo.record(name)
+    assert rec.fails == collections.Counter([target])
+    assert rec.acks == _once(n)
+    assert rec.emits == _once(n) + collections.Counter([target])
+
+
+# ----------------------------------------------------------------------------- giving up
+
+
+def test_poison_tuple_stops_topology_and_keeps_committed_state(cluster: Any) -> None:
+    n, burst, poison = 40, 20, 25
+    conf = {**CONF, "topology.max.transaction.retries": 2}
+    name = topo.new_key("poison")
+    topology = topo.direct_into(
+        name,
+        n,
+        topo.Poison(poison),
+        burst=burst,
+        grouping=lambda declarer: declarer.global_grouping("src"),
+    )
+    task_id = topology.task_ids("sink")[0]
+    handle = cluster.submit_topology(name, conf, topology)
+    try:
+        with pytest.raises(TopologyFailedError) as caught:
+            handle.await_idle(TIMEOUT)
+        state = handle.read_state("sink")
+        txs = topo.transactions(handle)
+    finally:
+        handle.kill()
+
+    err = caught.value
+    message = str(err)
+    assert (err.component, err.task, err.txid) == ("sink", task_id, 1)
+    for part in ("'sink'", f"task {task_id}", "PREPARE(1)", "RuntimeError", "poison value 25"):
+        assert part in message, (part, message)
+    # Retried until topology.max.transaction.retries ran out: 1 + 2 failed PREPARE(1) jobs.
+    assert [tx for tx in txs if not tx[2]] == [("PREPARE", 1, False)] * 3
+    # The first burst stays committed at txid 0, untouched by the failed attempts.
+    assert state == dict.fromkeys(range(burst), 1)
+    assert [topo.image(name, "sink", t) for t in range(2)] == [(0, None), (0, None)]
+    rec = topo.record(name)
+    assert rec.acks == _once(burst)
+
+
+# ------------------------------------------------------------------------------------- limits
+
+
+def test_ackers_off_still_commits_checkpoints(cluster: Any) -> None:
+    n = 50
+    conf = {**CONF, "topology.acker.executors": 0}
+    name = topo.new_key("no-ackers")
+    handle = cluster.submit_topology(name, conf, topo.direct_into(name, n, topo.Tally()))
+    try:
+        handle.await_idle(TIMEOUT)
+        state = handle.read_state("sink")
+        txs = topo.transactions(handle)
+    finally:
+        handle.kill()
+
+    assert state == dict.fromkeys(range(n), 1)
+    commits = [txid for action, txid, ok in txs if action == "COMMIT" and ok]
+    assert commits and commits == list(range(len(commits)))
+    assert all(ok for _, _, ok in txs), txs
+    last = commits[-1]
+    assert [topo.image(name, "sink", t) for t in range(2)] == [(last, None), (last, None)]
+    # Untracked: the spout's ack comes at emit, once per tuple.
+    rec = topo.record(name)
+    assert rec.acks == _once(n)
+    assert rec.fails == collections.Counter()
+
+
+def test_ackers_off_metrics_count_spout_acks(cluster: Any) -> None:
+    """With tracking off the spout's ``ack`` runs at emit; its ``acked`` metric counts it."""
+    n = 20
+    conf = {**CONF, "topology.acker.executors": 0}
+    name = topo.new_key("no-ackers-metrics")
+    handle = cluster.submit_topology(name, conf, topo.direct_into(name, n, topo.Tally()))
+    try:
+        handle.await_idle(TIMEOUT)
+        src = handle.metrics()["components"]["src"]
+    finally:
+        handle.kill()
+    assert topo.record(name).acks == _once(n)
+    assert (src.get("emitted"), src.get("acked"), src.get("failed", 0)) == (n, n, 0), src
+
+
+def test_max_spout_pending_caps_live_tuples_per_spout_task(cluster: Any) -> None:
+    n, cap = 48, 8
+    conf = {**CONF, "topology.max.spout.pending": cap}
+    name = topo.new_key("max-pending")
+    topology = topo.direct_into(name, n, topo.Tally(), spouts=2)
+    handle = cluster.submit_topology(name, conf, topology)
+    try:
+        handle.await_idle(TIMEOUT)
+        state = handle.read_state("sink")
+    finally:
+        handle.kill()
+
+    assert state == dict.fromkeys(range(n), 1)
+    rec = topo.record(name)
+    assert rec.max_live == {0: cap, 1: cap}
+    assert rec.acks == _once(n)
+    assert rec.fails == collections.Counter()
+
+
+# ------------------------------------------------------------------------------ wiring errors
+
+
+def test_unanchored_emit_in_stateful_topology_names_component(cluster: Any) -> None:
+    conf = {**CONF, "topology.max.transaction.retries": 1}
+    name = topo.new_key("unanchored")
+    handle = cluster.submit_topology(name, conf, topo.through(name, 5, topo.UnanchoredEmitter()))
+    try:
+        with pytest.raises(TopologyFailedError) as caught:
+            handle.await_idle(TIMEOUT)
+    finally:
+        handle.kill()
+    message = str(caught.value)
+    assert caught.value.component == "middle"
+    assert "'middle'" in message
+    assert "UnanchoredEmitError" in message
+    assert "anchor" in message
+
+
+def _stray_bolt(cluster: Any) -> tuple[TopologyFailedError, int]:
+    """Run a bolt that emits on an undeclared stream; return the error and the bolt's task id."""
+    conf = {**CONF, "topology.max.transaction.retries": 1}
+    name = topo.new_key("stray-bolt")
+    topology = topo.through(name, 5, topo.StrayStreamEmitter())
+    handle = cluster.submit_topology(name, conf, topology)
+    try:
+        with pytest.raises(TopologyFailedError) as caught:
+            handle.await_idle(TIMEOUT)
+    finally:
+        handle.kill()
+    return caught.value, topology.task_ids("middle")[0]
+
+
+def _stray_spout(cluster: Any) -> tuple[TopologyFailedError, int]:
+    """Run a spout that emits on an undeclared stream; return the error and the spout's task id."""
+    name = topo.new_key("stray-spout")
+    builder = TopologyBuilder()
+    builder.set_spout("src", topo.ValueSpout(name, [1, 2, 3], emit_stream="nowhere"))
+    builder.set_bolt("sink", topo.Tally()).shuffle_grouping("src")
+    topology = builder.create_topology()
+    handle = cluster.submit_topology(name, CONF, topology)
+    try:
+        with pytest.raises(TopologyFailedError) as caught:
+            handle.await_idle(TIMEOUT)
+    finally:
+        handle.kill()
+    return caught.value, topology.task_ids("src")[0]
+
+
+def test_bolt_emit_on_undeclared_stream_names_stream(cluster: Any) -> None:
+    err, _ = _stray_bolt(cluster)
+    message = str(err)
+    assert err.component == "middle"
+    assert "'nowhere'" in message
+    assert "bolt 'middle'" in message
+
+
+def test_spout_emit_on_undeclared_stream_names_stream(cluster: Any) -> None:
+    err, _ = _stray_spout(cluster)
+    message = str(err)
+    assert err.component == "src"
+    assert "'nowhere'" in message
+    assert "spout 'src'" in message
+
+
+def test_bolt_error_names_one_task_id(cluster: Any) -> None:
+    """The cause names the same (global) task id as the summary and ``err.task``."""
+    err, task_id = _stray_bolt(cluster)
+    message = str(err)
+    assert err.task == task_id
+    assert f"component 'middle' task {task_id}:" in message, message
+    assert f"bolt 'middle' task {task_id} emitted on undeclared stream" in message, message
+
+
+def test_spout_error_names_its_task_id(cluster: Any) -> None:
+    """A spout task is named by its task id, as bolt tasks are (and as ``open`` errors are)."""
+    err, task_id = _stray_spout(cluster)
+    assert err.task == task_id
+    assert f"spout 'src' task {task_id} " in str(err), str(err)

@@ -1,0 +1,192 @@
+"""End to end on local Spark with Redis state: the word count against a real redis-server.
+
+Every assertion reads Redis itself (``HGETALL`` of Storm's layout, decoded by hand from the
+documented envelope: msgpack ``[1, msgpack(value)]``), not only the provider's view of it.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import time
+from pathlib import Path
+from typing import Any
+
+import msgpack
+import pytest
+
+from examples import wordcount
+from examples.wordcount import build, expected_counts
+from providers import StateBackendError
+
+pytestmark = [pytest.mark.spark, pytest.mark.redis]
+
+PROVIDER = "providers.redis.RedisKeyValueStateProvider"
+SENTENCES = 120
+TIMEOUT = 60
+CHECKPOINT = "$checkpointspout-0"
+
+
+def redis_conf(port: int) -> dict[str, Any]:
+    """The example's conf (examples/conf/redis.json) pointed at ``port``."""
+    conf = json.loads(Path(wordcount.__file__).with_name("conf").joinpath("redis.json").read_text())
+    pool = json.loads(conf["topology.state.provider.config"])
+    pool["jedisPoolConfig"]["port"] = port
+    conf["topology.state.provider.config"] = json.dumps(pool)
+    conf["topology.state.checkpoint.interval.ms"] = 100
+    return conf
+
+
+def decode_hash(raw: dict[bytes, bytes]) -> dict[Any, Any]:
+    """A committed hash as ``{key: value}``: msgpack keys, ``[1, payload]`` envelopes."""
+    decoded: dict[Any, Any] = {}
+    for field, envelope in raw.items():
+        tag, payload = msgpack.unpackb(envelope, raw=False)
+        assert tag == 1, f"field {field!r} holds a tombstone or an unknown tag {tag!r}"
+        decoded[msgpack.unpackb(field, raw=False)] = msgpack.unpackb(payload, raw=False)
+    return decoded
+
+
+def topology_keys(name: str, parallelism: int = 2) -> set[bytes]:
+    """Every key a finished word count ``name`` leaves in Redis (nothing prepared)."""
+    bases = [f"{name}/count-{t}" for t in range(parallelism)] + [f"{name}/{CHECKPOINT}"]
+    return {k.encode() for base in bases for k in (base, f"{base}$txid")}
+
+
+def counts_in_redis(client: Any, name: str, parallelism: int = 2) -> dict[str, int]:
+    """The committed counts of every ``count`` task, merged; asserts each word is in one task."""
+    merged: dict[str, int] = {}
+    for task in range(parallelism):
+        part = decode_hash(client.hgetall(f"{name}/count-{task}"))
+        assert not set(part) & set(merged), "fields grouping put a word in two tasks"
+        merged.update(part)
+    return merged
+
+
+def last_commit(transactions: list[dict[str, Any]]) -> int:
+    return max(t["txid"] for t in transactions if t["action"] == "COMMIT")
+
+
+def assert_chain(transactions: list[dict[str, Any]], start: int) -> list[int]:
+    """INITSTATE(start), then PREPARE(t) / COMMIT(t) for t = start + 1, ...; returns the txids."""
+    assert all(t["ok"] for t in transactions), transactions
+    actions = [(t["action"], t["txid"]) for t in transactions]
+    assert actions[0] == ("INITSTATE", start)
+    commits = [txid for action, txid in actions if action == "COMMIT"]
+    assert commits == list(range(start + 1, start + 1 + len(commits)))
+    assert commits, actions
+    assert actions[1:] == [pair for t in commits for pair in (("PREPARE", t), ("COMMIT", t))]
+    return commits
+
+
+def assert_committed_layout(client: Any, name: str, txid: int, parallelism: int = 2) -> None:
+    """Nothing prepared anywhere; every count task committed ``txid``; the spout saved it."""
+    assert not client.keys(f"{name}/*$prepare")
+    for task in range(parallelism):
+        assert client.hgetall(f"{name}/count-{task}$txid") == {b"commit": str(txid).encode()}
+    spout = f"{name}/{CHECKPOINT}"
+    assert decode_hash(client.hgetall(spout)) == {"__state": [txid, "COMMITTED"]}
+    # The spout's own save is a commit without txid: Redis records -1 and never a prepare.
+    assert client.hgetall(f"{spout}$txid") == {b"commit": b"-1"}
+
+
+def run(cluster: Any, name: str, conf: dict[str, Any], sentences: int) -> dict[str, Any]:
+    handle = cluster.submit_topology(name, conf, build(sentences))
+    try:
+        handle.await_idle(TIMEOUT)
+        result = {"counts": handle.read_state("count"), **handle.metrics()}
+    finally:
+        handle.kill()
+    return result
+
+
+def test_wordcount_counts_live_in_redis(cluster: Any, redis_db: Any) -> None:
+    client = redis_db.client()
+    result = run(cluster, "wc", redis_conf(redis_db.port), SENTENCES)
+
+    expected = dict(expected_counts(SENTENCES))
+    assert counts_in_redis(client, "wc") == expected
+    assert result["counts"] == expected
+    assert set(client.keys("*")) == topology_keys("wc")
+    commits = assert_chain(result["transactions"], -1)
+    assert_committed_layout(client, "wc", commits[-1])
+
+
+def test_example_main_on_redis(spark: Any, redis_db: Any, tmp_path: Path, capsys: Any) -> None:
+    conf_file = tmp_path / "redis.json"
+    conf_file.write_text(json.dumps(redis_conf(redis_db.port)))
+
+    status = wordcount.main(["--conf", str(conf_file), "--sentences", "300", "--json"], spark=spark)
+
+    out = json.loads(capsys.readouterr().out)
+    expected = expected_counts(300)
+    assert status == 0
+    assert out["exact"] is True
+    assert out["mismatched"] == []
+    assert out["words"] == sum(expected.values())
+    assert out["distinct_words"] == len(expected)
+    assert out["continued_from_words"] == 0
+    namespaces = ["wordcount/count-0", "wordcount/count-1", f"wordcount/{CHECKPOINT}"]
+    assert out["state"]["provider"] == PROVIDER
+    assert list(out["state"]["namespaces"]) == namespaces
+    assert all(f"127.0.0.1:{redis_db.port}" in v for v in out["state"]["namespaces"].values())
+    client = redis_db.client()
+    assert counts_in_redis(client, "wordcount") == dict(expected)
+    assert set(client.keys("*")) == topology_keys("wordcount")
+
+
+def test_second_run_continues_from_committed_counts(cluster: Any, redis_db: Any) -> None:
+    client = redis_db.client()
+    conf = redis_conf(redis_db.port)
+    first = run(cluster, "wc-again", conf, SENTENCES)
+    first_txid = last_commit(first["transactions"])
+    assert_committed_layout(client, "wc-again", first_txid)
+
+    second = run(cluster, "wc-again", conf, SENTENCES)
+
+    doubled = {word: 2 * n for word, n in expected_counts(SENTENCES).items()}
+    assert counts_in_redis(client, "wc-again") == doubled
+    assert second["counts"] == doubled
+    # Recovery from the saved COMMITTED(t): INITSTATE(t), then PREPARE(t + 1) onwards.
+    commits = assert_chain(second["transactions"], first_txid)
+    assert commits[0] == first_txid + 1
+    assert_committed_layout(client, "wc-again", commits[-1])
+    assert set(client.keys("*")) == topology_keys("wc-again")
+
+
+def test_two_topologies_with_the_same_components_keep_apart(cluster: Any, redis_db: Any) -> None:
+    client = redis_db.client()
+    conf = redis_conf(redis_db.port)
+    # "wc" is a prefix of "wc-2": the namespaces must still not overlap.
+    sizes = {"wc": 80, "wc-2": 130}
+    handles = {name: cluster.submit_topology(name, conf, build(n)) for name, n in sizes.items()}
+    try:
+        for handle in handles.values():
+            handle.await_idle(TIMEOUT)
+        txids = {name: last_commit(h.metrics()["transactions"]) for name, h in handles.items()}
+    finally:
+        for handle in handles.values():
+            handle.kill()
+
+    for name, n in sizes.items():
+        assert set(client.keys(f"{name}/*")) == topology_keys(name)
+        assert counts_in_redis(client, name) == dict(expected_counts(n))
+        assert_committed_layout(client, name, txids[name])
+    assert set(client.keys("*")) == topology_keys("wc") | topology_keys("wc-2")
+
+
+def test_unreachable_redis_fails_submit_promptly(cluster: Any) -> None:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    conf = redis_conf(port)
+
+    for _attempt in range(2):  # a failed submit leaves nothing registered under the name
+        started = time.monotonic()
+        with pytest.raises(StateBackendError) as info:
+            cluster.submit_topology("wc-down", conf, build(10))
+        assert time.monotonic() - started < 30
+        message = str(info.value)
+        assert f"127.0.0.1:{port}" in message
+        assert "could not be reached" in message
+        assert f"'wc-down/{CHECKPOINT}'" in message
