@@ -131,5 +131,9 @@ class StatefulBoltExecutor(BaseStatefulBoltExecutor):
         COMMIT, and the driver itself holds spout acks until COMMIT succeeds.
         """
         prepared, self._prepared = self._prepared, []
+        ack_many = getattr(self.collector, "ack_many", None)
+        if ack_many is not None:
+            ack_many(prepared)  # the runtime's collector acks a whole batch in one loop
+            return
         for tuple_ in prepared:
             self.collector.ack(tuple_)
