@@ -12,13 +12,17 @@ a driver kill is ``os._exit`` of the driver process at a named point of the chec
         {"component": "split", "task": 1, "at_tuple": 0, "kind": "raise", "attempts": "every",
          "txid": 3}
       ],
-      "driver": {"point": "after-committing-saved", "txid": 2}
+      "driver": {"point": "after-committing-saved", "txid": 2, "once_file": "/tmp/killed-once"}
     }
 
 Task faults fire when the task has executed ``at_tuple`` data tuples (0: before the first), in
 transaction ``txid`` if given (else any), on the first Spark attempt of the task only
 (``"first"``: Spark's retry then succeeds) or on every attempt (``"every"``: a poison tuple).
-Driver kill points (``KillPoint``) name where in the protocol the driver dies.
+Driver kill points (``KillPoint``) name where in the protocol the driver dies. With
+``once_file``, the kill fires only if it can create that file (``O_EXCL``), so a driver restarted
+with the same config (``statefulbolts run --supervise``) does not die again at the same point:
+after-prepare and mid-commit would otherwise re-fire forever, because recovery runs PREPARE(t)
+again (after a rollback) or COMMIT(t) again (rolling forward).
 """
 
 from __future__ import annotations
@@ -82,6 +86,7 @@ class FaultPlan:
     driver_point: KillPoint | None = None
     driver_txid: int | None = None
     driver_pid: int | None = None
+    once_file: str | None = None
 
     @classmethod
     def from_conf(cls, conf: Mapping[str, Any]) -> FaultPlan | None:
@@ -99,14 +104,19 @@ class FaultPlan:
             driver = data.get("driver") or {}
             point = KillPoint(driver["point"]) if driver.get("point") else None
             txid = driver.get("txid")
+            once_file = driver.get("once_file")
+            if once_file is not None and not isinstance(once_file, str):
+                msg = f"driver once_file must be a path string, got {once_file!r}"
+                raise ValueError(msg)
         except (TypeError, ValueError, KeyError) as exc:
             allowed = [p.value for p in KillPoint]
             msg = (
                 f"{FAULTS_KEY}: {exc}; expected {{'tasks': [{{component, task, at_tuple, kind, "
-                f"attempts, txid}}], 'driver': {{'point': one of {allowed}, 'txid': int}}}}"
+                f"attempts, txid}}], 'driver': {{'point': one of {allowed}, 'txid': int, "
+                f"'once_file': path}}}}"
             )
             raise ConfigError(msg) from exc
-        return cls(tasks, point, txid, os.getpid())
+        return cls(tasks, point, txid, os.getpid(), once_file)
 
     # ---------------------------------------------------------------- task side
     def on_tuple(self, component: str, task: int, txid: int, attempt: int, n: int) -> None:
@@ -125,6 +135,7 @@ class FaultPlan:
             self.driver_point is KillPoint.MID_COMMIT
             and self.driver_pid is not None
             and (self.driver_txid is None or self.driver_txid == txid)
+            and self._claim_once()
         ):
             import signal
 
@@ -134,7 +145,26 @@ class FaultPlan:
     # ---------------------------------------------------------------- driver side
     def on_driver(self, point: KillPoint, txid: int) -> None:
         """Called by the driver at each kill point; exits the process when it matches."""
-        if self.driver_point is point and (self.driver_txid is None or self.driver_txid == txid):
+        if (
+            self.driver_point is point
+            and (self.driver_txid is None or self.driver_txid == txid)
+            and self._claim_once()
+        ):
             log.warning("injected driver kill at %s (txid %s)", point.value, txid)
             logging.shutdown()
             os._exit(KILLED_EXIT_CODE)
+
+    def _claim_once(self) -> bool:
+        """Whether the driver kill may fire: always without ``once_file``, else only once ever.
+
+        The marker is created atomically (``O_EXCL``), so of two tasks racing to kill the driver
+        mid-commit exactly one does, and a restarted driver finds the marker and carries on.
+        """
+        if self.once_file is None:
+            return True
+        try:
+            fd = os.open(self.once_file, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+        except FileExistsError:
+            return False
+        os.close(fd)
+        return True

@@ -1,10 +1,23 @@
 """``statefulbolts`` command line.
 
     statefulbolts run MODULE:FUNCTION [--conf FILE] [--name NAME] [--master URL] [--json]
+                      [--timeout S] [--supervise [--max-restarts N] [--backoff S]
+                      [--max-backoff S]]
+    statefulbolts checkpoint status --conf FILE --topology NAME
+                      [--topology-module MODULE:FUNCTION] [--json]
 
 ``FUNCTION`` is called with no arguments and returns a ``StormTopology`` (or a
-``TopologyBuilder``). The topology runs until it is idle (``--until-idle``, the default for
-finite sources) or until interrupted, printing one line per transaction.
+``TopologyBuilder``). The topology runs until it is idle (the default for finite sources) or
+until interrupted, printing one line per transaction.
+
+``--supervise`` runs the topology in a child process and restarts it when it crashes (see
+``recovery.supervisor``); each restart is logged with the recovery actions the restarted driver
+took. ``checkpoint status`` shows where a topology's checkpoint stands in its state provider and
+what a restarted driver would do.
+
+Exit status: 0 done; 1 the topology failed or crashed; 2 bad input (config, wiring, arguments;
+never restarted); 3 ``--timeout`` ran out (not restarted); a supervised run returns its last
+child's status.
 """
 
 from __future__ import annotations
@@ -13,12 +26,21 @@ import argparse
 import importlib
 import json
 import logging
+import signal
 import sys
 from typing import Any
 
+from recovery.supervisor import BAD_INPUT_EXIT_CODE, TIMEOUT_EXIT_CODE
 from statefulbolts._config import Config, load_config_file
 from statefulbolts._topology import StormTopology, TopologyBuilder
-from statefulbolts.errors import StatefulBoltsError, TopologyError
+from statefulbolts.errors import (
+    StateBackendError,
+    StatefulBoltsError,
+    TopologyError,
+    TopologyFailedError,
+)
+
+FAILED_EXIT_CODE = 1
 
 
 def load_topology(spec: str) -> StormTopology:
@@ -45,7 +67,49 @@ def load_topology(spec: str) -> StormTopology:
     return made
 
 
+def exit_code_for(exc: BaseException) -> int:
+    """1 for a failure at run time (worth a restart), 2 for bad input (a restart fails again).
+
+    A ``TopologyFailedError`` or ``StateBackendError`` is a run-time failure unless it was caused
+    by bad input (e.g. a spout whose ``open`` rejected its config).
+    """
+    cause: BaseException | None = exc
+    runtime = False
+    while cause is not None:
+        if isinstance(cause, TopologyFailedError | StateBackendError):
+            runtime = True
+        elif isinstance(cause, StatefulBoltsError):
+            return BAD_INPUT_EXIT_CODE
+        cause = cause.__cause__
+    return FAILED_EXIT_CODE if runtime else BAD_INPUT_EXIT_CODE
+
+
+def _print_transaction(info: dict[str, Any], as_json: bool) -> None:
+    if as_json:
+        print(json.dumps({"event": "transaction", **info}), flush=True)
+        return
+    status = "ok" if info["ok"] else f"FAILED: {info['error']}"
+    print(
+        f"txid {info['txid']:>5} {info['action'] or 'BATCH':<9} tuples {info['tuples']:>7} "
+        f"acked {info['acked']:>7} failed {info['failed']:>5} {info['seconds']:6.2f}s {status}",
+        flush=True,
+    )
+
+
+def _print_done(summary: dict[str, Any], as_json: bool) -> None:
+    if as_json:
+        print(json.dumps(summary), flush=True)
+        return
+    name = summary["topology"]
+    print(f"topology {name!r} idle after {summary.get('transactions', '?')} transactions")
+    for comp, row in sorted(summary["components"].items()):
+        cells = ", ".join(f"{k} {int(v)}" for k, v in row.items() if k != "seconds")
+        print(f"  {comp}: {cells}")
+
+
 def _cmd_run(args: argparse.Namespace) -> int:
+    if args.supervise:
+        return _supervise(args)
     from statefulbolts.runtime import LocalCluster
 
     conf = Config(load_config_file(args.conf)) if args.conf else Config()
@@ -53,37 +117,131 @@ def _cmd_run(args: argparse.Namespace) -> int:
     name = args.name or args.topology.partition(":")[0].rsplit(".", 1)[-1]
 
     def progress(info: Any) -> None:
-        if args.json:
-            print(json.dumps({"event": "transaction", **info.as_dict()}), flush=True)
-        else:
-            status = "ok" if info.ok else f"FAILED: {info.error}"
-            print(
-                f"txid {info.txid:>5} {info.action or 'BATCH':<9} tuples {info.tuples:>7} "
-                f"acked {info.acked:>7} failed {info.failed:>5} {info.seconds:6.2f}s {status}",
-                flush=True,
-            )
+        _print_transaction(info.as_dict(), args.json)
 
+    code = 0
     with LocalCluster(args.master) as cluster:
         handle = cluster.submit_topology(name, conf, topology, on_transaction=progress)
         try:
             handle.await_idle(args.timeout)
         except KeyboardInterrupt:
             print("interrupted; stopping after the running transaction", file=sys.stderr)
+        except TimeoutError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            code = TIMEOUT_EXIT_CODE
         metrics = handle.metrics()
         handle.kill()
-    summary = {"event": "done", "topology": name, "components": metrics["components"]}
+    summary = {
+        "event": "done",
+        "topology": name,
+        "transactions": len(metrics["transactions"]),
+        "components": metrics["components"],
+    }
+    _print_done(summary, args.json)
+    return code
+
+
+def _child_command(args: argparse.Namespace) -> list[str]:
+    """The ``run`` command line of the supervised child: the same run, always ``--json``."""
+    cmd = [sys.executable, "-m", "statefulbolts.cli", "run", args.topology, "--json"]
+    for flag, value in (
+        ("--conf", args.conf),
+        ("--name", args.name),
+        ("--master", args.master),
+        ("--timeout", args.timeout),
+    ):
+        if value is not None:
+            cmd += [flag, str(value)]
+    return cmd
+
+
+def _supervise(args: argparse.Namespace) -> int:
+    from recovery.supervisor import RestartPolicy, supervise
+
+    # Fail on bad arguments and config here, before any child starts.
+    if args.conf:
+        load_config_file(args.conf)
+    policy = RestartPolicy(args.max_restarts, args.backoff, max(args.max_backoff, args.backoff))
+
+    def on_line(line: str) -> None:
+        if args.json or not line.startswith("{"):
+            sys.stdout.write(line)
+            sys.stdout.flush()
+            return
+        try:
+            event = json.loads(line)
+        except json.JSONDecodeError:
+            sys.stdout.write(line)
+            return
+        if event.get("event") == "transaction":
+            _print_transaction({k: v for k, v in event.items() if k != "event"}, False)
+        elif event.get("event") == "done":
+            _print_done(event, False)
+        else:
+            sys.stdout.write(line)
+        sys.stdout.flush()
+
+    def on_event(event: dict[str, Any]) -> None:
+        if args.json:
+            print(json.dumps(event), flush=True)
+        kind = event["event"]
+        if kind == "restart":
+            text = (
+                f"supervise: driver exited with status {event['exit_code']}; restart "
+                f"#{event['restart']} of at most {policy.max_restarts} in "
+                f"{event['backoff_seconds']:.1f} s"
+            )
+        elif kind == "recovered":
+            text = (
+                f"supervise: restart #{event['restart']} recovered in {event['seconds']:.1f} s "
+                f"({event['recovery_seconds']:.2f} s of recovery transactions): "
+                f"{', '.join(event['actions'])}"
+            )
+        else:
+            text = (
+                f"supervise: finished after {event['restarts']} restart(s) with status "
+                f"{event['exit_code']} ({event['reason']})"
+            )
+        print(text, file=sys.stderr, flush=True)
+
+    def on_term(signum: int, frame: Any) -> None:
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGTERM, on_term)
+    try:
+        return supervise(_child_command(args), policy, on_line=on_line, on_event=on_event)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _cmd_checkpoint_status(args: argparse.Namespace) -> int:
+    from recovery.status import checkpoint_status, stateful_tasks
+
+    conf = Config(load_config_file(args.conf))
+    tasks = None
+    if args.topology_module:
+        tasks = stateful_tasks(load_topology(args.topology_module))
+    status = checkpoint_status(conf, args.topology, tasks)
     if args.json:
-        print(json.dumps(summary), flush=True)
+        print(json.dumps(status.as_dict()))
+        return 0 if status.found else FAILED_EXIT_CODE
+    print(f"topology {args.topology!r} in {status.provider}")
+    if status.checkpoint is None:
+        print("  checkpoint: nothing saved (never ran, or a provider that keeps no state)")
     else:
-        print(f"topology {name!r} idle after {len(metrics['transactions'])} transactions")
-        for comp, row in sorted(metrics["components"].items()):
-            cells = ", ".join(f"{k} {int(v)}" for k, v in row.items() if k != "seconds")
-            print(f"  {comp}: {cells}")
-    return 0
+        cp = status.checkpoint
+        print(f"  checkpoint: {cp} (txid {cp.txid}, phase {cp.phase.value})")
+    print(f"  on restart: {', '.join(status.on_restart)}")
+    if not status.tasks:
+        print("  stateful tasks: none found")
+    for t in status.tasks:
+        prepared = "none" if t.prepared_txid is None else str(t.prepared_txid)
+        committed = "none" if t.committed_txid is None else str(t.committed_txid)
+        print(f"  {t.namespace}: committed txid {committed}, prepared txid {prepared}")
+    return 0 if status.found else FAILED_EXIT_CODE
 
 
-def main(argv: list[str] | None = None) -> int:
-    """Entry point of the ``statefulbolts`` command."""
+def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="statefulbolts", description=__doc__.split("\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
     run = sub.add_parser("run", help="run a topology until it is idle")
@@ -93,14 +251,57 @@ def main(argv: list[str] | None = None) -> int:
     run.add_argument("--master", default="local[2]", help="Spark master (default local[2])")
     run.add_argument("--timeout", type=float, default=None, help="give up after N seconds")
     run.add_argument("--json", action="store_true", help="JSON lines instead of text")
+    run.add_argument(
+        "--supervise",
+        action="store_true",
+        help="run in a child process and restart it when it crashes",
+    )
+    run.add_argument(
+        "--max-restarts", type=int, default=5, help="with --supervise: most restarts (default 5)"
+    )
+    run.add_argument(
+        "--backoff",
+        type=float,
+        default=1.0,
+        help="with --supervise: first wait before a restart, doubled each time (default 1 s)",
+    )
+    run.add_argument(
+        "--max-backoff",
+        type=float,
+        default=30.0,
+        help="with --supervise: longest wait before a restart (default 30 s)",
+    )
     run.set_defaults(func=_cmd_run)
-    args = parser.parse_args(argv)
+
+    checkpoint = sub.add_parser("checkpoint", help="inspect saved checkpoint state")
+    cp_sub = checkpoint.add_subparsers(dest="checkpoint_command", required=True)
+    status = cp_sub.add_parser(
+        "status", help="saved txid and phase, per stateful task committed and prepared txids"
+    )
+    status.add_argument("--conf", required=True, help="JSON or YAML file naming the provider")
+    status.add_argument("--topology", required=True, help="topology name")
+    status.add_argument(
+        "--topology-module",
+        help="MODULE:FUNCTION of the topology, to list its stateful tasks (default for Redis: "
+        "the tasks found in Redis)",
+    )
+    status.add_argument("--json", action="store_true", help="one JSON document")
+    status.set_defaults(func=_cmd_checkpoint_status)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of the ``statefulbolts`` command."""
+    args = _parser().parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    if getattr(args, "supervise", False) and min(args.max_restarts, args.backoff) < 0:
+        print("error: --max-restarts and --backoff must not be negative", file=sys.stderr)
+        return BAD_INPUT_EXIT_CODE
     try:
         return int(args.func(args))
     except StatefulBoltsError as exc:
         print(f"error: {exc}", file=sys.stderr)
-        return 2
+        return exit_code_for(exc)
 
 
 if __name__ == "__main__":

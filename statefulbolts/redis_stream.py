@@ -1,0 +1,506 @@
+"""A durable, replayable spout over a Redis stream, read through a consumer group.
+
+``RedisStreamSpout`` reads entries of a Redis stream (``XADD``) as tuples. Each spout task is one
+consumer of one consumer group; the message id of a tuple is the stream entry id.
+
+Guarantee: at-least-once, across driver crashes. An entry is acknowledged (``XACK``) only after
+the checkpoint transaction that carried it committed (the runtime calls ``ack`` after COMMIT, and
+the spout sends the ``XACK`` commands on its next ``next_tuple``). Until then it stays in the
+group's pending entries list (PEL) under this task's consumer name, so:
+
+1. a failed or rolled-back tuple is re-emitted by this spout (``fail`` queues it);
+2. a driver that crashes loses nothing: the restarted driver's spout task has the same consumer
+   name (derived from topology name, component id and task index), and on ``open`` it first
+   re-reads that consumer's pending entries (``XREADGROUP ... 0``), then new ones (``>``);
+3. a crash after COMMIT but before the ``XACK`` re-delivers the entries of that one transaction,
+   so a count may exceed the exact count by at most the tuples of one transaction (the
+   ``after-committed`` kill point shows it); a crash at any earlier point of the protocol costs
+   nothing, because the restarted checkpoint spout rolls the state back to the last commit (or
+   forward to the commit the crash interrupted) before the re-delivered entries are counted.
+
+Reads never block: ``XREADGROUP`` without ``BLOCK``, ``COUNT batch``; after an empty read the spout
+waits ``poll_interval_ms`` before asking Redis again, so an idle topology does not hammer Redis.
+
+Settings come from the constructor, else from config keys (so a no-argument topology function
+works with ``statefulbolts run ... --conf FILE``): ``redis.stream.url``, ``redis.stream.key``,
+``redis.stream.group``. The default group is the topology name; a new group starts at the
+beginning of the stream (``start_id="0"``; ``"$"`` for only new entries).
+
+Example:
+    >>> from statefulbolts import TopologyBuilder  # doctest: +SKIP
+    >>> url = "redis://127.0.0.1:6379/0"
+    >>> load_stream(url, "sentences", ["the cow jumped"])  # doctest: +SKIP
+    1
+    >>> builder = TopologyBuilder()  # doctest: +SKIP
+    >>> spout = RedisStreamSpout("sentences", redis_url=url, batch=500)
+    >>> builder.set_spout("sentences", spout)  # doctest: +SKIP
+
+From a shell: ``python -m statefulbolts.redis_stream load --url URL --stream NAME FILE`` adds the
+lines of ``FILE`` (``-``: stdin) as entries; ``... info --url URL --stream NAME`` prints the
+stream's length and, per group, its pending count, as JSON.
+
+Needs redis-py: ``pip install 'statefulbolts[redis]'``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import json
+import logging
+import sys
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+from statefulbolts._collectors import SpoutOutputCollector
+from statefulbolts._components import OutputFieldsDeclarer, Spout
+from statefulbolts._context import TopologyContext
+from statefulbolts._tuple import Fields
+from statefulbolts.errors import ConfigError
+
+__all__ = [
+    "GROUP_KEY",
+    "STREAM_KEY",
+    "URL_KEY",
+    "RedisStreamSpout",
+    "load_stream",
+    "main",
+    "pending_count",
+]
+
+log = logging.getLogger(__name__)
+
+URL_KEY = "redis.stream.url"
+STREAM_KEY = "redis.stream.key"
+GROUP_KEY = "redis.stream.group"
+DEFAULT_URL = "redis://localhost:6379/0"
+_INSTALL = "the Redis stream spout needs redis-py: pip install 'statefulbolts[redis]'"
+# XACK ids per command when flushing acknowledgements.
+_ACK_CHUNK = 1000
+
+
+def _redis() -> Any:
+    """Import redis-py, or fail with the install command."""
+    try:
+        import redis
+    except ImportError as exc:  # pragma: no cover - depends on the environment
+        raise ImportError(_INSTALL) from exc
+    return redis
+
+
+def _client(client_or_url: Any) -> tuple[Any, bool]:
+    """A client for a URL (``owned``: we close it), or the given client."""
+    if isinstance(client_or_url, str):
+        return _redis().Redis.from_url(client_or_url), True
+    return client_or_url, False
+
+
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+class RedisStreamSpout(Spout):
+    """Emits the entries of a Redis stream; acks with ``XACK`` after COMMIT; replays the rest.
+
+    Args:
+        stream: the stream key (else config ``redis.stream.key``).
+        redis_url: ``redis://host:port/db`` (else ``host``/``port``/``db``, else config
+            ``redis.stream.url``, else ``redis://localhost:6379/0``).
+        host: Redis host, when no URL is given.
+        port: Redis port, when no URL is given (default 6379).
+        db: database number, when no URL is given (default 0).
+        group: consumer group (else config ``redis.stream.group``, else the topology name);
+            created with ``MKSTREAM`` if missing.
+        consumer: consumer name (default ``<topology>/<component>-<task index>``: the same for a
+            restarted driver, which therefore gets back the entries its crashed run held).
+        batch: most entries per ``XREADGROUP`` and per ``next_tuple`` call.
+        fields: entry fields emitted, in order (default ``("sentence",)``).
+        output_fields: the tuple's field names (default: ``fields``).
+        encoding: how field values are decoded (``None``: emit bytes).
+        start_id: where a group this spout creates starts (``"0"``: the whole stream).
+        poll_interval_ms: after an empty read, how long to wait before reading again.
+        claim_min_idle_ms: when set, also take over (``XAUTOCLAIM``) entries another consumer
+            of the group has held for at least this long (a consumer that no longer exists,
+            e.g. after lowering the spout's parallelism). Leave unset while several drivers
+            share a group, or a slow transaction's entries may be taken and counted twice.
+
+    Entries without one of ``fields`` are acknowledged, skipped and reported as errors.
+
+    Example:
+        >>> spout = RedisStreamSpout("clicks", redis_url="redis://127.0.0.1:6379/0",
+        ...                          fields=("user", "url"), batch=500)
+        >>> spout.output_fields
+        ['user', 'url']
+        >>> builder.set_spout("clicks", spout, 2)  # doctest: +SKIP
+    """
+
+    def __init__(
+        self,
+        stream: str | None = None,
+        *,
+        redis_url: str | None = None,
+        host: str | None = None,
+        port: int = 6379,
+        db: int = 0,
+        group: str | None = None,
+        consumer: str | None = None,
+        batch: int = 100,
+        fields: Sequence[str] = ("sentence",),
+        output_fields: Sequence[str] | None = None,
+        encoding: str | None = "utf-8",
+        start_id: str = "0",
+        poll_interval_ms: float = 50,
+        claim_min_idle_ms: int | None = None,
+    ) -> None:
+        if batch < 1:
+            msg = f"RedisStreamSpout: batch must be at least 1, got {batch}"
+            raise ValueError(msg)
+        if not fields:
+            msg = "RedisStreamSpout: fields must name at least one entry field"
+            raise ValueError(msg)
+        names = list(output_fields) if output_fields is not None else list(fields)
+        if len(names) != len(fields):
+            msg = (
+                f"RedisStreamSpout: output_fields {names} must have one name per entry field "
+                f"{list(fields)}"
+            )
+            raise ValueError(msg)
+        if redis_url is not None and host is not None:
+            msg = "RedisStreamSpout: give redis_url or host/port/db, not both"
+            raise ValueError(msg)
+        self.stream = stream
+        self.redis_url = redis_url
+        self.host, self.port, self.db = host, port, db
+        self.group = group
+        self.consumer = consumer
+        self.batch = batch
+        self.fields = list(fields)
+        self.output_fields = names
+        self.encoding = encoding
+        self.start_id = start_id
+        self.poll_interval_ms = poll_interval_ms
+        self.claim_min_idle_ms = claim_min_idle_ms
+        self._reset()
+
+    def _reset(self) -> None:
+        self._client: Any = None
+        self._collector: SpoutOutputCollector | None = None
+        self._history = True  # still re-reading this consumer's pending entries
+        self._cursor = "0"
+        self._claim_cursor = "0-0"
+        self._buffer: collections.deque[tuple[str, list[Any]]] = collections.deque()
+        self._replay: collections.OrderedDict[str, None] = collections.OrderedDict()
+        self._in_flight: dict[str, list[Any]] = {}
+        self._acks: list[str] = []
+        self._next_read = 0.0
+        self._max_pending = 0
+        self.redelivered = 0
+        self.replayed = 0
+        self.acked = 0
+
+    def __getstate__(self) -> dict[str, Any]:
+        # The spout is shipped to the driver before ``open``: never a live connection.
+        state = dict(self.__dict__)
+        state["_client"] = None
+        return state
+
+    def declare_output_fields(self, declarer: OutputFieldsDeclarer) -> None:
+        """The default stream, with ``output_fields``."""
+        declarer.declare(Fields(self.output_fields))
+
+    # ----------------------------------------------------------------- lifecycle
+    def open(
+        self, conf: Mapping[str, Any], context: TopologyContext, collector: SpoutOutputCollector
+    ) -> None:
+        """Connect, create the group if missing, and start with this consumer's pending entries."""
+        redis = _redis()
+        self._reset()
+        self._collector = collector
+        self._max_pending = int(conf.get("topology.max.spout.pending") or 0)
+        self.stream = self.stream or conf.get(STREAM_KEY)
+        if not self.stream:
+            msg = (
+                f"spout {context.this_component_id!r}: no stream key; pass stream= to "
+                f"RedisStreamSpout or set {STREAM_KEY!r}"
+            )
+            raise ConfigError(msg)
+        topology = context.topology_name
+        self.group = self.group or conf.get(GROUP_KEY) or topology
+        if self.consumer is None:
+            self.consumer = f"{topology}/{context.this_component_id}-{context.this_task_index}"
+        if self.host is not None:
+            self._client = redis.Redis(host=self.host, port=self.port, db=self.db)
+        else:
+            self._client = redis.Redis.from_url(self.redis_url or conf.get(URL_KEY) or DEFAULT_URL)
+        try:
+            self._client.xgroup_create(self.stream, self.group, id=self.start_id, mkstream=True)
+            log.info("created consumer group %r on stream %r", self.group, self.stream)
+        except redis.exceptions.ResponseError as exc:
+            if "BUSYGROUP" not in str(exc):
+                raise
+        log.info(
+            "spout %s reads stream %r as consumer %r of group %r",
+            context.this_component_id,
+            self.stream,
+            self.consumer,
+            self.group,
+        )
+
+    def deactivate(self) -> None:
+        """Send the acknowledgements still queued."""
+        self._flush_acks()
+
+    def close(self) -> None:
+        """Send queued acknowledgements and disconnect."""
+        if self._client is not None:
+            self._flush_acks()
+            self._client.close()
+            self._client = None
+
+    # ----------------------------------------------------------------- reading
+    def next_tuple(self) -> None:
+        """Emit up to ``batch`` entries: replays first, then this consumer's pending, then new.
+
+        At most one read from Redis per call, and never more entries in flight than
+        ``topology.max.spout.pending`` (when set), so a transaction that starts right after a
+        commit still gets a full batch.
+        """
+        self._flush_acks()
+        room = self.batch
+        if self._max_pending:
+            live = len(self._in_flight) - len(self._replay)
+            room = min(room, self._max_pending - live)
+        read = False
+        while room > 0:
+            if self._replay:
+                entry_id, _ = self._replay.popitem(last=False)
+                values = self._in_flight.get(entry_id)
+                if values is None:
+                    continue
+                self.replayed += 1
+            elif self._buffer:
+                entry_id, values = self._buffer.popleft()
+                self._in_flight[entry_id] = values
+            elif not read:
+                read = True
+                self._fill(room)
+                continue
+            else:
+                break
+            self._emit(entry_id, values)
+            room -= 1
+
+    def _emit(self, entry_id: str, values: list[Any]) -> None:
+        assert self._collector is not None  # noqa: S101 - open() ran
+        self._collector.emit(values, message_id=entry_id)
+
+    def _fill(self, count: int) -> None:
+        """Read up to ``count`` entries into the buffer (no further ahead than may be emitted)."""
+        if self._history:
+            got = self._read(self._cursor, count)
+            if got:
+                self._cursor = got[-1][0]
+                self.redelivered += self._take(got)
+                return
+            self._history = False
+            if self.redelivered:
+                log.info(
+                    "consumer %r got back %d pending entries of stream %r",
+                    self.consumer,
+                    self.redelivered,
+                    self.stream,
+                )
+        now = time.monotonic()
+        if now < self._next_read:
+            return
+        if self.claim_min_idle_ms is not None and self._claim(count):
+            return
+        got = self._read(">", count)
+        if got:
+            self._take(got)
+        else:
+            self._next_read = now + self.poll_interval_ms / 1000.0
+
+    def _read(self, from_id: str, count: int) -> list[tuple[str, Any]]:
+        reply = self._client.xreadgroup(
+            self.group, self.consumer, {self.stream: from_id}, count=count
+        )
+        if not reply:
+            return []
+        return [(_text(entry_id), data) for entry_id, data in reply[0][1]]
+
+    def _claim(self, count: int) -> bool:
+        reply = self._client.xautoclaim(
+            self.stream,
+            self.group,
+            self.consumer,
+            self.claim_min_idle_ms,
+            start_id=self._claim_cursor,
+            count=count,
+        )
+        self._claim_cursor = _text(reply[0])
+        entries = [(_text(entry_id), data) for entry_id, data in reply[1]]
+        if entries:
+            log.info("consumer %r claimed %d idle entries", self.consumer, len(entries))
+        return self._take(entries) > 0
+
+    def _take(self, entries: Iterable[tuple[str, Any]]) -> int:
+        """Buffer readable entries; acknowledge (and report) the unusable ones."""
+        taken = 0
+        for entry_id, data in entries:
+            if entry_id in self._in_flight:
+                continue  # already emitted by this run (a claim can return our own entries)
+            values = self._values(entry_id, data)
+            if values is None:
+                self._acks.append(entry_id)
+                continue
+            self._buffer.append((entry_id, values))
+            taken += 1
+        return taken
+
+    def _values(self, entry_id: str, data: Any) -> list[Any] | None:
+        if not data:
+            log.warning("entry %s of stream %r was deleted; skipping it", entry_id, self.stream)
+            return None
+        fields = {_text(k): v for k, v in data.items()}
+        missing = [f for f in self.fields if f not in fields]
+        if missing:
+            error = ValueError(
+                f"entry {entry_id} of stream {self.stream!r} has no field(s) {missing}; it has "
+                f"{sorted(fields)}; skipped"
+            )
+            log.warning("%s", error)
+            if self._collector is not None:
+                self._collector.report_error(error)
+            return None
+        raw = [fields[f] for f in self.fields]
+        if self.encoding is None:
+            return raw
+        return [v.decode(self.encoding) if isinstance(v, bytes) else v for v in raw]
+
+    # ----------------------------------------------------------------- ack / fail
+    def ack(self, msg_id: Any) -> None:
+        """The transaction that carried ``msg_id`` committed: ``XACK`` it (batched)."""
+        if self._in_flight.pop(msg_id, None) is not None:
+            self._acks.append(msg_id)
+            self.acked += 1
+            if len(self._acks) >= _ACK_CHUNK:
+                self._flush_acks()
+
+    def fail(self, msg_id: Any) -> None:
+        """Queue ``msg_id`` for re-emission (it is still pending in the group)."""
+        if msg_id in self._in_flight:
+            self._replay[msg_id] = None
+
+    def _flush_acks(self) -> None:
+        if not self._acks or self._client is None:
+            return
+        acks, self._acks = self._acks, []
+        for i in range(0, len(acks), _ACK_CHUNK):
+            self._client.xack(self.stream, self.group, *acks[i : i + _ACK_CHUNK])
+
+    def __repr__(self) -> str:
+        return (
+            f"RedisStreamSpout(stream={self.stream!r}, group={self.group!r}, "
+            f"consumer={self.consumer!r})"
+        )
+
+
+# --------------------------------------------------------------------- helpers
+def load_stream(
+    redis_client_or_url: Any,
+    stream: str,
+    lines: Iterable[str],
+    *,
+    field: str = "sentence",
+    batch: int = 1000,
+) -> int:
+    """``XADD`` each line as an entry ``{field: line}``, in pipelined batches; returns the count.
+
+    Example:
+        >>> load_stream("redis://127.0.0.1:6379/0", "sentences", ["a b", "c"])  # doctest: +SKIP
+        2
+    """
+    client, owned = _client(redis_client_or_url)
+    added = 0
+    try:
+        pipe = client.pipeline(transaction=False)
+        queued = 0
+        for line in lines:
+            pipe.xadd(stream, {field: line})
+            queued += 1
+            if queued >= batch:
+                pipe.execute()
+                added += queued
+                queued = 0
+        if queued:
+            pipe.execute()
+            added += queued
+    finally:
+        if owned:
+            client.close()
+    return added
+
+
+def pending_count(redis_client_or_url: Any, stream: str, group: str) -> int:
+    """How many entries of ``stream`` the consumer ``group`` has delivered and not acknowledged."""
+    client, owned = _client(redis_client_or_url)
+    try:
+        return int(client.xpending(stream, group)["pending"])
+    finally:
+        if owned:
+            client.close()
+
+
+def _info(url: str, stream: str) -> dict[str, Any]:
+    client, _ = _client(url)
+    try:
+        if not client.exists(stream):
+            return {"stream": stream, "exists": False}
+        groups = [
+            {
+                "group": _text(g["name"]),
+                "consumers": int(g["consumers"]),
+                "pending": int(g["pending"]),
+                "last_delivered_id": _text(g["last-delivered-id"]),
+            }
+            for g in client.xinfo_groups(stream)
+        ]
+        return {"stream": stream, "exists": True, "length": client.xlen(stream), "groups": groups}
+    finally:
+        client.close()
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m statefulbolts.redis_stream load|info``: fill a stream, or inspect it."""
+    parser = argparse.ArgumentParser(
+        prog="python -m statefulbolts.redis_stream", description="Fill or inspect a Redis stream."
+    )
+    sub = parser.add_subparsers(dest="command", required=True)
+    load = sub.add_parser("load", help="XADD the lines of files (or stdin) as entries")
+    info = sub.add_parser("info", help="length and per-group pending count, as JSON")
+    for p in (load, info):
+        p.add_argument("--url", default=DEFAULT_URL, help=f"Redis URL (default {DEFAULT_URL})")
+        p.add_argument("--stream", required=True, help="the stream key")
+    load.add_argument("--field", default="sentence", help="entry field (default sentence)")
+    load.add_argument("files", nargs="*", default=["-"], help="files of lines ('-': stdin)")
+    args = parser.parse_args(argv)
+    if args.command == "info":
+        print(json.dumps(_info(args.url, args.stream)))
+        return 0
+    total = 0
+    for name in args.files:
+        if name == "-":
+            lines = (line.rstrip("\n") for line in sys.stdin)
+            total += load_stream(args.url, args.stream, lines, field=args.field)
+            continue
+        with open(name, encoding="utf-8") as fh:
+            lines = (line.rstrip("\n") for line in fh)
+            total += load_stream(args.url, args.stream, lines, field=args.field)
+    print(json.dumps({"stream": args.stream, "added": total}))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
