@@ -6,8 +6,13 @@ Run it::
     python -m examples.wordcount --sentences 20000 --json
     python -m examples.wordcount --conf examples/conf/redis.json
 
-It prints a progress line per transaction, then the top words, and checks every count against a
-plain Python count of the same sentences (exit status 1 if any differs).
+It prints a progress line per transaction, then the top words, checks every count against a
+plain Python count of the same sentences (exit status 1 if any differs) and says where the state
+is: the provider and the namespaces (``<name>/count-<task>``, ``<name>/$checkpointspout-0``).
+
+With a durable provider (Redis) a second run under the same ``--name`` continues from the counts
+the first one committed; the check then expects those counts plus this run's. A state store that
+cannot be reached stops the run at once with the provider's error (exit status 2).
 """
 
 from __future__ import annotations
@@ -22,12 +27,15 @@ from collections.abc import Mapping
 from typing import Any
 
 from examples.corpus import sentence, words
+from providers import KeyValueState, StateFactory, provider_name
 from statefulbolts import (
+    CHECKPOINT_COMPONENT_ID,
     BasicBolt,
     Config,
     Fields,
     Spout,
     StatefulBolt,
+    StatefulBoltsError,
     StormTopology,
     TopologyBuilder,
 )
@@ -128,8 +136,26 @@ def expected_counts(sentences: int, start: int = 0) -> collections.Counter[str]:
     return counts
 
 
-def main(argv: list[str] | None = None) -> int:
-    """Run the word count and check it."""
+def state_namespaces(name: str, parallelism: int) -> list[str]:
+    """Where the topology ``name`` keeps its state: the count tasks, then the checkpoint spout."""
+    counts = [f"{name}/count-{task}" for task in range(parallelism)]
+    return [*counts, f"{name}/{CHECKPOINT_COMPONENT_ID}-0"]
+
+
+def committed_counts(conf: Mapping[str, Any], name: str, parallelism: int) -> dict[str, int]:
+    """The counts already committed under ``name`` (an earlier run on a durable store)."""
+    counts: dict[str, int] = {}
+    for namespace in state_namespaces(name, parallelism)[:parallelism]:
+        state = StateFactory.get_state(namespace, conf)
+        if not isinstance(state, KeyValueState):
+            msg = f"the state provider returned {type(state).__qualname__}, not a KeyValueState"
+            raise TypeError(msg)
+        counts.update(state)
+    return counts
+
+
+def main(argv: list[str] | None = None, *, spark: Any = None) -> int:
+    """Run the word count and check it (on ``spark``, a SparkSession, when given)."""
     parser = argparse.ArgumentParser(
         prog="python -m examples.wordcount", description=__doc__.split("\n")[0]
     )
@@ -146,9 +172,19 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
 
+    try:
+        return _run(args, spark)
+    except StatefulBoltsError as exc:
+        print(f"{parser.prog}: error: {exc}", file=sys.stderr)
+        return 2
+
+
+def _run(args: argparse.Namespace, spark: Any) -> int:
     from statefulbolts import LocalCluster
 
     conf = Config.from_file(args.conf) if args.conf else Config()
+    # Before Spark starts: an unreachable store fails here, at once, with the provider's error.
+    before = committed_counts(conf, args.name, args.parallelism)
 
     def progress(info: Any) -> None:
         if not args.json:
@@ -160,7 +196,8 @@ def main(argv: list[str] | None = None) -> int:
             )
 
     started = time.perf_counter()
-    with LocalCluster(args.master) as cluster:
+    cluster = LocalCluster(spark=spark) if spark is not None else LocalCluster(args.master)
+    with cluster:
         handle = cluster.submit_topology(
             args.name, conf, build(args.sentences, args.parallelism), on_transaction=progress
         )
@@ -169,13 +206,18 @@ def main(argv: list[str] | None = None) -> int:
         metrics = handle.metrics()
         handle.kill()
     seconds = time.perf_counter() - started
+    where = {
+        ns: repr(StateFactory.get_state(ns, conf))
+        for ns in state_namespaces(args.name, args.parallelism)
+    }
 
-    expected = expected_counts(args.sentences)
+    this_run = expected_counts(args.sentences)
+    expected = this_run + collections.Counter(before)
     mismatched = sorted(w for w in set(expected) | set(counts) if counts.get(w) != expected.get(w))
     top = sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))[: args.top]
     result = {
         "sentences": args.sentences,
-        "words": sum(expected.values()),
+        "words": sum(this_run.values()),
         "distinct_words": len(counts),
         "seconds": round(seconds, 3),
         "transactions": len(metrics["transactions"]),
@@ -183,6 +225,8 @@ def main(argv: list[str] | None = None) -> int:
         "exact": not mismatched,
         "mismatched": mismatched[:20],
         "components": metrics["components"],
+        "continued_from_words": sum(before.values()),
+        "state": {"provider": provider_name(conf), "namespaces": where},
     }
     if args.json:
         print(json.dumps(result, indent=2))
@@ -192,6 +236,11 @@ def main(argv: list[str] | None = None) -> int:
             f"from {args.sentences} sentences in {seconds:.1f}s over "
             f"{result['transactions']} transactions"
         )
+        if before:
+            print(
+                f"continued from the counts of an earlier run of {args.name!r}: "
+                f"{result['continued_from_words']} words already counted"
+            )
         width = max((len(w) for w, _ in top), default=4)
         for word, count in top:
             print(f"  {word:<{width}}  {count}")
@@ -201,6 +250,9 @@ def main(argv: list[str] | None = None) -> int:
             if not mismatched
             else f"MISMATCH in {len(mismatched)} words, e.g. {mismatched[:5]}",
         )
+        print(f"state: {result['state']['provider']}")
+        for namespace, state in where.items():
+            print(f"  {namespace}: {state}")
     return 0 if not mismatched else 1
 
 

@@ -87,12 +87,38 @@ _RETRIES = 2
 _Envelope = bytes
 
 
+# The envelope of a present value is msgpack [1, bin payload]: fixarray(2), fixint 1, then the
+# bin header. It is built by hand below 64 KiB (bin 8 / bin 16, byte for byte what msgpack gives)
+# and read by hand below 256 bytes, because it is done once per key crossing the wire; anything
+# else goes through msgpack.
+_HEAD8 = b"\x92\x01\xc4"
+_HEADS8 = [_HEAD8 + bytes((n,)) for n in range(256)]
+_HEAD16 = b"\x92\x01\xc5"
+_MISSING: Any = object()
+# Encoded str keys kept per state object, as the in-memory state does (bounded).
+_KEY_CACHE_SIZE = 100_000
+
+
 def _wrap(payload: bytes) -> _Envelope:
+    n = len(payload)
+    if n < 0x100:
+        return _HEADS8[n] + payload
+    if n < 0x10000:
+        return _HEAD16 + n.to_bytes(2, "big") + payload
     return msgpack.packb([_PRESENT, payload], use_bin_type=True)
+
+
+def _wire(writes: Mapping[bytes, bytes | None]) -> Iterator[bytes]:
+    """``field, envelope, field, envelope, ...`` for a script's ARGV; None is a tombstone."""
+    for ekey, payload in writes.items():
+        yield ekey
+        yield TOMBSTONE if payload is None else _wrap(payload)
 
 
 def _unwrap(raw: _Envelope, namespace: str) -> bytes | None:
     """The payload of an envelope, ``None`` for a tombstone."""
+    if raw.startswith(_HEAD8) and len(raw) > 3 and raw[3] == len(raw) - 4:
+        return raw[4:]
     if raw == TOMBSTONE:
         return None
     try:
@@ -368,9 +394,13 @@ class RedisKeyValueState(KeyValueState):
         self._commit_writes_script = client.register_script(_COMMIT_WRITES)
         self._rollback_script = client.register_script(_ROLLBACK)
         # Writes since the last prepare; the prepared delta as Redis holds it; committed reads.
-        self._pending: dict[bytes, _Envelope] = {}
-        self._prepared: dict[bytes, _Envelope] = {}
-        self._cache: dict[bytes, _Envelope | None] = {}
+        # All three hold payloads (the value serializer's bytes), None for a deletion (pending,
+        # prepared) or a missing key (cache): envelopes exist only on the wire, so a get or a
+        # put never packs or unpacks one.
+        self._pending: dict[bytes, bytes | None] = {}
+        self._prepared: dict[bytes, bytes | None] = {}
+        self._cache: dict[bytes, bytes | None] = {}
+        self._key_cache: dict[str, bytes] = {}
         self._committed_txid: int | None = None
         self._prepared_txid: int | None = None
         self._load()
@@ -406,29 +436,43 @@ class RedisKeyValueState(KeyValueState):
         self._committed_txid = _txid(fields.get(b"commit"))
         self._prepared_txid = _txid(fields.get(b"prepare"))
         if self._prepared_txid is not None:
-            self._prepared = dict(zip(delta[::2], delta[1::2], strict=True))
+            ns = self.namespace
+            self._prepared = {
+                k: _unwrap(v, ns) for k, v in zip(delta[::2], delta[1::2], strict=True)
+            }
 
     # -- encoding
     def _encode_key(self, key: Any) -> bytes:
+        plain = type(key) is str
+        if plain:
+            cached = self._key_cache.get(key)
+            if cached is not None:
+                return cached
         try:
-            return self._keys.serialize(key)
+            ekey = self._keys.serialize(key)
         except StateSerializationError as exc:
             msg = f"state {self.namespace!r}: key {key!r} cannot be stored: {exc}"
             raise StateSerializationError(msg) from exc
+        if plain and len(self._key_cache) < _KEY_CACHE_SIZE:
+            self._key_cache[key] = ekey
+        return ekey
 
-    def _decode(self, raw: _Envelope | None) -> Any:
-        payload = None if raw is None else _unwrap(raw, self.namespace)
+    def _decode(self, payload: bytes | None) -> Any:
         return None if payload is None else self._values.deserialize(payload)
 
-    def _lookup(self, ekey: bytes) -> _Envelope | None:
-        """Pending, then prepared, then committed (cached, one HGET per key at most)."""
-        for layer in (self._pending, self._prepared):
-            if ekey in layer:
-                return layer[ekey]
-        if ekey not in self._cache:
-            with self._backend("get"):
-                self._cache[ekey] = self._client.hget(self.committed_key, ekey)
-        return self._cache[ekey]
+    def _lookup(self, ekey: bytes) -> bytes | None:
+        """The payload: pending, then prepared, then committed (cached, one HGET per key)."""
+        payload = self._pending.get(ekey, _MISSING)
+        if payload is _MISSING:
+            payload = self._prepared.get(ekey, _MISSING)
+            if payload is _MISSING:
+                payload = self._cache.get(ekey, _MISSING)
+                if payload is _MISSING:
+                    with self._backend("get"):
+                        raw = self._client.hget(self.committed_key, ekey)
+                    payload = None if raw is None else _unwrap(raw, self.namespace)
+                    self._cache[ekey] = payload
+        return payload
 
     # -- the map
     def put(self, key: Any, value: Any) -> None:
@@ -443,29 +487,32 @@ class RedisKeyValueState(KeyValueState):
         except StateSerializationError as exc:
             msg = f"state {self.namespace!r}: value for key {key!r} cannot be stored: {exc}"
             raise StateSerializationError(msg) from exc
-        self._pending[self._encode_key(key)] = _wrap(payload)
+        self._pending[self._encode_key(key)] = payload
 
     def get(self, key: Any, default: Any = None) -> Any:
         """Return the value of ``key`` or ``default``."""
-        value = self._decode(self._lookup(self._encode_key(key)))
+        payload = self._lookup(self._encode_key(key))
+        if payload is None:
+            return default
+        value = self._values.deserialize(payload)
         return default if value is None else value
 
     def delete(self, key: Any) -> Any:
         """Remove ``key``; returns its previous value."""
         ekey = self._encode_key(key)
         old = self._decode(self._lookup(ekey))
-        self._pending[ekey] = TOMBSTONE
+        self._pending[ekey] = None
         return old
 
     def __iter__(self) -> Iterator[tuple[Any, Any]]:
         """Pending writes, then the prepared delta, then ``HSCAN`` of committed; each key once."""
         seen: set[bytes] = set()
         for layer in (dict(self._pending), dict(self._prepared)):
-            for ekey, raw in layer.items():
+            for ekey, payload in layer.items():
                 if ekey not in seen:
                     seen.add(ekey)
-                    if raw != TOMBSTONE:
-                        yield self._keys.deserialize(ekey), self._decode(raw)
+                    if payload is not None:
+                        yield self._keys.deserialize(ekey), self._decode(payload)
         cursor = 0
         while True:
             with self._backend("iteration"):
@@ -473,8 +520,9 @@ class RedisKeyValueState(KeyValueState):
             for ekey, raw in page.items():
                 if ekey not in seen:
                     seen.add(ekey)
-                    self._cache.setdefault(ekey, raw)
-                    yield self._keys.deserialize(ekey), self._decode(raw)
+                    payload = _unwrap(raw, self.namespace)
+                    self._cache.setdefault(ekey, payload)
+                    yield self._keys.deserialize(ekey), self._decode(payload)
             if not cursor:
                 return
 
@@ -489,9 +537,7 @@ class RedisKeyValueState(KeyValueState):
         while one is prepared, or a txid at or below the committed one, raises
         ``StateTransactionError`` and keeps the pending writes.
         """
-        args: list[Any] = [str(int(txid))]
-        for ekey, raw in self._pending.items():
-            args += (ekey, raw)
+        args: list[Any] = [str(int(txid)), *_wire(self._pending)]
         with self._backend(f"prepare of txid {txid}"):
             reply = self._prepare_script(keys=[self.prepare_key, self.txid_key], args=args)
         code = int(reply[0])
@@ -553,9 +599,7 @@ class RedisKeyValueState(KeyValueState):
         self._committed_txid = int(txid)
 
     def _commit_writes(self) -> None:
-        args: list[Any] = [TOMBSTONE]
-        for ekey, raw in self._pending.items():
-            args += (ekey, raw)
+        args: list[Any] = [TOMBSTONE, *_wire(self._pending)]
         with self._backend("commit"):
             committed = self._commit_writes_script(
                 keys=[self.committed_key, self.txid_key], args=args
@@ -564,10 +608,9 @@ class RedisKeyValueState(KeyValueState):
         self._pending = {}
         self._committed_txid = _txid(committed)
 
-    def _remember(self, applied: Mapping[bytes, _Envelope]) -> None:
+    def _remember(self, applied: Mapping[bytes, bytes | None]) -> None:
         """Keep the read cache equal to Redis after ``applied`` reached the committed hash."""
-        for ekey, raw in applied.items():
-            self._cache[ekey] = None if raw == TOMBSTONE else raw
+        self._cache.update(applied)
 
     def rollback(self) -> None:
         """Drop pending writes, the prepared delta and the prepare txid (one script call)."""

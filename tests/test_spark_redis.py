@@ -190,3 +190,22 @@ def test_unreachable_redis_fails_submit_promptly(cluster: Any) -> None:
         assert f"127.0.0.1:{port}" in message
         assert "could not be reached" in message
         assert f"'wc-down/{CHECKPOINT}'" in message
+
+
+def test_example_main_stops_at_once_without_redis(tmp_path: Path, capsys: Any) -> None:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    conf_file = tmp_path / "redis.json"
+    conf_file.write_text(json.dumps(redis_conf(port)))
+
+    started = time.monotonic()
+    status = wordcount.main(["--conf", str(conf_file), "--json"])
+
+    assert time.monotonic() - started < 30
+    assert status == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert captured.err.startswith("python -m examples.wordcount: error: Redis at 127.0.0.1:")
+    assert f"127.0.0.1:{port} could not be reached" in captured.err
+    assert "'wordcount/count-0'" in captured.err
