@@ -12,11 +12,12 @@ group's pending entries list (PEL) under this task's consumer name, so:
 2. a driver that crashes loses nothing: the restarted driver's spout task has the same consumer
    name (derived from topology name, component id and task index), and on ``open`` it first
    re-reads that consumer's pending entries (``XREADGROUP ... 0``), then new ones (``>``);
-3. a crash after COMMIT but before the ``XACK`` re-delivers the entries of that one transaction,
-   so a count may exceed the exact count by at most the tuples of one transaction (the
-   ``after-committed`` kill point shows it); a crash at any earlier point of the protocol costs
-   nothing, because the restarted checkpoint spout rolls the state back to the last commit (or
-   forward to the commit the crash interrupted) before the re-delivered entries are counted.
+3. a crash after the commit decision (COMMITTING or COMMITTED saved) but before the ``XACK``
+   costs nothing either: the runtime saved the entry ids of that transaction with its
+   COMMITTING state, and the restarted driver, once the commit is complete, acks exactly those
+   (``ack`` XACKs an id even if this run never read it) before this spout reads its pending
+   entries; a crash before the commit decision rolls the state back and the entries are counted
+   once when re-delivered. Counts stay exact at every kill point (``tests/test_recovery_driver``).
 
 Reads never block: ``XREADGROUP`` without ``BLOCK``, ``COUNT batch``; after an empty read the spout
 waits ``poll_interval_ms`` before asking Redis again, so an idle topology does not hammer Redis.
@@ -381,12 +382,18 @@ class RedisStreamSpout(Spout):
 
     # ----------------------------------------------------------------- ack / fail
     def ack(self, msg_id: Any) -> None:
-        """The transaction that carried ``msg_id`` committed: ``XACK`` it (batched)."""
-        if self._in_flight.pop(msg_id, None) is not None:
-            self._acks.append(msg_id)
-            self.acked += 1
-            if len(self._acks) >= _ACK_CHUNK:
-                self._flush_acks()
+        """The transaction that carried ``msg_id`` committed: ``XACK`` it (batched).
+
+        The id need not be in flight in this run: after a driver crash the runtime acks the
+        entries of a transaction that had committed (its saved manifest) before this spout reads
+        its pending entries, and those are XACKed so they are not delivered again.
+        """
+        self._in_flight.pop(msg_id, None)
+        self._replay.pop(msg_id, None)
+        self._acks.append(msg_id)
+        self.acked += 1
+        if len(self._acks) >= _ACK_CHUNK:
+            self._flush_acks()
 
     def fail(self, msg_id: Any) -> None:
         """Queue ``msg_id`` for re-emission (it is still pending in the group)."""

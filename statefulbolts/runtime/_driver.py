@@ -29,6 +29,7 @@ import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from checkpoint import Action, CheckpointSpout, TxPhase
@@ -37,6 +38,7 @@ from providers import (
     KeyValueState,
     StateBackendError,
     StateFactory,
+    StateSerializationError,
     get_provider,
 )
 from recovery.faults import FaultPlan, KillPoint
@@ -59,8 +61,23 @@ from statefulbolts.runtime._task import TASK_ERROR_MARK, TaskEnv
 log = logging.getLogger(__name__)
 
 _MAX_BUFFER = 2_000_000
+MANIFEST_KEY = "__txn"
 # extlib folders already shipped, per SparkContext: (folder, newest mtime).
 _SHIPPED_EXTLIB: dict[int, set[tuple[str, int]]] = {}
+_ZIP_DIR: list[Path] = []
+
+
+def _extlib_zip_dir() -> Path:
+    """One temporary directory per process for extlib zips, removed when the process exits."""
+    if not _ZIP_DIR:
+        import atexit
+        import shutil
+        import tempfile
+
+        path = Path(tempfile.mkdtemp(prefix="statefulbolts-extlib-"))
+        atexit.register(shutil.rmtree, path, True)
+        _ZIP_DIR.append(path)
+    return _ZIP_DIR[0]
 _TASK_ERROR = re.compile(
     re.escape(TASK_ERROR_MARK) + r" component='([^']*)' task=(\d+) txid=(-?\d+)\] ([^\n]*)"
 )
@@ -199,6 +216,8 @@ class TopologyRunner:
         self._last_batch_ms: float | None = None
         self._plain_txid = 0
         self._consecutive_failures = 0
+        self._recovered: tuple[int, list[Any]] | None = None
+        self._manifest_warned = False
         self._backend_down_since: float | None = None
         self._backend_attempts = 0
         self._not_before = 0.0
@@ -246,6 +265,7 @@ class TopologyRunner:
             self._cp_task = st
             cp.open(self.conf, st.context, _CheckpointCollector(self, st))
             self.cp = cp
+            self._load_manifest()
 
     def kill(self, timeout: float | None = 60) -> None:
         """Stop the loop after the running job, close the spouts."""
@@ -364,6 +384,66 @@ class TopologyRunner:
             emitted += st.emitted - before
         return emitted
 
+    # ----------------------------------------------------------------- the transaction manifest
+    # What makes a driver crash after the commit decision cost nothing: before COMMITTING(t) is
+    # saved, the message ids that transaction t carried are saved with it (one commit of the
+    # checkpoint spout's state). A restarted driver that finishes COMMIT(t), or finds COMMITTED(t)
+    # already saved, acks exactly those messages at their spouts before calling any spout, so a
+    # durable spout does not deliver them again.
+
+    def _put_manifest(self, txid: int) -> None:
+        cp = self.cp
+        if cp is None or cp.state is None:
+            return
+        msgs = []
+        for root in self._awaiting.get(txid, []):
+            r = self._roots.get(root)
+            if r is not None:
+                msgs.append([r.st.name, r.st.task, r.msg_id])
+        try:
+            cp.state.put(MANIFEST_KEY, {"txid": txid, "msgs": msgs})
+        except StateSerializationError as exc:
+            if not self._manifest_warned:
+                log.warning(
+                    "spout message ids cannot be saved (%s); a driver crash between a commit "
+                    "and its spout acks will replay that transaction (at-least-once)",
+                    exc,
+                )
+                self._manifest_warned = True
+            cp.state.put(MANIFEST_KEY, {"txid": txid, "msgs": None})
+
+    def _load_manifest(self) -> None:
+        """After opening: keep the saved manifest if its transaction may have committed."""
+        cp = self.cp
+        if cp is None or cp.state is None:
+            return
+        saved = cp.state.get(MANIFEST_KEY)
+        if not isinstance(saved, dict) or saved.get("txid") != cp.cur.txid:
+            return
+        if saved.get("msgs") is None or cp.cur.phase is TxPhase.PREPARING:
+            return
+        self._recovered = (int(saved["txid"]), list(saved["msgs"]))
+        if cp.cur.phase is TxPhase.COMMITTED:
+            self._ack_recovered(cp.cur.txid)
+
+    def _ack_recovered(self, txid: int) -> None:
+        if self._recovered is None or self._recovered[0] != txid:
+            return
+        tasks = {(st.name, st.task): st for st in self._spouts}
+        delivered = 0
+        for component, task, msg_id in self._recovered[1]:
+            st = tasks.get((component, task))
+            if st is not None:
+                st.spout.ack(msg_id)
+                delivered += 1
+        self._recovered = None
+        log.info("txid %s had committed: acked its %d spout tuples", txid, delivered)
+
+    def _may_gather(self) -> bool:
+        # While recovering, a crashed run's messages may still be acked by the recovery (see
+        # the manifest); gathering now could replay them first.
+        return self.cp is None or not self.cp.recovering
+
     def _settle_ack(self, root: int) -> None:
         r = self._roots.pop(root, None)
         if r is not None:
@@ -441,8 +521,8 @@ class TopologyRunner:
                     self._finish(job)
                     self._job = None
                     return True
-                return self._gather() > 0
-            gathered = self._gather()
+                return self._gather() > 0 if self._may_gather() else False
+            gathered = self._gather() if self._may_gather() else 0
             if self.clock.now_ms() < self._not_before:
                 return gathered > 0
             if self._start_next_job():
@@ -652,6 +732,8 @@ class TopologyRunner:
             if cp_ok:
                 if faults is not None and is_prepare:
                     faults.on_driver(KillPoint.AFTER_PREPARE, job.txid)
+                if is_prepare:
+                    self._put_manifest(job.txid)
                 what = f"saving checkpoint state after {job.action}({job.txid})"
                 self._with_backend(what, lambda: cp.ack(job.txid))
                 if faults is not None and is_prepare:
@@ -666,6 +748,7 @@ class TopologyRunner:
                     faults.on_driver(KillPoint.AFTER_COMMITTED, job.txid)
                 for root in self._awaiting.pop(job.txid, []):
                     self._settle_ack(root)
+                self._ack_recovered(job.txid)
             elif job.action == Action.ROLLBACK.value:
                 for txid in list(self._awaiting):
                     for root in self._awaiting.pop(txid):
@@ -752,17 +835,33 @@ class TopologyRunner:
         self._not_before = now + backoff * 1000.0
 
     def _with_backend(self, what: str, call: Callable[[], Any]) -> Any:
-        """Run a driver-side state call, waiting out a state backend outage."""
-        started = self.clock.now_ms()
+        """Run a driver-side state call, waiting out a state backend outage.
+
+        The outage is timed from its first failure, driver-side or in a job, so the two kinds of
+        waiting share one ``topology.state.backend.timeout.secs``.
+        """
         attempt = 0
         while True:
             try:
                 result = call()
             except StateBackendError as exc:
                 attempt += 1
-                waited = (self.clock.now_ms() - started) / 1000.0
-                if waited > self.tc.state_backend_timeout_secs or self._stop.is_set():
+                now = self.clock.now_ms()
+                if self._backend_down_since is None:
+                    self._backend_down_since = now
+                    self._backend_attempts = 0
+                waited = (now - self._backend_down_since) / 1000.0
+                limit = self.tc.state_backend_timeout_secs
+                if self._stop.is_set():
                     raise
+                if waited > limit:
+                    cause = f"{type(exc).__name__}: {exc}"
+                    msg = (
+                        f"topology {self.name!r} stopped: the state backend failed for "
+                        f"{waited:.0f} s (topology.state.backend.timeout.secs = {limit}) while "
+                        f"{what}; last error: {cause}"
+                    )
+                    raise TopologyFailedError(msg, cause=cause) from exc
                 backoff = min(0.25 * 2 ** (attempt - 1), 5.0)
                 log.warning(
                     "%s: state backend unavailable for %.1f s, retrying in %.1f s: %s",
@@ -773,7 +872,10 @@ class TopologyRunner:
                 )
                 self.clock.sleep(backoff)
             else:
-                self._backend_down_since = None
+                if attempt:
+                    # It failed and now answered: the outage is over. A call that never failed
+                    # proves nothing (cp.fail does not even touch the store).
+                    self._backend_down_since = None
                 return result
 
     def _record(self, info: TransactionInfo) -> None:
@@ -818,8 +920,11 @@ class TopologyRunner:
             }
 
     def _ship_extlib(self) -> None:
-        """Send every extlib folder to the executors as a zip on their ``sys.path``."""
-        import tempfile
+        """Send every extlib folder to the executors as a zip on their ``sys.path``.
+
+        Each folder is zipped once per version (newest mtime) into this process's temporary
+        directory, removed at exit, and added once per SparkContext.
+        """
         import zipfile
 
         from providers import add_extlib_to_path
@@ -831,14 +936,12 @@ class TopologyRunner:
             if not files or stamp in shipped:
                 continue
             shipped.add(stamp)
-            with tempfile.NamedTemporaryFile(
-                prefix=f"extlib-{folder.name}-", suffix=".zip", delete=False
-            ) as tmp:
-                with zipfile.ZipFile(tmp, "w") as zf:
+            name = _extlib_zip_dir() / f"extlib-{abs(hash(stamp)):x}.zip"
+            if not name.exists():
+                with zipfile.ZipFile(name, "w") as zf:
                     for path in files:
                         zf.write(path, path.relative_to(folder).as_posix())
-                name = tmp.name
-            self.sc.addPyFile(name)
+            self.sc.addPyFile(str(name))
 
 
 class _CheckpointCollector(_Collector):

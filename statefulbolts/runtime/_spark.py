@@ -12,12 +12,22 @@ from typing import Any
 log = logging.getLogger(__name__)
 
 LOOPBACK = "127.0.0.1"
+_LOOPBACK_HOSTS = frozenset({"127.0.0.1", "localhost", "::1"})
 _LOCAL = re.compile(r"^local(\[(?P<n>\*|\d+)(,(?P<f>\d+))?\])?$")
 
 
 def is_local(master: str) -> bool:
     """Whether ``master`` runs everything in this machine's driver JVM (``local``, ``local[N]``)."""
     return bool(_LOCAL.match(master.strip()))
+
+
+def is_loopback_master(master: str) -> bool:
+    """Whether ``master`` is a standalone master (``spark://h:p[,h:p]``) on this machine only."""
+    url = master.strip()
+    if not url.startswith("spark://"):
+        return False
+    hosts = [part.rpartition(":")[0] or part for part in url[len("spark://") :].split(",")]
+    return bool(hosts) and all(h.strip("[]") in _LOOPBACK_HOSTS for h in hosts)
 
 
 def with_task_retries(master: str, max_failures: int) -> str:
@@ -47,17 +57,26 @@ def build_session(
     spark_conf: Mapping[str, Any] | None = None,
     task_max_failures: int = 4,
 ) -> Any:
-    """Create (or get) a SparkSession for ``master`` with loopback binding for local masters."""
+    """Create (or get) a SparkSession for ``master``.
+
+    Local masters, and standalone masters on 127.0.0.1 / localhost, get loopback binding (unless
+    ``spark_conf`` says otherwise): a driver that talks to executors on this machine only has no
+    reason to listen on any other interface. Other masters keep Spark's defaults, except that
+    ``spark.task.maxFailures`` is ``task_max_failures`` unless ``spark_conf`` sets it.
+    """
     from pyspark.sql import SparkSession
 
     spark_conf = dict(spark_conf or {})
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     builder = SparkSession.builder.appName(app_name)
-    if is_local(master):
-        master = with_task_retries(master, task_max_failures)
+    if is_local(master) or is_loopback_master(master):
         for key, value in loopback_settings(spark_conf).items():
             builder = builder.config(key, value)
+    if not is_local(master) and "spark.task.maxFailures" not in spark_conf:
+        builder = builder.config("spark.task.maxFailures", str(task_max_failures))
+    if is_local(master):
+        master = with_task_retries(master, task_max_failures)
         if "spark.executorEnv.PYTHONPATH" not in spark_conf:
             # Local workers run on this machine: let them import what the driver can.
             paths = [p for p in sys.path if p and os.path.isdir(p)]
