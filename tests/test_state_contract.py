@@ -158,6 +158,23 @@ def test_unserializable_key_is_rejected(backend: Backend) -> None:
     assert dict(state) == {}
 
 
+@pytest.mark.parametrize("size", [0, 255, 256, 65_535, 65_536, 200_000])
+def test_values_of_every_size_survive_commit_and_reopen(backend: Backend, size: int) -> None:
+    # Envelope and serializer formats change at 256 bytes and at 64 KiB.
+    value = "x" * size
+    blob = bytes(range(256)) * (size // 256) + b"\x00" * (size % 256)
+    state = backend.state()
+    state.put("s", value)
+    state.put("b", blob)
+    state.prepare_commit(1)
+    assert backend.state().get("s") == value  # a new object sees the prepared delta
+    state.commit(1)
+    reopened = backend.state()
+    assert reopened.get("s") == value
+    assert reopened.get("b") == blob
+    assert dict(reopened) == {"s": value, "b": blob}
+
+
 def test_storm_prepare_commit_rollback_scenario(backend: Backend) -> None:
     """Storm's testPrepareCommitRollback (STORM-PROTOCOL 3.2), with our fixed semantics."""
     state = backend.state()
