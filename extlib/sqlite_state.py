@@ -92,6 +92,7 @@ from providers import (
     StateProvider,
     StateSerializationError,
     StateTransactionError,
+    encode_value,
     load_object,
 )
 
@@ -355,16 +356,7 @@ class SqliteKeyValueState(KeyValueState):
 
     def put(self, key: Any, value: Any) -> None:
         """Set ``key``; ``None`` is not a value (use ``delete``)."""
-        if value is None:
-            msg = (
-                f"state {self.namespace!r}: None is not a storable value (key {key!r}); use delete"
-            )
-            raise StateSerializationError(msg)
-        try:
-            encoded = self._values.serialize(value)
-        except StateSerializationError as exc:
-            msg = f"state {self.namespace!r}: value for key {key!r} cannot be stored: {exc}"
-            raise StateSerializationError(msg) from exc
+        encoded = encode_value(self._values, self.namespace, key, value)
         self._pending[self._encode_key(key)] = encoded
 
     def get(self, key: Any, default: Any = None) -> Any:

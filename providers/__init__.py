@@ -21,7 +21,7 @@ from providers._factory import (
     load_object,
     provider_name,
 )
-from providers._serializers import MsgpackSerializer, Serializer
+from providers._serializers import MsgpackSerializer, Serializer, encode_value
 from providers.memory import InMemoryKeyValueState, InMemoryKeyValueStateProvider
 
 __all__ = [
@@ -45,6 +45,7 @@ __all__ = [
     "StateTransactionError",
     "StatefulBoltsError",
     "add_extlib_to_path",
+    "encode_value",
     "extlib_dirs",
     "get_provider",
     "load_object",

@@ -80,6 +80,21 @@ class MsgpackSerializer:
 _UNPACK = functools.partial(msgpack.unpackb, raw=False, strict_map_key=False, use_list=True)
 
 
+def encode_value(serializer: Serializer, namespace: str, key: Any, value: Any) -> bytes:
+    """Serialize a value for ``put``; the error names the namespace, the key and the type.
+
+    ``None`` is not a value (a state uses it for "absent"): callers delete instead.
+    """
+    if value is None:
+        msg = f"state {namespace!r}: None is not a storable value (key {key!r}); use delete"
+        raise StateSerializationError(msg)
+    try:
+        return serializer.serialize(value)
+    except StateSerializationError as exc:
+        msg = f"state {namespace!r}: value for key {key!r} cannot be stored: {exc}"
+        raise StateSerializationError(msg) from exc
+
+
 def _restore(cls: type | None, obj: Any) -> Any:
     if cls is None or obj is None or isinstance(obj, cls):
         return obj

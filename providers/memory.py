@@ -23,7 +23,7 @@ import msgpack
 from providers._base import DriverOwnedStateProvider, KeyValueState
 from providers._config import parse_provider_config, resolve_serializers
 from providers._errors import StateSerializationError, StateTransactionError
-from providers._serializers import MsgpackSerializer
+from providers._serializers import MsgpackSerializer, encode_value
 
 __all__ = ["InMemoryKeyValueState", "InMemoryKeyValueStateProvider"]
 
@@ -180,16 +180,7 @@ class InMemoryKeyValueState(KeyValueState):
 
     def put(self, key: Any, value: Any) -> None:
         """Set ``key``; ``None`` is not a value (Storm rejects it too)."""
-        if value is None:
-            msg = (
-                f"state {self.namespace!r}: None is not a storable value (key {key!r}); use delete"
-            )
-            raise StateSerializationError(msg)
-        try:
-            encoded = self._values.serialize(value)
-        except StateSerializationError as exc:
-            msg = f"state {self.namespace!r}: value for key {key!r} cannot be stored: {exc}"
-            raise StateSerializationError(msg) from exc
+        encoded = encode_value(self._values, self.namespace, key, value)
         self._pending[self._encode_key(key)] = encoded
 
     def get(self, key: Any, default: Any = None) -> Any:

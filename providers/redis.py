@@ -55,7 +55,7 @@ from providers._errors import (
     StateSerializationError,
     StateTransactionError,
 )
-from providers._serializers import MsgpackSerializer, Serializer
+from providers._serializers import MsgpackSerializer, Serializer, encode_value
 
 try:
     import redis as redis_py
@@ -477,16 +477,7 @@ class RedisKeyValueState(KeyValueState):
     # -- the map
     def put(self, key: Any, value: Any) -> None:
         """Set ``key``; ``None`` is not a value (use ``delete``)."""
-        if value is None:
-            msg = (
-                f"state {self.namespace!r}: None is not a storable value (key {key!r}); use delete"
-            )
-            raise StateSerializationError(msg)
-        try:
-            payload = self._values.serialize(value)
-        except StateSerializationError as exc:
-            msg = f"state {self.namespace!r}: value for key {key!r} cannot be stored: {exc}"
-            raise StateSerializationError(msg) from exc
+        payload = encode_value(self._values, self.namespace, key, value)
         self._pending[self._encode_key(key)] = payload
 
     def get(self, key: Any, default: Any = None) -> Any:
