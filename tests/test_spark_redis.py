@@ -85,7 +85,14 @@ def assert_committed_layout(client: Any, name: str, txid: int, parallelism: int 
     for task in range(parallelism):
         assert client.hgetall(f"{name}/count-{task}$txid") == {b"commit": str(txid).encode()}
     spout = f"{name}/{CHECKPOINT}"
-    assert decode_hash(client.hgetall(spout)) == {"__state": [txid, "COMMITTED"]}
+    saved = decode_hash(client.hgetall(spout))
+    assert saved.keys() == {"__state", "__txn"}
+    assert saved["__state"] == [txid, "COMMITTED"]
+    # The manifest of the last transaction: the sentence indices it carried, each once.
+    assert saved["__txn"]["txid"] == txid
+    msgs = saved["__txn"]["msgs"]
+    assert msgs and all(m[0] == "sentences" and m[1] == 0 for m in msgs)
+    assert len({m[2] for m in msgs}) == len(msgs)
     # The spout's own save is a commit without txid: Redis records -1 and never a prepare.
     assert client.hgetall(f"{spout}$txid") == {b"commit": b"-1"}
 

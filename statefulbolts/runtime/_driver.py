@@ -78,6 +78,8 @@ def _extlib_zip_dir() -> Path:
         atexit.register(shutil.rmtree, path, True)
         _ZIP_DIR.append(path)
     return _ZIP_DIR[0]
+
+
 _TASK_ERROR = re.compile(
     re.escape(TASK_ERROR_MARK) + r" component='([^']*)' task=(\d+) txid=(-?\d+)\] ([^\n]*)"
 )

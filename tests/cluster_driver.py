@@ -1,0 +1,135 @@
+"""The driver of ``tests/test_cluster.py``: the Redis word count on a Spark standalone master.
+
+It runs in its own process because the test session already has a ``local[2]`` SparkSession and
+a process can hold only one. It prints one JSON object per line on stdout, each with ``event``
+and ``t`` (``time.time()``, so the test can order lines against what it did itself):
+
+- ``ready``: the session is up; ``executors`` registered, the effective ``driver_host`` and
+  ``bind_address``.
+- ``tx``: one finished transaction (``TransactionInfo.as_dict()``).
+- ``done``: the topology is idle; ``transactions``, ``failed_transactions``, ``components``.
+- ``error``: it stopped with an error (exit status 1).
+
+Usage::
+
+    python tests/cluster_driver.py --master spark://127.0.0.1:7077 --redis-port 6379 \
+        --sentences 4000 --name wc-cluster
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+TESTS = Path(__file__).resolve().parent
+ROOT = TESTS.parent
+for _path in (str(TESTS), str(ROOT)):
+    if _path not in sys.path:
+        sys.path.insert(0, _path)
+
+from outage_topologies import redis_conf  # noqa: E402
+
+from examples.wordcount import build  # noqa: E402
+from statefulbolts.runtime import LocalCluster  # noqa: E402
+
+LOOPBACK = "127.0.0.1"
+
+
+def say(event: str, **fields: Any) -> None:
+    print(json.dumps({"event": event, "t": time.time(), **fields}), flush=True)
+
+
+def spark_conf(executor_memory: str) -> dict[str, str]:
+    """Everything on loopback; executors import this checkout with this venv's Python."""
+    return {
+        "spark.driver.host": LOOPBACK,
+        "spark.driver.bindAddress": LOOPBACK,
+        "spark.ui.enabled": "false",
+        "spark.ui.showConsoleProgress": "false",
+        "spark.executorEnv.PYTHONPATH": os.pathsep.join([str(ROOT), str(TESTS)]),
+        "spark.executorEnv.SPARK_LOCAL_IP": LOOPBACK,
+        "spark.pyspark.python": sys.executable,
+        "spark.task.maxFailures": "4",
+        "spark.executor.memory": executor_memory,
+        "spark.driver.memory": "768m",
+    }
+
+
+def executor_count(spark: Any) -> int:
+    """Executors registered with the driver (the driver's own entry not counted)."""
+    return max(0, len(spark.sparkContext._jsc.sc().statusTracker().getExecutorInfos()) - 1)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--master", required=True)
+    parser.add_argument("--redis-port", type=int, required=True)
+    parser.add_argument("--sentences", type=int, default=4000)
+    parser.add_argument("--parallelism", type=int, default=2)
+    parser.add_argument("--name", default="wc-cluster")
+    parser.add_argument("--pending", type=int, default=200, help="topology.max.spout.pending")
+    parser.add_argument("--interval-ms", type=int, default=100)
+    parser.add_argument("--executors", type=int, default=2, help="wait for this many executors")
+    parser.add_argument("--executor-memory", default="512m")
+    parser.add_argument("--timeout", type=float, default=240)
+    args = parser.parse_args(argv)
+    os.environ.setdefault("SPARK_LOCAL_IP", LOOPBACK)
+
+    conf = redis_conf(
+        args.redis_port,
+        **{
+            "topology.max.spout.pending": args.pending,
+            "topology.state.checkpoint.interval.ms": args.interval_ms,
+            "topology.message.timeout.secs": 120,
+        },
+    )
+    cluster = LocalCluster(
+        master=args.master,
+        app_name="statefulbolts-cluster-test",
+        spark_conf=spark_conf(args.executor_memory),
+    )
+    try:
+        spark = cluster.spark
+        deadline = time.monotonic() + 120
+        while executor_count(spark) < args.executors and time.monotonic() < deadline:
+            time.sleep(0.2)
+        sc_conf = spark.sparkContext.getConf()
+        say(
+            "ready",
+            executors=executor_count(spark),
+            master=spark.sparkContext.master,
+            driver_host=sc_conf.get("spark.driver.host"),
+            bind_address=sc_conf.get("spark.driver.bindAddress"),
+        )
+        handle = cluster.submit_topology(
+            args.name,
+            conf,
+            build(args.sentences, args.parallelism),
+            on_transaction=lambda info: say("tx", **info.as_dict()),
+        )
+        handle.await_idle(args.timeout)
+        metrics = handle.metrics()
+        txs = metrics["transactions"]
+        say(
+            "done",
+            transactions=len(txs),
+            failed_transactions=sum(1 for t in txs if not t["ok"]),
+            components=metrics["components"],
+            executors=executor_count(spark),
+        )
+        handle.kill()
+        return 0
+    except Exception as exc:  # noqa: BLE001 - reported to the test as one line
+        say("error", error=f"{type(exc).__name__}: {exc}")
+        return 1
+    finally:
+        cluster.shutdown()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
