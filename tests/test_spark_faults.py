@@ -1,0 +1,78 @@
+"""Fault injection by config (``topology.faults``) on real Spark: crashes, poison, restart."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from examples.wordcount import build, expected_counts
+from statefulbolts import TopologyFailedError
+
+pytestmark = pytest.mark.spark
+
+TIMEOUT = 180
+
+
+def faults(*tasks: dict[str, Any]) -> dict[str, Any]:
+    return {"topology.faults": {"tasks": list(tasks)}}
+
+
+def test_worker_crash_on_first_attempt_is_retried_and_exact(cluster: Any) -> None:
+    conf = faults(
+        {"component": "count", "task": 1, "at_tuple": 5, "kind": "crash", "attempts": "first"}
+    )
+    handle = cluster.submit_topology("fault-crash-first", conf, build(200, 2))
+    handle.await_idle(TIMEOUT)
+    assert handle.read_state("count") == dict(expected_counts(200))
+    transactions = handle.metrics()["transactions"]
+    # Spark retried the crashed task inside the job: no transaction failed or rolled back.
+    assert all(t["ok"] for t in transactions)
+    assert "ROLLBACK" not in [t["action"] for t in transactions]
+
+
+def test_worker_crash_on_every_attempt_stops_with_the_task_named(cluster: Any) -> None:
+    conf = {
+        **faults(
+            {"component": "count", "task": 0, "at_tuple": 2, "kind": "crash", "attempts": "every"}
+        ),
+        "topology.max.transaction.retries": 1,
+    }
+    handle = cluster.submit_topology("fault-crash-every", conf, build(50, 2))
+    with pytest.raises(TopologyFailedError) as info:
+        handle.await_idle(TIMEOUT)
+    # A dead Python worker leaves no Python error to parse: the message names the Spark job
+    # and what Spark reported; the txid is the transaction that kept failing.
+    assert info.value.txid == 0
+    assert "failed 2 times in a row" in str(info.value)
+    assert handle.read_state("count") == {}
+    handle.kill()
+
+
+def test_poison_stops_the_topology_and_a_fixed_restart_carries_on(cluster: Any) -> None:
+    name = "fault-poison"
+    pending = {"topology.max.spout.pending": 100, "topology.max.transaction.retries": 2}
+    poison = {"component": "count", "task": 0, "at_tuple": 0, "kind": "raise", "txid": 1}
+    topology = build(300, 2)
+    handle = cluster.submit_topology(
+        name, {**pending, **faults({**poison, "attempts": "every"})}, topology
+    )
+    with pytest.raises(TopologyFailedError) as info:
+        handle.await_idle(TIMEOUT)
+    err = info.value
+    assert (err.component, err.task, err.txid) == ("count", topology.task_ids("count")[0], 1)
+    assert "InjectedFault" in str(err) and "PREPARE(1)" in str(err)
+    # Transaction 0 (the first 100 sentences, the spout's pending limit) committed; the
+    # poisoned transaction 1 left nothing behind.
+    assert handle.read_state("count") == dict(expected_counts(100))
+    handle.kill()
+
+    # The bolt is "fixed" (no fault) and the same topology starts again in this driver, whose
+    # in-memory store still holds the state: it recovers from PREPARING(1) and carries on.
+    restarted = cluster.submit_topology(name, pending, build(300, 2))
+    restarted.await_idle(TIMEOUT)
+    actions = [(t["action"], t["txid"]) for t in restarted.metrics()["transactions"]]
+    assert actions[:3] == [("ROLLBACK", 1), ("INITSTATE", 0), ("PREPARE", 1)]
+    # The new spout replays all 300 sentences on top of the committed first 100.
+    assert restarted.read_state("count") == dict(expected_counts(300) + expected_counts(100))
+    restarted.kill()
