@@ -247,7 +247,12 @@ def _retry() -> Retry:
     return Retry(ExponentialWithJitterBackoff(cap=0.5, base=0.05), _RETRIES)
 
 
-def _make_client(endpoint: _Endpoint) -> Any:
+def make_client(endpoint: _Endpoint) -> Any:
+    """A new redis-py client (``Redis`` or ``RedisCluster``) for an endpoint; the caller closes it.
+
+    States share pooled clients per process; tools that read a provider's keys (``checkpoint
+    status``) use this to connect exactly as the provider does.
+    """
     password = endpoint.password.get_secret_value() if endpoint.password else None
     if isinstance(endpoint, RedisClusterEndpoint):
         cluster = RedisCluster(
@@ -311,7 +316,7 @@ def _client_for(endpoint: _Endpoint, namespace: str) -> Any:
             )
             made = None
             try:
-                made = _make_client(endpoint)
+                made = make_client(endpoint)
                 _preload(made)
             except (RedisError, RedisClusterException) as exc:
                 if made is not None:

@@ -119,36 +119,14 @@ def redis_stateful_tasks(conf: Mapping[str, Any], topology_name: str) -> list[tu
     which every state that ever prepared or committed has; the checkpoint spout's is left out.
     """
     from providers._config import RedisClusterEndpoint, parse_provider_config
-
-    try:
-        import redis
-        from redis.cluster import ClusterNode, RedisCluster
-    except ImportError as exc:  # pragma: no cover - depends on the environment
-        msg = "reading Redis needs redis-py: pip install 'statefulbolts[redis]'"
-        raise ImportError(msg) from exc
+    from providers.redis import make_client
 
     endpoint = parse_provider_config(conf).redis_endpoint()
-    password = endpoint.password.get_secret_value() if endpoint.password else None
-    client: Any
     prefix = _glob_escape(f"{topology_name}/")
+    client = make_client(endpoint)
     if isinstance(endpoint, RedisClusterEndpoint):
-        client = RedisCluster(
-            startup_nodes=[ClusterNode(host, port) for host, port in endpoint.nodes],
-            password=password,
-            socket_timeout=endpoint.timeout_s,
-        )
         pattern, strip = "{" + prefix + "*}$txid", ("{", "}$txid")
     else:
-        client = redis.Redis(
-            host=endpoint.host,
-            port=endpoint.port,
-            db=endpoint.database,
-            username=endpoint.username,
-            password=password,
-            ssl=endpoint.ssl,
-            socket_timeout=endpoint.timeout_s,
-            socket_connect_timeout=endpoint.timeout_s,
-        )
         pattern, strip = prefix + "*$txid", ("", "$txid")
     try:
         keys = [k.decode() if isinstance(k, bytes) else k for k in client.scan_iter(match=pattern)]
