@@ -94,6 +94,7 @@ from providers import (
     StateTransactionError,
     encode_value,
     load_object,
+    merge_layers,
 )
 
 __all__ = ["SqliteConfig", "SqliteKeyValueState", "SqliteKeyValueStateProvider"]
@@ -386,16 +387,9 @@ class SqliteKeyValueState(KeyValueState):
 
     def __iter__(self) -> Iterator[tuple[Any, Any]]:
         """Pending writes, then the prepared delta, then committed; each key once."""
-        seen: set[bytes] = set()
-        layers = (iter(list(self._pending.items())), self._pages("prepared"),
-                  self._pages("committed"))  # fmt: skip
-        for layer in layers:
-            for ekey, raw in layer:
-                if ekey in seen:
-                    continue
-                seen.add(ekey)
-                if raw is not None:
-                    yield self._keys.deserialize(ekey), self._values.deserialize(raw)
+        layers = (list(self._pending.items()), self._pages("prepared"), self._pages("committed"))
+        for ekey, raw in merge_layers(layers):
+            yield self._keys.deserialize(ekey), self._values.deserialize(raw)
 
     def __len__(self) -> int:
         return sum(1 for _ in self)

@@ -1,6 +1,12 @@
 """State and state providers: the ABCs, the in-memory provider, serializers and lookup."""
 
-from providers._base import DriverOwnedStateProvider, KeyValueState, State, StateProvider
+from providers._base import (
+    DriverOwnedStateProvider,
+    KeyValueState,
+    State,
+    StateProvider,
+    merge_layers,
+)
 from providers._errors import (
     ProviderConfigError,
     ProviderError,
@@ -49,5 +55,6 @@ __all__ = [
     "extlib_dirs",
     "get_provider",
     "load_object",
+    "merge_layers",
     "provider_name",
 ]

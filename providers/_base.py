@@ -8,8 +8,24 @@ checkpoint runs ``rollback()``, which returns the state to the last committed im
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from typing import Any, ClassVar
+
+
+def merge_layers(layers: Iterable[Iterable[tuple[bytes, Any]]]) -> Iterator[tuple[bytes, Any]]:
+    """Iterate layered state (pending, prepared, committed): each key once, the first layer wins.
+
+    A ``None`` value is a tombstone: it hides the key in later layers and is never yielded (the
+    rule Storm's iterator got wrong before STORM-2449).
+    """
+    seen: set[bytes] = set()
+    for layer in layers:
+        for key, value in layer:
+            if key in seen:
+                continue
+            seen.add(key)
+            if value is not None:
+                yield key, value
 
 
 class State(ABC):

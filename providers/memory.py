@@ -20,7 +20,7 @@ from typing import Any
 
 import msgpack
 
-from providers._base import DriverOwnedStateProvider, KeyValueState
+from providers._base import DriverOwnedStateProvider, KeyValueState, merge_layers
 from providers._config import parse_provider_config, resolve_serializers
 from providers._errors import StateSerializationError, StateTransactionError
 from providers._serializers import MsgpackSerializer, encode_value
@@ -205,15 +205,9 @@ class InMemoryKeyValueState(KeyValueState):
 
     def __iter__(self) -> Iterator[tuple[Any, Any]]:
         """Pending writes first, then the prepared delta, then committed; each key once."""
-        seen: set[bytes] = set()
         layers = (self._pending, self._image.prepared or {}, self._image.committed)
-        for layer in layers:
-            for ekey, raw in list(layer.items()):
-                if ekey in seen:
-                    continue
-                seen.add(ekey)
-                if raw is not None:
-                    yield self._keys.deserialize(ekey), self._values.deserialize(raw)
+        for ekey, raw in merge_layers(list(layer.items()) for layer in layers):
+            yield self._keys.deserialize(ekey), self._values.deserialize(raw)
 
     def __len__(self) -> int:
         return sum(1 for _ in self)
