@@ -369,7 +369,7 @@ class TopologyRunner:
 
     def _gather(self) -> int:
         """One round of ``next_tuple`` over the spout tasks; returns tuples emitted."""
-        if self._buffered >= _MAX_BUFFER:
+        if self._buffered >= _MAX_BUFFER or not self._may_gather():
             return 0
         limit = self.tc.max_spout_pending or 0
         emitted = 0
@@ -523,8 +523,8 @@ class TopologyRunner:
                     self._finish(job)
                     self._job = None
                     return True
-                return self._gather() > 0 if self._may_gather() else False
-            gathered = self._gather() if self._may_gather() else 0
+                return self._gather() > 0
+            gathered = self._gather()
             if self.clock.now_ms() < self._not_before:
                 return gathered > 0
             if self._start_next_job():
@@ -908,12 +908,11 @@ class TopologyRunner:
         """Per component counters and per transaction figures."""
         with self._lock:
             comps = {k: dict(v) for k, v in self.stats.components.items()}
+            spout_emits: dict[str, int] = {}
             for st in self._spouts:
-                comps.setdefault(st.name, {}).setdefault("emitted", 0)
-            for st in self._spouts:
-                comps[st.name]["emitted"] = sum(
-                    s.emitted for s in self._spouts if s.name == st.name
-                )
+                spout_emits[st.name] = spout_emits.get(st.name, 0) + st.emitted
+            for name, emitted in spout_emits.items():
+                comps.setdefault(name, {})["emitted"] = emitted
             return {
                 "components": comps,
                 "transactions": [t.as_dict() for t in self.stats.transactions],
