@@ -80,6 +80,15 @@ class MsgpackSerializer:
 _UNPACK = functools.partial(msgpack.unpackb, raw=False, strict_map_key=False, use_list=True)
 
 
+def is_plain_msgpack(serializer: Any) -> bool:
+    """Whether ``serializer`` is msgpack with no class, so a scalar decodes to what was encoded.
+
+    Not so for a subclass or another serializer (anything may happen), nor with a class
+    (``valueClass=float`` reads a stored ``3`` back as ``3.0``).
+    """
+    return type(serializer) is MsgpackSerializer and serializer._cls is None
+
+
 def encode_value(serializer: Serializer, namespace: str, key: Any, value: Any) -> bytes:
     """Serialize a value for ``put``; the error names the namespace, the key and the type.
 

@@ -2,9 +2,10 @@
 
 Layout per namespace, held in ``_Image`` (the in-memory twin of Redis' ``ns`` / ``ns$prepare`` /
 ``ns$txid``): a committed map with its txid, and a prepared *delta* (tombstones as ``None``) with
-its txid. A state object layers its own pending writes on top. Keys and values are stored encoded
-(msgpack), so a value that could not go to Redis cannot go here either, and a caller mutating an
-object after ``put`` cannot change a snapshot.
+its txid. A state object layers its own pending writes on top (``providers._layered``: scalars
+under str keys stay Python objects until a prepare). Keys and values are stored encoded (msgpack),
+so a value that could not go to Redis cannot go here either, and a caller mutating an object after
+``put`` cannot change a snapshot.
 
 Differences from Storm, deliberate (ARCHITECTURE section 6): ``commit(txid)`` of the txid already
 committed is a no-op instead of an error (Storm loops forever on a retried COMMIT); ``rollback``
@@ -20,10 +21,10 @@ from typing import Any
 
 import msgpack
 
-from providers._base import DriverOwnedStateProvider, KeyValueState, merge_layers
+from providers._base import DriverOwnedStateProvider, merge_layers
 from providers._config import parse_provider_config, resolve_serializers
 from providers._errors import StateSerializationError, StateTransactionError
-from providers._serializers import MsgpackSerializer, encode_value
+from providers._layered import LayeredKeyValueState
 
 __all__ = ["InMemoryKeyValueState", "InMemoryKeyValueStateProvider"]
 
@@ -110,7 +111,7 @@ class _Image:
                 raise StateTransactionError(msg)
 
 
-class InMemoryKeyValueState(KeyValueState):
+class InMemoryKeyValueState(LayeredKeyValueState):
     """A ``KeyValueState`` kept in this process.
 
     Example:
@@ -131,13 +132,8 @@ class InMemoryKeyValueState(KeyValueState):
         key_serializer: Any | None = None,
         value_serializer: Any | None = None,
     ) -> None:
-        self.namespace = namespace
+        super().__init__(namespace, key_serializer, value_serializer)
         self._image = image if image is not None else _Image()
-        self._keys = key_serializer or MsgpackSerializer()
-        self._values = value_serializer or MsgpackSerializer()
-        self._pending: _Delta = {}
-        # Encoded str keys: hot keys are encoded once, not on every get and put.
-        self._key_cache: dict[str, bytes] = {}
 
     def __repr__(self) -> str:
         return (
@@ -178,13 +174,15 @@ class InMemoryKeyValueState(KeyValueState):
             return prepared[ekey]
         return self._image.committed.get(ekey)
 
-    def put(self, key: Any, value: Any) -> None:
-        """Set ``key``; ``None`` is not a value (Storm rejects it too)."""
-        encoded = encode_value(self._values, self.namespace, key, value)
-        self._pending[self._encode_key(key)] = encoded
-
     def get(self, key: Any, default: Any = None) -> Any:
         """Return the value of ``key`` or ``default``."""
+        # The fresh layer, written out as LayeredKeyValueState asks.
+        if type(key) is str:
+            value = self._fresh.get(key)
+            if value is not None:
+                return value
+        elif self._fresh:
+            self._flush()
         ekey = self._encode_key(key)
         # Inlined _lookup: this is the hottest line of most stateful bolts.
         raw = self._pending.get(ekey, _MISSING)
@@ -196,8 +194,7 @@ class InMemoryKeyValueState(KeyValueState):
                 raw = self._image.committed.get(ekey)
         return default if raw is None else self._values.deserialize(raw)
 
-    def delete(self, key: Any) -> Any:
-        """Remove ``key``; returns its previous value."""
+    def _delete_stored(self, key: Any) -> Any:
         ekey = self._encode_key(key)
         raw = self._lookup(ekey)
         self._pending[ekey] = None
@@ -205,6 +202,7 @@ class InMemoryKeyValueState(KeyValueState):
 
     def __iter__(self) -> Iterator[tuple[Any, Any]]:
         """Pending writes first, then the prepared delta, then committed; each key once."""
+        self._flush()
         layers = (self._pending, self._image.prepared or {}, self._image.committed)
         for ekey, raw in merge_layers(list(layer.items()) for layer in layers):
             yield self._keys.deserialize(ekey), self._values.deserialize(raw)
@@ -231,6 +229,7 @@ class InMemoryKeyValueState(KeyValueState):
                 f"{image.committed_txid} is already committed"
             )
             raise StateTransactionError(msg)
+        self._flush()
         writes, self._pending = self._pending, {}
         image.do_prepare(txid, writes)
         image.record(["prepare", txid, writes])
@@ -242,6 +241,7 @@ class InMemoryKeyValueState(KeyValueState):
         """
         image = self._image
         if txid is None:
+            self._flush()
             writes, self._pending = self._pending, {}
             image.do_commit_writes(writes)
             image.record(["commit_writes", writes])
@@ -260,7 +260,7 @@ class InMemoryKeyValueState(KeyValueState):
 
     def rollback(self) -> None:
         """Drop pending writes and the prepared delta."""
-        self._pending = {}
+        self._pending, self._fresh = {}, {}
         self._image.do_rollback()
         self._image.record(["rollback"])
 

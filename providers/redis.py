@@ -46,7 +46,7 @@ from typing import Any
 
 import msgpack
 
-from providers._base import KeyValueState, StateProvider
+from providers._base import StateProvider
 from providers._config import RedisClusterEndpoint, RedisEndpoint, parse_provider_config
 from providers._config import resolve_serializers as _resolve_serializers
 from providers._errors import (
@@ -55,7 +55,8 @@ from providers._errors import (
     StateSerializationError,
     StateTransactionError,
 )
-from providers._serializers import MsgpackSerializer, Serializer, encode_value
+from providers._layered import LayeredKeyValueState
+from providers._serializers import Serializer
 
 try:
     import redis as redis_py
@@ -358,7 +359,7 @@ def _address_of(client: Any) -> str:
 
 
 # --- the state -----------------------------------------------------------------------------
-class RedisKeyValueState(KeyValueState):
+class RedisKeyValueState(LayeredKeyValueState):
     """A ``KeyValueState`` in Redis, with the same contract as ``InMemoryKeyValueState``.
 
     Example:
@@ -384,28 +385,24 @@ class RedisKeyValueState(KeyValueState):
         if encoder is not None and encoder().decode_responses:
             msg = "the Redis state needs a client made with decode_responses=False (binary values)"
             raise ProviderConfigError(msg)
-        self.namespace = namespace
+        super().__init__(namespace, key_serializer, value_serializer)
         self._client = client
         self._address = address or _address_of(client)
         base = f"{{{namespace}}}" if isinstance(client, RedisCluster) else namespace
         self.committed_key = base
         self.prepare_key = f"{base}$prepare"
         self.txid_key = f"{base}$txid"
-        self._keys: Serializer = key_serializer or MsgpackSerializer()
-        self._values: Serializer = value_serializer or MsgpackSerializer()
         self._load_script = client.register_script(_LOAD)
         self._prepare_script = client.register_script(_PREPARE)
         self._commit_script = client.register_script(_COMMIT)
         self._commit_writes_script = client.register_script(_COMMIT_WRITES)
         self._rollback_script = client.register_script(_ROLLBACK)
-        # Writes since the last prepare; the prepared delta as Redis holds it; committed reads.
-        # All three hold payloads (the value serializer's bytes), None for a deletion (pending,
-        # prepared) or a missing key (cache): envelopes exist only on the wire, so a get or a
-        # put never packs or unpacks one.
-        self._pending: dict[bytes, bytes | None] = {}
+        # Below _pending (writes since the last prepare, see LayeredKeyValueState): the prepared
+        # delta as Redis holds it; committed reads. All three hold payloads (the value
+        # serializer's bytes), None for a deletion (pending, prepared) or a missing key (cache):
+        # envelopes exist only on the wire, so a get or a put never packs or unpacks one.
         self._prepared: dict[bytes, bytes | None] = {}
         self._cache: dict[bytes, bytes | None] = {}
-        self._key_cache: dict[str, bytes] = {}
         self._committed_txid: int | None = None
         self._prepared_txid: int | None = None
         self._load()
@@ -479,22 +476,23 @@ class RedisKeyValueState(KeyValueState):
                     self._cache[ekey] = payload
         return payload
 
-    # -- the map
-    def put(self, key: Any, value: Any) -> None:
-        """Set ``key``; ``None`` is not a value (use ``delete``)."""
-        payload = encode_value(self._values, self.namespace, key, value)
-        self._pending[self._encode_key(key)] = payload
-
+    # -- the map (put and delete: LayeredKeyValueState)
     def get(self, key: Any, default: Any = None) -> Any:
         """Return the value of ``key`` or ``default``."""
+        # The fresh layer, written out as LayeredKeyValueState asks.
+        if type(key) is str:
+            value = self._fresh.get(key)
+            if value is not None:
+                return value
+        elif self._fresh:
+            self._flush()
         payload = self._lookup(self._encode_key(key))
         if payload is None:
             return default
         value = self._values.deserialize(payload)
         return default if value is None else value
 
-    def delete(self, key: Any) -> Any:
-        """Remove ``key``; returns its previous value."""
+    def _delete_stored(self, key: Any) -> Any:
         ekey = self._encode_key(key)
         old = self._decode(self._lookup(ekey))
         self._pending[ekey] = None
@@ -502,6 +500,7 @@ class RedisKeyValueState(KeyValueState):
 
     def __iter__(self) -> Iterator[tuple[Any, Any]]:
         """Pending writes, then the prepared delta, then ``HSCAN`` of committed; each key once."""
+        self._flush()
         seen: set[bytes] = set()
         for layer in (dict(self._pending), dict(self._prepared)):
             for ekey, payload in layer.items():
@@ -533,6 +532,7 @@ class RedisKeyValueState(KeyValueState):
         while one is prepared, or a txid at or below the committed one, raises
         ``StateTransactionError`` and keeps the pending writes.
         """
+        self._flush()
         args: list[Any] = [str(int(txid)), *_wire(self._pending)]
         with self._backend(f"prepare of txid {txid}"):
             reply = self._prepare_script(keys=[self.prepare_key, self.txid_key], args=args)
@@ -595,6 +595,7 @@ class RedisKeyValueState(KeyValueState):
         self._committed_txid = int(txid)
 
     def _commit_writes(self) -> None:
+        self._flush()
         args: list[Any] = [TOMBSTONE, *_wire(self._pending)]
         with self._backend("commit"):
             committed = self._commit_writes_script(
@@ -612,7 +613,7 @@ class RedisKeyValueState(KeyValueState):
         """Drop pending writes, the prepared delta and the prepare txid (one script call)."""
         with self._backend("rollback"):
             committed = self._rollback_script(keys=[self.prepare_key, self.txid_key])
-        self._pending = {}
+        self._pending, self._fresh = {}, {}
         self._prepared = {}
         self._prepared_txid = None
         self._committed_txid = _txid(committed)

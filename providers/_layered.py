@@ -1,0 +1,139 @@
+"""The write layers a state object keeps above its store: fresh Python values over encoded ones.
+
+A state keeps the writes made since its last prepare in ``_pending`` (encoded key -> encoded
+value, ``None`` for a deletion). Encoding every ``put`` and decoding every ``get`` is most of
+the cost of a counting bolt (``state.put(w, state.get(w, 0) + 1)``), so a write of an immutable
+scalar under a ``str`` key first lands in ``_fresh`` as the Python object itself, and is encoded
+into ``_pending`` only when something reads ``_pending`` as a whole (prepare, commit, iteration):
+that is ``_flush``. Layers, newest first::
+
+    _fresh      str key -> value                  immutable scalars, not yet encoded
+    _pending    encoded key -> payload or None    the rest, and ``_FRESH`` place holders
+    (store)     the prepared delta, then committed
+
+Why the fast path cannot change what a caller sees:
+
+- It is on only when keys and values both use the plain ``MsgpackSerializer`` (no class):
+  exactly then does decoding give back the object that was put. With ``valueClass=float`` a
+  stored ``3`` reads back ``3.0``; a custom serializer may do anything.
+- It takes only values msgpack surely encodes, so nothing that ``put`` would reject today is
+  accepted: ``int`` within msgpack's 64-bit range, ``float``, ``bool``, and ``bytes`` or ASCII
+  ``str`` under 4 GiB (a non-ASCII ``str`` may hold a lone surrogate, which msgpack refuses). The
+  key is encoded on its first fresh write, so a bad key still fails at ``put``.
+- Those values are immutable, so what ``get`` returns is a snapshot, as a decoded copy is.
+- A fresh key holds its place in ``_pending`` (``_FRESH``) from its first write, so iteration
+  and what a prepare sends keep the order of first writes. ``_pending[k] is _FRESH`` exactly
+  while the ``str`` key encoding to ``k`` is in ``_fresh``.
+- Only an exact ``str`` key is looked up in ``_fresh``: two of them encode to the same bytes only
+  if they are equal. Any other key (a ``str`` subclass, an enum, a model) may encode to the same
+  bytes as a fresh ``str``, so an access by such a key first flushes.
+"""
+
+from __future__ import annotations
+
+from abc import abstractmethod
+from typing import Any
+
+from providers._base import KeyValueState
+from providers._serializers import MsgpackSerializer, Serializer, encode_value, is_plain_msgpack
+
+__all__ = ["LayeredKeyValueState"]
+
+# The _pending entry of a key whose value is still in _fresh.
+_FRESH: Any = object()
+
+
+class LayeredKeyValueState(KeyValueState):
+    """A key-value state whose pending writes live in this object: ``put``, ``delete``, flush.
+
+    A subclass provides ``_encode_key`` and ``_delete_stored``, and a ``get`` that
+    starts, before any other work, with::
+
+        if type(key) is str:
+            value = self._fresh.get(key)
+            if value is not None:
+                return value
+        elif self._fresh:
+            self._flush()
+
+    (written out rather than called: ``get`` is the hottest line of most stateful bolts). It
+    calls ``_flush()`` before anything that reads ``_pending`` as a whole, and resets ``_fresh``
+    with ``_pending`` on rollback.
+    """
+
+    def __init__(
+        self,
+        namespace: str,
+        key_serializer: Serializer | None = None,
+        value_serializer: Serializer | None = None,
+    ) -> None:
+        self.namespace = namespace
+        self._keys: Serializer = key_serializer or MsgpackSerializer()
+        self._values: Serializer = value_serializer or MsgpackSerializer()
+        self._pending: dict[bytes, bytes | None] = {}
+        self._fresh: dict[str, Any] = {}
+        # Encoded str keys: hot keys are encoded once, not on every get and put.
+        self._key_cache: dict[str, bytes] = {}
+        self._fast = is_plain_msgpack(self._keys) and is_plain_msgpack(self._values)
+
+    @abstractmethod
+    def _encode_key(self, key: Any) -> bytes:
+        """The key as stored; ``StateSerializationError`` when it cannot be encoded."""
+
+    @abstractmethod
+    def _delete_stored(self, key: Any) -> Any:
+        """``delete`` of a key that has no fresh write."""
+
+    def put(self, key: Any, value: Any) -> None:
+        """Set ``key``; ``None`` is not a value (use ``delete``)."""
+        kind = type(value)
+        if (
+            type(key) is str
+            and self._fast
+            and (
+                # msgpack's integer range, -2**63 .. 2**64 - 1, and its 4 GiB raw limit.
+                (kind is int and -0x8000_0000_0000_0000 <= value <= 0xFFFF_FFFF_FFFF_FFFF)
+                or kind is float
+                or kind is bool
+                or (
+                    ((kind is str and value.isascii()) or kind is bytes)
+                    and len(value) <= 0xFFFF_FFFF
+                )
+            )
+        ):
+            fresh = self._fresh
+            if key not in fresh:
+                self._pending[self._encode_key(key)] = _FRESH
+            fresh[key] = value
+            return
+        # Encode both before touching a layer: a refused put leaves the old value readable.
+        payload = encode_value(self._values, self.namespace, key, value)
+        ekey = self._encode_key(key)
+        if self._fresh:
+            if type(key) is str:
+                self._fresh.pop(key, None)
+            else:
+                self._flush()
+        self._pending[ekey] = payload
+
+    def delete(self, key: Any) -> Any:
+        """Remove ``key``; returns its previous value."""
+        fresh = self._fresh
+        if fresh:
+            if type(key) is str:
+                old = fresh.pop(key, None)
+                if old is not None:
+                    self._pending[self._encode_key(key)] = None
+                    return old
+            else:
+                self._flush()
+        return self._delete_stored(key)
+
+    def _flush(self) -> None:
+        """Encode the fresh writes into ``_pending``, in the places their keys hold there."""
+        fresh = self._fresh
+        if fresh:
+            pending, serialize = self._pending, self._values.serialize
+            for key, value in fresh.items():
+                pending[self._encode_key(key)] = serialize(value)
+            self._fresh = {}

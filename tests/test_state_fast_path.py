@@ -1,0 +1,291 @@
+"""The fresh-write layer (``providers._layered``) changes nothing a caller can see.
+
+Scalars put under ``str`` keys stay Python objects until a prepare; these tests mix them with
+writes that take the encoded path, with deletes, errors and every transaction step, over the
+in-memory state and the Redis state on fakeredis.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from test_state_contract import Backend
+
+from providers import InMemoryKeyValueStateProvider, StateSerializationError, StateTransactionError
+
+
+@pytest.fixture(params=["memory", "fakeredis"])
+def backend(request: pytest.FixtureRequest) -> Iterator[Backend]:
+    if request.param == "memory":
+        b = Backend("memory", "providers.memory.InMemoryKeyValueStateProvider", {})
+        yield b
+        InMemoryKeyValueStateProvider.drop(b.namespace.split("/")[0])
+    else:
+        import fakeredis
+
+        from providers.redis import override_client
+
+        client = fakeredis.FakeRedis(server=fakeredis.FakeServer())
+        with override_client(client):
+            yield Backend("fakeredis", "providers.redis.RedisKeyValueStateProvider", {})
+
+
+def committed(backend: Backend, state: Any, txid: int, **extra: Any) -> Any:
+    """Prepare and commit ``state`` as ``txid``; return a new state object on the namespace."""
+    state.prepare_commit(txid)
+    state.commit(txid)
+    return backend.state(**extra)
+
+
+class Word(enum.StrEnum):
+    """A key that is not an exact ``str`` but encodes exactly like one."""
+
+    STORM = "storm"
+
+
+class Level(enum.IntEnum):
+    """An ``int`` subclass: msgpack stores it as a plain int."""
+
+    HIGH = 3
+
+
+class UnhashableStr(str):
+    """A ``str`` key msgpack accepts but a dict cannot hold."""
+
+    __hash__ = None  # type: ignore[assignment]
+
+
+# Values the fast path takes, at the edges of what msgpack encodes.
+SCALARS: dict[str, Any] = {
+    "int": 7,
+    "int_max": 2**64 - 1,
+    "int_min": -(2**63),
+    "float": -0.5,
+    "bool": True,
+    "bytes": b"\x00\xff",
+    "str": "storm",
+    "empty": "",
+}
+
+
+def test_scalars_read_back_with_their_types_before_and_after_commit(backend: Backend) -> None:
+    state = backend.state()
+    for key, value in SCALARS.items():
+        state.put(key, value)
+    for key, value in SCALARS.items():
+        got = state.get(key)
+        assert (type(got), got) == (type(value), value), key
+    reopened = committed(backend, state, 1)
+    for key, value in SCALARS.items():
+        got = reopened.get(key)
+        assert (type(got), got) == (type(value), value), key
+
+
+def test_list_after_fast_put_wins(backend: Backend) -> None:
+    state = backend.state()
+    state.put("k", 1)
+    state.put("k", [1, 2])
+    assert state.get("k") == [1, 2]
+    assert dict(state) == {"k": [1, 2]}
+    assert committed(backend, state, 1).get("k") == [1, 2]
+
+
+def test_fast_put_after_list_wins(backend: Backend) -> None:
+    state = backend.state()
+    state.put("k", [1, 2])
+    state.put("k", 1)
+    assert state.get("k") == 1
+    assert dict(state) == {"k": 1}
+    assert committed(backend, state, 1).get("k") == 1
+
+
+def test_delete_of_fast_put_returns_it_and_reaches_the_store(backend: Backend) -> None:
+    state = backend.state()
+    state.put("k", 1)
+    state.prepare_commit(1)
+    state.commit(1)
+    state.put("k", 2)
+    assert state.delete("k") == 2
+    assert state.get("k") is None
+    assert state.get("k", 0) == 0
+    assert state.delete("k") is None
+    assert dict(state) == {}
+    assert committed(backend, state, 2).get("k") is None
+
+
+def test_fast_put_is_prepared_and_committed(backend: Backend) -> None:
+    state = backend.state()
+    state.put("a", 1)
+    state.prepare_commit(1)
+    assert backend.state().get("a") == 1  # a new object sees the prepared delta
+    state.commit(1)
+    state.put("a", 2)
+    state.put("b", "x")
+    state.commit()  # without txid: the pending writes at once
+    assert dict(backend.state()) == {"a": 2, "b": "x"}
+
+
+def test_rollback_drops_fast_puts(backend: Backend) -> None:
+    state = backend.state()
+    state.put("a", 1)
+    state.prepare_commit(1)
+    state.commit(1)
+    state.put("a", 2)
+    state.put("b", 3)
+    state.rollback()
+    assert (state.get("a"), state.get("b")) == (1, None)
+    assert dict(state) == {"a": 1}
+    state.prepare_commit(2)
+    state.commit(2)
+    assert dict(backend.state()) == {"a": 1}
+
+
+@pytest.mark.parametrize("value", [2**64, -(2**63) - 1])
+def test_int_out_of_msgpack_range_fails_at_put(backend: Backend, value: int) -> None:
+    state = backend.state()
+    state.put("big", 1)
+    with pytest.raises(StateSerializationError) as info:
+        state.put("big", value)
+    assert "'big'" in str(info.value)
+    assert backend.namespace in str(info.value)
+    assert state.get("big") == 1
+    assert committed(backend, state, 1).get("big") == 1
+
+
+def test_lone_surrogate_value_fails_at_put(backend: Backend) -> None:
+    state = backend.state()
+    state.put("s", "ok")
+    with pytest.raises(StateSerializationError, match="'s'"):
+        state.put("s", "caf\udce9")
+    assert state.get("s") == "ok"
+    state.put("s", "café")  # non-ASCII but encodable: stored through the encoded path
+    assert committed(backend, state, 1).get("s") == "café"
+
+
+def test_lone_surrogate_key_fails_at_put(backend: Backend) -> None:
+    state = backend.state()
+    with pytest.raises(StateSerializationError):
+        state.put("\udce9", 1)
+    assert dict(state) == {}
+    assert len(state) == 0
+
+
+def test_refused_put_keeps_the_fast_value(backend: Backend) -> None:
+    state = backend.state()
+    state.put("k", 1)
+    with pytest.raises(StateSerializationError, match="builtins.object"):
+        state.put("k", object())
+    with pytest.raises(StateSerializationError, match="None"):
+        state.put("k", None)
+    assert state.get("k") == 1
+
+
+def test_value_class_turns_off_the_fast_path(backend: Backend) -> None:
+    state = backend.state(valueClass="float")
+    state.put("k", 3)
+    got = state.get("k")
+    assert (type(got), got) == (float, 3.0)
+    assert list(state) == [("k", 3.0)]
+    got = committed(backend, state, 1, valueClass="float").get("k")
+    assert (type(got), got) == (float, 3.0)
+
+
+def test_key_class_turns_off_the_fast_path(backend: Backend) -> None:
+    state = backend.state(keyClass=f"{__name__}.Word")
+    state.put("storm", 1)
+    assert list(state) == [(Word.STORM, 1)]
+    assert type(next(iter(state))[0]) is Word
+
+
+def test_subclass_values_are_stored_as_their_encoding(backend: Backend) -> None:
+    state = backend.state()
+    state.put("level", Level.HIGH)
+    state.put("blob", bytearray(b"ab"))
+    level, blob = state.get("level"), state.get("blob")
+    assert (type(level), level) == (int, 3)
+    assert (type(blob), blob) == (bytes, b"ab")
+
+
+def test_iteration_and_len_include_fast_puts(backend: Backend) -> None:
+    state = backend.state()
+    state.put("a", 1)
+    state.put("b", 2)
+    state.prepare_commit(1)
+    state.commit(1)
+    state.put("a", 10)
+    state.put("c", [3])
+    state.put("d", 4)
+    assert dict(state) == {"a": 10, "b": 2, "c": [3], "d": 4}
+    assert len(state) == 4
+    state.delete("d")
+    assert len(state) == 3
+
+
+def test_iteration_keeps_the_order_of_first_writes(backend: Backend) -> None:
+    state = backend.state()
+    state.put("a", 1)
+    state.put("b", [2])
+    state.put("c", 3)
+    state.put("a", 4)
+    state.put("b", 5)
+    state.put("c", [6])
+    assert list(state) == [("a", 4), ("b", 5), ("c", [6])]
+
+
+def test_reprepare_of_same_txid_includes_fast_puts(backend: Backend) -> None:
+    state = backend.state()
+    state.put("a", 1)
+    state.put("b", 1)
+    state.prepare_commit(1)
+    state.put("a", 2)
+    state.put("c", 3)
+    state.prepare_commit(1)
+    assert backend.state().get("a") == 2
+    state.commit(1)
+    assert dict(backend.state()) == {"a": 2, "b": 1, "c": 3}
+
+
+def test_refused_prepare_keeps_fast_puts(backend: Backend) -> None:
+    state = backend.state()
+    state.put("a", 1)
+    state.prepare_commit(1)
+    state.put("a", 2)
+    with pytest.raises(StateTransactionError):
+        state.prepare_commit(2)
+    assert state.get("a") == 2
+    state.prepare_commit(1)
+    state.commit(1)
+    assert backend.state().get("a") == 2
+
+
+def test_a_non_str_key_encoding_like_a_fast_key_sees_and_replaces_it(backend: Backend) -> None:
+    state = backend.state()
+    state.put("storm", 1)
+    assert state.get(Word.STORM) == 1
+    state.put("storm", 2)
+    state.put(Word.STORM, [3])
+    assert state.get("storm") == [3]
+    state.put("storm", 4)
+    assert state.delete(Word.STORM) == 4
+    assert state.get("storm") is None
+    state.put("storm", 5)
+    state.put(UnhashableStr("storm"), 6)
+    assert state.get("storm") == 6
+    assert committed(backend, state, 1).get("storm") == 6
+
+
+def test_unhashable_keys_work_beside_fast_puts(backend: Backend) -> None:
+    state = backend.state()
+    state.put("a", 1)
+    state.put(["x", 1], 2)
+    assert state.get(["x", 1]) == 2
+    assert state.delete(["x", 1]) == 2
+    state.put(["x", 2], 3)
+    assert state.get("a") == 1
+    items = list(committed(backend, state, 1))
+    assert len(items) == 2
+    assert ("a", 1) in items
+    assert (["x", 2], 3) in items
