@@ -21,6 +21,9 @@ class AnchoringOutputCollector(OutputCollector):
     def __init__(self, delegate: OutputCollector, context: TopologyContext) -> None:
         self._delegate = delegate
         self._context = context
+        # Anchored emits, acks and fails pass through unchanged: callers that always anchor
+        # may go straight to the delegate (see ``statefulbolts._collectors.anchored_target``).
+        self.anchored_target: OutputCollector | None = delegate
 
     def emit(
         self, values: Sequence[Any], anchors: Anchors = None, stream: str = DEFAULT_STREAM
@@ -54,6 +57,7 @@ class AckTrackingOutputCollector(AnchoringOutputCollector):
 
     def __init__(self, delegate: OutputCollector, context: TopologyContext) -> None:
         super().__init__(delegate, context)
+        self.anchored_target = None  # acks are held back here, so nothing may skip this
         self.acked: list[Tuple] = []
 
     def ack(self, tuple_: Tuple) -> None:

@@ -56,13 +56,24 @@ class OutputCollector(ABC):
         """Record an error against this bolt task (the topology keeps running)."""
 
 
+def anchored_target(collector: OutputCollector) -> OutputCollector:
+    """Where anchored emits, acks and fails sent to ``collector`` may go directly.
+
+    A collector that only adds a check on unanchored emits names the collector behind it in
+    ``anchored_target``; a caller that always anchors (a ``BasicBolt``'s collector) skips it.
+    """
+    target = getattr(collector, "anchored_target", None)
+    return target if isinstance(target, OutputCollector) else collector
+
+
 class BasicOutputCollector:
     """Given to ``BasicBolt.execute``: emits are anchored to the input being executed."""
 
-    __slots__ = ("_out", "_input")
+    __slots__ = ("_out", "_direct", "_input")
 
     def __init__(self, out: OutputCollector) -> None:
         self._out = out
+        self._direct = anchored_target(out)
         self._input: Tuple | None = None
 
     def set_context(self, input_tuple: Tuple) -> None:
@@ -71,7 +82,11 @@ class BasicOutputCollector:
 
     def emit(self, values: Sequence[Any], stream: str = DEFAULT_STREAM) -> None:
         """Emit anchored to the current input tuple."""
-        self._out.emit(values, self._input, stream)
+        anchor = self._input
+        if anchor is None:  # outside execute: the checks of the full collector apply
+            self._out.emit(values, anchor, stream)
+        else:
+            self._direct.emit(values, anchor, stream)
 
     def report_error(self, error: BaseException) -> None:
         """Record an error against this bolt task."""

@@ -6,7 +6,12 @@ from abc import ABC, abstractmethod
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from statefulbolts._collectors import BasicOutputCollector, OutputCollector, SpoutOutputCollector
+from statefulbolts._collectors import (
+    BasicOutputCollector,
+    OutputCollector,
+    SpoutOutputCollector,
+    anchored_target,
+)
 from statefulbolts._tuple import DEFAULT_STREAM, Fields, Tuple
 from statefulbolts.errors import FailedException, ReportedFailedException
 
@@ -199,7 +204,7 @@ class BasicBoltExecutor(Bolt):
         self, conf: Mapping[str, Any], context: TopologyContext, collector: OutputCollector
     ) -> None:
         """Prepare the wrapped bolt."""
-        self._collector = collector
+        self._collector = anchored_target(collector)  # acks and fails of the input
         self._basic = BasicOutputCollector(collector)
         self.bolt.prepare(conf, context)
 
@@ -207,7 +212,7 @@ class BasicBoltExecutor(Bolt):
         """Execute the wrapped bolt, then ack the input, or fail it on ``FailedException``."""
         collector, basic = self._collector, self._basic
         assert collector is not None and basic is not None, "execute before prepare"  # noqa: S101
-        basic.set_context(tuple)
+        basic._input = tuple  # set_context without the call: this runs once per tuple
         try:
             self.bolt.execute(tuple, basic)
         except FailedException as exc:

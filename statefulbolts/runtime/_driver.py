@@ -52,7 +52,7 @@ from statefulbolts._topology import (
     StormTopology,
 )
 from statefulbolts._tuple import DEFAULT_STREAM
-from statefulbolts.acker import IdSequence, RotatingMap
+from statefulbolts.acker import RotatingMap
 from statefulbolts.errors import TopologyError, TopologyFailedError
 from statefulbolts.runtime._job import run_flat_job, run_job
 from statefulbolts.runtime._plan import ERROR, METRICS, STATE, TUPLE, ExecutionPlan, Router
@@ -61,6 +61,9 @@ from statefulbolts.runtime._task import TASK_ERROR_MARK, TaskEnv
 log = logging.getLogger(__name__)
 
 _MAX_BUFFER = 2_000_000
+# While a job runs: gather for a slice, then pause so the job thread can take the GIL.
+_GATHER_SLICE = 0.001
+_GATHER_PAUSE = 0.0001
 MANIFEST_KEY = "__txn"
 # extlib folders already shipped, per SparkContext: (folder, newest mtime).
 _SHIPPED_EXTLIB: dict[int, set[tuple[str, int]]] = {}
@@ -104,10 +107,21 @@ class TransactionInfo:
 
 
 class _SpoutTask:
-    __slots__ = ("comp", "task", "spout", "router", "emitted", "live", "name", "context")
+    __slots__ = (
+        "comp",
+        "task",
+        "spout",
+        "router",
+        "shuffle",
+        "emitted",
+        "live",
+        "name",
+        "context",
+    )
 
     def __init__(self, comp: int, task: int, spout: Any, router: Router, name: str) -> None:
         self.comp, self.task, self.spout, self.router, self.name = comp, task, spout, router, name
+        self.shuffle = router.single_shuffle_routes()
         self.emitted = 0
         self.live = 0
         self.context: TopologyContext | None = None
@@ -206,7 +220,9 @@ class TopologyRunner:
         self._topology_blob = self.sc.broadcast(blob)
         self._ship_extlib()
 
-        self._ids = IdSequence(random.getrandbits(62))
+        # Ids made on the driver (spout roots and edges, checkpoint tuples) are random, as in
+        # Storm: the driver makes each one once, so they need not be reproducible like task ids.
+        self._random_bits = random.Random().getrandbits
         self._tracking = self.tc.tracking
         self._batches: dict[tuple[int, int, int, int, int], tuple[list[Any], ...]] = {}
         self._buffered = 0
@@ -333,18 +349,26 @@ class TopologyRunner:
             raise TopologyError(msg)
         vals = list(values)
         tracked = message_id is not None and self._tracking
-        root = self._ids.next() if tracked else 0
+        bits = self._random_bits
+        root = (bits(64) or 1) if tracked else 0
         init = 0
         batches = self._batches
         value = vals[0] if len(fields) == 1 else vals
-        for dest, dtask in st.router.targets(st.comp, s, vals):
+        shuffle = st.shuffle.get(s)
+        if shuffle is not None:  # one shuffle consumer: no need to ask the router
+            i = shuffle[4]
+            shuffle[4] = i + 1
+            targets: Sequence[tuple[int, int]] = ((shuffle[1], i % shuffle[2]),)
+        else:
+            targets = st.router.targets(st.comp, s, vals)
+        for dest, dtask in targets:
             key = (dest, dtask, st.comp, st.task, s)
             batch = batches.get(key)
             if batch is None:
                 batch = batches[key] = ([], [], [])
             batch[0].append(value)
             if tracked:
-                edge = self._ids.next()
+                edge = bits(64) or 1
                 init ^= edge
                 batch[1].append(root)
                 batch[2].append(edge)
@@ -360,6 +384,9 @@ class TopologyRunner:
         elif message_id is not None:
             st.spout.ack(message_id)  # untracked, or a tree with no edges: complete at once
             self.stats.add(st.name, acked=1)
+
+    def _new_id(self) -> int:
+        return self._random_bits(64) or 1
 
     def _record_error(self, component: str, error: BaseException) -> None:
         text = f"{component}: {type(error).__name__}: {error}"
@@ -446,12 +473,18 @@ class TopologyRunner:
         # the manifest); gathering now could replay them first.
         return self.cp is None or not self.cp.recovering
 
-    def _settle_ack(self, root: int) -> None:
-        r = self._roots.pop(root, None)
-        if r is not None:
-            r.st.live -= 1
-            r.st.spout.ack(r.msg_id)
-            self.stats.add(r.st.name, acked=1)
+    def _settle_acks(self, roots: Sequence[int]) -> None:
+        acked: dict[str, int] = {}
+        pop = self._roots.pop
+        for root in roots:
+            r = pop(root, None)
+            if r is not None:
+                st = r.st
+                st.live -= 1
+                st.spout.ack(r.msg_id)
+                acked[st.name] = acked.get(st.name, 0) + 1
+        for name, n in acked.items():
+            self.stats.add(name, acked=n)
 
     def _settle_fail(self, root: int) -> None:
         r = self._roots.pop(root, None)
@@ -479,11 +512,19 @@ class TopologyRunner:
 
     # ----------------------------------------------------------------- the loop
     def _main(self) -> None:
+        yielded = time.perf_counter()
         try:
             while not self._stop.is_set():
                 progressed = self._step()
                 if not progressed:
                     self._wait_a_little()
+                    yielded = time.perf_counter()
+                elif self._job is not None and time.perf_counter() - yielded > _GATHER_SLICE:
+                    # Gathering holds the GIL; the thread submitting the Spark job needs it for
+                    # every py4j reply and would otherwise wait a whole switch interval (5 ms)
+                    # each time. A short sleep hands it over.
+                    time.sleep(_GATHER_PAUSE)
+                    yielded = time.perf_counter()
         except BaseException as exc:  # noqa: BLE001 - kept and re-raised to the caller
             log.error("topology %s stopped: %s", self.name, exc)
             self.error = exc
@@ -573,14 +614,14 @@ class TopologyRunner:
     def _checkpoint_records(self, txid: int, action: str) -> tuple[list[list[Any]], int, int]:
         """The checkpoint tuple of a job, per first-stage slot (PREPARE) or per stateful task."""
         plan = self.plan
-        root = self._ids.next()
+        root = self._new_id()
         init = 0
         vals = [txid, action]
         if action == Action.PREPARE.value:
             st = self._cp_task
             slots: list[list[Any]] = [[] for _ in plan.levels[0].slots]
             for dest, dtask in st.router.targets(st.comp, 0, vals):
-                edge = self._ids.next()
+                edge = self._new_id()
                 init ^= edge
                 rec = (TUPLE, dest, dtask, st.comp, st.task, 0, [vals], [root], [edge], None)
                 slots[plan.key_for(-1, dest, dtask)].append(rec)
@@ -594,7 +635,7 @@ class TopologyRunner:
                 src = plan.index[inp.source.component_id]
                 s = plan.checkpoint_stream[src]
                 for src_task in range(plan.parallelism[src]):
-                    edge = self._ids.next()
+                    edge = self._new_id()
                     init ^= edge
                     recs.append((TUPLE, c, t, src, src_task, s, [vals], [root], [edge], None))
             per_task.append(recs)
@@ -709,23 +750,26 @@ class TopologyRunner:
         cp_ok = True
         if job.cp_root is not None:
             cp_ok = job.cp_root not in fails and job.cp_init ^ acks.get(job.cp_root, 0) == 0
-        acked = failed = 0
-        stateful = self.cp is not None
+        failed = 0
+        complete: list[int] = []
+        roots = self._roots
         for root in job.roots:
-            r = self._roots.get(root)
+            r = roots.get(root)
             if r is None:
                 continue
             if root in fails or not cp_ok:
                 self._settle_fail(root)
                 failed += 1
             elif r.init ^ acks.get(root, 0) == 0:
-                if stateful:
-                    self._awaiting.setdefault(job.txid, []).append(root)
-                else:
-                    self._settle_ack(root)
-                acked += 1
+                complete.append(root)
             else:
                 self._timeouts.put(root, r)  # incomplete: it fails when the timeout runs out
+        acked = len(complete)
+        if self.cp is not None:
+            if complete:
+                self._awaiting.setdefault(job.txid, []).extend(complete)  # acked at COMMIT
+        else:
+            self._settle_acks(complete)
 
         faults = self.faults
         is_prepare = job.action == Action.PREPARE.value
@@ -748,8 +792,7 @@ class TopologyRunner:
                 self._backend_down_since = None
                 if faults is not None:
                     faults.on_driver(KillPoint.AFTER_COMMITTED, job.txid)
-                for root in self._awaiting.pop(job.txid, []):
-                    self._settle_ack(root)
+                self._settle_acks(self._awaiting.pop(job.txid, []))
                 self._ack_recovered(job.txid)
             elif job.action == Action.ROLLBACK.value:
                 for txid in list(self._awaiting):

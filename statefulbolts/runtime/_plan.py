@@ -212,6 +212,18 @@ class Router:
                 out.append((dest, 0))
         return out
 
+    def single_shuffle_routes(self) -> dict[int, list[Any]]:
+        """Per stream with one consumer, by shuffle: its live route ``[code, dest, n_tasks, _, i]``.
+
+        The route is shared, not copied, so a caller that round-robins through it directly keeps
+        the same counter as ``targets``.
+        """
+        return {
+            stream: routes[0]
+            for stream, routes in self._table.items()
+            if len(routes) == 1 and routes[0][0] == _SHUFFLE
+        }
+
     def single_field_route(self, stream: int) -> tuple[int, int, int] | None:
         """``(dest, position, n_tasks)`` when ``stream`` has one consumer, by one field."""
         routes = self._table.get(stream, ())

@@ -12,6 +12,7 @@ No pyspark here: this module runs inside Spark's Python workers but is plain Pyt
 
 from __future__ import annotations
 
+import gc
 import pickle
 import time
 import traceback
@@ -97,6 +98,10 @@ class TaskCollector(OutputCollector):
             if single is not None:
                 dest, pos, n = single
                 self._memo[stream] = (pos, {}, dest, n)
+        # The same caches for one-field streams, the ones ``emit`` has a fast path for.
+        self._single: dict[int, dict[str, list[Any]]] = {
+            s: memo[1] for s, memo in self._memo.items() if self._widths[s] == 1
+        }
         self.xor: dict[int, int] = {}
         self.fails: list[int] = []
         self.errors: list[str] = []
@@ -129,6 +134,34 @@ class TaskCollector(OutputCollector):
         self, values: Sequence[Any], anchors: Anchors = None, stream: str = DEFAULT_STREAM
     ) -> None:
         """Route one tuple to its destination tasks, with fresh edge ids per anchor."""
+        # Fast path, the shape of most emits: one anchor on one tree, a data stream whose
+        # single-field fields grouping already routed this value (see ``_memo``).
+        cache = self._single.get(self._streams.get(stream))  # type: ignore[arg-type]
+        if (
+            cache is not None
+            and type(anchors) is Tuple
+            and anchors._more is None
+            and self._flat_action is None
+            and len(values) == 1
+        ):
+            value = values[0]
+            batch = cache.get(value) if type(value) is str else None
+            if batch is not None:
+                self.emitted += 1
+                batch[0].append(value)
+                if anchors._root:
+                    self._n += 1
+                    edge = hash((self._base, self._n)) or 1
+                    anchors.ack_val ^= edge
+                    batch[1].append(anchors._root)
+                    batch[2].append(edge)
+                else:
+                    batch[1].append(0)
+                    batch[2].append(0)
+                return
+        self._emit(values, anchors, stream)
+
+    def _emit(self, values: Sequence[Any], anchors: Anchors, stream: str) -> None:
         s = self._streams.get(stream)
         if s is None or len(values) != self._widths[s]:
             raise self._bad_emit(values, stream)
@@ -248,6 +281,17 @@ class TaskCollector(OutputCollector):
         self.errors.append(text)
 
 
+# Tuples per chunk of the hot loop, and the young objects that make a chunk boundary collect.
+_CHUNK = 1 << 15
+_YOUNG_LIMIT = 200_000
+
+
+def _collect_young() -> None:
+    """Collect the youngest generation if it grew large (cyclic garbage made by user code)."""
+    if gc.get_count()[0] > _YOUNG_LIMIT:
+        gc.collect(0)
+
+
 def _ordered(batches: list[Any]) -> list[Any]:
     """Batches by (source component, source task, stream): a deterministic delivery order."""
     return sorted(batches, key=lambda r: (r[3], r[4], r[5]))
@@ -337,6 +381,11 @@ def _run_task(
     stateful = plan.executor[comp] is ExecutorKind.STATEFUL
     provider = None
     executed = 0
+    # No full garbage collections while the task runs: the tuples a stateful bolt holds until
+    # the checkpoint are all alive, and every full collection walked all of them again (it was
+    # half the time of a counting task). Young garbage is still collected between chunks.
+    gc_enabled = gc.isenabled()
+    gc.disable()
     try:
         bolt = _make_bolt(env, topology, comp)
         if stateful and namespace in env.images:
@@ -360,22 +409,37 @@ def _run_task(
         if plan.executor[comp] is not ExecutorKind.PLAIN and (not stateful or bolt.initialized):
             execute = bolt.bolt.execute
         widths = plan.widths
+        new = object.__new__
         for r in _ordered(batches):
             src, s = r[3], r[5]
             f, cid, tid, sid = fields[src][s], comp_ids[src], task_ids[src][r[4]], streams[src][s]
             more = r[9]
             single = widths[src][s] == 1
             if more is None and faults is None:
-                # The hot loop: no multi-anchored tuples, no fault injection.
-                if single:
-                    for vals, root, edge in zip(r[6], r[7], r[8], strict=True):
-                        execute(Tuple([vals], f, cid, tid, sid, (), root, edge))
-                else:
-                    for vals, root, edge in zip(r[6], r[7], r[8], strict=True):
-                        execute(Tuple(vals, f, cid, tid, sid, (), root, edge))
+                # The hot loop: no multi-anchored tuples, no fault injection. Tuples are built
+                # slot by slot: without the call into ``Tuple.__init__`` this costs 40% less.
+                # Chunks, so that the young-garbage check below runs in long batches too.
+                columns = r[6], r[7], r[8]
+                for start in range(0, len(r[6]), _CHUNK):
+                    _collect_young()
+                    chunk = (c[start : start + _CHUNK] for c in columns)
+                    for vals, root, edge in zip(*chunk, strict=True):
+                        t = new(Tuple)
+                        t.values = [vals] if single else vals
+                        t.fields = f
+                        t.source_component = cid
+                        t.source_task = tid
+                        t.source_stream_id = sid
+                        t.ack_val = 0
+                        t._root = root
+                        t._edge = edge
+                        t._more = None
+                        execute(t)
                 executed += len(r[6])
                 continue
             for i, (vals, root, edge) in enumerate(zip(r[6], r[7], r[8], strict=True)):
+                if i % _CHUNK == 0:
+                    _collect_young()
                 t = Tuple([vals] if single else vals, f, cid, tid, sid, (), root, edge)
                 if more is not None and i in more:
                     t._more = more[i]
@@ -402,6 +466,9 @@ def _run_task(
         raise TaskFailedError(
             msg, component=name, task=context.this_task_id, txid=env.txid, cause=repr(exc)
         ) from exc
+    finally:
+        if gc_enabled:
+            gc.enable()
 
     out: dict[int, list[Any]] = {}
     for key, rec in collector.records():

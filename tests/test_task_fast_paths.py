@@ -1,0 +1,209 @@
+"""The runtime's per-tuple fast paths give exactly what the general paths give (no Spark here)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from pyspark import cloudpickle
+
+from checkpoint._collectors import AckTrackingOutputCollector, AnchoringOutputCollector
+from statefulbolts import (
+    BasicBolt,
+    Bolt,
+    Fields,
+    Spout,
+    StatefulBolt,
+    TopologyBuilder,
+    Tuple,
+)
+from statefulbolts._collectors import BasicOutputCollector, anchored_target
+from statefulbolts.errors import TopologyError, UnanchoredEmitError
+from statefulbolts.runtime._plan import TUPLE, ExecutionPlan, Router
+from statefulbolts.runtime._task import TaskCollector, TaskEnv, run_slot
+from statefulbolts.testing import RecordingCollector
+
+
+class Lines(Spout):
+    def next_tuple(self) -> None:
+        """Never called: the tests feed records directly."""
+
+    def declare_output_fields(self, declarer: Any) -> None:
+        declarer.declare(Fields("line"))
+
+
+class Split(BasicBolt):
+    def execute(self, tuple: Any, collector: Any) -> None:  # noqa: A002
+        for word in tuple.get_value(0).split():
+            collector.emit([word])
+
+    def declare_output_fields(self, declarer: Any) -> None:
+        declarer.declare(Fields("word"))
+
+
+class Inspect(Bolt):
+    """Records every slot of every tuple it gets; acks it."""
+
+    seen: list[dict[str, Any]] = []
+
+    def prepare(self, conf: Any, context: Any, collector: Any) -> None:
+        self.collector = collector
+
+    def execute(self, tuple: Any) -> None:  # noqa: A002
+        Inspect.seen.append({slot: getattr(tuple, slot) for slot in Tuple.__slots__})
+        self.collector.ack(tuple)
+
+
+class Count(StatefulBolt):
+    def prepare(self, conf: Any, context: Any, collector: Any) -> None:
+        self.collector = collector
+
+    def init_state(self, state: Any) -> None:
+        self.state = state
+
+    def execute(self, tuple: Any) -> None:  # noqa: A002
+        self.state.put(tuple.get_value(0), self.state.get(tuple.get_value(0), 0) + 1)
+        self.collector.ack(tuple)
+
+
+def split_plan() -> ExecutionPlan:
+    builder = TopologyBuilder()
+    builder.set_spout("lines", Lines())
+    builder.set_bolt("split", Split()).shuffle_grouping("lines")
+    builder.set_bolt("inspect", Inspect(), 2).fields_grouping("split", Fields("word"))
+    return ExecutionPlan(builder.create_topology())
+
+
+def parent(root: int = 11, edge: int = 22) -> Tuple:
+    return Tuple(["a b"], Fields("line"), "lines", 1, "default", ((root, edge),))
+
+
+def emit_words(collector: TaskCollector, words: list[str]) -> list[Tuple]:
+    parents = []
+    for word in words:
+        p = parent()
+        collector.emit([word], p)
+        parents.append(p)
+    return parents
+
+
+def test_fast_emit_gives_the_batches_ids_and_ledger_of_the_general_path():
+    plan = split_plan()
+    comp = plan.index["split"]
+    words = [f"w{i % 7}" for i in range(30)]
+    fast = TaskCollector(plan, comp, 0, 0, 3, "split")
+    general = TaskCollector(plan, comp, 0, 0, 3, "split")
+    general._single = {}  # every emit takes the general path
+    fast_parents = emit_words(fast, words)
+    general_parents = emit_words(general, words)
+    assert fast.batches == general.batches
+    assert [p.ack_val for p in fast_parents] == [p.ack_val for p in general_parents]
+    assert all(p.ack_val for p in fast_parents)
+    assert fast.emitted == general.emitted == len(words)
+    # The words went to both tasks, each batch carrying the parent's root.
+    assert {dtask for (_, dtask, _) in fast.batches} == {0, 1}
+    for vals, roots, edges, more in fast.batches.values():
+        assert roots == [11] * len(vals) and len(set(edges)) == len(vals) and more is None
+
+
+def test_fast_emit_of_an_untracked_parent_ships_zero_ids():
+    plan = split_plan()
+    collector = TaskCollector(plan, plan.index["split"], 0, 0, 3, "split")
+    untracked = Tuple(["x"], Fields("line"), "lines", 1)
+    collector.emit(["storm"], untracked)
+    collector.emit(["storm"], untracked)  # second emit: the cached route, the fast path
+    ((vals, roots, edges, _),) = collector.batches.values()
+    assert vals == ["storm", "storm"] and roots == [0, 0] and edges == [0, 0]
+    assert untracked.ack_val == 0
+
+
+def test_fast_path_stream_still_rejects_a_wrong_number_of_values():
+    plan = split_plan()
+    collector = TaskCollector(plan, plan.index["split"], 0, 0, 3, "split")
+    p = parent()
+    collector.emit(["storm"], p)
+    with pytest.raises(TopologyError, match=r"emitted 2 values on stream 'default'"):
+        collector.emit(["storm", "extra"], p)
+
+
+def test_hot_loop_tuples_have_every_slot_a_constructed_tuple_has():
+    builder = TopologyBuilder()
+    builder.set_spout("lines", Lines())
+    builder.set_bolt("split", Split()).shuffle_grouping("lines")
+    builder.set_bolt("inspect", Inspect(), 2).fields_grouping("split", Fields("word"))
+    topology = builder.create_topology()
+    plan = ExecutionPlan(topology)
+    env = TaskEnv(plan, "fast", {}, 0, None, 0)
+    split, inspect = plan.index["split"], plan.index["inspect"]
+    slot = plan.key_for(0, inspect, 1)
+    rec = (TUPLE, inspect, 1, split, 0, 0, ["storm", "spark"], [5, 6], [7, 8], None)
+    Inspect.seen = []
+    list(run_slot(env, cloudpickle.dumps(topology), 1, slot, [(slot, [rec])]))
+    expected = [
+        {
+            slot_name: getattr(
+                Tuple(
+                    [word],
+                    Fields("word"),
+                    "split",
+                    topology.task_ids("split")[0],
+                    "default",
+                    ((root, edge),),
+                ),
+                slot_name,
+            )
+            for slot_name in Tuple.__slots__
+        }
+        for word, root, edge in [("storm", 5, 7), ("spark", 6, 8)]
+    ]
+    for got, want in zip(Inspect.seen, expected, strict=True):
+        assert {k: v for k, v in got.items() if k != "fields"} == {
+            k: v for k, v in want.items() if k != "fields"
+        }
+        assert got["fields"].to_list() == ["word"]
+
+
+def test_basic_collector_goes_straight_past_the_anchoring_check():
+    recording = RecordingCollector()
+    anchoring = AnchoringOutputCollector(recording, context=None)  # type: ignore[arg-type]
+    assert anchored_target(anchoring) is recording
+    basic = BasicOutputCollector(anchoring)
+    t = parent()
+    basic.set_context(t)
+    basic.emit(["storm"])
+    assert [(e.values, e.anchors) for e in recording.emitted] == [(["storm"], [t])]
+
+
+def test_basic_collector_outside_execute_still_refuses_an_unanchored_emit():
+    from statefulbolts import TopologyContext
+
+    builder = TopologyBuilder()
+    builder.set_spout("lines", Lines())
+    builder.set_bolt("split", Split()).shuffle_grouping("lines")
+    topology = builder.create_topology()
+    context = TopologyContext(topology, "t", "split", 0)
+    basic = BasicOutputCollector(AnchoringOutputCollector(RecordingCollector(), context))
+    with pytest.raises(UnanchoredEmitError, match="'split'"):
+        basic.emit(["storm"])
+
+
+def test_ack_tracking_collector_is_never_skipped():
+    tracking = AckTrackingOutputCollector(RecordingCollector(), context=None)  # type: ignore[arg-type]
+    assert anchored_target(tracking) is tracking
+
+
+def test_single_shuffle_route_shares_its_round_robin_with_targets():
+    plan = split_plan()
+    spout = plan.index["lines"]
+    router = Router(plan, spout, 0)
+    (route,) = router.single_shuffle_routes().values()
+    n = route[2]
+    picks = []
+    for i in range(4):
+        if i % 2:
+            (pair,) = router.targets(spout, 0, ["x"])
+            picks.append(pair[1])
+        else:
+            picks.append(route[4] % n)
+            route[4] += 1
+    assert picks == [i % n for i in range(4)]
