@@ -5,8 +5,9 @@
     python bench/wordcount.py --provider redis --json  # adds a Redis run (starts redis-server)
     python bench/wordcount.py --provider redis --repeat 3  # best of 3, providers alternating
 
-Both sides run on the same local[2] SparkSession after a warm-up, over the same sentences. The
-figure that matters is ``ratio`` = framework words/s / baseline words/s.
+Both sides run on the same local[2] SparkSession after a warm-up, over the same sentences, and
+each keeps its fastest of ``--repeat`` runs. The figure that matters is ``ratio`` = framework
+words/s / baseline words/s.
 """
 
 from __future__ import annotations
@@ -103,13 +104,14 @@ def main(argv: list[str] | None = None) -> int:
     expected = dict(expected_counts(n))
     base_conf = {"topology.state.checkpoint.interval.ms": args.interval}
 
-    # Warm both paths up (Python workers, JIT) on a small input.
-    baseline(sc, 2000, args.parallelism)
-    framework(spark, 200, args.parallelism, base_conf, "warmup", False)
+    # Warm both paths up on a fifth of the input (at most 200,000 words): Python workers, and
+    # the JVM's JIT, which otherwise compiles the shuffle path during the first measured seconds
+    # (a streaming job runs for hours; its steady state is the figure worth having).
+    warm = sentences_for(min(args.words // 5, 200_000))
+    baseline(sc, warm, args.parallelism)
+    framework(spark, warm, args.parallelism, base_conf, "warmup", False)
 
     runs: dict[str, Any] = {}
-    base = baseline(sc, n, args.parallelism)
-    runs["baseline"] = {"seconds": round(base["seconds"], 3), "exact": base["counts"] == expected}
     confs = {"memory": base_conf}
     server = None
     if args.provider == "redis":
@@ -126,6 +128,20 @@ def main(argv: list[str] | None = None) -> int:
     # a fresh topology name each time) and keep each one's fastest run.
     order = list(confs)
     for i in range(args.repeat):
+        # The baseline gets the same best-of-repeat treatment.
+        base = baseline(sc, n, args.parallelism)
+        best_base = runs.get("baseline")
+        base_run = {
+            "seconds": base["seconds"],
+            "exact": base["counts"] == expected and (best_base is None or best_base["exact"]),
+            "all_seconds": [
+                *(best_base["all_seconds"] if best_base else []),
+                round(base["seconds"], 3),
+            ],
+        }
+        if best_base is not None and best_base["seconds"] < base["seconds"]:
+            base_run["seconds"] = best_base["seconds"]
+        runs["baseline"] = base_run
         for kind in order if i % 2 == 0 else order[::-1]:
             name = f"bench-{kind}" if args.repeat == 1 else f"bench-{kind}-{i}"
             before = server.command_count() if server and kind == "redis" else 0
@@ -146,7 +162,7 @@ def main(argv: list[str] | None = None) -> int:
             runs[kind] = best | {"all_seconds": all_seconds, "exact": exact}
     if server is not None:
         server.stop()
-    for kind in confs:
+    for kind in runs:
         runs[kind]["seconds"] = round(runs[kind]["seconds"], 3)
 
     for run in runs.values():

@@ -55,7 +55,15 @@ from statefulbolts._tuple import DEFAULT_STREAM
 from statefulbolts.acker import RotatingMap
 from statefulbolts.errors import TopologyError, TopologyFailedError
 from statefulbolts.runtime._job import run_flat_job, run_job
-from statefulbolts.runtime._plan import ERROR, METRICS, STATE, TUPLE, ExecutionPlan, Router
+from statefulbolts.runtime._plan import (
+    ERROR,
+    METRICS,
+    STATE,
+    TUPLE,
+    ExecutionPlan,
+    Router,
+    id_column,
+)
 from statefulbolts.runtime._task import TASK_ERROR_MARK, TaskEnv
 
 log = logging.getLogger(__name__)
@@ -63,6 +71,7 @@ log = logging.getLogger(__name__)
 _MAX_BUFFER = 2_000_000
 # While a job runs: gather for a slice, then pause so the job thread can take the GIL.
 _GATHER_SLICE = 0.001
+_GATHER_ROUNDS = 64
 _GATHER_PAUSE = 0.0001
 MANIFEST_KEY = "__txn"
 # extlib folders already shipped, per SparkContext: (folder, newest mtime).
@@ -117,22 +126,24 @@ class _SpoutTask:
         "live",
         "name",
         "context",
+        "index",
     )
 
-    def __init__(self, comp: int, task: int, spout: Any, router: Router, name: str) -> None:
+    def __init__(
+        self, comp: int, task: int, spout: Any, router: Router, name: str, index: int = -1
+    ) -> None:
         self.comp, self.task, self.spout, self.router, self.name = comp, task, spout, router, name
+        self.index = index  # in the runner's list of user spout tasks
         self.shuffle = router.single_shuffle_routes()
         self.emitted = 0
         self.live = 0
         self.context: TopologyContext | None = None
 
 
-class _Root:
-    __slots__ = ("st", "msg_id", "init", "txid")
-
-    def __init__(self, st: _SpoutTask, msg_id: Any, init: int) -> None:
-        self.st, self.msg_id, self.init = st, msg_id, init
-        self.txid: int | None = None
+# A live spout tuple: (index of its spout task in ``_spouts``, message id, XOR of its first
+# edges). A plain tuple, so the garbage collector stops tracking it (ints and a plain message id
+# inside): the driver may hold a million of them, and full collections walked them all.
+_Root = tuple[int, Any, int]
 
 
 class _Collector(SpoutOutputCollector):
@@ -255,7 +266,8 @@ class TopologyRunner:
             c = self.plan.index[cid]
             for t in range(spec.parallelism):
                 instance = cloudpickle.loads(cloudpickle.dumps(spec.obj))
-                self._spouts.append(_SpoutTask(c, t, instance, Router(self.plan, c, t), cid))
+                router = Router(self.plan, c, t)
+                self._spouts.append(_SpoutTask(c, t, instance, router, cid, len(self._spouts)))
         self.cp: CheckpointSpout | None = None
         self._thread = threading.Thread(target=self._main, name=f"sb-{name}", daemon=True)
 
@@ -350,7 +362,7 @@ class TopologyRunner:
         vals = list(values)
         tracked = message_id is not None and self._tracking
         bits = self._random_bits
-        root = (bits(64) or 1) if tracked else 0
+        root = (bits(63) or 1) if tracked else 0
         init = 0
         batches = self._batches
         value = vals[0] if len(fields) == 1 else vals
@@ -368,7 +380,7 @@ class TopologyRunner:
                 batch = batches[key] = ([], [], [])
             batch[0].append(value)
             if tracked:
-                edge = bits(64) or 1
+                edge = bits(63) or 1
                 init ^= edge
                 batch[1].append(root)
                 batch[2].append(edge)
@@ -378,7 +390,7 @@ class TopologyRunner:
         self._buffered += 1
         st.emitted += 1
         if tracked and init:
-            self._roots[root] = _Root(st, message_id, init)
+            self._roots[root] = (st.index, message_id, init)
             self._buffer_roots.append(root)
             st.live += 1
         elif message_id is not None:
@@ -386,7 +398,7 @@ class TopologyRunner:
             self.stats.add(st.name, acked=1)
 
     def _new_id(self) -> int:
-        return self._random_bits(64) or 1
+        return self._random_bits(63) or 1  # 63 bits: ids travel in signed 64-bit arrays
 
     def _record_error(self, component: str, error: BaseException) -> None:
         text = f"{component}: {type(error).__name__}: {error}"
@@ -395,9 +407,24 @@ class TopologyRunner:
         self.stats.add(component, errors=1)
 
     def _gather(self) -> int:
-        """One round of ``next_tuple`` over the spout tasks; returns tuples emitted."""
-        if self._buffered >= _MAX_BUFFER or not self._may_gather():
+        """Rounds of ``next_tuple`` over the spout tasks; returns tuples emitted.
+
+        Up to ``_GATHER_ROUNDS`` rounds, fewer if a round emits nothing or the buffer is full:
+        one round per loop step spent more time on the step than on the spouts.
+        """
+        if not self._may_gather():
             return 0
+        emitted = 0
+        for _ in range(_GATHER_ROUNDS):
+            if self._buffered >= _MAX_BUFFER:
+                break
+            n = self._gather_round()
+            emitted += n
+            if not n:
+                break
+        return emitted
+
+    def _gather_round(self) -> int:
         limit = self.tc.max_spout_pending or 0
         emitted = 0
         for st in self._spouts:
@@ -428,7 +455,8 @@ class TopologyRunner:
         for root in self._awaiting.get(txid, []):
             r = self._roots.get(root)
             if r is not None:
-                msgs.append([r.st.name, r.st.task, r.msg_id])
+                st = self._spouts[r[0]]
+                msgs.append([st.name, st.task, r[1]])
         try:
             cp.state.put(MANIFEST_KEY, {"txid": txid, "msgs": msgs})
         except StateSerializationError as exc:
@@ -475,13 +503,13 @@ class TopologyRunner:
 
     def _settle_acks(self, roots: Sequence[int]) -> None:
         acked: dict[str, int] = {}
-        pop = self._roots.pop
+        pop, spouts = self._roots.pop, self._spouts
         for root in roots:
             r = pop(root, None)
             if r is not None:
-                st = r.st
+                st = spouts[r[0]]
                 st.live -= 1
-                st.spout.ack(r.msg_id)
+                st.spout.ack(r[1])
                 acked[st.name] = acked.get(st.name, 0) + 1
         for name, n in acked.items():
             self.stats.add(name, acked=n)
@@ -490,13 +518,14 @@ class TopologyRunner:
         r = self._roots.pop(root, None)
         if r is not None:
             self._timeouts.remove(root)
-            r.st.live -= 1
-            r.st.spout.fail(r.msg_id)
-            self.stats.add(r.st.name, failed=1)
+            st = self._spouts[r[0]]
+            st.live -= 1
+            st.spout.fail(r[1])
+            self.stats.add(st.name, failed=1)
 
     def _expire(self, root: int, r: _Root) -> None:
         if self._roots.get(root) is r:
-            log.info("tuple %r of spout %s timed out; failing it", r.msg_id, r.st.name)
+            log.info("tuple %r of spout %s timed out; failing it", r[1], self._spouts[r[0]].name)
             self._settle_fail(root)
 
     def _tick(self) -> None:
@@ -648,13 +677,11 @@ class TopologyRunner:
         roots: list[int] = []
         if carries_data:
             records = [
-                (TUPLE, dest, dtask, src, stask, s, vals, roots_, edges, None)
+                (TUPLE, dest, dtask, src, stask, s, vals, id_column(roots_), id_column(edges), None)
                 for (dest, dtask, src, stask, s), (vals, roots_, edges) in self._batches.items()
             ]
             self._batches, self._buffered = {}, 0
             roots, self._buffer_roots = self._buffer_roots, []
-            for root in roots:
-                self._roots[root].txid = txid
         job = _Job(txid, action, roots, len(roots), time.perf_counter())
         if plan.depth == 0:
             future: concurrent.futures.Future[Any] = concurrent.futures.Future()
@@ -760,7 +787,7 @@ class TopologyRunner:
             if root in fails or not cp_ok:
                 self._settle_fail(root)
                 failed += 1
-            elif r.init ^ acks.get(root, 0) == 0:
+            elif r[2] ^ acks.get(root, 0) == 0:
                 complete.append(root)
             else:
                 self._timeouts.put(root, r)  # incomplete: it fails when the timeout runs out

@@ -14,6 +14,7 @@ Everything here is plain Python and is pickled to the tasks.
 from __future__ import annotations
 
 import zlib
+from array import array
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -34,11 +35,19 @@ from statefulbolts._tuple import Fields
 # in emit order, with component and stream indices from the plan. Columns, not rows, because
 # pickling a few long lists costs a fraction of pickling many small tuples: ``values`` holds each
 # tuple's values (the bare value when the stream has one field), ``roots`` / ``edges`` its first
-# (root id, edge id) pair (0 when untracked), ``more`` maps a position to its further pairs (or is
-# None). Side records are
+# (root id, edge id) pair (0 when untracked; a list, or an ``id_column`` array), ``more`` maps
+# a position to its further pairs (or is None). Side records are
 #   (ACKS, {root: xor}), (FAILS, [root, ...]), (METRICS, comp, task, {...}),
 #   (STATE, namespace, changes), (ERROR, comp, task, text), (HOOKS, comp, task, [...]).
 TUPLE, ACKS, FAILS, METRICS, STATE, ERROR = range(6)
+
+
+def id_column(ids: list[int]) -> array[int]:
+    """A batch's root or edge ids as a signed 64-bit array: it pickles as one block of bytes.
+
+    Task ids come from ``hash`` (signed 64-bit), the driver's from 63 random bits; both fit.
+    """
+    return array("q", ids)
 
 
 def stable_hash(values: Sequence[Any]) -> int:

@@ -35,6 +35,7 @@ from statefulbolts.runtime._plan import (
     TUPLE,
     ExecutionPlan,
     Router,
+    id_column,
     stable_hash,
 )
 
@@ -91,15 +92,16 @@ class TaskCollector(OutputCollector):
         self._base = id_base(txid, comp, task)
         self._n = 0
         self.batches: dict[tuple[int, int, int], list[Any]] = {}
-        # Fields grouping on one str field: remember which batch a value goes to.
-        self._memo: dict[int, tuple[int, dict[str, list[Any]], int, int]] = {}
+        # Fields grouping on one str field: remember which batch a value goes to, with the first
+        # str object of that value: (field position, {value: (batch, value)}, dest, n_tasks).
+        self._memo: dict[int, tuple[int, dict[str, tuple[list[Any], str]], int, int]] = {}
         for stream in range(len(self._widths)):
             single = self._router.single_field_route(stream)
             if single is not None:
                 dest, pos, n = single
                 self._memo[stream] = (pos, {}, dest, n)
         # The same caches for one-field streams, the ones ``emit`` has a fast path for.
-        self._single: dict[int, dict[str, list[Any]]] = {
+        self._single: dict[int, dict[str, tuple[list[Any], str]]] = {
             s: memo[1] for s, memo in self._memo.items() if self._widths[s] == 1
         }
         self.xor: dict[int, int] = {}
@@ -145,8 +147,12 @@ class TaskCollector(OutputCollector):
             and len(values) == 1
         ):
             value = values[0]
-            batch = cache.get(value) if type(value) is str else None
-            if batch is not None:
+            entry = cache.get(value) if type(value) is str else None
+            if entry is not None:
+                # The value shipped is the first equal str this task emitted: the pickled batch
+                # then holds each distinct word once (later ones are memo references), and the
+                # next stage gets one object per word, its hash computed once.
+                batch, value = entry
                 self.emitted += 1
                 batch[0].append(value)
                 if anchors._root:
@@ -173,12 +179,12 @@ class TaskCollector(OutputCollector):
         value = values[memo[0]] if memo is not None else None
         if memo is not None and type(value) is str:
             cache = memo[1]
-            batch = cache.get(value)
-            if batch is None:
-                batch = self._batch(memo[2], stable_hash((value,)) % memo[3], s)
+            entry = cache.get(value)
+            if entry is None:
+                entry = (self._batch(memo[2], stable_hash((value,)) % memo[3], s), value)
                 if len(cache) < 100_000:
-                    cache[value] = batch
-            targets: Sequence[list[Any]] = (batch,)
+                    cache[value] = entry
+            targets: Sequence[list[Any]] = (entry[0],)
         else:
             targets = [self._batch(d, t, s) for d, t in self._router.targets(self.comp, s, values)]
         if s != self._cp_stream:
@@ -237,7 +243,18 @@ class TaskCollector(OutputCollector):
         """``(next-stage key, batch record)`` for everything emitted."""
         comp, task, level, key_for = self.comp, self.task, self._level, self._key_for
         for (dest, dtask, s), (vals, roots, edges, more) in self.batches.items():
-            rec = (TUPLE, dest, dtask, comp, task, s, vals, roots, edges, more)
+            rec = (
+                TUPLE,
+                dest,
+                dtask,
+                comp,
+                task,
+                s,
+                vals,
+                id_column(roots),
+                id_column(edges),
+                more,
+            )
             yield key_for(level, dest, dtask), rec
 
     def ack(self, tuple_: Tuple) -> None:
