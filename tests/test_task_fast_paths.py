@@ -103,7 +103,7 @@ def test_fast_emit_gives_the_batches_ids_and_ledger_of_the_general_path():
     # The words went to both tasks, each batch carrying the parent's root.
     assert {dtask for (_, dtask, _) in fast.batches} == {0, 1}
     for vals, roots, edges, more in fast.batches.values():
-        assert roots == [11] * len(vals) and len(set(edges)) == len(vals) and more is None
+        assert list(roots) == [11] * len(vals) and len(set(edges)) == len(vals) and more is None
 
 
 def test_fast_emit_of_an_untracked_parent_ships_zero_ids():
@@ -113,7 +113,7 @@ def test_fast_emit_of_an_untracked_parent_ships_zero_ids():
     collector.emit(["storm"], untracked)
     collector.emit(["storm"], untracked)  # second emit: the cached route, the fast path
     ((vals, roots, edges, _),) = collector.batches.values()
-    assert vals == ["storm", "storm"] and roots == [0, 0] and edges == [0, 0]
+    assert vals == ["storm", "storm"] and list(roots) == [0, 0] and list(edges) == [0, 0]
     assert untracked.ack_val == 0
 
 
@@ -207,3 +207,39 @@ def test_single_shuffle_route_shares_its_round_robin_with_targets():
             picks.append(route[4] % n)
             route[4] += 1
     assert picks == [i % n for i in range(4)]
+
+
+def test_ack_many_gives_the_ledger_of_one_ack_per_tuple():
+    plan = split_plan()
+    comp = plan.index["inspect"]
+    many = TaskCollector(plan, comp, 0, 1, 3, "inspect")
+    one_by_one = TaskCollector(plan, comp, 0, 1, 3, "inspect")
+    f = Fields("word")
+
+    def word(root: int, edge: int, ack_val: int = 0) -> Tuple:
+        t = Tuple(["w"], f, "split", 2, "default", ((root, edge),) if root else ())
+        t.ack_val = ack_val
+        return t
+
+    two_trees = Tuple(["w"], f, "split", 2, "default", ((5, 101), (9, 102), (5, 103)))
+    checkpoint = Tuple(
+        [0, "PREPARE"], Fields("txid", "action"), "$checkpointspout", 1, "$checkpoint", ((77, 104),)
+    )
+    tuples = [
+        word(5, 1),
+        word(5, 2, ack_val=40),
+        word(7, 3),
+        word(7, 4),
+        word(5, 5),  # runs, a return
+        two_trees,
+        word(0, 0),
+        word(9, 6),
+        checkpoint,
+        word(9, 7),
+    ]
+    many.ack_many(tuples)
+    for t in tuples:
+        one_by_one.ack(t)
+    assert many.xor == one_by_one.xor
+    assert set(many.xor) == {5, 7, 9, 77}
+    assert many.acked == one_by_one.acked == len(tuples) - 1  # the checkpoint is not data

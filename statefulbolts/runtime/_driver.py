@@ -498,8 +498,9 @@ class TopologyRunner:
 
     def _may_gather(self) -> bool:
         # While recovering, a crashed run's messages may still be acked by the recovery (see
-        # the manifest); gathering now could replay them first.
-        return self.cp is None or not self.cp.recovering
+        # the manifest); gathering now could replay them first. Without a manifest to deliver
+        # (a fresh start, or a crash before the commit decision) the spouts need not wait.
+        return self.cp is None or not self.cp.recovering or self._recovered is None
 
     def _settle_acks(self, roots: Sequence[int]) -> None:
         acked: dict[str, int] = {}

@@ -16,6 +16,7 @@ import gc
 import pickle
 import time
 import traceback
+from array import array
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -35,7 +36,6 @@ from statefulbolts.runtime._plan import (
     TUPLE,
     ExecutionPlan,
     Router,
-    id_column,
     stable_hash,
 )
 
@@ -236,25 +236,15 @@ class TaskCollector(OutputCollector):
         key = (dest, dtask, stream)
         batch = self.batches.get(key)
         if batch is None:
-            batch = self.batches[key] = [[], [], [], None]
+            # values, root ids, edge ids (int64 arrays: they pickle as one block), more anchors
+            batch = self.batches[key] = [[], array("q"), array("q"), None]
         return batch
 
     def records(self) -> Iterator[tuple[int, Any]]:
         """``(next-stage key, batch record)`` for everything emitted."""
         comp, task, level, key_for = self.comp, self.task, self._level, self._key_for
         for (dest, dtask, s), (vals, roots, edges, more) in self.batches.items():
-            rec = (
-                TUPLE,
-                dest,
-                dtask,
-                comp,
-                task,
-                s,
-                vals,
-                id_column(roots),
-                id_column(edges),
-                more,
-            )
+            rec = (TUPLE, dest, dtask, comp, task, s, vals, roots, edges, more)
             yield key_for(level, dest, dtask), rec
 
     def ack(self, tuple_: Tuple) -> None:
@@ -274,16 +264,24 @@ class TaskCollector(OutputCollector):
         """``ack`` for each tuple, in one loop (a stateful task releases its acks at once)."""
         xor = self.xor
         data = 0
+        # Tuples of one tree tend to come in runs (a sentence's words): XOR a run, then store.
+        run_root = run = 0
         for t in tuples:
             root = t._root
             if root:
                 extra = t.ack_val
-                xor[root] = xor.get(root, 0) ^ t._edge ^ extra
+                if root != run_root:
+                    if run_root:
+                        xor[run_root] = xor.get(run_root, 0) ^ run
+                    run_root, run = root, 0
+                run ^= t._edge ^ extra
                 if t._more:
                     for r, e in t._more:
                         xor[r] = xor.get(r, 0) ^ e ^ extra
             if t.source_stream_id != "$checkpoint":
                 data += 1
+        if run_root:
+            xor[run_root] = xor.get(run_root, 0) ^ run
         self.acked += data
 
     def fail(self, tuple_: Tuple) -> None:
