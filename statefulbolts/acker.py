@@ -1,12 +1,14 @@
 """Storm's XOR acking: deterministic 64-bit ids, the XOR ledger and ``RotatingMap``.
 
 A spout tuple is the root of a tree. Every edge of the tree (one emitted tuple sent to one task)
-has a 64-bit id. The root's value starts as the XOR of its first edges; creating an edge XORs its
-id into the anchor's ack value, acking a tuple XORs in its own id and that ack value. Each id then
-appears exactly twice, so the root's value is zero exactly when every tuple in the tree was acked.
+has a non-zero id that fits a signed 64-bit integer. The root's value starts as the XOR of its
+first edges; creating an edge XORs its id into the anchor's ack value, acking a tuple XORs in its
+own id and that ack value. Each id then appears exactly twice, so the root's value is zero exactly
+when every tuple in the tree was acked.
 
-Ids are derived from (txid, component, task, emit sequence) rather than drawn at random, so a Spark
-re-execution of a task reproduces the same ids.
+Ids made in tasks are derived from (txid, component, task, emit sequence) rather than drawn at
+random, so a Spark re-execution of a task reproduces the same ids. The driver's (spout roots and
+their first edges) are random, as in Storm: it makes each one once.
 """
 
 from __future__ import annotations
@@ -36,7 +38,10 @@ def id_base(txid: int, component_index: int, task_index: int, salt: int = 0) -> 
 
 
 class IdSequence:
-    """Deterministic, non-zero 64-bit ids: ``mix64(base + n)`` for n = 1, 2, ..."""
+    """Deterministic, non-zero 63-bit ids: ``mix64(base + n) >> 1`` for n = 1, 2, ...
+
+    63 bits so that every id fits the signed 64-bit arrays batches carry ids in.
+    """
 
     __slots__ = ("_base", "_n")
 
@@ -47,7 +52,7 @@ class IdSequence:
     def next(self) -> int:
         """The next id (never 0)."""
         self._n += 1
-        value = mix64(self._base + self._n)
+        value = mix64(self._base + self._n) >> 1
         return value or 1
 
 

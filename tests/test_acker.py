@@ -88,11 +88,12 @@ def test_id_sequence_is_deterministic():
     assert [a.next() for _ in range(50)] == [b.next() for _ in range(50)]
 
 
-def test_id_sequence_ids_are_distinct_non_zero_64_bit():
+def test_id_sequence_ids_are_distinct_non_zero_63_bit():
     seq = IdSequence(987654321)
     ids = [seq.next() for _ in range(10_000)]
     assert len(set(ids)) == len(ids)
-    assert all(0 < i < 2**64 for i in ids)
+    assert all(0 < i < 2**63 for i in ids)
+    assert max(ids) > 2**62  # the whole range is used
 
 
 @pytest.mark.parametrize("base", [-1, 2**64 - 1])
