@@ -90,9 +90,9 @@ def assert_committed_layout(client: Any, name: str, txid: int, parallelism: int 
     assert saved["__state"] == [txid, "COMMITTED"]
     # The manifest of the last transaction: the sentence indices it carried, each once.
     assert saved["__txn"]["txid"] == txid
-    msgs = saved["__txn"]["msgs"]
-    assert msgs and all(m[0] == "sentences" and m[1] == 0 for m in msgs)
-    assert len({m[2] for m in msgs}) == len(msgs)
+    ((component, task, msgs),) = saved["__txn"]["spouts"]
+    assert (component, task) == ("sentences", 0)
+    assert msgs and len(set(msgs)) == len(msgs)
     # The spout's own save is a commit without txid: Redis records -1 and never a prepare.
     assert client.hgetall(f"{spout}$txid") == {b"commit": b"-1"}
 

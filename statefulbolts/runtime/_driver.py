@@ -451,14 +451,19 @@ class TopologyRunner:
         cp = self.cp
         if cp is None or cp.state is None:
             return
-        msgs = []
+        # Message ids grouped per spout task: [[component, task, [msg_id, ...]], ...].
+        by_task: dict[int, list[Any]] = {}
+        roots = self._roots
         for root in self._awaiting.get(txid, []):
-            r = self._roots.get(root)
+            r = roots.get(root)
             if r is not None:
-                st = self._spouts[r[0]]
-                msgs.append([st.name, st.task, r[1]])
+                ids = by_task.get(r[0])
+                if ids is None:
+                    ids = by_task[r[0]] = []
+                ids.append(r[1])
+        spouts = [[self._spouts[i].name, self._spouts[i].task, ids] for i, ids in by_task.items()]
         try:
-            cp.state.put(MANIFEST_KEY, {"txid": txid, "msgs": msgs})
+            cp.state.put(MANIFEST_KEY, {"txid": txid, "spouts": spouts})
         except StateSerializationError as exc:
             if not self._manifest_warned:
                 log.warning(
@@ -467,7 +472,7 @@ class TopologyRunner:
                     exc,
                 )
                 self._manifest_warned = True
-            cp.state.put(MANIFEST_KEY, {"txid": txid, "msgs": None})
+            cp.state.put(MANIFEST_KEY, {"txid": txid, "spouts": None})
 
     def _load_manifest(self) -> None:
         """After opening: keep the saved manifest if its transaction may have committed."""
@@ -477,9 +482,10 @@ class TopologyRunner:
         saved = cp.state.get(MANIFEST_KEY)
         if not isinstance(saved, dict) or saved.get("txid") != cp.cur.txid:
             return
-        if saved.get("msgs") is None or cp.cur.phase is TxPhase.PREPARING:
+        groups = saved.get("spouts")
+        if groups is None or cp.cur.phase is TxPhase.PREPARING:
             return
-        self._recovered = (int(saved["txid"]), list(saved["msgs"]))
+        self._recovered = (int(saved["txid"]), list(groups))
         if cp.cur.phase is TxPhase.COMMITTED:
             self._ack_recovered(cp.cur.txid)
 
@@ -488,11 +494,12 @@ class TopologyRunner:
             return
         tasks = {(st.name, st.task): st for st in self._spouts}
         delivered = 0
-        for component, task, msg_id in self._recovered[1]:
+        for component, task, msg_ids in self._recovered[1]:
             st = tasks.get((component, task))
             if st is not None:
-                st.spout.ack(msg_id)
-                delivered += 1
+                for msg_id in msg_ids:
+                    st.spout.ack(msg_id)
+                delivered += len(msg_ids)
         self._recovered = None
         log.info("txid %s had committed: acked its %d spout tuples", txid, delivered)
 
