@@ -13,7 +13,6 @@ from statefulbolts import (
     Bolt,
     Fields,
     Spout,
-    StatefulBolt,
     TopologyBuilder,
     Tuple,
 )
@@ -54,24 +53,17 @@ class Inspect(Bolt):
         self.collector.ack(tuple)
 
 
-class Count(StatefulBolt):
-    def prepare(self, conf: Any, context: Any, collector: Any) -> None:
-        self.collector = collector
-
-    def init_state(self, state: Any) -> None:
-        self.state = state
-
-    def execute(self, tuple: Any) -> None:  # noqa: A002
-        self.state.put(tuple.get_value(0), self.state.get(tuple.get_value(0), 0) + 1)
-        self.collector.ack(tuple)
-
-
-def split_plan() -> ExecutionPlan:
+def split_topology() -> Any:
+    """lines -> split (a BasicBolt) -> inspect x2, fields grouping on the one field ``word``."""
     builder = TopologyBuilder()
     builder.set_spout("lines", Lines())
     builder.set_bolt("split", Split()).shuffle_grouping("lines")
     builder.set_bolt("inspect", Inspect(), 2).fields_grouping("split", Fields("word"))
-    return ExecutionPlan(builder.create_topology())
+    return builder.create_topology()
+
+
+def split_plan() -> ExecutionPlan:
+    return ExecutionPlan(split_topology())
 
 
 def parent(root: int = 11, edge: int = 22) -> Tuple:
@@ -127,11 +119,7 @@ def test_fast_path_stream_still_rejects_a_wrong_number_of_values():
 
 
 def test_hot_loop_tuples_have_every_slot_a_constructed_tuple_has():
-    builder = TopologyBuilder()
-    builder.set_spout("lines", Lines())
-    builder.set_bolt("split", Split()).shuffle_grouping("lines")
-    builder.set_bolt("inspect", Inspect(), 2).fields_grouping("split", Fields("word"))
-    topology = builder.create_topology()
+    topology = split_topology()
     plan = ExecutionPlan(topology)
     env = TaskEnv(plan, "fast", {}, 0, None, 0)
     split, inspect = plan.index["split"], plan.index["inspect"]
@@ -177,10 +165,7 @@ def test_basic_collector_goes_straight_past_the_anchoring_check():
 def test_basic_collector_outside_execute_still_refuses_an_unanchored_emit():
     from statefulbolts import TopologyContext
 
-    builder = TopologyBuilder()
-    builder.set_spout("lines", Lines())
-    builder.set_bolt("split", Split()).shuffle_grouping("lines")
-    topology = builder.create_topology()
+    topology = split_topology()
     context = TopologyContext(topology, "t", "split", 0)
     basic = BasicOutputCollector(AnchoringOutputCollector(RecordingCollector(), context))
     with pytest.raises(UnanchoredEmitError, match="'split'"):
