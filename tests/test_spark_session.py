@@ -1,16 +1,31 @@
-"""What ``build_session`` sets for local masters: loopback binding and the driver JVM's options."""
+"""What ``build_session`` sets for local masters, and what a Python worker sets up once.
+
+Loopback binding, the driver JVM's options, Unix domain sockets to the Python workers; and a
+worker's first task freezing the objects that live as long as the worker.
+"""
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
 from typing import Any
+
+import pyspark
 
 from statefulbolts.runtime._spark import (
     LOCAL_JVM_OPTIONS,
     LOOPBACK,
+    UDS_KEY,
     local_jvm_settings,
     loopback_settings,
+    python_worker_settings,
     with_task_retries,
 )
+
+ROOT = Path(__file__).resolve().parent.parent
 
 
 def test_local_jvm_runs_c1_only_unless_the_user_chose_options():
@@ -23,6 +38,13 @@ def test_loopback_settings_keep_what_the_user_set():
     settings = loopback_settings({"spark.driver.host": "10.0.0.5"})
     assert "spark.driver.host" not in settings
     assert settings["spark.driver.bindAddress"] == LOOPBACK
+
+
+def test_python_workers_use_unix_sockets_unless_the_user_chose():
+    assert python_worker_settings({UDS_KEY: "false"}) == {}
+    major, minor = (int(p) for p in pyspark.__version__.split(".")[:2])
+    expected = {UDS_KEY: "true"} if (major, minor) >= (4, 1) else {}
+    assert python_worker_settings() == expected
 
 
 def test_local_masters_retry_tasks_like_a_cluster():
@@ -41,3 +63,61 @@ def test_the_shared_local_session_got_loopback_and_the_jvm_options(spark: Any):
     jvm = spark.sparkContext._jvm
     args = list(jvm.java.lang.management.ManagementFactory.getRuntimeMXBean().getInputArguments())
     assert LOCAL_JVM_OPTIONS in args
+
+
+def test_the_shared_local_session_talks_to_its_workers_over_unix_sockets(spark: Any):
+    if not python_worker_settings():
+        # The only way to get here is an older PySpark, which has no such transport.
+        assert tuple(int(p) for p in pyspark.__version__.split(".")[:2]) < (4, 1)
+        return
+    assert spark.sparkContext.getConf().get(UDS_KEY) == "true"
+
+    def transport(_: Any) -> Any:
+        yield os.environ.get("PYTHON_UNIX_DOMAIN_ENABLED")
+
+    seen = spark.sparkContext.parallelize([0, 1], 2).mapPartitions(transport).collect()
+    assert [value.lower() for value in seen] == ["true", "true"]
+
+
+# Runs in a fresh interpreter: it freezes objects of the process it runs in.
+_FREEZE_PROBE = """
+import gc, json
+from pyspark import cloudpickle
+from examples.wordcount import build
+from statefulbolts.runtime._plan import TUPLE, ExecutionPlan, id_column
+from statefulbolts.runtime._task import TaskEnv, run_slot
+
+topology = build(4, 1)
+plan = ExecutionPlan(topology)
+blob = cloudpickle.dumps(topology)
+env = TaskEnv(plan, "probe", {"topology.name": "probe"}, 0, "PREPARE", 0)
+spout, split = plan.index["sentences"], plan.index["split"]
+batch = (TUPLE, split, 0, spout, 0, 0, ["a b c"], id_column([7]), id_column([9]), None)
+counts = [gc.get_freeze_count()]
+out = list(run_slot(env, blob, 0, 0, [(0, [batch])]))
+counts.append(gc.get_freeze_count())
+made_between_tasks = [[i] for i in range(5000)]  # alive at the next task's start
+out = list(run_slot(env, blob, 0, 0, [(0, [batch])]))
+counts.append(gc.get_freeze_count())
+emitted = sum(len(r[6]) for _, records in out for r in records if r[0] == TUPLE)
+print(json.dumps({"counts": counts, "emitted": emitted}))
+"""
+
+
+def test_a_worker_freezes_what_outlives_its_tasks_once():
+    # PySpark's daemon runs a full collection after every task; frozen objects are not walked.
+    result = subprocess.run(
+        [sys.executable, "-c", _FREEZE_PROBE],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
+    report = json.loads(result.stdout.strip().splitlines()[-1])
+    before, first, second = report["counts"]
+    assert report["emitted"] == 3  # the task ran: three words
+    assert before == 0
+    assert first > 10_000  # modules, classes and functions of pyspark and this package
+    # Once per process: what later tasks find alive (5,000 lists here) stays collectable.
+    assert abs(second - first) < 100
