@@ -122,6 +122,7 @@ class _SpoutTask:
         "spout",
         "router",
         "shuffle",
+        "streams",
         "emitted",
         "live",
         "name",
@@ -135,6 +136,8 @@ class _SpoutTask:
         self.comp, self.task, self.spout, self.router, self.name = comp, task, spout, router, name
         self.index = index  # in the runner's list of user spout tasks
         self.shuffle = router.single_shuffle_routes()
+        # Per declared stream name: (stream index, width, its one shuffle route or None).
+        self.streams: dict[str, tuple[int, int, list[Any] | None]] = {}
         self.emitted = 0
         self.live = 0
         self.context: TopologyContext | None = None
@@ -344,6 +347,69 @@ class TopologyRunner:
     def _spout_emit(
         self, st: _SpoutTask, values: Sequence[Any], message_id: Any, stream: str
     ) -> None:
+        info = st.streams.get(stream)
+        if info is None:
+            info = self._stream_info(st, stream)
+        s, width, shuffle = info
+        if len(values) != width:
+            fields = self.plan.fields[st.comp][s]
+            msg = (
+                f"spout {st.name!r} emitted {len(values)} values on stream {stream!r}, which "
+                f"declares {width} fields {fields.to_list()}"
+            )
+            raise TopologyError(msg)
+        tracked = message_id is not None and self._tracking
+        bits = self._random_bits
+        batches = self._batches
+        value = values[0] if width == 1 else list(values)
+        root = init = 0
+        if shuffle is not None:  # one consumer, by shuffle: the common case, without the router
+            i = shuffle[4]
+            shuffle[4] = i + 1
+            key = (shuffle[1], i % shuffle[2], st.comp, st.task, s)
+            batch = batches.get(key)
+            if batch is None:
+                batch = batches[key] = ([], [], [])
+            batch[0].append(value)
+            if tracked:
+                # The tree's one edge: its id may be the root id itself (both random, and the
+                # acker keys a tree by root and XORs only edge ids), which saves a draw.
+                root = init = bits(63) or 1
+                batch[1].append(root)
+                batch[2].append(root)
+            else:
+                batch[1].append(0)
+                batch[2].append(0)
+        else:
+            vals = list(values)
+            if tracked:
+                root = bits(63) or 1
+            for dest, dtask in st.router.targets(st.comp, s, vals):
+                key = (dest, dtask, st.comp, st.task, s)
+                batch = batches.get(key)
+                if batch is None:
+                    batch = batches[key] = ([], [], [])
+                batch[0].append(value)
+                if tracked:
+                    edge = bits(63) or 1
+                    init ^= edge
+                    batch[1].append(root)
+                    batch[2].append(edge)
+                else:
+                    batch[1].append(0)
+                    batch[2].append(0)
+        self._buffered += 1
+        st.emitted += 1
+        if init:
+            self._roots[root] = (st.index, message_id, init)
+            self._buffer_roots.append(root)
+            st.live += 1
+        elif message_id is not None:
+            st.spout.ack(message_id)  # untracked, or a tree with no edges: complete at once
+            self.stats.add(st.name, acked=1)
+
+    def _stream_info(self, st: _SpoutTask, stream: str) -> tuple[int, int, list[Any] | None]:
+        """What ``_spout_emit`` needs to know of one stream of one spout task, kept per name."""
         plan = self.plan
         s = plan.stream_index[st.comp].get(stream)
         if s is None:
@@ -352,50 +418,9 @@ class TopologyRunner:
                 f"{sorted(plan.stream_index[st.comp])}"
             )
             raise TopologyError(msg)
-        fields = plan.fields[st.comp][s]
-        if len(values) != len(fields):
-            msg = (
-                f"spout {st.name!r} emitted {len(values)} values on stream {stream!r}, which "
-                f"declares {len(fields)} fields {fields.to_list()}"
-            )
-            raise TopologyError(msg)
-        vals = list(values)
-        tracked = message_id is not None and self._tracking
-        bits = self._random_bits
-        root = (bits(63) or 1) if tracked else 0
-        init = 0
-        batches = self._batches
-        value = vals[0] if len(fields) == 1 else vals
-        shuffle = st.shuffle.get(s)
-        if shuffle is not None:  # one shuffle consumer: no need to ask the router
-            i = shuffle[4]
-            shuffle[4] = i + 1
-            targets: Sequence[tuple[int, int]] = ((shuffle[1], i % shuffle[2]),)
-        else:
-            targets = st.router.targets(st.comp, s, vals)
-        for dest, dtask in targets:
-            key = (dest, dtask, st.comp, st.task, s)
-            batch = batches.get(key)
-            if batch is None:
-                batch = batches[key] = ([], [], [])
-            batch[0].append(value)
-            if tracked:
-                edge = bits(63) or 1
-                init ^= edge
-                batch[1].append(root)
-                batch[2].append(edge)
-            else:
-                batch[1].append(0)
-                batch[2].append(0)
-        self._buffered += 1
-        st.emitted += 1
-        if tracked and init:
-            self._roots[root] = (st.index, message_id, init)
-            self._buffer_roots.append(root)
-            st.live += 1
-        elif message_id is not None:
-            st.spout.ack(message_id)  # untracked, or a tree with no edges: complete at once
-            self.stats.add(st.name, acked=1)
+        info = (s, len(plan.fields[st.comp][s]), st.shuffle.get(s))
+        st.streams[stream] = info
+        return info
 
     def _new_id(self) -> int:
         return self._random_bits(63) or 1  # 63 bits: ids travel in signed 64-bit arrays
@@ -750,14 +775,16 @@ class TopologyRunner:
         if exc is not None:
             self._job_failed(job, exc, seconds)
             return
-        acks: dict[int, int] = {}
-        fails: set[int] = set()
-        side: list[Any] = []
-        for part_acks, part_fails, part_side in job.future.result():
-            for root, x in part_acks.items():
-                acks[root] = acks.get(root, 0) ^ x
-            fails.update(part_fails)
-            side.extend(part_side)
+        parts = job.future.result()
+        if len(parts) == 1:  # the driver-side acker: already one ledger
+            acks, fails, side = parts[0]
+        else:
+            acks, fails, side = {}, set(), []
+            for part_acks, part_fails, part_side in parts:
+                for root, x in part_acks.items():
+                    acks[root] = acks.get(root, 0) ^ x
+                fails.update(part_fails)
+                side.extend(part_side)
         errors: list[str] = []
         for rec in side:
             kind = rec[0]
@@ -788,17 +815,32 @@ class TopologyRunner:
         failed = 0
         complete: list[int] = []
         roots = self._roots
-        for root in job.roots:
-            r = roots.get(root)
-            if r is None:
-                continue
-            if root in fails or not cp_ok:
-                self._settle_fail(root)
-                failed += 1
-            elif r[2] ^ acks.get(root, 0) == 0:
-                complete.append(root)
-            else:
-                self._timeouts.put(root, r)  # incomplete: it fails when the timeout runs out
+        if cp_ok and not fails:
+            # The usual outcome, in a tight loop: nothing failed, so a root is complete when its
+            # XOR came back to zero.
+            get, ack_of, keep = roots.get, acks.get, complete.append
+            incomplete = []
+            for root in job.roots:
+                r = get(root)
+                if r is not None:
+                    if r[2] == ack_of(root, 0):
+                        keep(root)
+                    else:
+                        incomplete.append(root)
+            for root in incomplete:
+                self._timeouts.put(root, roots[root])  # it fails when the timeout runs out
+        else:
+            for root in job.roots:
+                r = roots.get(root)
+                if r is None:
+                    continue
+                if root in fails or not cp_ok:
+                    self._settle_fail(root)
+                    failed += 1
+                elif r[2] ^ acks.get(root, 0) == 0:
+                    complete.append(root)
+                else:
+                    self._timeouts.put(root, r)  # incomplete: it fails when the timeout runs out
         acked = len(complete)
         if self.cp is not None:
             if complete:
