@@ -86,6 +86,11 @@ class CheckpointSpout(Spout):
         """Whether an emitted action is still waiting for its ack or fail."""
         return self._recovery_in_progress if self.recovering else self._checkpoint_in_progress
 
+    @property
+    def has_checkpointed(self) -> bool:
+        """Whether a PREPARE has gone out since ``open`` (the first goes out as soon as it may)."""
+        return self._last_checkpoint_ms is not None
+
     def due(self) -> bool:
         """Whether ``next_tuple`` would emit now."""
         if self.recovering:

@@ -89,6 +89,16 @@ def test_fresh_start_sequence_initstate_prepare_commit_prepare():
     assert h.saved() == CheckPointState(2, TxPhase.COMMITTED)
 
 
+def test_has_checkpointed_turns_true_with_the_first_prepare_only():
+    h = Harness()
+    assert h.spout.has_checkpointed is False
+    (initstate,) = h.n()
+    h.spout.ack(initstate[0])
+    assert h.spout.has_checkpointed is False  # recovery actions are not checkpoints
+    assert h.n() == [(0, "PREPARE")]
+    assert h.spout.has_checkpointed is True
+
+
 def test_storm_prepare_with_fail_trace_step_by_step():
     """Storm's testPrepareWithFail (STORM-PROTOCOL 1.3), interval 0, one row per step."""
     h = Harness(interval_ms=0)

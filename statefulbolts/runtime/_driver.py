@@ -253,6 +253,7 @@ class TopologyRunner:
         self._backend_down_since: float | None = None
         self._backend_attempts = 0
         self._not_before = 0.0
+        self._filling_since: float | None = None
         self._next_rotate = 0.0
         self._pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix=f"sb-{name}-job")
         self._job: _Job | None = None
@@ -630,7 +631,7 @@ class TopologyRunner:
             gathered = self._gather()
             if self.clock.now_ms() < self._not_before:
                 return gathered > 0
-            if self._start_next_job():
+            if self._start_next_job(gathered):
                 self._idle.clear()
                 return True
             idle = (
@@ -648,13 +649,33 @@ class TopologyRunner:
                 self._idle.clear()
             return gathered > 0
 
-    def _start_next_job(self) -> bool:
+    def _filling_first(self, gathered: int) -> bool:
+        """Whether to hold the first transaction since the start back: the spouts still produce.
+
+        Storm sends the first PREPARE as soon as recovery ends, and its tuples flow between
+        checkpoints anyway. Here data moves only with a transaction, and the next PREPARE may not
+        start until one interval after this one: a first transaction cut after a few ms of
+        gathering left the rest of a burst waiting most of an interval while Spark idled. So the
+        first transaction, like every later one, carries up to one interval of data, and goes
+        at once when the spouts go quiet (a gathering step emitted nothing, or the buffer is
+        full).
+        """
+        if not gathered or self._buffered >= _MAX_BUFFER:
+            return False
+        now = self.clock.now_ms()
+        if self._filling_since is None:
+            self._filling_since = now
+        return now - self._filling_since <= self.tc.checkpoint_interval_ms
+
+    def _start_next_job(self, gathered: int = 0) -> bool:
         cp = self.cp
         if cp is None:
             due = self._last_batch_ms is None or (
                 self.clock.now_ms() - self._last_batch_ms > self.tc.checkpoint_interval_ms
             )
             if not (self._buffered and due):
+                return False
+            if self._last_batch_ms is None and self._filling_first(gathered):
                 return False
             self._last_batch_ms = self.clock.now_ms()
             self._plain_txid += 1
@@ -664,6 +685,8 @@ class TopologyRunner:
         if not needs_recovery and not self._buffered:
             return False  # nothing to checkpoint: skip empty PREPAREs
         if not cp.due():
+            return False
+        if not needs_recovery and not cp.has_checkpointed and self._filling_first(gathered):
             return False
         self._with_backend("starting a checkpoint", cp.next_tuple)
         if not self._cp_emits:
