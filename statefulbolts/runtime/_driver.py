@@ -22,6 +22,7 @@ spout tuples and the results of the acker. Its loop:
 from __future__ import annotations
 
 import concurrent.futures
+import functools
 import logging
 import random
 import re
@@ -152,6 +153,9 @@ _Root = tuple[int, Any, int]
 class _Collector(SpoutOutputCollector):
     def __init__(self, runner: TopologyRunner, st: _SpoutTask) -> None:
         self._runner, self._st = runner, st
+        if type(self).emit is _Collector.emit:  # not in a subclass that emits elsewhere
+            # A spout emits once per next_tuple: straight to the runner, without this frame.
+            self.emit = functools.partial(runner._spout_emit, st)  # type: ignore[method-assign]
 
     def emit(
         self, values: Sequence[Any], message_id: Any = None, stream: str = DEFAULT_STREAM
@@ -346,7 +350,11 @@ class TopologyRunner:
 
     # ----------------------------------------------------------------- spout side
     def _spout_emit(
-        self, st: _SpoutTask, values: Sequence[Any], message_id: Any, stream: str
+        self,
+        st: _SpoutTask,
+        values: Sequence[Any],
+        message_id: Any = None,
+        stream: str = DEFAULT_STREAM,
     ) -> None:
         info = st.streams.get(stream)
         if info is None:
@@ -441,17 +449,17 @@ class TopologyRunner:
         if not self._may_gather():
             return 0
         emitted = 0
+        limit = self.tc.max_spout_pending or 0
         for _ in range(_GATHER_ROUNDS):
             if self._buffered >= _MAX_BUFFER:
                 break
-            n = self._gather_round()
+            n = self._gather_round(limit)
             emitted += n
             if not n:
                 break
         return emitted
 
-    def _gather_round(self) -> int:
-        limit = self.tc.max_spout_pending or 0
+    def _gather_round(self, limit: int) -> int:
         emitted = 0
         for st in self._spouts:
             if limit and st.live >= limit:
