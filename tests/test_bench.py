@@ -1,0 +1,47 @@
+"""The word count benchmark runs end to end and reports what its docstring promises.
+
+Its figures are not asserted (speed belongs to the benchmark, not to tests); its shape and its
+exactness are. It runs in its own interpreter: it builds and stops its own SparkSession.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.spark
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def test_wordcount_bench_reports_exact_runs_and_their_ratios() -> None:
+    result = subprocess.run(
+        [sys.executable, "bench/wordcount.py", "--words", "20000", "--repeat", "2", "--json"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    report = json.loads(result.stdout)
+    assert report["words"] >= 20000
+    runs = report["runs"]
+    assert set(runs) == {"baseline", "memory"}
+    for run in runs.values():
+        assert run["exact"] is True
+        assert len(run["all_seconds"]) == 2
+        assert run["seconds"] == min(run["all_seconds"])
+        assert run["words_per_sec"] == round(report["words"] / run["seconds"])
+    assert report["ratio_memory_vs_baseline"] == round(
+        runs["memory"]["words_per_sec"] / runs["baseline"]["words_per_sec"], 3
+    )
+    per_round = report["ratio_memory_vs_baseline_per_round"]
+    assert len(per_round) == 2
+    assert report["ratio_memory_vs_baseline_median_round"] == statistics.median(per_round)
+    assert runs["memory"]["transactions"] >= 3  # INITSTATE, PREPARE, COMMIT at least
