@@ -48,6 +48,7 @@ class SpoutRecord:
     # Per spout task index: the most tuples it had emitted and not yet seen acked or failed.
     max_live: dict[int, int] = field(default_factory=dict)
     opened: int = 0
+    closed: int = 0
 
 
 RECORDS: dict[str, SpoutRecord] = {}
@@ -162,6 +163,10 @@ class ValueSpout(Spout):
         self.rec.fails[msg_id] += 1
         self.live -= 1
         self.replay.append(msg_id)
+
+    def close(self) -> None:
+        """Count the close."""
+        self.rec.closed += 1
 
     def declare_output_fields(self, declarer: Any) -> None:
         """``fields`` on the default stream, or on each of ``streams``."""

@@ -286,10 +286,21 @@ class TopologyRunner:
         self._thread.start()
 
     def _open(self) -> None:
+        """Open the spouts, then the checkpoint spout; if anything fails, close what opened."""
+        opened: list[_SpoutTask] = []
+        try:
+            self._open_all(opened)
+        except BaseException:
+            self._close_spouts(opened)
+            self._topology_blob.destroy()
+            raise
+
+    def _open_all(self, opened: list[_SpoutTask]) -> None:
         for st in self._spouts:
             st.context = TopologyContext(self.topology, self.name, st.name, st.task)
             try:
                 st.spout.open(self.conf, st.context, _Collector(self, st))
+                opened.append(st)
                 st.spout.activate()
             except Exception as exc:
                 task_id = st.context.this_task_id
@@ -601,13 +612,17 @@ class TopologyRunner:
             self.error = exc
         finally:
             self._drain_job()
-            for st in self._spouts:
-                try:
-                    st.spout.deactivate()
-                    st.spout.close()
-                except Exception:  # noqa: BLE001 - closing must not hide the real error
-                    log.exception("spout %s failed to close", st.name)
+            self._close_spouts(self._spouts)
             self._done.set()
+
+    @staticmethod
+    def _close_spouts(spouts: Sequence[_SpoutTask]) -> None:
+        for st in spouts:
+            try:
+                st.spout.deactivate()
+                st.spout.close()
+            except Exception:  # noqa: BLE001 - closing must not hide the real error
+                log.exception("spout %s failed to close", st.name)
 
     def _wait_a_little(self) -> None:
         job = self._job
