@@ -99,28 +99,3 @@ def test_the_first_transaction_of_an_endless_spout_waits_one_interval(cluster: A
         handle.kill()
     assert first[0] == "PREPARE"
     assert first[1] > 0
-
-
-def test_a_submit_that_fails_closes_the_spouts_it_opened(cluster: Any) -> None:
-    import socket
-
-    from statefulbolts.errors import StatefulBoltsError
-
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]  # nothing listens here once the socket is closed
-    conf = {
-        "topology.state.provider": "providers.redis.RedisKeyValueStateProvider",
-        "topology.state.provider.config": {
-            "jedisPoolConfig": {"host": "127.0.0.1", "port": port, "timeout": 300}
-        },
-    }
-    key = topo.new_key("open-fails")
-    builder = TopologyBuilder()
-    builder.set_spout("src", topo.ValueSpout(key, [1, 2, 3]), 2)
-    builder.set_bolt("tally", topo.Tally(), 1).shuffle_grouping("src")
-    # The user spouts open first; the checkpoint spout then reads its state and cannot.
-    with pytest.raises(StatefulBoltsError, match=f"127.0.0.1:{port}"):
-        cluster.submit_topology(key, conf, builder.create_topology())
-    rec = topo.record(key)
-    assert (rec.opened, rec.closed) == (2, 2)

@@ -236,6 +236,7 @@ class TopologyRunner:
             msg = f"topology {name!r} cannot be serialized for Spark: {exc}"
             raise TopologyError(msg) from exc
         self._topology_blob = self.sc.broadcast(blob)
+        self._broadcast_released = False
         self._ship_extlib()
 
         # Ids made on the driver (spout roots and edges, checkpoint tuples) are random, as in
@@ -292,8 +293,20 @@ class TopologyRunner:
             self._open_all(opened)
         except BaseException:
             self._close_spouts(opened)
-            self._topology_blob.destroy()
+            self._release_broadcast()
             raise
+
+    def _release_broadcast(self) -> None:
+        """Drop the topology's broadcast (its JVM blocks and the driver's temp file), once.
+
+        Called when no job can need it any more: after the loop ended, or a failed open.
+        """
+        if self._broadcast_released:
+            return
+        self._broadcast_released = True
+        if self.sc._jsc is None:  # the SparkContext was stopped, and its broadcasts with it
+            return
+        self._topology_blob.destroy()
 
     def _open_all(self, opened: list[_SpoutTask]) -> None:
         for st in self._spouts:
@@ -613,6 +626,7 @@ class TopologyRunner:
         finally:
             self._drain_job()
             self._close_spouts(self._spouts)
+            self._release_broadcast()
             self._done.set()
 
     @staticmethod

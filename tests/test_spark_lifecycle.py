@@ -1,0 +1,49 @@
+"""A topology's resources: what opens is closed, what Spark holds for it is released."""
+
+from __future__ import annotations
+
+import os
+import socket
+from typing import Any
+
+import pytest
+import topologies as topo
+
+from examples.wordcount import build
+from statefulbolts import TopologyBuilder
+from statefulbolts.errors import StatefulBoltsError
+
+pytestmark = pytest.mark.spark
+
+
+def test_a_submit_that_fails_closes_the_spouts_it_opened(cluster: Any) -> None:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]  # nothing listens here once the socket is closed
+    conf = {
+        "topology.state.provider": "providers.redis.RedisKeyValueStateProvider",
+        "topology.state.provider.config": {
+            "jedisPoolConfig": {"host": "127.0.0.1", "port": port, "timeout": 300}
+        },
+    }
+    key = topo.new_key("open-fails")
+    builder = TopologyBuilder()
+    builder.set_spout("src", topo.ValueSpout(key, [1, 2, 3]), 2)
+    builder.set_bolt("tally", topo.Tally(), 1).shuffle_grouping("src")
+    # The user spouts open first; the checkpoint spout then reads its state and cannot.
+    with pytest.raises(StatefulBoltsError, match=f"127.0.0.1:{port}"):
+        cluster.submit_topology(key, conf, builder.create_topology())
+    rec = topo.record(key)
+    assert (rec.opened, rec.closed) == (2, 2)
+
+
+def test_a_killed_topology_releases_its_broadcast(cluster: Any) -> None:
+    name = topo.new_key("release")
+    handle = cluster.submit_topology(name, {}, build(20, 1))
+    blob = handle._runner._topology_blob
+    path = blob._path
+    handle.await_idle(60)
+    assert os.path.exists(path)  # the tasks of every job read the topology from it
+    handle.kill()
+    assert not os.path.exists(path)
+    assert handle.read_state("count")  # reading committed state needs no broadcast
