@@ -173,6 +173,7 @@ class _Job:
     roots: list[int]
     tuples: int
     started: float
+    inits: list[int] = field(default_factory=list)  # beside roots: XOR of each one's edges
     cp_root: int | None = None
     cp_init: int = 0
     future: concurrent.futures.Future[Any] | None = None
@@ -246,6 +247,7 @@ class TopologyRunner:
         self._batches: dict[tuple[int, int, int, int, int], tuple[list[Any], ...]] = {}
         self._buffered = 0
         self._buffer_roots: list[int] = []
+        self._buffer_inits: list[int] = []  # beside _buffer_roots: each root's first edges
         self._roots: dict[int, _Root] = {}
         self._timeouts: RotatingMap[int, _Root] = RotatingMap(2, self._expire)
         self._awaiting: dict[int, list[int]] = {}
@@ -436,6 +438,7 @@ class TopologyRunner:
         if init:
             self._roots[root] = (st.index, message_id, init)
             self._buffer_roots.append(root)
+            self._buffer_inits.append(init)
             st.live += 1
         elif message_id is not None:
             st.spout.ack(message_id)  # untracked, or a tree with no edges: complete at once
@@ -768,6 +771,7 @@ class TopologyRunner:
         carries_data = action in (None, Action.PREPARE.value)
         records: list[Any] = []
         roots: list[int] = []
+        inits: list[int] = []
         if carries_data:
             records = [
                 (TUPLE, dest, dtask, src, stask, s, vals, id_column(roots_), id_column(edges), None)
@@ -775,7 +779,8 @@ class TopologyRunner:
             ]
             self._batches, self._buffered = {}, 0
             roots, self._buffer_roots = self._buffer_roots, []
-        job = _Job(txid, action, roots, len(roots), time.perf_counter())
+            inits, self._buffer_inits = self._buffer_inits, []
+        job = _Job(txid, action, roots, len(roots), time.perf_counter(), inits)
         if plan.depth == 0:
             future: concurrent.futures.Future[Any] = concurrent.futures.Future()
             future.set_result([({}, set(), [])])
@@ -875,9 +880,13 @@ class TopologyRunner:
         failed = 0
         complete: list[int] = []
         roots = self._roots
-        if cp_ok and not fails:
-            # The usual outcome, in a tight loop: nothing failed, so a root is complete when its
-            # XOR came back to zero.
+        if job.cp_root is not None and cp_ok and not fails:
+            acks.pop(job.cp_root, None)  # the job's own ledger: its other entries are its roots
+        if cp_ok and not fails and acks == dict(zip(job.roots, job.inits, strict=True)):
+            # The usual outcome, compared in C: every tree's XOR came back to its first edges.
+            complete = job.roots
+        elif cp_ok and not fails:
+            # A tight loop: nothing failed, so a root is complete when its XOR came back to zero.
             get, ack_of, keep = roots.get, acks.get, complete.append
             incomplete = []
             for root in job.roots:

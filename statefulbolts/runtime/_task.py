@@ -566,17 +566,25 @@ def _run_task(
 
 def reduce_acks(items: Iterable[Any]) -> list[Any]:
     """The acker: combine XOR values per root and collect fails and other side records."""
-    acks: dict[int, int] = {}
+    acks: dict[int, int] | None = None
     fails: set[int] = set()
     side: list[Any] = []
     for _key, recs in items:
         for r in recs:
             kind = r[0]
             if kind == ACKS:
-                for root, x in r[1].items():
+                # The biggest ledger so far is the base (unpickled here, so ours to change);
+                # the smaller one is merged into it.
+                part = r[1]
+                if acks is None:
+                    acks = part
+                    continue
+                if len(part) > len(acks):
+                    acks, part = part, acks
+                for root, x in part.items():
                     acks[root] = acks.get(root, 0) ^ x
             elif kind == FAILS:
                 fails.update(r[1])
             elif kind != TUPLE:
                 side.append(r)
-    return [(acks, fails, side)]
+    return [(acks if acks is not None else {}, fails, side)]
