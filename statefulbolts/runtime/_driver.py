@@ -880,24 +880,13 @@ class TopologyRunner:
         failed = 0
         complete: list[int] = []
         roots = self._roots
-        if job.cp_root is not None and cp_ok and not fails:
+        whole = False
+        if cp_ok and not fails:
             acks.pop(job.cp_root, None)  # the job's own ledger: its other entries are its roots
-        if cp_ok and not fails and acks == dict(zip(job.roots, job.inits, strict=True)):
             # The usual outcome, compared in C: every tree's XOR came back to its first edges.
+            whole = acks == dict(zip(job.roots, job.inits, strict=True))
+        if whole:
             complete = job.roots
-        elif cp_ok and not fails:
-            # A tight loop: nothing failed, so a root is complete when its XOR came back to zero.
-            get, ack_of, keep = roots.get, acks.get, complete.append
-            incomplete = []
-            for root in job.roots:
-                r = get(root)
-                if r is not None:
-                    if r[2] == ack_of(root, 0):
-                        keep(root)
-                    else:
-                        incomplete.append(root)
-            for root in incomplete:
-                self._timeouts.put(root, roots[root])  # it fails when the timeout runs out
         else:
             for root in job.roots:
                 r = roots.get(root)
