@@ -31,7 +31,8 @@ _MISSING = (
 )
 
 
-def _free_port() -> int:
+def free_port() -> int:
+    """A 127.0.0.1 port that was free a moment ago; nothing listens on it once this returns."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
@@ -66,7 +67,7 @@ class RedisServer:
         if exe is None:
             raise RuntimeError(_MISSING)
         for _attempt in range(3):
-            self.port = port or _free_port()
+            self.port = port or free_port()
             args = [
                 exe,
                 "--port", str(self.port),

@@ -19,6 +19,7 @@ from typing import Any
 
 import pytest
 from recovery_topologies import child_env
+from redis_fixtures import free_port
 
 from checkpoint import TX_STATE_KEY, CheckPointState, TxPhase
 from examples.corpus import sentence, words
@@ -362,11 +363,7 @@ def test_checkpoint_status_with_the_in_memory_provider_finds_nothing(tmp_path, c
 
 
 def test_checkpoint_status_with_an_unreachable_redis_says_where(tmp_path, capsys):
-    import socket
-
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]  # nothing listens here once the socket is closed
+    port = free_port()
     conf = {
         "topology.state.provider": "providers.redis.RedisKeyValueStateProvider",
         "topology.state.provider.config": {

@@ -20,7 +20,6 @@ import json
 import os
 import queue
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -33,6 +32,7 @@ from typing import Any
 
 import pytest
 from outage_topologies import counts_in_redis
+from redis_fixtures import free_port
 
 from examples.wordcount import expected_counts
 from statefulbolts.runtime._spark import is_loopback_master
@@ -46,12 +46,6 @@ NAME = "wc-cluster"
 
 
 # ------------------------------------------------------------------------------ /proc helpers
-
-
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind((LOOPBACK, 0))
-        return int(sock.getsockname()[1])
 
 
 def _parents() -> dict[int, int]:
@@ -200,7 +194,7 @@ def standalone(tmp_path: Path) -> Iterator[Standalone]:
     """A master and two workers (1 core, 1 GiB each) on 127.0.0.1; every process killed after."""
     (tmp_path / "local").mkdir()
     env = _spark_env(tmp_path)
-    port, webui = _free_port(), _free_port()
+    port, webui = free_port(), free_port()
     master = _start(
         "master",
         [
@@ -217,7 +211,7 @@ def standalone(tmp_path: Path) -> Iterator[Standalone]:
         for i in range(2):
             workdir = tmp_path / f"worker-{i}"
             workdir.mkdir()
-            worker_webui = _free_port()
+            worker_webui = free_port()
             args = [
                 "org.apache.spark.deploy.worker.Worker", cluster.url,
                 "--host", LOOPBACK,

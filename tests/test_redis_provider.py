@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import logging
-import socket
 import threading
 import time
 from collections.abc import Iterator
@@ -18,6 +17,7 @@ from typing import Any
 import msgpack
 import pytest
 import redis
+from redis_fixtures import free_port
 
 from providers import (
     STATE_PROVIDER_CONFIG_KEY,
@@ -436,14 +436,10 @@ def test_connection_pool_is_shared_per_process_and_config(redis_server_factory: 
 
 
 # --- failures ------------------------------------------------------------------------------
-def _closed_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def test_unreachable_redis_names_host_port_and_namespace(caplog: Any) -> None:
-    port = _closed_port()
+    port = free_port()
     config = {"jedisPoolConfig": {"host": "127.0.0.1", "port": port, "password": SECRET}}
     caplog.set_level(logging.DEBUG)
     started = time.monotonic()
@@ -674,7 +670,7 @@ def test_cluster_keys_share_a_slot(redis_server_factory: Any) -> None:
             "--cluster-config-file",
             "nodes.conf",
             "--cluster-port",
-            str(_closed_port()),
+            str(free_port()),
         )
     )
     admin = node.client()

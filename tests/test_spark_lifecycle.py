@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import os
-import socket
 from typing import Any
 
 import pytest
 import topologies as topo
+from redis_fixtures import free_port
 
 from examples.wordcount import build
 from statefulbolts import TopologyBuilder
@@ -17,9 +17,7 @@ pytestmark = pytest.mark.spark
 
 
 def test_a_submit_that_fails_closes_the_spouts_it_opened(cluster: Any) -> None:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]  # nothing listens here once the socket is closed
+    port = free_port()  # nothing listens there
     conf = {
         "topology.state.provider": "providers.redis.RedisKeyValueStateProvider",
         "topology.state.provider.config": {

@@ -7,13 +7,13 @@ documented envelope: msgpack ``[1, msgpack(value)]``), not only the provider's v
 from __future__ import annotations
 
 import json
-import socket
 import time
 from pathlib import Path
 from typing import Any
 
 import msgpack
 import pytest
+from redis_fixtures import free_port
 
 from examples import wordcount
 from examples.wordcount import build, expected_counts
@@ -183,9 +183,7 @@ def test_two_topologies_with_the_same_components_keep_apart(cluster: Any, redis_
 
 
 def test_unreachable_redis_fails_submit_promptly(cluster: Any) -> None:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
+    port = free_port()
     conf = redis_conf(port)
 
     for _attempt in range(2):  # a failed submit leaves nothing registered under the name
@@ -200,9 +198,7 @@ def test_unreachable_redis_fails_submit_promptly(cluster: Any) -> None:
 
 
 def test_example_main_stops_at_once_without_redis(tmp_path: Path, capsys: Any) -> None:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
+    port = free_port()
     conf_file = tmp_path / "redis.json"
     conf_file.write_text(json.dumps(redis_conf(port)))
 
