@@ -103,7 +103,6 @@ class Tuple:
         "source_component",
         "source_task",
         "source_stream_id",
-        "ack_val",
         "_root",
         "_edge",
         "_more",
@@ -125,10 +124,9 @@ class Tuple:
         self.source_component = source_component
         self.source_task = source_task
         self.source_stream_id = source_stream_id
-        # XOR of the edge ids of tuples emitted anchored to this one.
-        self.ack_val = 0
         # Acking identity: (root id, this tuple's edge id) for each spout tree it belongs to.
-        # The first pair is kept in two slots (the common case), any others in ``_more``.
+        # The first pair is kept in two slots (the common case), any others in ``_more``. The
+        # runtime's edge id is the number the receiving task gave the tuple (see ``acker``).
         self._more: tuple[tuple[int, int], ...] | None = None
         if anchors:
             root, edge = anchors[0]

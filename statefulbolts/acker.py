@@ -1,19 +1,26 @@
-"""Storm's XOR acking: deterministic 64-bit ids, the XOR ledger and ``RotatingMap``.
+"""Storm's XOR acking, accounted where a tuple is delivered; and ``RotatingMap``.
 
-A spout tuple is the root of a tree. Every edge of the tree (one emitted tuple sent to one task)
-has a non-zero id that fits a signed 64-bit integer. The root's value starts as the XOR of its
-first edges; creating an edge XORs its id into the anchor's ack value, acking a tuple XORs in its
-own id and that ack value. Each id then appears exactly twice, so the root's value is zero exactly
-when every tuple in the tree was acked.
+A spout tuple is the root of a tree; the tree is complete when every tuple in it was acked
+exactly once and none was failed. Storm checks that with XOR: every tuple sent to a task has a
+random 64-bit id, XORed into its root once when it is made (through its anchor's ack value) and
+once when it is acked, so a root's XOR is zero exactly when every tuple was acked once.
 
-Ids made in tasks are derived from (txid, component, task, emit sequence) rather than drawn at
-random, so a Spark re-execution of a task reproduces the same ids. The driver's (spout roots and
-their first edges) are random, as in Storm: it makes each one once.
+Here the XOR of a tuple's creation is made by the task the tuple is delivered to, not by the
+task that emitted it. Inside a transaction's Spark job every emitted tuple reaches its task (a
+lost task is recomputed; a failed job fails the whole transaction), so the receiver accounts
+the creation as surely as the sender would, and both XORs of a tuple happen in one task. A
+tuple acked exactly once then cancels inside its task, and a task reports only the roots of
+tuples that were not (``DeliveryLedger``). Nothing about a tuple is computed while it is emitted,
+and a transaction in which every tuple was acked moves no ack ledger at all.
+
+Ids are derived from (txid, component, task, delivery order), not drawn at random, so a Spark
+re-execution of a task reproduces them.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Hashable, Iterator
+import operator
+from collections.abc import Callable, Hashable, Iterator, Mapping, Sequence
 from typing import Any, Generic, TypeVar
 
 K = TypeVar("K", bound=Hashable)
@@ -31,29 +38,99 @@ def mix64(x: int) -> int:
 
 
 def id_base(txid: int, component_index: int, task_index: int, salt: int = 0) -> int:
-    """A per-(transaction, task) base from which ``IdSequence`` draws ids."""
+    """A per-(transaction, task) base from which a task numbers the tuples delivered to it."""
     return mix64(
         mix64(mix64(txid + 0x9E3779B97F4A7C15) ^ component_index) ^ (task_index << 20) ^ salt
     )
 
 
-class IdSequence:
-    """Deterministic, non-zero 63-bit ids: ``mix64(base + n) >> 1`` for n = 1, 2, ...
+def tuple_id(number: int) -> int:
+    """The XOR id of the tuple a task numbered ``number``: 64 spread bits, never 0."""
+    return mix64(number) or 1
 
-    63 bits so that every id fits the signed 64-bit arrays batches carry ids in.
+
+_NUMBER = operator.attrgetter("_edge")
+
+# What a task was given: (number of the first tuple, each tuple's first root (0: untracked),
+# {position: further roots} or None).
+_Delivery = tuple[int, Sequence[int], Mapping[int, Sequence[int]] | None]
+
+
+class DeliveryLedger:
+    """One task's XOR account of the tuples delivered to it, settled when the task ends.
+
+    The task numbers what it is given: the i-th tuple gets ``base + i`` (kept in the tuple as
+    its edge id), and its XOR id is ``tuple_id`` of that number. Delivery XORs the id into each
+    of the tuple's roots and an ack XORs it again, but neither happens while the task runs:
+    ``ack`` only keeps the tuple. ``settle`` first checks, in C, that the tuples acked are the
+    tuples delivered, each once; then every root's XOR is zero and nothing is reported, which is
+    how a task usually ends. Otherwise it does the XORs and reports, per root, what is left.
+
+    Example:
+        >>> ledger = DeliveryLedger(base=100)
+        >>> ledger.deliver([7, 7, 9])
+        100
+        >>> class T:  # a delivered tuple: its number, first root and further roots
+        ...     def __init__(self, n, root): self._edge, self._root, self._more = n, root, None
+        >>> for t in (T(100, 7), T(102, 9)): ledger.ack(t)
+        >>> left, exact = ledger.settle()
+        >>> (list(left), left[7] == tuple_id(101), exact)
+        ([7], True, False)
     """
 
-    __slots__ = ("_base", "_n")
-
     def __init__(self, base: int) -> None:
-        self._base = base
-        self._n = 0
+        self._base = self._next = base
+        self._deliveries: list[_Delivery] = []
+        self.acked: list[Any] = []
+        # Every executed tuple is acked: ``ack`` is the list's own append, with no frame.
+        self.ack: Callable[[Any], None] = self.acked.append
+        self.ack_many: Callable[[Sequence[Any]], None] = self.acked.extend
 
-    def next(self) -> int:
-        """The next id (never 0)."""
-        self._n += 1
-        value = mix64(self._base + self._n) >> 1
-        return value or 1
+    @property
+    def delivered(self) -> int:
+        """How many tuples were numbered."""
+        return self._next - self._base
+
+    def deliver(self, roots: Sequence[int], more: Mapping[int, Sequence[int]] | None = None) -> int:
+        """Number ``len(roots)`` tuples, the next in delivery order; return the first number."""
+        first = self._next
+        self._next = first + len(roots)
+        self._deliveries.append((first, roots, more))
+        return first
+
+    def settle(self) -> tuple[dict[int, int], bool]:
+        """``({root: XOR left}, every tuple acked exactly once)``; roots left at 0 are omitted."""
+        acked, n = self.acked, self.delivered
+        if len(acked) == n:
+            try:
+                numbers = list(map(_NUMBER, acked))
+            except AttributeError as exc:
+                msg = f"ack() takes a Tuple this task was given, got {exc}"
+                raise TypeError(msg) from exc
+            numbers.sort()  # in order already, or a few runs (acks held until a checkpoint)
+            if numbers == list(range(self._base, self._next)):
+                return {}, True
+        return self._reckon(), False
+
+    def _reckon(self) -> dict[int, int]:
+        ledger: dict[int, int] = {}
+        get = ledger.get
+        for first, roots, more in self._deliveries:
+            for i, root in enumerate(roots):
+                if root:
+                    x = tuple_id(first + i)
+                    ledger[root] = get(root, 0) ^ x
+                    if more is not None and i in more:
+                        for r in more[i]:
+                            ledger[r] = get(r, 0) ^ x
+        for t in self.acked:
+            root = getattr(t, "_root", 0)
+            if root:
+                x = tuple_id(t._edge)
+                ledger[root] = get(root, 0) ^ x
+                for r, _ in t._more or ():
+                    ledger[r] = get(r, 0) ^ x
+        return {root: x for root, x in ledger.items() if x}
 
 
 class RotatingMap(Generic[K, V]):

@@ -1,4 +1,4 @@
-"""RotatingMap (STORM-PROTOCOL 5.1), deterministic ids, and the XOR ledger over a tuple tree."""
+"""RotatingMap (STORM-PROTOCOL 5.1), deterministic ids, and XOR acking over a tuple tree."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from statefulbolts import Bolt, Fields, Spout, TopologyBuilder, Tuple
-from statefulbolts.acker import IdSequence, RotatingMap, id_base, mix64
+from statefulbolts.acker import DeliveryLedger, RotatingMap, id_base, mix64, tuple_id
 
 # ----------------------------------------------------------------- RotatingMap
 
@@ -83,31 +83,10 @@ def test_rotate_without_callback_returns_the_dropped_entries():
 # ----------------------------------------------------------------- ids
 
 
-def test_id_sequence_is_deterministic():
-    a, b = IdSequence(12345), IdSequence(12345)
-    assert [a.next() for _ in range(50)] == [b.next() for _ in range(50)]
-
-
-def test_id_sequence_ids_are_distinct_non_zero_63_bit():
-    seq = IdSequence(987654321)
-    ids = [seq.next() for _ in range(10_000)]
-    assert len(set(ids)) == len(ids)
-    assert all(0 < i < 2**63 for i in ids)
-    assert max(ids) > 2**62  # the whole range is used
-
-
-@pytest.mark.parametrize("base", [-1, 2**64 - 1])
-def test_id_sequence_never_yields_zero(base):
-    # base + 1 is 0 modulo 2**64, and mix64(0) == 0: the sequence must still not yield 0.
-    assert mix64(0) == 0
-    assert IdSequence(base).next() == 1
-
-
 def test_id_base_differs_per_transaction_component_and_task_and_repeats():
     bases = {id_base(t, c, k) for t in range(3) for c in range(3) for k in range(3)}
     assert len(bases) == 27
     assert id_base(5, 1, 2) == id_base(5, 1, 2)
-    assert IdSequence(id_base(5, 1, 2)).next() != IdSequence(id_base(6, 1, 2)).next()
 
 
 def test_mix64_is_a_64_bit_bijection_sample():
@@ -116,7 +95,18 @@ def test_mix64_is_a_64_bit_bijection_sample():
     assert all(0 <= o < 2**64 for o in outs)
 
 
-# ----------------------------------------------------------------- the XOR ledger
+@pytest.mark.parametrize("number", [0, 2**64, -(2**64)])
+def test_tuple_id_is_never_zero(number):
+    # mix64 maps every multiple of 2**64 to 0; an id of 0 would vanish from the XOR.
+    assert mix64(number) == 0
+    assert tuple_id(number) == 1
+
+
+def test_tuple_ids_of_consecutive_numbers_are_distinct_and_spread():
+    base = id_base(3, 1, 0)
+    ids = [tuple_id(base + i) for i in range(10_000)]
+    assert len(set(ids)) == len(ids)
+    assert max(ids) > 2**63  # the whole 64-bit range is used
 
 
 def test_runtime_task_and_plan_import_without_pyspark():
@@ -148,8 +138,104 @@ class Words(Bolt):
         declarer.declare(Fields("word"))
 
 
+class Deliver:
+    """What one task holds: its ``DeliveryLedger`` and the tuples it was given, by value."""
+
+    def __init__(self, base: int) -> None:
+        self.ledger = DeliveryLedger(base)
+        self.tuples: dict[str, Tuple] = {}
+
+    def give(self, *named: tuple[str, Sequence[int]]) -> None:
+        """Deliver one batch: a tuple per ``(value, roots)``, numbered in order."""
+        roots = [r[0] if r else 0 for _, r in named]
+        more = {i: tuple(r[1:]) for i, (_, r) in enumerate(named) if len(r) > 1} or None
+        first = self.ledger.deliver(roots, more)
+        for i, (value, rs) in enumerate(named):
+            pairs = tuple((r, first + i) for r in rs)
+            self.tuples[value] = Tuple([value], Fields("word"), "split", 1, "default", pairs)
+
+    def ack(self, *values: str) -> None:
+        for value in values:
+            self.ledger.ack(self.tuples[value])
+
+
+def test_a_task_that_acked_everything_once_reports_nothing():
+    task = Deliver(id_base(1, 2, 0))
+    task.give(("a", [7]), ("b", [7]), ("c", [9]))
+    task.ack("a", "b", "c")
+    assert task.ledger.settle() == ({}, True)
+
+
+def test_acks_held_until_a_checkpoint_may_come_in_any_order():
+    task = Deliver(id_base(1, 2, 0))
+    task.give(("a", [7]), ("b", [8]), ("c", [9]))
+    task.give(("$cp", [99]))
+    task.ack("$cp", "a", "b", "c")  # a stateful task acks the barrier before its held acks
+    assert task.ledger.settle() == ({}, True)
+
+
+def test_an_unacked_tuple_leaves_its_own_id_on_its_root():
+    base = id_base(1, 2, 0)
+    task = Deliver(base)
+    task.give(("a", [7]), ("b", [7]), ("c", [9]))
+    task.ack("a", "c")
+    assert task.ledger.settle() == ({7: tuple_id(base + 1)}, False)
+
+
+def test_a_tuple_acked_twice_does_not_stand_in_for_one_never_acked():
+    base = id_base(1, 2, 0)
+    task = Deliver(base)
+    task.give(("a", [7]), ("b", [7]))
+    task.ack("a", "a")  # two acks, as many as tuples: the fast check must not be fooled
+    left, exact = task.ledger.settle()
+    assert not exact
+    assert left == {7: tuple_id(base) ^ tuple_id(base + 1)}
+    assert left[7] != 0
+
+
+def test_a_tuple_of_two_trees_keeps_both_open_until_acked():
+    base = id_base(1, 2, 0)
+    open_ = Deliver(base)
+    open_.give(("a", [7, 9]))
+    assert open_.ledger.settle() == ({7: tuple_id(base), 9: tuple_id(base)}, False)
+    done = Deliver(base)
+    done.give(("a", [7, 9]))
+    done.ack("a")
+    assert done.ledger.settle() == ({}, True)
+
+
+def test_untracked_tuples_need_no_ack():
+    task = Deliver(id_base(1, 2, 0))
+    task.give(("a", []), ("b", []))
+    assert task.ledger.settle() == ({}, False)
+
+
+def test_acking_something_that_is_not_a_tuple_is_a_type_error():
+    task = Deliver(id_base(1, 2, 0))
+    task.give(("a", [7]))
+    task.ledger.ack("a")  # the value, not the tuple
+    with pytest.raises(TypeError, match="ack\\(\\) takes a Tuple"):
+        task.ledger.settle()
+
+
+def test_a_retried_task_reproduces_the_same_ledger():
+    def attempt() -> dict[int, int]:
+        task = Deliver(id_base(3, 1, 0))
+        task.give(("a", [7]), ("b", [7, 9]), ("c", [9]))
+        task.ack("b")
+        return task.ledger.settle()[0]
+
+    first = attempt()
+    assert first  # not trivially empty
+    assert attempt() == first
+
+
 class Ledger:
-    """A plain topology s -> a -> b -> c (one task each) and one TaskCollector per bolt."""
+    """A plain topology s -> a -> b -> c (one task each), run by hand through TaskCollectors.
+
+    A tuple emitted by one bolt is delivered to the next as the runtime does it: the receiving
+    task numbers the batch in its ledger and builds the tuple with that number.
+    """
 
     def __init__(self, txid: int = 7) -> None:
         from statefulbolts.runtime._plan import ExecutionPlan
@@ -173,48 +259,46 @@ class Ledger:
             )
             for name in ("a", "b", "c")
         }
-        # The spout side, as the driver does it: a root id and one edge per destination task.
-        self.ids = IdSequence(id_base(txid, self.plan.index["s"], 0))
+        self._next_root = 1000 + txid
 
-    def spout_tuple(self, sentence: str) -> tuple[int, int, Tuple]:
-        root, edge = self.ids.next(), self.ids.next()
+    def spout_tuple(self, sentence: str) -> tuple[int, Tuple]:
+        """A spout tuple delivered to ``a``: a fresh root id, numbered by ``a``'s ledger."""
+        self._next_root += 1
+        root = self._next_root
+        number = self.collectors["a"].ledger.deliver([root])
         t = Tuple(
             [sentence],
             Fields("sentence"),
             "s",
             self.topology.task_ids("s")[0],
             "default",
-            ((root, edge),),
+            ((root, number),),
         )
-        return root, edge, t
+        return root, t
 
     def emit(self, bolt: str, values: list[Any], parents: Sequence[Tuple]) -> Tuple:
-        """Emit through ``bolt``'s collector; return the tuple as its one consumer receives it.
-
-        The child's anchors are rebuilt from what the emit XORed into each parent's ack value
-        (one destination task, so one new edge per parent).
-        """
-        before = [p.ack_val for p in parents]
-        self.collectors[bolt].emit(values, list(parents))
-        roots: dict[int, int] = {}
-        for parent, old in zip(parents, before, strict=True):
-            edge = parent.ack_val ^ old
-            assert edge != 0
-            for root, _ in parent.anchors:
-                roots[root] = roots.get(root, 0) ^ edge
+        """Emit through ``bolt``'s collector; return the tuple as its one consumer receives it."""
+        sender = self.collectors[bolt]
+        sender.emit(values, list(parents))
+        ((batch_key, (vals, roots, more)),) = sender.batches.items()
+        del sender.batches[batch_key]
+        receiver = self.collectors[{"a": "b", "b": "c"}[bolt]]
+        number = receiver.ledger.deliver(roots, more)
+        anchors = [(roots[0], number)] if roots[0] else []
+        anchors += [(r, number) for r in (more or {}).get(0, ())]
         task = self.topology.task_ids(bolt)[0]
-        return Tuple(values, Fields("word"), bolt, task, "default", tuple(roots.items()))
+        return Tuple(values, Fields("word"), bolt, task, "default", tuple(anchors))
 
-    def total(self, root: int, init: int) -> int:
-        value = init
+    def total(self, root: int) -> int:
+        value = 0
         for collector in self.collectors.values():
-            value ^= collector.xor.get(root, 0)
+            value ^= collector.ledger.settle()[0].get(root, 0)
         return value
 
 
-def walk(ledger: Ledger, ack_last: bool = True) -> tuple[int, int, Tuple]:
+def walk(ledger: Ledger, ack_last: bool = True) -> tuple[int, Tuple]:
     """s emits one sentence; a splits it in two; b joins both words into one; c acks it."""
-    root, init, sentence = ledger.spout_tuple("hello world")
+    root, sentence = ledger.spout_tuple("hello world")
     w1 = ledger.emit("a", ["hello"], [sentence])
     w2 = ledger.emit("a", ["world"], [sentence])
     ledger.collectors["a"].ack(sentence)
@@ -223,61 +307,77 @@ def walk(ledger: Ledger, ack_last: bool = True) -> tuple[int, int, Tuple]:
     ledger.collectors["b"].ack(w2)
     if ack_last:
         ledger.collectors["c"].ack(joined)
-    return root, init, joined
+    return root, joined
 
 
-def test_acking_a_whole_tree_xors_to_zero():
+def test_acking_a_whole_tree_leaves_nothing_in_any_task():
     ledger = Ledger()
-    root, init, _ = walk(ledger)
-    assert init != 0
-    assert ledger.total(root, init) == 0
+    root, _ = walk(ledger)
+    assert [c.ledger.settle() for c in ledger.collectors.values()] == [({}, True)] * 3
+    assert ledger.total(root) == 0
     assert [c.fails for c in ledger.collectors.values()] == [[], [], []]
 
 
-def test_one_unacked_tuple_leaves_exactly_its_edge_id():
+def test_one_unacked_tuple_leaves_exactly_its_id():
     ledger = Ledger()
-    root, init, joined = walk(ledger, ack_last=False)
-    remaining = ledger.total(root, init)
-    assert remaining != 0
-    ((anchor_root, edge),) = joined.anchors
-    assert (anchor_root, remaining) == (root, edge)
+    root, joined = walk(ledger, ack_last=False)
+    ((anchor_root, number),) = joined.anchors
+    assert anchor_root == root
+    assert ledger.total(root) == tuple_id(number)
+    assert ledger.collectors["c"].ledger.settle() == ({root: tuple_id(number)}, False)
 
 
 def test_an_unacked_middle_tuple_keeps_the_tree_open():
     ledger = Ledger()
-    root, init, sentence = ledger.spout_tuple("x y")
+    root, sentence = ledger.spout_tuple("x y")
     w1 = ledger.emit("a", ["x"], [sentence])
     ledger.emit("a", ["y"], [sentence])  # never acked downstream
     ledger.collectors["a"].ack(sentence)
     ledger.collectors["b"].ack(w1)
-    assert ledger.total(root, init) != 0
+    assert ledger.total(root) != 0
 
 
 def test_a_tuple_anchored_to_two_trees_completes_both():
     ledger = Ledger()
-    r1, i1, s1 = ledger.spout_tuple("one")
-    r2, i2, s2 = ledger.spout_tuple("two")
+    r1, s1 = ledger.spout_tuple("one")
+    r2, s2 = ledger.spout_tuple("two")
     both = ledger.emit("a", ["one two"], [s1, s2])
     assert {root for root, _ in both.anchors} == {r1, r2}
     ledger.collectors["a"].ack(s1)
     ledger.collectors["a"].ack(s2)
-    assert ledger.total(r1, i1) != 0 and ledger.total(r2, i2) != 0
+    assert ledger.total(r1) != 0 and ledger.total(r2) != 0
     ledger.collectors["b"].ack(both)
-    assert (ledger.total(r1, i1), ledger.total(r2, i2)) == (0, 0)
+    assert (ledger.total(r1), ledger.total(r2)) == (0, 0)
+
+
+def test_an_anchor_on_two_trees_passes_both_to_its_child():
+    ledger = Ledger()
+    r1, s1 = ledger.spout_tuple("one")
+    r2, s2 = ledger.spout_tuple("two")
+    both = ledger.emit("a", ["one two"], [s1, s2])
+    child = ledger.emit("b", ["child"], [both])  # one anchor, itself on two trees
+    assert [root for root, _ in child.anchors] == [r1, r2]
+    ledger.collectors["a"].ack(s1)
+    ledger.collectors["a"].ack(s2)
+    ledger.collectors["b"].ack(both)
+    assert ledger.total(r1) != 0 and ledger.total(r2) != 0
+    ledger.collectors["c"].ack(child)
+    assert (ledger.total(r1), ledger.total(r2)) == (0, 0)
 
 
 def test_fail_names_every_root_of_the_tuple():
     ledger = Ledger()
-    r1, _, s1 = ledger.spout_tuple("one")
-    r2, _, s2 = ledger.spout_tuple("two")
+    r1, s1 = ledger.spout_tuple("one")
+    r2, s2 = ledger.spout_tuple("two")
     both = ledger.emit("a", ["one two"], [s1, s2])
     ledger.collectors["b"].fail(both)
     assert sorted(ledger.collectors["b"].fails) == sorted([r1, r2])
 
 
-def test_a_retried_task_reproduces_the_same_ledger():
+def test_a_retried_walk_reproduces_the_same_ledgers():
     first, second = Ledger(txid=3), Ledger(txid=3)
     walk(first, ack_last=False)
     walk(second, ack_last=False)
-    assert [c.xor for c in first.collectors.values()] == [c.xor for c in second.collectors.values()]
-    assert first.collectors["a"].xor  # not trivially empty
+    settle = [c.ledger.settle() for c in first.collectors.values()]
+    assert settle == [c.ledger.settle() for c in second.collectors.values()]
+    assert settle[2][0]  # not trivially empty

@@ -92,7 +92,7 @@ plan = ExecutionPlan(topology)
 blob = cloudpickle.dumps(topology)
 env = TaskEnv(plan, "probe", {"topology.name": "probe"}, 0, "PREPARE", 0)
 spout, split = plan.index["sentences"], plan.index["split"]
-batch = (TUPLE, split, 0, spout, 0, 0, ["a b c"], id_column([7]), id_column([9]), None)
+batch = (TUPLE, split, 0, spout, 0, 0, ["a b c"], id_column([7]), None)
 counts = [gc.get_freeze_count()]
 out = list(run_slot(env, blob, 0, 0, [(0, [batch])]))
 counts.append(gc.get_freeze_count())

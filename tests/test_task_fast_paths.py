@@ -17,8 +17,9 @@ from statefulbolts import (
     Tuple,
 )
 from statefulbolts._collectors import BasicOutputCollector, anchored_target
+from statefulbolts.acker import id_base
 from statefulbolts.errors import TopologyError, UnanchoredEmitError
-from statefulbolts.runtime._plan import TUPLE, ExecutionPlan, Router
+from statefulbolts.runtime._plan import ACKS, FAILS, TUPLE, ExecutionPlan, Router
 from statefulbolts.runtime._task import TaskCollector, TaskEnv, run_slot
 from statefulbolts.testing import RecordingCollector
 
@@ -79,34 +80,43 @@ def emit_words(collector: TaskCollector, words: list[str]) -> list[Tuple]:
     return parents
 
 
-def test_fast_emit_gives_the_batches_ids_and_ledger_of_the_general_path():
+def test_fast_emit_gives_the_batches_of_the_general_path():
     plan = split_plan()
     comp = plan.index["split"]
     words = [f"w{i % 7}" for i in range(30)]
     fast = TaskCollector(plan, comp, 0, 0, 3, "split")
     general = TaskCollector(plan, comp, 0, 0, 3, "split")
-    general._single = {}  # every emit takes the general path
-    fast_parents = emit_words(fast, words)
-    general_parents = emit_words(general, words)
+    general._fast = {}  # every emit takes the general path
+    emit_words(fast, words)
+    emit_words(general, words)
     assert fast.batches == general.batches
-    assert [p.ack_val for p in fast_parents] == [p.ack_val for p in general_parents]
-    assert all(p.ack_val for p in fast_parents)
     assert fast.emitted == general.emitted == len(words)
     # The words went to both tasks, each batch carrying the parent's root.
     assert {dtask for (_, dtask, _) in fast.batches} == {0, 1}
-    for vals, roots, edges, more in fast.batches.values():
-        assert list(roots) == [11] * len(vals) and len(set(edges)) == len(vals) and more is None
+    for vals, roots, more in fast.batches.values():
+        assert list(roots) == [11] * len(vals) and more is None
+    assert sorted(v for vals, _, _ in fast.batches.values() for v in vals) == sorted(words)
 
 
-def test_fast_emit_of_an_untracked_parent_ships_zero_ids():
+def test_fast_emit_of_an_untracked_parent_ships_zero_roots():
     plan = split_plan()
     collector = TaskCollector(plan, plan.index["split"], 0, 0, 3, "split")
     untracked = Tuple(["x"], Fields("line"), "lines", 1)
     collector.emit(["storm"], untracked)
     collector.emit(["storm"], untracked)  # second emit: the cached route, the fast path
-    ((vals, roots, edges, _),) = collector.batches.values()
-    assert vals == ["storm", "storm"] and list(roots) == [0, 0] and list(edges) == [0, 0]
-    assert untracked.ack_val == 0
+    ((vals, roots, _),) = collector.batches.values()
+    assert vals == ["storm", "storm"] and list(roots) == [0, 0]
+
+
+def test_an_anchor_on_two_trees_takes_the_general_path_with_both_roots():
+    plan = split_plan()
+    collector = TaskCollector(plan, plan.index["split"], 0, 0, 3, "split")
+    two = Tuple(["a b"], Fields("line"), "lines", 1, "default", ((11, 1), (12, 1)))
+    collector.emit(["storm"], two)
+    collector.emit(["storm"], two)
+    ((vals, roots, more),) = collector.batches.values()
+    assert vals == ["storm", "storm"] and list(roots) == [11, 11]
+    assert more == {0: (12,), 1: (12,)}
 
 
 def test_fast_path_stream_still_rejects_a_wrong_number_of_values():
@@ -124,9 +134,10 @@ def test_hot_loop_tuples_have_every_slot_a_constructed_tuple_has():
     env = TaskEnv(plan, "fast", {}, 0, None, 0)
     split, inspect = plan.index["split"], plan.index["inspect"]
     slot = plan.key_for(0, inspect, 1)
-    rec = (TUPLE, inspect, 1, split, 0, 0, ["storm", "spark"], [5, 6], [7, 8], None)
+    base = id_base(0, inspect, 1)
+    rec = (TUPLE, inspect, 1, split, 0, 0, ["storm", "spark"], [5, 6], None)
     Inspect.seen = []
-    list(run_slot(env, cloudpickle.dumps(topology), 1, slot, [(slot, [rec])]))
+    out = list(run_slot(env, cloudpickle.dumps(topology), 1, slot, [(slot, [rec])]))
     expected = [
         {
             slot_name: getattr(
@@ -142,13 +153,17 @@ def test_hot_loop_tuples_have_every_slot_a_constructed_tuple_has():
             )
             for slot_name in Tuple.__slots__
         }
-        for word, root, edge in [("storm", 5, 7), ("spark", 6, 8)]
+        # The task numbers what it is given: its edge ids are the base and the next one.
+        for word, root, edge in [("storm", 5, base), ("spark", 6, base + 1)]
     ]
     for got, want in zip(Inspect.seen, expected, strict=True):
         assert {k: v for k, v in got.items() if k != "fields"} == {
             k: v for k, v in want.items() if k != "fields"
         }
         assert got["fields"].to_list() == ["word"]
+    # Both were acked once: the task sends no ack ledger at all.
+    kinds = [r[0] for _, records in out for r in records]
+    assert ACKS not in kinds and FAILS not in kinds
 
 
 def test_basic_collector_goes_straight_past_the_anchoring_check():
@@ -192,39 +207,3 @@ def test_single_shuffle_route_shares_its_round_robin_with_targets():
             picks.append(route[4] % n)
             route[4] += 1
     assert picks == [i % n for i in range(4)]
-
-
-def test_ack_many_gives_the_ledger_of_one_ack_per_tuple():
-    plan = split_plan()
-    comp = plan.index["inspect"]
-    many = TaskCollector(plan, comp, 0, 1, 3, "inspect")
-    one_by_one = TaskCollector(plan, comp, 0, 1, 3, "inspect")
-    f = Fields("word")
-
-    def word(root: int, edge: int, ack_val: int = 0) -> Tuple:
-        t = Tuple(["w"], f, "split", 2, "default", ((root, edge),) if root else ())
-        t.ack_val = ack_val
-        return t
-
-    two_trees = Tuple(["w"], f, "split", 2, "default", ((5, 101), (9, 102), (5, 103)))
-    checkpoint = Tuple(
-        [0, "PREPARE"], Fields("txid", "action"), "$checkpointspout", 1, "$checkpoint", ((77, 104),)
-    )
-    tuples = [
-        word(5, 1),
-        word(5, 2, ack_val=40),
-        word(7, 3),
-        word(7, 4),
-        word(5, 5),  # runs, a return
-        two_trees,
-        word(0, 0),
-        word(9, 6),
-        checkpoint,
-        word(9, 7),
-    ]
-    many.ack_many(tuples)
-    for t in tuples:
-        one_by_one.ack(t)
-    assert many.xor == one_by_one.xor
-    assert set(many.xor) == {5, 7, 9, 77}
-    assert many.acked == one_by_one.acked == len(tuples) - 1  # the checkpoint is not data

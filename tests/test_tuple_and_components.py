@@ -95,7 +95,7 @@ def test_tuple_accessors():
     assert t[1] == 2
     assert list(t) == ["storm", 2, 2.5, True]
     assert (t.source_component, t.source_task, t.source_stream_id) == ("split", 3, "words")
-    assert (t.anchors, t.ack_val) == ((), 0)
+    assert t.anchors == ()
     assert repr(t) == "Tuple(source=split:3, stream=words, values=['storm', 2, 2.5, True])"
 
 

@@ -144,10 +144,10 @@ class _SpoutTask:
         self.context: TopologyContext | None = None
 
 
-# A live spout tuple: (index of its spout task in ``_spouts``, message id, XOR of its first
-# edges). A plain tuple, so the garbage collector stops tracking it (ints and a plain message id
-# inside): the driver may hold a million of them, and full collections walked them all.
-_Root = tuple[int, Any, int]
+# A live spout tuple: (index of its spout task in ``_spouts``, message id). A plain tuple, so
+# the garbage collector stops tracking it (an int and a plain message id inside): the driver may
+# hold a million of them, and full collections walked them all.
+_Root = tuple[int, Any]
 
 
 class _Collector(SpoutOutputCollector):
@@ -173,9 +173,7 @@ class _Job:
     roots: list[int]
     tuples: int
     started: float
-    inits: list[int] = field(default_factory=list)  # beside roots: XOR of each one's edges
     cp_root: int | None = None
-    cp_init: int = 0
     future: concurrent.futures.Future[Any] | None = None
 
 
@@ -247,7 +245,6 @@ class TopologyRunner:
         self._batches: dict[tuple[int, int, int, int, int], tuple[list[Any], ...]] = {}
         self._buffered = 0
         self._buffer_roots: list[int] = []
-        self._buffer_inits: list[int] = []  # beside _buffer_roots: each root's first edges
         self._roots: dict[int, _Root] = {}
         self._timeouts: RotatingMap[int, _Root] = RotatingMap(2, self._expire)
         self._awaiting: dict[int, list[int]] = {}
@@ -394,51 +391,35 @@ class TopologyRunner:
             )
             raise TopologyError(msg)
         tracked = message_id is not None and self._tracking
-        bits = self._random_bits
         batches = self._batches
         value = values[0] if width == 1 else list(values)
-        root = init = 0
+        # The tree's root id; its tuples' own ids are made by the tasks they are delivered to.
+        root = (self._random_bits(63) or 1) if tracked else 0
+        sent = True
         if shuffle is not None:  # one consumer, by shuffle: the common case, without the router
             i = shuffle[4]
             shuffle[4] = i + 1
             key = (shuffle[1], i % shuffle[2], st.comp, st.task, s)
             batch = batches.get(key)
             if batch is None:
-                batch = batches[key] = ([], [], [])
+                batch = batches[key] = ([], [])
             batch[0].append(value)
-            if tracked:
-                # The tree's one edge: its id may be the root id itself (both random, and the
-                # acker keys a tree by root and XORs only edge ids), which saves a draw.
-                root = init = bits(63) or 1
-                batch[1].append(root)
-                batch[2].append(root)
-            else:
-                batch[1].append(0)
-                batch[2].append(0)
+            batch[1].append(root)
         else:
-            vals = list(values)
-            if tracked:
-                root = bits(63) or 1
-            for dest, dtask in st.router.targets(st.comp, s, vals):
+            targets = st.router.targets(st.comp, s, list(values))
+            sent = bool(targets)
+            for dest, dtask in targets:
                 key = (dest, dtask, st.comp, st.task, s)
                 batch = batches.get(key)
                 if batch is None:
-                    batch = batches[key] = ([], [], [])
+                    batch = batches[key] = ([], [])
                 batch[0].append(value)
-                if tracked:
-                    edge = bits(63) or 1
-                    init ^= edge
-                    batch[1].append(root)
-                    batch[2].append(edge)
-                else:
-                    batch[1].append(0)
-                    batch[2].append(0)
+                batch[1].append(root)
         self._buffered += 1
         st.emitted += 1
-        if init:
-            self._roots[root] = (st.index, message_id, init)
+        if root and sent:
+            self._roots[root] = (st.index, message_id)
             self._buffer_roots.append(root)
-            self._buffer_inits.append(init)
             st.live += 1
         elif message_id is not None:
             st.spout.ack(message_id)  # untracked, or a tree with no edges: complete at once
@@ -736,21 +717,18 @@ class TopologyRunner:
         self._submit(txid, action)
         return True
 
-    def _checkpoint_records(self, txid: int, action: str) -> tuple[list[list[Any]], int, int]:
+    def _checkpoint_records(self, txid: int, action: str) -> tuple[list[list[Any]], int]:
         """The checkpoint tuple of a job, per first-stage slot (PREPARE) or per stateful task."""
         plan = self.plan
         root = self._new_id()
-        init = 0
         vals = [txid, action]
         if action == Action.PREPARE.value:
             st = self._cp_task
             slots: list[list[Any]] = [[] for _ in plan.levels[0].slots]
             for dest, dtask in st.router.targets(st.comp, 0, vals):
-                edge = self._new_id()
-                init ^= edge
-                rec = (TUPLE, dest, dtask, st.comp, st.task, 0, [vals], [root], [edge], None)
+                rec = (TUPLE, dest, dtask, st.comp, st.task, 0, [vals], [root], None)
                 slots[plan.key_for(-1, dest, dtask)].append(rec)
-            return slots, root, init
+            return slots, root
         per_task: list[list[Any]] = []
         for c, t in plan.stateful_tasks():
             recs = []
@@ -760,27 +738,23 @@ class TopologyRunner:
                 src = plan.index[inp.source.component_id]
                 s = plan.checkpoint_stream[src]
                 for src_task in range(plan.parallelism[src]):
-                    edge = self._new_id()
-                    init ^= edge
-                    recs.append((TUPLE, c, t, src, src_task, s, [vals], [root], [edge], None))
+                    recs.append((TUPLE, c, t, src, src_task, s, [vals], [root], None))
             per_task.append(recs)
-        return per_task, root, init
+        return per_task, root
 
     def _submit(self, txid: int, action: str | None) -> None:
         plan = self.plan
         carries_data = action in (None, Action.PREPARE.value)
         records: list[Any] = []
         roots: list[int] = []
-        inits: list[int] = []
         if carries_data:
             records = [
-                (TUPLE, dest, dtask, src, stask, s, vals, id_column(roots_), id_column(edges), None)
-                for (dest, dtask, src, stask, s), (vals, roots_, edges) in self._batches.items()
+                (TUPLE, dest, dtask, src, stask, s, vals, id_column(roots_), None)
+                for (dest, dtask, src, stask, s), (vals, roots_) in self._batches.items()
             ]
             self._batches, self._buffered = {}, 0
             roots, self._buffer_roots = self._buffer_roots, []
-            inits, self._buffer_inits = self._buffer_inits, []
-        job = _Job(txid, action, roots, len(roots), time.perf_counter(), inits)
+        job = _Job(txid, action, roots, len(roots), time.perf_counter())
         if plan.depth == 0:
             future: concurrent.futures.Future[Any] = concurrent.futures.Future()
             future.set_result([({}, set(), [])])
@@ -789,7 +763,7 @@ class TopologyRunner:
             return
         cp_slots: list[list[Any]] = []
         if action is not None:
-            cp_slots, job.cp_root, job.cp_init = self._checkpoint_records(txid, action)
+            cp_slots, job.cp_root = self._checkpoint_records(txid, action)
         images: dict[str, bytes] = {}
         if self._driver_owned:
             assert isinstance(self.provider, DriverOwnedStateProvider)  # noqa: S101
@@ -874,19 +848,16 @@ class TopologyRunner:
                 self.stats.errors.append(text)
                 self.stats.add(name, errors=1)
 
+        # A root the tasks reported nothing for had every tuple of its tree acked exactly once
+        # (see ``statefulbolts.acker``): complete, unless it was failed.
         cp_ok = True
         if job.cp_root is not None:
-            cp_ok = job.cp_root not in fails and job.cp_init ^ acks.get(job.cp_root, 0) == 0
+            cp_ok = job.cp_root not in fails and not acks.get(job.cp_root, 0)
         failed = 0
         complete: list[int] = []
         roots = self._roots
-        whole = False
-        if cp_ok and not fails:
-            acks.pop(job.cp_root, None)  # the job's own ledger: its other entries are its roots
-            # The usual outcome, compared in C: every tree's XOR came back to its first edges.
-            whole = acks == dict(zip(job.roots, job.inits, strict=True))
-        if whole:
-            complete = job.roots
+        if cp_ok and not fails and not acks:
+            complete = job.roots  # the usual outcome: nothing left open, nothing failed
         else:
             for root in job.roots:
                 r = roots.get(root)
@@ -895,7 +866,7 @@ class TopologyRunner:
                 if root in fails or not cp_ok:
                     self._settle_fail(root)
                     failed += 1
-                elif r[2] ^ acks.get(root, 0) == 0:
+                elif not acks.get(root, 0):
                     complete.append(root)
                 else:
                     self._timeouts.put(root, r)  # incomplete: it fails when the timeout runs out

@@ -31,21 +31,22 @@ from statefulbolts._topology import (
 from statefulbolts._tuple import Fields
 
 # Record kinds. Tuples travel in batches, one per (source task, stream, destination task):
-#   (TUPLE, dest_comp, dest_task, src_comp, src_task, stream, values, roots, edges, more)
+#   (TUPLE, dest_comp, dest_task, src_comp, src_task, stream, values, roots, more)
 # in emit order, with component and stream indices from the plan. Columns, not rows, because
 # pickling a few long lists costs a fraction of pickling many small tuples: ``values`` holds each
-# tuple's values (the bare value when the stream has one field), ``roots`` / ``edges`` its first
-# (root id, edge id) pair (0 when untracked; a list, or an ``id_column`` array), ``more`` maps
-# a position to its further pairs (or is None). Side records are
+# tuple's values (the bare value when the stream has one field), ``roots`` its first root id (0
+# when untracked; a list, or an ``id_column`` array), ``more`` maps a position to the further
+# roots of a tuple anchored to several trees (or is None). A tuple's own acking id is made by the
+# task it is delivered to (``statefulbolts.acker``). Side records are
 #   (ACKS, {root: xor}), (FAILS, [root, ...]), (METRICS, comp, task, {...}),
 #   (STATE, namespace, changes), (ERROR, comp, task, text), (HOOKS, comp, task, [...]).
 TUPLE, ACKS, FAILS, METRICS, STATE, ERROR = range(6)
 
 
 def id_column(ids: list[int]) -> array[int]:
-    """A batch's root or edge ids as a signed 64-bit array: it pickles as one block of bytes.
+    """A batch's root ids as a signed 64-bit array: it pickles as one block of bytes.
 
-    Task ids come from ``hash`` (signed 64-bit), the driver's from 63 random bits; both fit.
+    Root ids are the driver's 63 random bits; they fit.
     """
     return array("q", ids)
 

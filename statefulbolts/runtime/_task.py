@@ -16,7 +16,6 @@ import gc
 import pickle
 import time
 import traceback
-from array import array
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -25,7 +24,7 @@ from statefulbolts._collectors import Anchors, OutputCollector
 from statefulbolts._context import TopologyContext
 from statefulbolts._topology import ExecutorKind, StormTopology
 from statefulbolts._tuple import DEFAULT_STREAM, Tuple
-from statefulbolts.acker import id_base
+from statefulbolts.acker import DeliveryLedger, id_base
 from statefulbolts.errors import TaskFailedError, TopologyError
 from statefulbolts.runtime._plan import (
     ACKS,
@@ -36,6 +35,7 @@ from statefulbolts.runtime._plan import (
     TUPLE,
     ExecutionPlan,
     Router,
+    id_column,
     stable_hash,
 )
 
@@ -63,7 +63,10 @@ def _load_topology(blob: Any) -> StormTopology:
 
 
 class TaskCollector(OutputCollector):
-    """The raw collector of a bolt task: routes emits and keeps the XOR ledger of this task.
+    """The raw collector of a bolt task: routes emits and keeps this task's ``DeliveryLedger``.
+
+    An emit records, per destination batch, the value and the roots of its anchors; the ids
+    that XOR acking needs are made by the task the tuple is delivered to (see ``acker``).
 
     In a flat job (COMMIT, ROLLBACK, INITSTATE: no data, every stateful task in one stage) the
     forwarded checkpoint goes nowhere, and a data emit is an error: there is no stage after it.
@@ -89,8 +92,6 @@ class TaskCollector(OutputCollector):
         self._router = Router(plan, comp, task)
         self._key_for = plan.key_for
         self._cp_stream = plan.checkpoint_stream[comp]
-        self._base = id_base(txid, comp, task)
-        self._n = 0
         self.batches: dict[tuple[int, int, int], list[Any]] = {}
         # Fields grouping on one str field: remember which batch a value goes to, with the first
         # str object of that value: (field position, {value: (batch, value)}, dest, n_tasks).
@@ -100,15 +101,22 @@ class TaskCollector(OutputCollector):
             if single is not None:
                 dest, pos, n = single
                 self._memo[stream] = (pos, {}, dest, n)
-        # The same caches for one-field streams, the ones ``emit`` has a fast path for.
-        self._single: dict[int, dict[str, tuple[list[Any], str]]] = {
-            s: memo[1] for s, memo in self._memo.items() if self._widths[s] == 1
-        }
-        self.xor: dict[int, int] = {}
+        # The same caches by stream name, for the one-field data streams ``emit`` has a fast
+        # path for (none in a flat job, where a data emit is an error).
+        self._fast: dict[str, dict[str, tuple[list[Any], str]]] = {}
+        if flat_action is None:
+            self._fast = {
+                name: self._memo[s][1]
+                for name, s in self._streams.items()
+                if s in self._memo and self._widths[s] == 1
+            }
+        self.ledger = DeliveryLedger(id_base(txid, comp, task))
+        # Acks only keep the tuple (the ledger's own list methods); ``settle`` does the rest.
+        self.ack = self.ledger.ack  # type: ignore[method-assign,assignment]
+        self.ack_many = self.ledger.ack_many  # type: ignore[method-assign,assignment]
         self.fails: list[int] = []
         self.errors: list[str] = []
         self.emitted = 0
-        self.acked = 0
         self.failed = 0
 
     def _bad_emit(self, values: Sequence[Any], stream: str) -> TopologyError:
@@ -135,15 +143,14 @@ class TaskCollector(OutputCollector):
     def emit(
         self, values: Sequence[Any], anchors: Anchors = None, stream: str = DEFAULT_STREAM
     ) -> None:
-        """Route one tuple to its destination tasks, with fresh edge ids per anchor."""
-        # Fast path, the shape of most emits: one anchor on one tree, a data stream whose
-        # single-field fields grouping already routed this value (see ``_memo``).
-        cache = self._single.get(self._streams.get(stream))  # type: ignore[arg-type]
+        """Route one tuple to its destination tasks, with the roots of its anchors."""
+        # Fast path, the shape of most emits: one anchor on at most one tree, a data stream
+        # whose single-field fields grouping already routed this value (see ``_memo``).
+        cache = self._fast.get(stream)
         if (
             cache is not None
             and type(anchors) is Tuple
             and anchors._more is None
-            and self._flat_action is None
             and len(values) == 1
         ):
             value = values[0]
@@ -155,15 +162,7 @@ class TaskCollector(OutputCollector):
                 batch, value = entry
                 self.emitted += 1
                 batch[0].append(value)
-                if anchors._root:
-                    self._n += 1
-                    edge = hash((self._base, self._n)) or 1
-                    anchors.ack_val ^= edge
-                    batch[1].append(anchors._root)
-                    batch[2].append(edge)
-                else:
-                    batch[1].append(0)
-                    batch[2].append(0)
+                batch[1].append(anchors._root)
                 return
         self._emit(values, anchors, stream)
 
@@ -193,96 +192,48 @@ class TaskCollector(OutputCollector):
             return
         # Single-field streams ship bare values; the receiver wraps them back in a list.
         vals = values[0] if self._widths[s] == 1 else list(values)
-        if anchors is None:
-            parents: Sequence[Tuple] = ()
-        elif isinstance(anchors, Tuple):
-            parents = (anchors,)
-        else:
-            parents = anchors
-        base = self._base
+        root = 0
+        more: tuple[int, ...] | None = None
+        if isinstance(anchors, Tuple):
+            root = anchors._root
+            if anchors._more:
+                more = tuple(r for r, _ in anchors._more if r != root)
+        elif anchors:
+            # Every tree of every anchor, each once, in anchor order.
+            roots = list(dict.fromkeys(r for a in anchors for r, _ in a.anchors))
+            if roots:
+                root = roots[0]
+                more = tuple(roots[1:])
         for batch in targets:
-            root = edge = 0
-            more: tuple[tuple[int, int], ...] | None = None
-            if len(parents) == 1 and parents[0]._more is None:
-                parent = parents[0]
-                if parent._root:
-                    self._n += 1
-                    edge = hash((base, self._n)) or 1
-                    parent.ack_val ^= edge
-                    root = parent._root
-            elif parents:
-                roots: dict[int, int] = {}
-                for parent in parents:
-                    if parent._root:
-                        self._n += 1
-                        e = hash((base, self._n)) or 1
-                        parent.ack_val ^= e
-                        for r, _ in parent.anchors:
-                            roots[r] = roots.get(r, 0) ^ e
-                if roots:
-                    pairs = list(roots.items())
-                    root, edge = pairs[0]
-                    if len(pairs) > 1:
-                        more = tuple(pairs[1:])
-            if more is not None:
-                if batch[3] is None:
-                    batch[3] = {}
-                batch[3][len(batch[0])] = more
+            if more:
+                if batch[2] is None:
+                    batch[2] = {}
+                batch[2][len(batch[0])] = more
             batch[0].append(vals)
             batch[1].append(root)
-            batch[2].append(edge)
 
     def _batch(self, dest: int, dtask: int, stream: int) -> list[Any]:
         key = (dest, dtask, stream)
         batch = self.batches.get(key)
         if batch is None:
-            # values, root ids, edge ids (int64 arrays: they pickle as one block), more anchors
-            batch = self.batches[key] = [[], array("q"), array("q"), None]
+            # values, first roots (0: untracked), {position: further roots} or None
+            batch = self.batches[key] = [[], [], None]
         return batch
 
     def records(self) -> Iterator[tuple[int, Any]]:
         """``(next-stage key, batch record)`` for everything emitted."""
         comp, task, level, key_for = self.comp, self.task, self._level, self._key_for
-        for (dest, dtask, s), (vals, roots, edges, more) in self.batches.items():
-            rec = (TUPLE, dest, dtask, comp, task, s, vals, roots, edges, more)
+        for (dest, dtask, s), (vals, roots, more) in self.batches.items():
+            rec = (TUPLE, dest, dtask, comp, task, s, vals, id_column(roots), more)
             yield key_for(level, dest, dtask), rec
 
     def ack(self, tuple_: Tuple) -> None:
-        """XOR the tuple's id and the ids of its children into each of its roots."""
-        root = tuple_._root
-        if root:
-            xor = self.xor
-            extra = tuple_.ack_val
-            xor[root] = xor.get(root, 0) ^ tuple_._edge ^ extra
-            if tuple_._more:
-                for r, e in tuple_._more:
-                    xor[r] = xor.get(r, 0) ^ e ^ extra
-        if tuple_.source_stream_id != "$checkpoint":
-            self.acked += 1
+        """Ack a tuple this task was given (settled by the ledger when the task ends)."""
+        self.ledger.ack(tuple_)
 
     def ack_many(self, tuples: Sequence[Tuple]) -> None:
-        """``ack`` for each tuple, in one loop (a stateful task releases its acks at once)."""
-        xor = self.xor
-        data = 0
-        # Tuples of one tree tend to come in runs (a sentence's words): XOR a run, then store.
-        run_root = run = 0
-        for t in tuples:
-            root = t._root
-            if root:
-                extra = t.ack_val
-                if root != run_root:
-                    if run_root:
-                        xor[run_root] = xor.get(run_root, 0) ^ run
-                    run_root, run = root, 0
-                run ^= t._edge ^ extra
-                if t._more:
-                    for r, e in t._more:
-                        xor[r] = xor.get(r, 0) ^ e ^ extra
-            if t.source_stream_id != "$checkpoint":
-                data += 1
-        if run_root:
-            xor[run_root] = xor.get(run_root, 0) ^ run
-        self.acked += data
+        """``ack`` each of ``tuples`` (a stateful task releases its held acks at once)."""
+        self.ledger.ack_many(tuples)
 
     def fail(self, tuple_: Tuple) -> None:
         """Fail every root of the tuple."""
@@ -450,39 +401,46 @@ def _run_task(
             execute = bolt.bolt.execute
         widths = plan.widths
         new = object.__new__
+        deliver = collector.ledger.deliver
         for r in _ordered(batches):
             src, s = r[3], r[5]
             f, cid, tid, sid = fields[src][s], comp_ids[src], task_ids[src][r[4]], streams[src][s]
-            more = r[9]
+            values, roots, more = r[6], r[7], r[8]
             single = widths[src][s] == 1
+            first = deliver(roots, more)  # each tuple's number: first, first + 1, ...
+            n = len(values)
             if more is None and faults is None:
                 # The hot loop: no multi-anchored tuples, no fault injection. Tuples are built
                 # slot by slot: without the call into ``Tuple.__init__`` this costs 40% less.
                 # Chunks, so that the young-garbage check below runs in long batches too.
-                columns = r[6], r[7], r[8]
-                for start in range(0, len(r[6]), _CHUNK):
+                for start in range(0, n, _CHUNK):
                     _collect_young()
-                    chunk = (c[start : start + _CHUNK] for c in columns)
-                    for vals, root, edge in zip(*chunk, strict=True):
+                    stop = min(start + _CHUNK, n)
+                    chunk = zip(
+                        values[start:stop],
+                        roots[start:stop],
+                        range(first + start, first + stop),
+                        strict=True,
+                    )
+                    for vals, root, number in chunk:
                         t = new(Tuple)
                         t.values = [vals] if single else vals
                         t.fields = f
                         t.source_component = cid
                         t.source_task = tid
                         t.source_stream_id = sid
-                        t.ack_val = 0
                         t._root = root
-                        t._edge = edge
+                        t._edge = number
                         t._more = None
                         execute(t)
-                executed += len(r[6])
+                executed += n
                 continue
-            for i, (vals, root, edge) in enumerate(zip(r[6], r[7], r[8], strict=True)):
+            for i, (vals, root) in enumerate(zip(values, roots, strict=True)):
                 if i % _CHUNK == 0:
                     _collect_young()
-                t = Tuple([vals] if single else vals, f, cid, tid, sid, (), root, edge)
+                t = Tuple([vals] if single else vals, f, cid, tid, sid, (), root, first + i)
                 if more is not None and i in more:
-                    t._more = more[i]
+                    t._more = tuple((r, first + i) for r in more[i])
                 if faults is not None:
                     faults.on_tuple(name, task, env.txid, attempt, executed)
                 execute(t)
@@ -490,13 +448,16 @@ def _run_task(
         for r in _ordered(checkpoints):
             src, s = r[3], r[5]
             f, cid, tid, sid = fields[src][s], comp_ids[src], task_ids[src][r[4]], streams[src][s]
-            for vals, root, edge in zip(r[6], r[7], r[8], strict=True):
-                bolt.execute(Tuple(vals, f, cid, tid, sid, (), root, edge))
+            first = deliver(r[7], r[8])
+            for i, (vals, root) in enumerate(zip(r[6], r[7], strict=True)):
+                bolt.execute(Tuple(vals, f, cid, tid, sid, (), root, first + i))
         if stateful and env.action == "PREPARE":
             bolt.release_prepared_acks()
         if stateful and faults is not None and env.action == "COMMIT":
             faults.on_task_committed(name, task, env.txid)
         bolt.cleanup()
+        # Usually every tuple was acked once, and the ledger has nothing to report.
+        left, exact = collector.ledger.settle()
     except Exception as exc:
         user = topology.component(name).user_class
         msg = (
@@ -521,11 +482,13 @@ def _run_task(
         key_for = plan.key_for
         for r in carry:
             out.setdefault(key_for(level, r[1], r[2]), []).append(r)
-    if acks:
-        for root, x in collector.xor.items():
-            acks[root] = acks.get(root, 0) ^ x
+    for root, x in left.items():
+        acks[root] = acks.get(root, 0) ^ x
+    if exact:
+        acked = executed
     else:
-        acks = collector.xor
+        cp_id = "$checkpoint"
+        acked = sum(1 for t in collector.ledger.acked if t.source_stream_id != cp_id)
     fails.extend(collector.fails)
     if provider is not None:
         changes = provider.take_changes(namespace)  # type: ignore[attr-defined]
@@ -541,7 +504,7 @@ def _run_task(
             {
                 "executed": executed,
                 "emitted": collector.emitted,
-                "acked": collector.acked,
+                "acked": acked,
                 "failed": collector.failed,
                 "seconds": time.perf_counter() - started,
             },
