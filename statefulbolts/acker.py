@@ -112,6 +112,11 @@ class DeliveryLedger:
                 return {}, True
         return self._reckon(), False
 
+    def forget(self) -> None:
+        """Drop the acked tuples and what was delivered (after ``settle``)."""
+        self.acked.clear()
+        self._deliveries.clear()
+
     def _reckon(self) -> dict[int, int]:
         ledger: dict[int, int] = {}
         get = ledger.get

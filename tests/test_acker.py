@@ -381,3 +381,12 @@ def test_a_retried_walk_reproduces_the_same_ledgers():
     settle = [c.ledger.settle() for c in first.collectors.values()]
     assert settle == [c.ledger.settle() for c in second.collectors.values()]
     assert settle[2][0]  # not trivially empty
+
+
+def test_forget_drops_the_tuples_it_kept():
+    task = Deliver(id_base(1, 2, 0))
+    task.give(("a", [7]), ("b", [7]))
+    task.ack("a", "b")
+    assert task.ledger.settle() == ({}, True)
+    task.ledger.forget()
+    assert task.ledger.acked == []

@@ -1,0 +1,58 @@
+"""A task runs with the garbage collector off; young garbage is still collected, cheaply."""
+
+from __future__ import annotations
+
+import gc
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from statefulbolts.runtime import _task
+from statefulbolts.runtime._task import _QUIET_YOUNG_LIMIT, _YOUNG_LIMIT, _YoungGarbage
+
+
+@pytest.fixture
+def gc_off() -> Iterator[None]:
+    was = gc.isenabled()
+    gc.disable()
+    gc.collect()
+    try:
+        yield
+    finally:
+        if was:
+            gc.enable()
+
+
+def _cycles(n: int) -> None:
+    for _ in range(n):
+        a: list[Any] = []
+        a.append(a)  # unreachable once the loop moves on: only the collector frees it
+
+
+def test_cyclic_garbage_is_collected_and_keeps_the_limit(gc_off: None) -> None:
+    young = _YoungGarbage()
+    young.limit = 1_000
+    _cycles(5_000)
+    young()
+    assert gc.get_count()[0] < 1_000  # collected
+    assert young.limit == _YOUNG_LIMIT  # garbage found: keep looking at the usual pace
+
+
+def test_a_collection_that_finds_nothing_backs_off(gc_off: None) -> None:
+    young = _YoungGarbage()
+    young.limit = 1_000
+    alive = [[i] for i in range(5_000)]  # tracked, young and all reachable
+    young()
+    assert young.limit == _QUIET_YOUNG_LIMIT
+    assert len(alive) == 5_000
+
+
+def test_below_the_limit_nothing_is_collected(gc_off: None) -> None:
+    young = _YoungGarbage()
+    _cycles(100)
+    before = gc.get_count()[0]
+    young()
+    assert gc.get_count()[0] >= before
+    assert young.limit == _YOUNG_LIMIT
+    assert _task._YOUNG_LIMIT < _QUIET_YOUNG_LIMIT
