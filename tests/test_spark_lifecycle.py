@@ -12,6 +12,7 @@ from redis_fixtures import free_port
 from examples.wordcount import build
 from statefulbolts import TopologyBuilder
 from statefulbolts.errors import StatefulBoltsError
+from statefulbolts.runtime._driver import MANIFEST_KEY
 
 pytestmark = pytest.mark.spark
 
@@ -45,3 +46,17 @@ def test_a_killed_topology_releases_its_broadcast(cluster: Any) -> None:
     handle.kill()
     assert not os.path.exists(path)
     assert handle.read_state("count")  # reading committed state needs no broadcast
+
+
+def test_in_memory_state_saves_no_transaction_manifest(cluster: Any) -> None:
+    # The manifest is for a restarted driver, and in-memory state does not outlive the driver.
+    name = topo.new_key("no-manifest")
+    handle = cluster.submit_topology(name, {}, build(20, 1))
+    try:
+        handle.await_idle(120)
+        cp = handle._runner.cp
+        assert cp is not None and cp.state is not None
+        assert cp.state.get(MANIFEST_KEY) is None
+        assert cp.cur.txid >= 0  # it did commit a transaction
+    finally:
+        handle.kill()

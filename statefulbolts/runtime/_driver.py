@@ -491,7 +491,9 @@ class TopologyRunner:
 
     def _put_manifest(self, txid: int) -> None:
         cp = self.cp
-        if cp is None or cp.state is None:
+        # A driver-owned provider's data dies with the driver, so no restart could read it: the
+        # manifest would cost encoding every message id of the transaction for nothing.
+        if cp is None or cp.state is None or self._driver_owned:
             return
         # Message ids grouped per spout task: [[component, task, [msg_id, ...]], ...].
         by_task: dict[int, list[Any]] = {}
