@@ -205,7 +205,12 @@ class BasicBoltExecutor(Bolt):
     ) -> None:
         """Prepare the wrapped bolt."""
         self._collector = anchored_target(collector)  # acks and fails of the input
-        self._basic = BasicOutputCollector(collector)
+        # A runtime collector may offer its own BasicOutputCollector, with its emit path inlined.
+        make = getattr(self._collector, "basic_collector", None)
+        basic = make(collector) if callable(make) else None
+        self._basic = (
+            basic if isinstance(basic, BasicOutputCollector) else BasicOutputCollector(collector)
+        )
         self.bolt.prepare(conf, context)
 
     def execute(self, tuple: Tuple) -> None:  # noqa: A002

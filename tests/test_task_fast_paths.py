@@ -207,3 +207,41 @@ def test_single_shuffle_route_shares_its_round_robin_with_targets():
             picks.append(route[4] % n)
             route[4] += 1
     assert picks == [i % n for i in range(4)]
+
+
+def test_task_basic_collector_gives_the_batches_and_counts_of_the_general_path():
+    plan = split_plan()
+    comp = plan.index["split"]
+    fast = TaskCollector(plan, comp, 0, 0, 3, "split")
+    general = TaskCollector(plan, comp, 0, 0, 3, "split")
+    fast_basic = fast.basic_collector(fast)
+    general_basic = BasicOutputCollector(general)
+    assert type(fast_basic) is not BasicOutputCollector  # the task's own, fast path inlined
+    two_trees = Tuple(["a b"], Fields("line"), "lines", 1, "default", ((11, 1), (12, 1)))
+    emits: list[tuple[Tuple, list[Any]]] = [(parent(), [f"w{i % 5}"]) for i in range(12)]
+    emits += [(parent(), [7]), (two_trees, ["w1"]), (parent(root=13), ["w1"])]
+    for basic in (fast_basic, general_basic):
+        for anchor, values in emits:
+            basic.set_context(anchor)
+            basic.emit(values)
+    assert fast.batches == general.batches
+    assert fast.emitted == general.emitted == len(emits)
+    ((vals, roots, more),) = [b for b in fast.batches.values() if b[2]]
+    ((pos, extra),) = more.items()
+    # The two-tree input's second root, at its child's place in its batch.
+    assert (vals[pos], roots[pos], extra) == ("w1", 11, (12,))
+
+
+def test_a_basic_bolt_on_a_task_emits_through_the_task_basic_collector():
+    from statefulbolts._components import BasicBoltExecutor
+
+    plan = split_plan()
+    collector = TaskCollector(plan, plan.index["split"], 0, 0, 3, "split")
+    executor = BasicBoltExecutor(Split())
+    executor.prepare({}, None, AnchoringOutputCollector(collector, context=None))  # type: ignore[arg-type]
+    executor.execute(parent())
+    assert isinstance(executor._basic, BasicOutputCollector)
+    assert type(executor._basic) is not BasicOutputCollector
+    assert sorted(v for vals, _, _ in collector.batches.values() for v in vals) == ["a", "b"]
+    assert collector.emitted == 2
+    assert [t._root for t in collector.ledger.acked] == [11]  # the input, acked once
