@@ -21,8 +21,10 @@ spout tuples and the results of the acker. Its loop:
 
 from __future__ import annotations
 
+import collections
 import concurrent.futures
 import functools
+import itertools
 import logging
 import random
 import re
@@ -137,8 +139,9 @@ class _SpoutTask:
         self.comp, self.task, self.spout, self.router, self.name = comp, task, spout, router, name
         self.index = index  # in the runner's list of user spout tasks
         self.shuffle = router.single_shuffle_routes()
-        # Per declared stream name: (stream index, width, its one shuffle route or None).
-        self.streams: dict[str, tuple[int, int, list[Any] | None]] = {}
+        # Per declared stream name: (stream index, width, its one shuffle route or None, and for
+        # that route the buffer's batch per destination task, None until the first emit there).
+        self.streams: dict[str, tuple[int, int, list[Any] | None, list[Any]]] = {}
         self.emitted = 0
         self.live = 0
         self.context: TopologyContext | None = None
@@ -238,8 +241,8 @@ class TopologyRunner:
         self._broadcast_released = False
         self._ship_extlib()
 
-        # Ids made on the driver (spout roots and edges, checkpoint tuples) are random, as in
-        # Storm: the driver makes each one once, so they need not be reproducible like task ids.
+        # Ids made on the driver (spout and checkpoint roots) are random, as in Storm: the driver
+        # makes each one once, so they need not be reproducible like the tasks' tuple ids.
         self._random_bits = random.Random().getrandbits
         self._tracking = self.tc.tracking
         self._batches: dict[tuple[int, int, int, int, int], tuple[list[Any], ...]] = {}
@@ -382,7 +385,7 @@ class TopologyRunner:
         info = st.streams.get(stream)
         if info is None:
             info = self._stream_info(st, stream)
-        s, width, shuffle = info
+        s, width, shuffle, slots = info
         if len(values) != width:
             fields = self.plan.fields[st.comp][s]
             msg = (
@@ -399,10 +402,10 @@ class TopologyRunner:
         if shuffle is not None:  # one consumer, by shuffle: the common case, without the router
             i = shuffle[4]
             shuffle[4] = i + 1
-            key = (shuffle[1], i % shuffle[2], st.comp, st.task, s)
-            batch = batches.get(key)
+            batch = slots[i % shuffle[2]]
             if batch is None:
-                batch = batches[key] = ([], [])
+                key = (shuffle[1], i % shuffle[2], st.comp, st.task, s)
+                batch = slots[i % shuffle[2]] = batches[key] = ([], [])
             batch[0].append(value)
             batch[1].append(root)
         else:
@@ -425,7 +428,9 @@ class TopologyRunner:
             st.spout.ack(message_id)  # untracked, or a tree with no edges: complete at once
             self.stats.add(st.name, acked=1)
 
-    def _stream_info(self, st: _SpoutTask, stream: str) -> tuple[int, int, list[Any] | None]:
+    def _stream_info(
+        self, st: _SpoutTask, stream: str
+    ) -> tuple[int, int, list[Any] | None, list[Any]]:
         """What ``_spout_emit`` needs to know of one stream of one spout task, kept per name."""
         plan = self.plan
         s = plan.stream_index[st.comp].get(stream)
@@ -435,7 +440,9 @@ class TopologyRunner:
                 f"{sorted(plan.stream_index[st.comp])}"
             )
             raise TopologyError(msg)
-        info = (s, len(plan.fields[st.comp][s]), st.shuffle.get(s))
+        shuffle = st.shuffle.get(s)
+        slots: list[Any] = [None] * (shuffle[2] if shuffle is not None else 0)
+        info = (s, len(plan.fields[st.comp][s]), shuffle, slots)
         st.streams[stream] = info
         return info
 
@@ -449,37 +456,32 @@ class TopologyRunner:
         self.stats.add(component, errors=1)
 
     def _gather(self) -> int:
-        """Rounds of ``next_tuple`` over the spout tasks; returns tuples emitted.
+        """Calls of ``next_tuple``, a burst per spout task in turn; returns tuples emitted.
 
-        Up to ``_GATHER_ROUNDS`` rounds, fewer if a round emits nothing or the buffer is full:
-        one round per loop step spent more time on the step than on the spouts.
+        A burst is up to ``_GATHER_ROUNDS`` calls, fewer if a call emits nothing, the task
+        reaches ``topology.max.spout.pending`` or the buffer is full: one call per loop step
+        spent more time on the step than on the spout.
         """
         if not self._may_gather():
             return 0
         emitted = 0
         limit = self.tc.max_spout_pending or 0
-        for _ in range(_GATHER_ROUNDS):
-            if self._buffered >= _MAX_BUFFER:
-                break
-            n = self._gather_round(limit)
-            emitted += n
-            if not n:
-                break
-        return emitted
-
-    def _gather_round(self, limit: int) -> int:
-        emitted = 0
         for st in self._spouts:
-            if limit and st.live >= limit:
-                continue
-            before = st.emitted
+            next_tuple = st.spout.next_tuple
+            start = st.emitted
             try:
-                st.spout.next_tuple()
+                for _ in range(_GATHER_ROUNDS):
+                    if (limit and st.live >= limit) or self._buffered >= _MAX_BUFFER:
+                        break
+                    before = st.emitted
+                    next_tuple()
+                    if st.emitted == before:
+                        break
             except Exception as exc:
                 task_id = self.plan.task_ids[st.comp][st.task]
                 msg = f"spout {st.name!r} task {task_id} raised in next_tuple: {exc}"
                 raise TopologyFailedError(msg, component=st.name, task=task_id) from exc
-            emitted += st.emitted - before
+            emitted += st.emitted - start
         return emitted
 
     # ----------------------------------------------------------------- the transaction manifest
@@ -554,17 +556,20 @@ class TopologyRunner:
         return self.cp is None or not self.cp.recovering or self._recovered is None
 
     def _settle_acks(self, roots: Sequence[int]) -> None:
-        acked: dict[str, int] = {}
-        pop, spouts = self._roots.pop, self._spouts
-        for root in roots:
-            r = pop(root, None)
+        # Message ids per spout task first, then each task's acks in one C-level loop.
+        per_task: dict[int, list[Any]] = {}
+        pop = self._roots.pop
+        for r in map(pop, roots, itertools.repeat(None)):
             if r is not None:
-                st = spouts[r[0]]
-                st.live -= 1
-                st.spout.ack(r[1])
-                acked[st.name] = acked.get(st.name, 0) + 1
-        for name, n in acked.items():
-            self.stats.add(name, acked=n)
+                ids = per_task.get(r[0])
+                if ids is None:
+                    ids = per_task[r[0]] = []
+                ids.append(r[1])
+        for index, ids in per_task.items():
+            st = self._spouts[index]
+            st.live -= len(ids)
+            collections.deque(map(st.spout.ack, ids), maxlen=0)
+            self.stats.add(st.name, acked=len(ids))
 
     def _settle_fail(self, root: int) -> None:
         r = self._roots.pop(root, None)
@@ -755,6 +760,9 @@ class TopologyRunner:
                 for (dest, dtask, src, stask, s), (vals, roots_) in self._batches.items()
             ]
             self._batches, self._buffered = {}, 0
+            for st in self._spouts:  # their batch slots point into the buffer just taken
+                for info in st.streams.values():
+                    info[3][:] = [None] * len(info[3])
             roots, self._buffer_roots = self._buffer_roots, []
         job = _Job(txid, action, roots, len(roots), time.perf_counter())
         if plan.depth == 0:
