@@ -59,27 +59,30 @@ _Delivery = tuple[int, Sequence[int], Mapping[int, Sequence[int]] | None]
 class DeliveryLedger:
     """One task's XOR account of the tuples delivered to it, settled when the task ends.
 
-    The task numbers what it is given: the i-th tuple gets ``base + i`` (kept in the tuple as
-    its edge id), and its XOR id is ``tuple_id`` of that number. Delivery XORs the id into each
-    of the tuple's roots and an ack XORs it again, but neither happens while the task runs:
-    ``ack`` only keeps the tuple. ``settle`` first checks, in C, that the tuples acked are the
-    tuples delivered, each once; then every root's XOR is zero and nothing is reported, which is
-    how a task usually ends. Otherwise it does the XORs and reports, per root, what is left.
+    The task numbers what it is given, 0, 1, 2, ... in delivery order (the number is kept in
+    the tuple as its edge id; small ints, cheap to make and compare), and a tuple's XOR id is
+    ``tuple_id(base + number)``, ``base`` coming from ``id_base(txid, component, task)``.
+    Delivery XORs the id into each of the tuple's roots and an ack XORs it again, but neither
+    happens while the task runs: ``ack`` only keeps the tuple. ``settle`` first checks, in C,
+    that the tuples acked are the tuples delivered, each once; then every root's XOR is zero
+    and nothing is reported, which is how a task usually ends. Otherwise it does the XORs and
+    reports, per root, what is left.
 
     Example:
         >>> ledger = DeliveryLedger(base=100)
         >>> ledger.deliver([7, 7, 9])
-        100
+        0
         >>> class T:  # a delivered tuple: its number, first root and further roots
         ...     def __init__(self, n, root): self._edge, self._root, self._more = n, root, None
-        >>> for t in (T(100, 7), T(102, 9)): ledger.ack(t)
+        >>> for t in (T(0, 7), T(2, 9)): ledger.ack(t)
         >>> left, exact = ledger.settle()
         >>> (list(left), left[7] == tuple_id(101), exact)
         ([7], True, False)
     """
 
     def __init__(self, base: int) -> None:
-        self._base = self._next = base
+        self._base = base
+        self._next = 0
         self._deliveries: list[_Delivery] = []
         self.acked: list[Any] = []
         # Every executed tuple is acked: ``ack`` is the list's own append, with no frame.
@@ -89,7 +92,7 @@ class DeliveryLedger:
     @property
     def delivered(self) -> int:
         """How many tuples were numbered."""
-        return self._next - self._base
+        return self._next
 
     def deliver(self, roots: Sequence[int], more: Mapping[int, Sequence[int]] | None = None) -> int:
         """Number ``len(roots)`` tuples, the next in delivery order; return the first number."""
@@ -108,7 +111,7 @@ class DeliveryLedger:
                 msg = f"ack() takes a Tuple this task was given, got {exc}"
                 raise TypeError(msg) from exc
             numbers.sort()  # in order already, or a few runs (acks held until a checkpoint)
-            if numbers == list(range(self._base, self._next)):
+            if numbers == list(range(n)):
                 return {}, True
         return self._reckon(), False
 
@@ -120,10 +123,11 @@ class DeliveryLedger:
     def _reckon(self) -> dict[int, int]:
         ledger: dict[int, int] = {}
         get = ledger.get
+        base = self._base
         for first, roots, more in self._deliveries:
             for i, root in enumerate(roots):
                 if root:
-                    x = tuple_id(first + i)
+                    x = tuple_id(base + first + i)
                     ledger[root] = get(root, 0) ^ x
                     if more is not None and i in more:
                         for r in more[i]:
@@ -131,7 +135,7 @@ class DeliveryLedger:
         for t in self.acked:
             root = getattr(t, "_root", 0)
             if root:
-                x = tuple_id(t._edge)
+                x = tuple_id(base + t._edge)
                 ledger[root] = get(root, 0) ^ x
                 for r, _ in t._more or ():
                     ledger[r] = get(r, 0) ^ x

@@ -26,7 +26,6 @@ import concurrent.futures
 import functools
 import itertools
 import logging
-import random
 import re
 import threading
 import time
@@ -241,9 +240,11 @@ class TopologyRunner:
         self._broadcast_released = False
         self._ship_extlib()
 
-        # Ids made on the driver (spout and checkpoint roots) are random, as in Storm: the driver
-        # makes each one once, so they need not be reproducible like the tasks' tuple ids.
-        self._random_bits = random.Random().getrandbits
+        # Root ids (spout and checkpoint tuples) count up from 1. Storm draws them at random
+        # because many executors make them; here one driver thread does, so a count is unique
+        # for the run, and small ints are cheaper to make, ship and look up than 63-bit ones.
+        # A root id never outlives its driver: a restarted one may count from 1 again.
+        self._root_ids = itertools.count(1).__next__
         self._tracking = self.tc.tracking
         self._batches: dict[tuple[int, int, int, int, int], tuple[list[Any], ...]] = {}
         self._buffered = 0
@@ -397,7 +398,7 @@ class TopologyRunner:
         batches = self._batches
         value = values[0] if width == 1 else list(values)
         # The tree's root id; its tuples' own ids are made by the tasks they are delivered to.
-        root = (self._random_bits(63) or 1) if tracked else 0
+        root = self._root_ids() if tracked else 0
         sent = True
         if shuffle is not None:  # one consumer, by shuffle: the common case, without the router
             i = shuffle[4]
@@ -447,7 +448,7 @@ class TopologyRunner:
         return info
 
     def _new_id(self) -> int:
-        return self._random_bits(63) or 1  # 63 bits: ids travel in signed 64-bit arrays
+        return self._root_ids()
 
     def _record_error(self, component: str, error: BaseException) -> None:
         text = f"{component}: {type(error).__name__}: {error}"

@@ -46,7 +46,7 @@ TUPLE, ACKS, FAILS, METRICS, STATE, ERROR = range(6)
 def id_column(ids: list[int]) -> array[int]:
     """A batch's root ids as a signed 64-bit array: it pickles as one block of bytes.
 
-    Root ids are the driver's 63 random bits; they fit.
+    Root ids are the driver's count from 1; they fit.
     """
     return array("q", ids)
 
