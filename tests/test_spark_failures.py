@@ -153,6 +153,27 @@ def test_unacked_tuple_times_out_and_is_replayed(cluster: Any) -> None:
     assert rec.emits == _once(n) + collections.Counter([target])
 
 
+def test_a_tuple_acked_twice_keeps_its_tree_open_until_it_times_out(cluster: Any) -> None:
+    # As with Storm's XOR, a second ack does not complete a tree: the tuple's id is XORed an
+    # odd number of times. Its spout tuple fails on timeout and is replayed (at least once).
+    n, target = 30, 11
+    conf = {**CONF, "topology.message.timeout.secs": 1}
+    name = topo.new_key("ack-twice")
+    topology = topo.direct_into(name, n, topo.AckTwiceFirstDelivery(target), grouping=topo.by_value)
+    handle = cluster.submit_topology(name, conf, topology)
+    try:
+        handle.await_idle(TIMEOUT)
+        state = handle.read_state("sink")
+    finally:
+        handle.kill()
+
+    assert state == {**dict.fromkeys(range(n), 1), target: 2, f"twice|{target}": 1}
+    rec = topo.record(name)
+    assert rec.fails == collections.Counter([target])
+    assert rec.acks == _once(n)
+    assert rec.emits == _once(n) + collections.Counter([target])
+
+
 # ----------------------------------------------------------------------------- giving up
 
 

@@ -359,6 +359,25 @@ class IgnoreFirstDelivery(Tally):
         super().execute(tuple)
 
 
+class AckTwiceFirstDelivery(Tally):
+    """Counts the first delivery of ``target`` and acks it twice (a bug Storm's XOR catches).
+
+    The marker is in the task's state: route by value (``by_value``) so the replay meets it.
+    """
+
+    def __init__(self, target: Any) -> None:
+        super().__init__()
+        self.target = target
+
+    def execute(self, tuple: Any) -> None:  # noqa: A002
+        """Count everything and ack it; the target's first delivery is acked once more."""
+        super().execute(tuple)
+        value = tuple.get_value(0)
+        if value == self.target and self.state.get(f"twice|{value}") is None:
+            self.state.put(f"twice|{value}", 1)
+            self.collector.ack(tuple)
+
+
 class FirstAttemptFault(Tally):
     """Counts like ``Tally``; on ``target``, logs ``<attempt> <pid>`` to ``log_path`` and, in the
     first Spark attempt of the task only, crashes the Python worker (``os._exit(1)``) or raises.
