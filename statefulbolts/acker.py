@@ -104,12 +104,12 @@ class DeliveryLedger:
     def settle(self) -> tuple[dict[int, int], bool]:
         """``({root: XOR left}, every tuple acked exactly once)``; roots left at 0 are omitted."""
         acked, n = self.acked, self.delivered
-        if len(acked) == n:
-            try:
-                numbers = list(map(_NUMBER, acked))
-            except AttributeError as exc:
-                msg = f"ack() takes a Tuple this task was given, got {exc}"
-                raise TypeError(msg) from exc
+        try:
+            numbers = list(map(_NUMBER, acked))
+        except AttributeError as exc:
+            msg = f"ack() takes a Tuple this task was given, got {exc}"
+            raise TypeError(msg) from exc
+        if len(numbers) == n:
             numbers.sort()  # in order already, or a few runs (acks held until a checkpoint)
             if numbers == list(range(n)):
                 return {}, True
@@ -133,7 +133,7 @@ class DeliveryLedger:
                         for r in more[i]:
                             ledger[r] = get(r, 0) ^ x
         for t in self.acked:
-            root = getattr(t, "_root", 0)
+            root = t._root
             if root:
                 x = tuple_id(base + t._edge)
                 ledger[root] = get(root, 0) ^ x

@@ -391,3 +391,13 @@ def test_forget_drops_the_tuples_it_kept():
     assert task.ledger.settle() == ({}, True)
     task.ledger.forget()
     assert task.ledger.acked == []
+
+
+def test_acking_something_that_is_not_a_tuple_is_a_type_error_whatever_the_count():
+    task = Deliver(id_base(1, 2, 0))
+    task.give(("a", [7]), ("b", [7]))
+    task.ack("a")
+    task.ledger.ack("b")  # the value, not the tuple; one ack short of the fast check anyway
+    task.ledger.ack("b")
+    with pytest.raises(TypeError, match="takes a Tuple"):
+        task.ledger.settle()

@@ -496,7 +496,7 @@ def _run_task(
                     _collect_young()
                 t = Tuple([vals] if single else vals, f, cid, tid, sid, (), root, first + i)
                 if more is not None and i in more:
-                    t._more = tuple((r, first + i) for r in more[i])
+                    t._more = tuple((extra, first + i) for extra in more[i])
                 if faults is not None:
                     faults.on_tuple(name, task, env.txid, attempt, executed)
                 execute(t)
