@@ -66,7 +66,8 @@ class DeliveryLedger:
     happens while the task runs: ``ack`` only keeps the tuple. ``settle`` first checks, in C,
     that the tuples acked are the tuples delivered, each once; then every root's XOR is zero
     and nothing is reported, which is how a task usually ends. Otherwise it does the XORs and
-    reports, per root, what is left.
+    reports, per root, what is left. ``compact`` forgets, along the way, a prefix of tuples
+    acked in order, each once: their XORs have cancelled already.
 
     Example:
         >>> ledger = DeliveryLedger(base=100)
@@ -83,6 +84,9 @@ class DeliveryLedger:
     def __init__(self, base: int) -> None:
         self._base = base
         self._next = 0
+        # Tuples 0 .. _settled - 1 were acked exactly once, in order, and are forgotten.
+        self._settled = 0
+        self._compacting = True
         self._deliveries: list[_Delivery] = []
         self.acked: list[Any] = []
         # Every executed tuple is acked: ``ack`` is the list's own append, with no frame.
@@ -94,6 +98,11 @@ class DeliveryLedger:
         """How many tuples were numbered."""
         return self._next
 
+    @property
+    def settled(self) -> int:
+        """How many tuples ``compact`` found acked once, in order, and forgot."""
+        return self._settled
+
     def deliver(self, roots: Sequence[int], more: Mapping[int, Sequence[int]] | None = None) -> int:
         """Number ``len(roots)`` tuples, the next in delivery order; return the first number."""
         first = self._next
@@ -101,19 +110,40 @@ class DeliveryLedger:
         self._deliveries.append((first, roots, more))
         return first
 
+    def compact(self) -> None:
+        """Forget the acks so far if they are the next tuples in order, each acked once.
+
+        A task calls this between chunks of its input: a bolt that acks as it goes (every
+        ``BasicBolt``) then holds one chunk of tuples, not all of them. After one failed try it
+        stops trying, so a bolt that acks out of order pays for one check, not one per chunk.
+        """
+        acked = self.acked
+        if not (acked and self._compacting):
+            return
+        start = self._settled
+        if start + len(acked) <= self._next:
+            numbers = self._numbers()
+            if numbers == list(range(start, start + len(numbers))):
+                self._settled = start + len(numbers)
+                acked.clear()
+                return
+        self._compacting = False
+
     def settle(self) -> tuple[dict[int, int], bool]:
         """``({root: XOR left}, every tuple acked exactly once)``; roots left at 0 are omitted."""
-        acked, n = self.acked, self.delivered
+        numbers, start = self._numbers(), self._settled
+        if len(numbers) == self._next - start:
+            numbers.sort()  # in order already, or a few runs (acks held until a checkpoint)
+            if numbers == list(range(start, self._next)):
+                return {}, True
+        return self._reckon(), False
+
+    def _numbers(self) -> list[int]:
         try:
-            numbers = list(map(_NUMBER, acked))
+            return list(map(_NUMBER, self.acked))
         except AttributeError as exc:
             msg = f"ack() takes a Tuple this task was given, got {exc}"
             raise TypeError(msg) from exc
-        if len(numbers) == n:
-            numbers.sort()  # in order already, or a few runs (acks held until a checkpoint)
-            if numbers == list(range(n)):
-                return {}, True
-        return self._reckon(), False
 
     def forget(self) -> None:
         """Drop the acked tuples and what was delivered (after ``settle``)."""
@@ -123,10 +153,10 @@ class DeliveryLedger:
     def _reckon(self) -> dict[int, int]:
         ledger: dict[int, int] = {}
         get = ledger.get
-        base = self._base
+        base, settled = self._base, self._settled
         for first, roots, more in self._deliveries:
             for i, root in enumerate(roots):
-                if root:
+                if root and first + i >= settled:  # a settled tuple's two XORs cancelled
                     x = tuple_id(base + first + i)
                     ledger[root] = get(root, 0) ^ x
                     if more is not None and i in more:

@@ -401,3 +401,46 @@ def test_acking_something_that_is_not_a_tuple_is_a_type_error_whatever_the_count
     task.ledger.ack("b")
     with pytest.raises(TypeError, match="takes a Tuple"):
         task.ledger.settle()
+
+
+def test_compact_forgets_a_prefix_acked_in_order_and_settle_checks_the_rest():
+    task = Deliver(id_base(1, 2, 0))
+    task.give(("a", [7]), ("b", [7]), ("c", [9]))
+    task.ack("a", "b")
+    task.ledger.compact()
+    assert (task.ledger.settled, task.ledger.acked) == (2, [])
+    task.ack("c")
+    assert task.ledger.settle() == ({}, True)
+
+
+def test_a_settled_tuple_acked_again_is_still_caught():
+    base = id_base(1, 2, 0)
+    task = Deliver(base)
+    task.give(("a", [7]), ("b", [9]))
+    task.ack("a")
+    task.ledger.compact()
+    task.ack("b", "a")  # "a" a second time, after its first ack was forgotten
+    assert task.ledger.settle() == ({7: tuple_id(base)}, False)
+
+
+def test_a_missing_ack_after_compaction_leaves_only_its_own_id():
+    base = id_base(1, 2, 0)
+    task = Deliver(base)
+    task.give(("a", [7]), ("b", [7]), ("c", [7]))
+    task.ack("a")
+    task.ledger.compact()
+    task.ack("c")  # "b" is never acked
+    assert task.ledger.settle() == ({7: tuple_id(base + 1)}, False)
+
+
+def test_compact_stops_trying_after_acks_out_of_order():
+    task = Deliver(id_base(1, 2, 0))
+    task.give(("a", [7]), ("b", [7]), ("c", [9]))
+    task.ack("b")
+    task.ledger.compact()
+    assert (task.ledger.settled, len(task.ledger.acked)) == (0, 1)
+    task.ack("a")
+    task.ledger.compact()  # in order now, but it no longer tries
+    assert (task.ledger.settled, len(task.ledger.acked)) == (0, 2)
+    task.ack("c")
+    assert task.ledger.settle() == ({}, True)

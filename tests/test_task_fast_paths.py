@@ -243,3 +243,23 @@ def test_a_basic_bolt_on_a_task_emits_through_the_task_basic_collector():
     assert sorted(v for vals, _, _ in collector.batches.values() for v in vals) == ["a", "b"]
     assert collector.emitted == 2
     assert [t._root for t in collector.ledger.acked] == [11]  # the input, acked once
+
+
+def test_a_basic_bolt_task_over_many_chunks_settles_exactly():
+    # Over several chunks, the task forgets each chunk's in-order acks as it goes (compact);
+    # the end result is the same: no ack ledger, every tuple counted as acked once.
+    from statefulbolts.runtime._plan import METRICS
+    from statefulbolts.runtime._task import _CHUNK
+
+    topology = split_topology()
+    plan = ExecutionPlan(topology)
+    env = TaskEnv(plan, "chunks", {}, 0, None, 0)
+    lines, split = plan.index["lines"], plan.index["split"]
+    n = 2 * _CHUNK + 123
+    values = [f"w{i % 9} x" for i in range(n)]
+    rec = (TUPLE, split, 0, lines, 0, 0, values, list(range(1, n + 1)), None)
+    out = list(run_slot(env, cloudpickle.dumps(topology), 0, 0, [(0, [rec])]))
+    records = [r for _, recs in out for r in recs]
+    assert not [r for r in records if r[0] in (ACKS, FAILS)]
+    ((_, _, _, metrics),) = [r for r in records if r[0] == METRICS]
+    assert (metrics["executed"], metrics["acked"], metrics["emitted"]) == (n, n, 2 * n)

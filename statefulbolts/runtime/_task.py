@@ -457,7 +457,7 @@ def _run_task(
             execute = bolt.bolt.execute
         widths = plan.widths
         new = object.__new__
-        deliver = collector.ledger.deliver
+        deliver, compact = collector.ledger.deliver, collector.ledger.compact
         for r in _ordered(batches):
             src, s = r[3], r[5]
             f, cid, tid, sid = fields[src][s], comp_ids[src], task_ids[src][r[4]], streams[src][s]
@@ -470,6 +470,7 @@ def _run_task(
                 # slot by slot: without the call into ``Tuple.__init__`` this costs 40% less.
                 # Chunks, so that the young-garbage check below runs in long batches too.
                 for start in range(0, n, _CHUNK):
+                    compact()  # the acks of the chunk before, if in order (a BasicBolt's are)
                     _collect_young()
                     stop = min(start + _CHUNK, n)
                     chunk = zip(
@@ -493,6 +494,7 @@ def _run_task(
                 continue
             for i, (vals, root) in enumerate(zip(values, roots, strict=True)):
                 if i % _CHUNK == 0:
+                    compact()
                     _collect_young()
                 t = Tuple([vals] if single else vals, f, cid, tid, sid, (), root, first + i)
                 if more is not None and i in more:
@@ -516,9 +518,10 @@ def _run_task(
         left, exact = collector.ledger.settle()
         if exact:
             acked = executed
-        else:
+        else:  # settled tuples are data: compact runs between data chunks only
             cp_id = "$checkpoint"
-            acked = sum(1 for t in collector.ledger.acked if t.source_stream_id != cp_id)
+            held = sum(1 for t in collector.ledger.acked if t.source_stream_id != cp_id)
+            acked = collector.ledger.settled + held
     except Exception as exc:
         user = topology.component(name).user_class
         msg = (
