@@ -291,8 +291,9 @@ class _TaskBasicCollector(BasicOutputCollector):
 # Tuples per chunk of the hot loop, and the young objects that make a chunk boundary collect.
 _CHUNK = 1 << 15
 _YOUNG_LIMIT = 200_000
-# The limit after a young collection found no garbage.
-_QUIET_YOUNG_LIMIT = 5_000_000
+# The limit after a young collection found no garbage: a task of a million tuples collects once
+# more at most, and cyclic garbage a bolt starts making later stays bounded (some 100 MB).
+_QUIET_YOUNG_LIMIT = 1_000_000
 
 
 class _YoungGarbage:
@@ -300,7 +301,7 @@ class _YoungGarbage:
 
     It is there for cyclic garbage made by user code. The tuples of a task stay alive until its
     end (acks keep them), so a young collection mostly walks live tuples to find nothing: once
-    one finds nothing, the bolt is taken to make no cycles, and the next waits 25 times longer.
+    one finds nothing, the bolt is taken to make no cycles, and the next waits 5 times longer.
     """
 
     __slots__ = ("limit",)
