@@ -340,42 +340,52 @@ class FailFirstDelivery(Tally):
         super().execute(tuple)
 
 
-class IgnoreFirstDelivery(Tally):
-    """Neither acks nor fails the first delivery of ``target``.
+class _OnFirstDelivery(Tally):
+    """Does ``on_first`` with the first delivery of ``target`` instead of counting it.
 
-    The marker is in the task's state: route by value (``by_value``) so the replay meets it.
+    The marker (``<marker>|<value>``) is in the task's state: route by value (``by_value``) so
+    that the replay meets it.
     """
+
+    marker = ""
 
     def __init__(self, target: Any) -> None:
         super().__init__()
         self.target = target
 
     def execute(self, tuple: Any) -> None:  # noqa: A002
-        """Drop the target's first delivery on the floor; count everything else."""
+        """The target's first delivery goes to ``on_first``; everything else is counted."""
         value = tuple.get_value(0)
-        if value == self.target and self.state.get(f"ignored|{value}") is None:
-            self.state.put(f"ignored|{value}", 1)
+        key = f"{self.marker}|{value}"
+        if value == self.target and self.state.get(key) is None:
+            self.state.put(key, 1)
+            self.on_first(tuple)
             return
         super().execute(tuple)
 
+    def on_first(self, tuple_: Any) -> None:
+        """What to do with the target's first delivery."""
+        raise NotImplementedError
 
-class AckTwiceFirstDelivery(Tally):
-    """Counts the first delivery of ``target`` and acks it twice (a bug Storm's XOR catches).
 
-    The marker is in the task's state: route by value (``by_value``) so the replay meets it.
-    """
+class IgnoreFirstDelivery(_OnFirstDelivery):
+    """Neither acks nor fails the first delivery of ``target``."""
 
-    def __init__(self, target: Any) -> None:
-        super().__init__()
-        self.target = target
+    marker = "ignored"
 
-    def execute(self, tuple: Any) -> None:  # noqa: A002
-        """Count everything and ack it; the target's first delivery is acked once more."""
-        super().execute(tuple)
-        value = tuple.get_value(0)
-        if value == self.target and self.state.get(f"twice|{value}") is None:
-            self.state.put(f"twice|{value}", 1)
-            self.collector.ack(tuple)
+    def on_first(self, tuple_: Any) -> None:
+        """Drop it on the floor."""
+
+
+class AckTwiceFirstDelivery(_OnFirstDelivery):
+    """Counts the first delivery of ``target`` and acks it twice (a bug Storm's XOR catches)."""
+
+    marker = "twice"
+
+    def on_first(self, tuple_: Any) -> None:
+        """Count and ack it, then ack it once more."""
+        Tally.execute(self, tuple_)
+        self.collector.ack(tuple_)
 
 
 class FirstAttemptFault(Tally):
