@@ -29,7 +29,7 @@ import logging
 import re
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -150,6 +150,18 @@ class _SpoutTask:
 # the garbage collector stops tracking it (an int and a plain message id inside): the driver may
 # hold a million of them, and full collections walked them all.
 _Root = tuple[int, Any]
+
+
+def _ids_per_task(live: Iterable[_Root | None]) -> dict[int, list[Any]]:
+    """The message ids of ``live`` spout tuples per spout task index (``None`` entries skipped)."""
+    per_task: dict[int, list[Any]] = {}
+    for r in live:
+        if r is not None:
+            ids = per_task.get(r[0])
+            if ids is None:
+                ids = per_task[r[0]] = []
+            ids.append(r[1])
+    return per_task
 
 
 class _Collector(SpoutOutputCollector):
@@ -499,15 +511,7 @@ class TopologyRunner:
         if cp is None or cp.state is None or self._driver_owned:
             return
         # Message ids grouped per spout task: [[component, task, [msg_id, ...]], ...].
-        by_task: dict[int, list[Any]] = {}
-        roots = self._roots
-        for root in self._awaiting.get(txid, []):
-            r = roots.get(root)
-            if r is not None:
-                ids = by_task.get(r[0])
-                if ids is None:
-                    ids = by_task[r[0]] = []
-                ids.append(r[1])
+        by_task = _ids_per_task(map(self._roots.get, self._awaiting.get(txid, [])))
         spouts = [[self._spouts[i].name, self._spouts[i].task, ids] for i, ids in by_task.items()]
         try:
             cp.state.put(MANIFEST_KEY, {"txid": txid, "spouts": spouts})
@@ -558,14 +562,7 @@ class TopologyRunner:
 
     def _settle_acks(self, roots: Sequence[int]) -> None:
         # Message ids per spout task first, then each task's acks in one C-level loop.
-        per_task: dict[int, list[Any]] = {}
-        pop = self._roots.pop
-        for r in map(pop, roots, itertools.repeat(None)):
-            if r is not None:
-                ids = per_task.get(r[0])
-                if ids is None:
-                    ids = per_task[r[0]] = []
-                ids.append(r[1])
+        per_task = _ids_per_task(map(self._roots.pop, roots, itertools.repeat(None)))
         for index, ids in per_task.items():
             st = self._spouts[index]
             st.live -= len(ids)
