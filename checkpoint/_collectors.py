@@ -60,7 +60,7 @@ class AckTrackingOutputCollector(AnchoringOutputCollector):
         self.anchored_target = None  # acks are held back here, so nothing may skip this
         self.acked: list[Tuple] = []
         # A stateful bolt acks every tuple it executes: its ``ack`` is the queue's own append,
-        # with no Python frame in between (``drain`` keeps the list object for that reason).
+        # with no Python frame in between (``drain`` rebinds it to the new queue).
         self.ack = self.acked.append  # type: ignore[method-assign,assignment]
 
     def ack(self, tuple_: Tuple) -> None:
@@ -69,6 +69,6 @@ class AckTrackingOutputCollector(AnchoringOutputCollector):
 
     def drain(self) -> list[Tuple]:
         """Return the queued acks and forget them."""
-        acked = self.acked[:]
-        self.acked.clear()
+        acked, self.acked = self.acked, []
+        self.ack = self.acked.append  # type: ignore[method-assign,assignment]
         return acked
