@@ -10,14 +10,18 @@ a driver kill is ``os._exit`` of the driver process at a named point of the chec
       "tasks": [
         {"component": "count", "task": 0, "at_tuple": 5, "kind": "crash", "attempts": "first"},
         {"component": "split", "task": 1, "at_tuple": 0, "kind": "raise", "attempts": "every",
-         "txid": 3}
+         "txid": 3},
+        {"component": "count", "task": 1, "at": "prepared", "kind": "crash", "txid": 2}
       ],
       "driver": {"point": "after-committing-saved", "txid": 2, "once_file": "/tmp/killed-once"}
     }
 
-Task faults fire when the task has executed ``at_tuple`` data tuples (0: before the first), in
-transaction ``txid`` if given (else any), on the first Spark attempt of the task only
-(``"first"``: Spark's retry then succeeds) or on every attempt (``"every"``: a poison tuple).
+Task faults fire when the task has executed ``at_tuple`` data tuples (0: before the first), or,
+with ``"at": "prepared"``, right after a stateful task's state prepared its transaction (the
+attempt's writes reached the store but its output never reaches Spark, as when an executor dies
+after a task finished); in transaction ``txid`` if given (else any); on the first Spark attempt
+of the task only (``"first"``: Spark's retry then succeeds) or on every attempt (``"every"``: a
+poison tuple).
 Driver kill points (``KillPoint``) name where in the protocol the driver dies. With
 ``once_file``, the kill fires only if it can create that file (``O_EXCL``), so a driver restarted
 with the same config (``statefulbolts run --supervise``) does not die again at the same point:
@@ -66,13 +70,17 @@ class TaskFault:
     kind: str = "crash"
     attempts: str = "first"
     txid: int | None = None
+    at: str = "tuple"  # "tuple": before tuple at_tuple; "prepared": after the state prepared
 
-    def matches(self, component: str, task: int, txid: int, attempt: int, n: int) -> bool:
-        """Whether this fault fires for the n-th tuple of this task attempt."""
+    def matches(
+        self, component: str, task: int, txid: int, attempt: int, n: int, at: str = "tuple"
+    ) -> bool:
+        """Whether this fault fires at ``at`` (for "tuple": the n-th tuple) of this attempt."""
         return (
             self.component == component
             and self.task == task
-            and self.at_tuple == n
+            and self.at == at
+            and (at != "tuple" or self.at_tuple == n)
             and (self.txid is None or self.txid == txid)
             and (self.attempts == "every" or attempt == 0)
         )
@@ -98,8 +106,15 @@ class FaultPlan:
             data = json.loads(raw) if isinstance(raw, str) else dict(raw)
             tasks = tuple(TaskFault(**t) for t in data.get("tasks", ()))
             for t in tasks:
-                if t.kind not in ("crash", "raise") or t.attempts not in ("first", "every"):
-                    msg = f"kind must be crash|raise and attempts first|every, got {t}"
+                if (
+                    t.kind not in ("crash", "raise")
+                    or t.attempts not in ("first", "every")
+                    or t.at not in ("tuple", "prepared")
+                ):
+                    msg = (
+                        f"kind must be crash|raise, attempts first|every and at "
+                        f"tuple|prepared, got {t}"
+                    )
                     raise ValueError(msg)
             driver = data.get("driver") or {}
             point = KillPoint(driver["point"]) if driver.get("point") else None
@@ -111,7 +126,7 @@ class FaultPlan:
         except (TypeError, ValueError, KeyError) as exc:
             allowed = [p.value for p in KillPoint]
             msg = (
-                f"{FAULTS_KEY}: {exc}; expected {{'tasks': [{{component, task, at_tuple, kind, "
+                f"{FAULTS_KEY}: {exc}; expected {{'tasks': [{{component, task, at_tuple, at, kind, "
                 f"attempts, txid}}], 'driver': {{'point': one of {allowed}, 'txid': int, "
                 f"'once_file': path}}}}"
             )
@@ -123,11 +138,21 @@ class FaultPlan:
         """Called in the task before it executes its n-th data tuple (and once with n = 0)."""
         for fault in self.tasks:
             if fault.matches(component, task, txid, attempt, n):
-                log.warning("injected %s in %s task %s at tuple %s", fault.kind, component, task, n)
-                if fault.kind == "crash":
-                    os._exit(1)
-                msg = f"injected fault in {component} task {task} at tuple {n} (txid {txid})"
-                raise InjectedFault(msg)
+                self._fire(fault, f"at tuple {n}", txid)
+
+    def on_task_prepared(self, component: str, task: int, txid: int, attempt: int) -> None:
+        """Called in a stateful task right after its state prepared ``txid``."""
+        for fault in self.tasks:
+            if fault.matches(component, task, txid, attempt, 0, at="prepared"):
+                self._fire(fault, "after its state prepared", txid)
+
+    @staticmethod
+    def _fire(fault: TaskFault, where: str, txid: int) -> None:
+        log.warning("injected %s in %s task %s %s", fault.kind, fault.component, fault.task, where)
+        if fault.kind == "crash":
+            os._exit(1)
+        msg = f"injected fault in {fault.component} task {fault.task} {where} (txid {txid})"
+        raise InjectedFault(msg)
 
     def on_task_committed(self, component: str, task: int, txid: int) -> None:
         """Called in a task right after its state committed ``txid``: the mid-commit kill."""

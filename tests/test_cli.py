@@ -243,6 +243,28 @@ def test_fault_once_file_must_be_a_path():
         )
 
 
+def test_task_fault_at_must_be_tuple_or_prepared():
+    from recovery import FaultPlan
+
+    task = {"component": "count", "task": 0, "at": "committed"}
+    with pytest.raises(ConfigError, match="at tuple[|]prepared.*'committed'"):
+        FaultPlan.from_conf({"topology.faults": {"tasks": [task]}})
+
+
+def test_task_fault_after_prepare_fires_only_there():
+    from recovery import FaultPlan, InjectedFault
+
+    task = {"component": "count", "task": 1, "at": "prepared", "kind": "raise", "txid": 4}
+    plan = FaultPlan.from_conf({"topology.faults": {"tasks": [task]}})
+    assert plan is not None
+    plan.on_tuple("count", 1, 4, 0, 0)  # not at a tuple
+    plan.on_task_prepared("count", 1, 3, 0)  # another txid
+    plan.on_task_prepared("count", 0, 4, 0)  # another task
+    plan.on_task_prepared("count", 1, 4, 1)  # a retry ("first" attempts only)
+    with pytest.raises(InjectedFault, match="count task 1 after its state prepared .txid 4."):
+        plan.on_task_prepared("count", 1, 4, 0)
+
+
 # --------------------------------------------------------------------------- checkpoint status
 def redis_conf(server) -> dict[str, Any]:
     return {

@@ -512,6 +512,8 @@ def _run_task(
                 bolt.execute(Tuple(vals, f, cid, tid, sid, (), root, first + i))
         if stateful and env.action == "PREPARE":
             bolt.release_prepared_acks()
+            if faults is not None:
+                faults.on_task_prepared(name, task, env.txid, attempt)
         if stateful and faults is not None and env.action == "COMMIT":
             faults.on_task_committed(name, task, env.txid)
         bolt.cleanup()
