@@ -57,6 +57,11 @@ library; copy it and swap SQL for your store's calls.
    - ``rollback()`` drops pending writes and the prepared delta and its txid.
    - ``new_state`` of a namespace returns its committed data plus any prepared delta, so a
      restarted task can roll back or commit what the previous one prepared.
+   - ``supersede_prepared(t)`` (optional; the default is ``rollback()``) is called on a fresh
+     state before a PREPARE(t) job feeds it: if the stored delta is that of ``t``, reads then
+     skip it, and the next ``prepare_commit(t)`` replaces it instead of merging into it, in the
+     same atomic step as writing the new delta. Without it, a Spark retry of a task whose
+     first attempt had prepared would count that attempt's writes twice.
    - Store failures raise ``StateBackendError`` (chained with ``raise ... from``) naming where
      the store is and the namespace; bad config raises ``ProviderConfigError`` naming the field.
 
@@ -262,6 +267,9 @@ class SqliteKeyValueState(KeyValueState):
         self._keys = key_serializer or MsgpackSerializer()
         self._values = value_serializer or MsgpackSerializer()
         self._pending: _Delta = {}
+        # Set by supersede_prepared until the next prepare: reads skip the stored delta, and
+        # that prepare replaces it.
+        self._superseding = False
 
     def __repr__(self) -> str:
         return f"SqliteKeyValueState(namespace={self.namespace!r}, path={str(self.path)!r})"
@@ -347,6 +355,11 @@ class SqliteKeyValueState(KeyValueState):
     def _lookup(self, ekey: bytes) -> bytes | None:
         if ekey in self._pending:
             return self._pending[ekey]
+        if self._superseding:
+            rows = self._query(
+                "SELECT value FROM committed WHERE ns = ? AND key = ?", (self.namespace, ekey)
+            )
+            return rows[0][0] if rows else None
         rows = self._query(
             "SELECT value, 0 FROM prepared WHERE ns = ?1 AND key = ?2 "
             "UNION ALL SELECT value, 1 FROM committed WHERE ns = ?1 AND key = ?2 "
@@ -387,7 +400,8 @@ class SqliteKeyValueState(KeyValueState):
 
     def __iter__(self) -> Iterator[tuple[Any, Any]]:
         """Pending writes, then the prepared delta, then committed; each key once."""
-        layers = (list(self._pending.items()), self._pages("prepared"), self._pages("committed"))
+        prepared = iter(()) if self._superseding else self._pages("prepared")
+        layers = (list(self._pending.items()), prepared, self._pages("committed"))
         for ekey, raw in merge_layers(layers):
             yield self._keys.deserialize(ekey), self._values.deserialize(raw)
 
@@ -411,7 +425,7 @@ class SqliteKeyValueState(KeyValueState):
                     f"{committed} is already committed"
                 )
                 raise StateTransactionError(msg)
-            if prepared is None:
+            if prepared is None or self._superseding:
                 self._conn.execute("DELETE FROM prepared WHERE ns = ?", (self.namespace,))
             self._conn.executemany(
                 "INSERT OR REPLACE INTO prepared (ns, key, value) VALUES (?, ?, ?)",
@@ -421,6 +435,12 @@ class SqliteKeyValueState(KeyValueState):
 
         self._write(f"prepare of txid {txid}", work)
         self._pending = {}
+        self._superseding = False
+
+    def supersede_prepared(self, txid: int) -> None:
+        """Skip a stored delta of ``txid``; the next prepare replaces it in its own transaction."""
+        if self.prepared_txid == txid:
+            self._superseding = True
 
     def commit(self, txid: int | None = None) -> None:
         """Commit the prepared delta of ``txid`` in one SQL transaction; again is a no-op.
@@ -468,6 +488,7 @@ class SqliteKeyValueState(KeyValueState):
                 self._set_txids(committed, None)
 
         self._write("rollback", work)
+        self._superseding = False
         self._pending = {}
 
 

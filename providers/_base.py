@@ -47,6 +47,30 @@ class State(ABC):
     def rollback(self) -> None:
         """Drop everything since the last commit, prepared or not."""
 
+    def supersede_prepared(self, txid: int) -> None:
+        """Begin a new attempt of transaction ``txid``, which a lost attempt may have prepared.
+
+        The Spark runtime calls this on each stateful task's new state before a PREPARE job
+        feeds it. A task attempt that prepared and was then lost (its executor died after the
+        task finished, or it failed after its prepare) leaves its delta in a durable store; the
+        retry, starting from that delta instead of the committed image, would apply the
+        transaction twice.
+
+        Call it before the object's first write. If the stored delta is that of ``txid``, then
+        afterwards reads through this object see the committed image only, and its next
+        ``prepare_commit(txid)`` leaves exactly this object's writes prepared, replacing, not
+        merging into, the stored delta. A delta of another txid is left alone (preparing
+        ``txid`` over it still raises ``StateTransactionError``).
+
+        The default is ``rollback()``, which drops any stored delta at once. That is right when
+        a task has one attempt at a time. Spark may run two attempts of a task at once (a
+        resubmitted stage beside a zombie one) and kills the loser at any point, so a shared
+        store should override this and drop the old delta in the same atomic step as the new
+        prepare, as the Redis and SQLite providers do: otherwise a loser killed between its
+        rollback and its prepare leaves the winner's transaction with nothing to commit.
+        """
+        self.rollback()
+
 
 class KeyValueState(State):
     """A transactional map.

@@ -258,6 +258,17 @@ class InMemoryKeyValueState(LayeredKeyValueState):
         )
         raise StateTransactionError(msg)
 
+    def supersede_prepared(self, txid: int) -> None:
+        """Drop the image's prepared delta of ``txid`` (see ``State``).
+
+        In a task the image is that task's own copy, and its changes reach the driver only if
+        the whole transaction succeeds, so dropping the delta at once is safe here.
+        """
+        image = self._image
+        if image.prepared_txid == txid:
+            image.do_rollback()
+            image.record(["rollback"])
+
     def rollback(self) -> None:
         """Drop pending writes and the prepared delta."""
         self._pending, self._fresh = {}, {}

@@ -163,20 +163,22 @@ return {redis.call('HGETALL', KEYS[2]), redis.call('HGETALL', KEYS[1])}
 """
 
 # PREPARE. KEYS[1] = ns$prepare, KEYS[2] = ns$txid.
-# ARGV[1] = txid (decimal), ARGV[2..] = field, envelope, field, envelope, ... (tombstones kept).
+# ARGV[1] = txid (decimal), ARGV[2] = '1' to replace a delta of the same txid, '0' to merge,
+# ARGV[3..] = field, envelope, field, envelope, ... (tombstones kept).
 # Returns {0, previous prepare txid or ''} when prepared,
 #         {1, prepared txid, committed txid or ''} when another txid is prepared,
 #         {2, '', committed txid} when txid <= the committed txid.
 # A fresh prepare first drops any delta not owned by a prepare txid; the same txid again merges
-# (HSET over the old delta: newer wins). Idempotent for the same arguments.
+# (HSET over the old delta: newer wins) or, with ARGV[2] = '1' (a new task attempt superseding a
+# lost one), replaces it. Idempotent for the same arguments.
 _PREPARE = """
 local txid = tonumber(ARGV[1])
 local p = redis.call('HGET', KEYS[2], 'prepare')
 local c = redis.call('HGET', KEYS[2], 'commit')
 if p and tonumber(p) ~= txid then return {1, p, c or ''} end
 if c and txid <= tonumber(c) then return {2, p or '', c} end
-if not p then redis.call('DEL', KEYS[1]) end
-for i = 2, #ARGV, 1000 do
+if not p or ARGV[2] == '1' then redis.call('DEL', KEYS[1]) end
+for i = 3, #ARGV, 1000 do
   redis.call('HSET', KEYS[1], unpack(ARGV, i, math.min(i + 999, #ARGV)))
 end
 redis.call('HSET', KEYS[2], 'prepare', ARGV[1])
@@ -405,6 +407,8 @@ class RedisKeyValueState(LayeredKeyValueState):
         self._cache: dict[bytes, bytes | None] = {}
         self._committed_txid: int | None = None
         self._prepared_txid: int | None = None
+        # Set by supersede_prepared until the next prepare: that prepare replaces the stored delta.
+        self._superseding = False
         self._load()
 
     def __repr__(self) -> str:
@@ -533,7 +537,8 @@ class RedisKeyValueState(LayeredKeyValueState):
         ``StateTransactionError`` and keeps the pending writes.
         """
         self._flush()
-        args: list[Any] = [str(int(txid)), *_wire(self._pending)]
+        mode = "1" if self._superseding else "0"
+        args: list[Any] = [str(int(txid)), mode, *_wire(self._pending)]
         with self._backend(f"prepare of txid {txid}"):
             reply = self._prepare_script(keys=[self.prepare_key, self.txid_key], args=args)
         code = int(reply[0])
@@ -551,8 +556,9 @@ class RedisKeyValueState(LayeredKeyValueState):
                 f"{self._committed_txid} is already committed"
             )
             raise StateTransactionError(msg)
-        if _txid(reply[1]) is None:
+        if _txid(reply[1]) is None or self._superseding:
             self._prepared = {}
+            self._superseding = False
         self._prepared.update(self._pending)
         log.debug(
             "state %s: prepared txid %s (%s writes)", self.namespace, txid, len(self._pending)
@@ -588,6 +594,10 @@ class RedisKeyValueState(LayeredKeyValueState):
             )
             raise StateTransactionError(msg)
         if code == 0:
+            if self._superseding:
+                # The delta applied is one this object never read: what it cached may be stale.
+                self._cache = {}
+                self._superseding = False
             self._remember(self._prepared)
             log.debug("state %s: committed txid %s", self.namespace, txid)
         self._prepared = {}
@@ -609,11 +619,22 @@ class RedisKeyValueState(LayeredKeyValueState):
         """Keep the read cache equal to Redis after ``applied`` reached the committed hash."""
         self._cache.update(applied)
 
+    def supersede_prepared(self, txid: int) -> None:
+        """Read past a stored delta of ``txid``; the next prepare replaces it (see ``State``).
+
+        Nothing is sent now: the old delta goes in the same script call as the new one, so an
+        attempt killed in between leaves the other attempt's delta in place.
+        """
+        if self._prepared_txid == int(txid):
+            self._prepared = {}
+            self._superseding = True
+
     def rollback(self) -> None:
         """Drop pending writes, the prepared delta and the prepare txid (one script call)."""
         with self._backend("rollback"):
             committed = self._rollback_script(keys=[self.prepare_key, self.txid_key])
         self._pending, self._fresh = {}, {}
+        self._superseding = False
         self._prepared = {}
         self._prepared_txid = None
         self._committed_txid = _txid(committed)

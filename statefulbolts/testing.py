@@ -353,6 +353,11 @@ class RecordingState(KeyValueState):
         self._log("state.rollback")
         self.inner.rollback()
 
+    def supersede_prepared(self, txid: int) -> None:
+        """Log, then pass through (the wrapped state's own way, not the default rollback)."""
+        self._log("state.supersede_prepared", txid)
+        self.inner.supersede_prepared(txid)
+
     def put(self, key: Any, value: Any) -> None:
         """Pass through."""
         self.inner.put(key, value)

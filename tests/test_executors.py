@@ -8,7 +8,12 @@ from typing import Any
 import pytest
 
 from checkpoint import Action, CheckpointTupleForwarder, StatefulBoltExecutor
-from providers import InMemoryKeyValueState, InMemoryKeyValueStateProvider, StateTransactionError
+from providers import (
+    InMemoryKeyValueState,
+    InMemoryKeyValueStateProvider,
+    KeyValueState,
+    StateTransactionError,
+)
 from statefulbolts import (
     CHECKPOINT_COMPONENT_ID,
     CHECKPOINT_STREAM_ID,
@@ -657,3 +662,27 @@ def test_drive_accepts_action_names_and_enum_members():
     rig = Rig()
     rig.drive(("INITSTATE", -1), (PREPARE, 0), ("COMMIT", 0))
     assert rig.forwarded() == [[-1, "INITSTATE"], [0, "PREPARE"], [0, "COMMIT"]]
+
+
+def test_recording_state_logs_supersede_and_uses_the_wrapped_states_own():
+    calls: list[tuple[Any, ...]] = []
+    inner = InMemoryKeyValueState("test/count-0")
+    inner.put("k", 1)
+    inner.prepare_commit(2)
+    state = RecordingState(inner, calls)
+    state.supersede_prepared(2)
+    assert calls == [("state.supersede_prepared", 2)]  # not the default's state.rollback
+    assert (inner.prepared_txid, state.get("k")) == (None, None)
+
+
+def test_a_state_without_its_own_supersede_rolls_back():
+    class Minimal(RecordingState):
+        supersede_prepared = KeyValueState.supersede_prepared  # the default of the contract
+
+    calls: list[tuple[Any, ...]] = []
+    inner = InMemoryKeyValueState("test/count-1")
+    inner.put("k", 1)
+    inner.prepare_commit(5)
+    Minimal(inner, calls).supersede_prepared(5)
+    assert calls == [("state.rollback",)]
+    assert inner.prepared_txid is None

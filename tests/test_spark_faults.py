@@ -3,12 +3,17 @@
 from __future__ import annotations
 
 import collections
+import json
+from pathlib import Path
 from typing import Any
 
 import pytest
+from outage_topologies import redis_conf
+from topologies import logged_wordcount
 
 from examples.corpus import sentence, words
 from examples.wordcount import build, expected_counts
+from providers import STATE_PROVIDER_CONFIG_KEY, STATE_PROVIDER_KEY
 from statefulbolts import TopologyFailedError
 
 pytestmark = pytest.mark.spark
@@ -31,6 +36,54 @@ def test_worker_crash_on_first_attempt_is_retried_and_exact(cluster: Any) -> Non
     # Spark retried the crashed task inside the job: no transaction failed or rolled back.
     assert all(t["ok"] for t in transactions)
     assert "ROLLBACK" not in [t["action"] for t in transactions]
+
+
+def _store_conf(store: str, request: pytest.FixtureRequest, tmp_path: Path) -> dict[str, Any]:
+    if store == "redis":
+        return redis_conf(request.getfixturevalue("redis_db").port)
+    if store == "sqlite":
+        return {
+            STATE_PROVIDER_KEY: "sqlite_state.SqliteKeyValueStateProvider",
+            STATE_PROVIDER_CONFIG_KEY: json.dumps({"path": str(tmp_path / "state.sqlite3")}),
+        }
+    return {}
+
+
+@pytest.mark.parametrize(
+    "store", ["memory", pytest.param("redis", marks=pytest.mark.redis), "sqlite"]
+)
+@pytest.mark.parametrize("kind", ["crash", "raise"])
+def test_an_attempt_lost_after_its_state_prepared_does_not_count_twice(
+    cluster: Any, store: str, kind: str, request: pytest.FixtureRequest, tmp_path: Path
+) -> None:
+    # The first attempt of every count task prepares its transaction in the store and is then
+    # lost, as when an executor dies after its task finished. The retry must start from the
+    # committed state, not from the lost attempt's prepared delta, and replace that delta.
+    log = tmp_path / "prepares.log"
+    conf = {
+        **_store_conf(store, request, tmp_path),
+        "topology.max.spout.pending": 60,
+        "topology.state.checkpoint.interval.ms": 50,
+        **faults(
+            *(
+                {"component": "count", "task": task, "at": "prepared", "kind": kind}
+                for task in (0, 1)
+            )
+        ),
+    }
+    name = f"fault-prepared-{store}-{kind}"
+    handle = cluster.submit_topology(name, conf, logged_wordcount(300, 2, str(log)))
+    handle.await_idle(TIMEOUT)
+    assert handle.read_state("count") == dict(expected_counts(300))
+    prepares = collections.Counter(log.read_text().split("\n")[:-1])
+    prepared = [t for t in handle.metrics()["transactions"] if t["action"] == "PREPARE"]
+    assert len(prepared) >= 3, prepared  # several transactions, each with a lost attempt
+    # Each task prepared each transaction twice: the lost attempt, then Spark's retry.
+    assert set(prepares.values()) == {2}, prepares
+    assert len(prepares) == 2 * len({t["txid"] for t in prepared})
+    # No transaction failed: Spark's retry inside the job was enough.
+    assert all(t["ok"] for t in handle.metrics()["transactions"])
+    handle.kill()
 
 
 def test_worker_crash_on_every_attempt_stops_with_the_task_named(cluster: Any) -> None:

@@ -429,6 +429,76 @@ def test_rollback_through_new_state_drops_prepared_delta(backend: Backend) -> No
     assert dict(backend.state()) == {"a": 1, "b": 2, "d": 4}
 
 
+def test_a_superseding_attempt_reads_committed_and_replaces_the_prepared_delta(
+    backend: Backend,
+) -> None:
+    # Committed {a: 1, b: 2} at txid 1; a lost attempt prepared txid 2: b deleted, c = 3.
+    _committed_and_prepared(backend)
+    retry = backend.state()
+    retry.supersede_prepared(2)
+    assert [retry.get(k) for k in "abc"] == [1, 2, None]
+    assert dict(retry) == {"a": 1, "b": 2}
+    retry.put("a", 11)
+    retry.put("d", 4)
+    retry.prepare_commit(2)
+    # Exactly the retry's writes are prepared: the lost attempt's c and deletion of b are gone.
+    assert dict(retry) == {"a": 11, "b": 2, "d": 4}
+    seen = backend.state()
+    assert (seen.committed_txid, seen.prepared_txid) == (1, 2)
+    assert dict(seen) == {"a": 11, "b": 2, "d": 4}
+    # A later prepare of the same txid by the same object merges again.
+    retry.put("e", 5)
+    retry.prepare_commit(2)
+    retry.commit(2)
+    assert dict(retry) == {"a": 11, "b": 2, "d": 4, "e": 5}
+    assert dict(backend.state()) == {"a": 11, "b": 2, "d": 4, "e": 5}
+
+
+SHARED_STORES = ["fakeredis", pytest.param("redis", marks=pytest.mark.redis), "sqlite"]
+
+
+@pytest.mark.parametrize("backend", SHARED_STORES, indirect=True)
+def test_a_superseding_attempt_lost_before_its_prepare_leaves_the_delta(backend: Backend) -> None:
+    # Shared stores: two attempts of one task may run at once, and Spark kills the loser
+    # anywhere. Superseding writes nothing, so the winner's delta survives a loser that dies
+    # before its own prepare, and COMMIT still finds it.
+    _committed_and_prepared(backend)
+    loser = backend.state()
+    loser.supersede_prepared(2)
+    loser.put("a", 99)
+    del loser  # killed: never prepares
+    committer = backend.state()
+    assert committer.prepared_txid == 2
+    committer.commit(2)
+    assert dict(backend.state()) == {"a": 1, "c": 3}
+
+
+def test_superseding_a_txid_that_is_not_prepared_changes_nothing(backend: Backend) -> None:
+    _committed_and_prepared(backend)  # txid 2 prepared
+    retry = backend.state()
+    retry.supersede_prepared(3)
+    assert dict(retry) == {"a": 1, "c": 3}  # not the delta of txid 3: still read
+    retry.put("a", 7)
+    with pytest.raises(StateTransactionError, match="txid 2 is prepared"):
+        retry.prepare_commit(3)
+    assert backend.state().prepared_txid == 2
+    assert dict(backend.state()) == {"a": 1, "c": 3}
+
+
+def test_superseding_with_nothing_prepared(backend: Backend) -> None:
+    state = backend.state()
+    state.put("a", 1)
+    state.prepare_commit(1)
+    state.commit(1)
+    fresh = backend.state()
+    fresh.supersede_prepared(2)
+    assert dict(fresh) == {"a": 1}
+    fresh.put("a", 2)
+    fresh.prepare_commit(2)
+    fresh.commit(2)
+    assert dict(backend.state()) == {"a": 2}
+
+
 def test_namespaces_are_independent(backend: Backend) -> None:
     mine = backend.state()
     other_ns = backend.namespace.replace("counter-0", "counter-1")

@@ -542,6 +542,22 @@ class StrayStreamEmitter(Bolt):
         declarer.declare(Fields("value"))
 
 
+class PrepareLoggingWordCount(WordCount):
+    """The example's counter; each attempt's prepare appends ``"<task> <txid>"`` to ``path``."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+
+    def prepare(self, conf: Mapping[str, Any], context: Any, collector: Any) -> None:
+        """Keep the task index too."""
+        super().prepare(conf, context, collector)
+        self.task = context.this_task_index
+
+    def pre_prepare(self, txid: int) -> None:
+        """One line per prepare of this attempt."""
+        _append(self.path, f"{self.task} {txid}")
+
+
 def _append(path: str, line: str) -> None:
     with open(path, "a", encoding="utf-8") as f:
         f.write(line + "\n")
@@ -556,6 +572,16 @@ def wordcount(key: str, sentences: int, parallelism: int) -> StormTopology:
     builder.set_spout("sentences", RecordingSentenceSpout(key, sentences), 1)
     builder.set_bolt("split", SplitSentence(), parallelism).shuffle_grouping("sentences")
     builder.set_bolt("count", WordCount(), parallelism).fields_grouping("split", Fields("word"))
+    return builder.create_topology()
+
+
+def logged_wordcount(sentences: int, parallelism: int, log: str) -> StormTopology:
+    """``examples.wordcount.build`` whose counter logs every prepare to ``log``."""
+    builder = TopologyBuilder()
+    builder.set_spout("sentences", SentenceSpout(sentences), 1)
+    builder.set_bolt("split", SplitSentence(), parallelism).shuffle_grouping("sentences")
+    counter = PrepareLoggingWordCount(log)
+    builder.set_bolt("count", counter, parallelism).fields_grouping("split", Fields("word"))
     return builder.create_topology()
 
 

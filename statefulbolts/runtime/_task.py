@@ -449,6 +449,10 @@ def _run_task(
             attempt = task_attempt()
         bolt.prepare(env.conf, context, collector)
         if stateful:
+            if env.action == "PREPARE":
+                # This attempt starts from the committed image: a delta an earlier attempt of
+                # this task prepared before it was lost must not be read, and is replaced.
+                bolt.state.supersede_prepared(env.txid)
             bolt.initialize()
         fields, comp_ids, streams = plan.fields, plan.component_ids, plan.streams
         task_ids = plan.task_ids
