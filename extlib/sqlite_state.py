@@ -54,7 +54,11 @@ library; copy it and swap SQL for your store's calls.
      no-op (Spark and the checkpoint spout retry COMMITs). Any other ``commit(t)`` raises.
    - ``commit()`` without a txid applies the pending writes to the committed map at once and,
      if nothing was ever committed, records txid -1. It leaves a prepared delta alone.
-   - ``rollback()`` drops pending writes and the prepared delta and its txid.
+   - ``rollback()`` drops pending writes and the prepared delta and its txid. A state object
+     whose namespace another object rolled back since it was made cannot prepare any more
+     (``StateTransactionError``): a Spark task attempt that outlived its failed transaction must
+     not land its delta after the rollback, over the retry's. Count rollbacks in the store and
+     compare in the prepare's own atomic step (here: the ``rollbacks`` table).
    - ``new_state`` of a namespace returns its committed data plus any prepared delta, so a
      restarted task can roll back or commit what the previous one prepared.
    - ``supersede_prepared(t)`` (optional; the default is ``rollback()``) is called on a fresh
@@ -112,6 +116,10 @@ _PAGE = 100
 
 # committed: the committed map. prepared: the prepared delta, value NULL = tombstone.
 # txids: per namespace, the committed txid and the pending prepare txid (NULL = none).
+# rollbacks: per namespace, how many rollbacks it had. A state prepares only if none happened
+# since it last looked, so a task attempt that outlived its failed transaction, the rollback and
+# the retry cannot land its stale delta over the retry's. (A table of its own: files made
+# before it simply gain it.)
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS committed (
     ns TEXT NOT NULL, key BLOB NOT NULL, value BLOB NOT NULL, PRIMARY KEY (ns, key)
@@ -121,6 +129,9 @@ CREATE TABLE IF NOT EXISTS prepared (
 ) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS txids (
     ns TEXT PRIMARY KEY, committed INTEGER, prepared INTEGER
+);
+CREATE TABLE IF NOT EXISTS rollbacks (
+    ns TEXT PRIMARY KEY, count INTEGER NOT NULL
 );
 """
 
@@ -270,6 +281,8 @@ class SqliteKeyValueState(KeyValueState):
         # Set by supersede_prepared until the next prepare: reads skip the stored delta, and
         # that prepare replaces it.
         self._superseding = False
+        # The namespace's rollback count when this object last looked (the fence of prepare).
+        self._rollbacks = self._rollback_count(self._query)
 
     def __repr__(self) -> str:
         return f"SqliteKeyValueState(namespace={self.namespace!r}, path={str(self.path)!r})"
@@ -289,6 +302,10 @@ class SqliteKeyValueState(KeyValueState):
             f"{self.namespace!r}: {type(exc).__name__}: {exc}"
         )
         return StateBackendError(msg)
+
+    def _run(self, sql: str, params: tuple[Any, ...]) -> list[Any]:
+        """A statement inside ``_write``'s transaction (its errors roll the transaction back)."""
+        return self._conn.execute(sql, params).fetchall()
 
     def _txids(self) -> tuple[int | None, int | None]:
         rows = self._conn.execute(
@@ -312,6 +329,10 @@ class SqliteKeyValueState(KeyValueState):
                 if isinstance(exc, sqlite3.Error):
                     raise self._failure(step, exc) from exc
                 raise
+
+    def _rollback_count(self, query: Any) -> int:
+        rows = query("SELECT count FROM rollbacks WHERE ns = ?", (self.namespace,))
+        return int(rows[0][0]) if rows else 0
 
     def _set_txids(self, committed: int | None, prepared: int | None) -> None:
         self._conn.execute(
@@ -413,6 +434,13 @@ class SqliteKeyValueState(KeyValueState):
         """Move pending writes into the prepared delta of ``txid`` (one SQL transaction)."""
 
         def work(committed: int | None, prepared: int | None) -> None:
+            if self._rollback_count(self._run) != self._rollbacks:
+                msg = (
+                    f"state {self.namespace!r}: cannot prepare txid {txid}: the namespace was "
+                    f"rolled back since this state was loaded; a task attempt that outlived its "
+                    f"transaction must not write"
+                )
+                raise StateTransactionError(msg)
             if prepared is not None and prepared != txid:
                 msg = (
                     f"state {self.namespace!r}: cannot prepare txid {txid} while txid "
@@ -480,14 +508,20 @@ class SqliteKeyValueState(KeyValueState):
     def rollback(self) -> None:
         """Drop pending writes, the prepared delta and the prepare txid."""
 
-        def work(committed: int | None, prepared: int | None) -> None:
+        def work(committed: int | None, prepared: int | None) -> int:
             self._conn.execute("DELETE FROM prepared WHERE ns = ?", (self.namespace,))
             if committed is None:
                 self._conn.execute("DELETE FROM txids WHERE ns = ?", (self.namespace,))
             else:
                 self._set_txids(committed, None)
+            self._conn.execute(
+                "INSERT INTO rollbacks (ns, count) VALUES (?, 1) "
+                "ON CONFLICT (ns) DO UPDATE SET count = count + 1",
+                (self.namespace,),
+            )
+            return self._rollback_count(self._run)
 
-        self._write("rollback", work)
+        self._rollbacks = self._write("rollback", work)
         self._superseding = False
         self._pending = {}
 

@@ -35,13 +35,24 @@ _MISSING: Any = object()
 class _Image:
     """What the store keeps for one namespace."""
 
-    __slots__ = ("committed", "committed_txid", "prepared", "prepared_txid", "changes", "tracking")
+    __slots__ = (
+        "changes",
+        "committed",
+        "committed_txid",
+        "prepared",
+        "prepared_txid",
+        "rollbacks",
+        "tracking",
+    )
 
     def __init__(self) -> None:
         self.committed: dict[bytes, bytes] = {}
         self.committed_txid: int | None = None
         self.prepared: _Delta | None = None
         self.prepared_txid: int | None = None
+        # How many rollbacks this image had: a state may prepare only if none happened since it
+        # last looked (as the Redis provider's fence). Not shipped: a task's image is its own.
+        self.rollbacks = 0
         # What states did to this image since the last take_changes. Only a shipped image (task
         # side, installed by import_image) records: nobody takes the changes of a driver-side
         # image, so a long-lived driver state (the checkpoint spout's) would grow a log forever.
@@ -94,6 +105,7 @@ class _Image:
 
     def do_rollback(self) -> None:
         self.prepared, self.prepared_txid = None, None
+        self.rollbacks += 1
 
     def replay(self, ops: list[list[Any]]) -> None:
         for op in ops:
@@ -134,6 +146,7 @@ class InMemoryKeyValueState(LayeredKeyValueState):
     ) -> None:
         super().__init__(namespace, key_serializer, value_serializer)
         self._image = image if image is not None else _Image()
+        self._rollbacks = self._image.rollbacks
 
     def __repr__(self) -> str:
         return (
@@ -214,9 +227,17 @@ class InMemoryKeyValueState(LayeredKeyValueState):
         """Move pending writes into the prepared delta of ``txid``.
 
         Re-preparing the same txid adds the newer writes (newer wins). Preparing a newer txid
-        while one is prepared, or a txid at or below the committed one, is an error.
+        while one is prepared, a txid at or below the committed one, or anything after another
+        state object rolled the namespace back since this one was made, is an error.
         """
         image = self._image
+        if image.rollbacks != self._rollbacks:
+            msg = (
+                f"state {self.namespace!r}: cannot prepare txid {txid}: the namespace was rolled "
+                f"back since this state was loaded; a task attempt that outlived its transaction "
+                f"must not write"
+            )
+            raise StateTransactionError(msg)
         if image.prepared_txid is not None and txid != image.prepared_txid:
             msg = (
                 f"state {self.namespace!r}: cannot prepare txid {txid} while txid "
@@ -268,12 +289,14 @@ class InMemoryKeyValueState(LayeredKeyValueState):
         if image.prepared_txid == txid:
             image.do_rollback()
             image.record(["rollback"])
+            self._rollbacks = image.rollbacks
 
     def rollback(self) -> None:
         """Drop pending writes and the prepared delta."""
         self._pending, self._fresh = {}, {}
         self._image.do_rollback()
         self._image.record(["rollback"])
+        self._rollbacks = self._image.rollbacks
 
 
 class InMemoryKeyValueStateProvider(DriverOwnedStateProvider):

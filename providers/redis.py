@@ -10,14 +10,18 @@ key             type   content
 ==============  =====  ==============================================================
 ``ns``          hash   committed data: serialized key -> envelope
 ``ns$prepare``  hash   the prepared delta, tombstones included
-``ns$txid``     hash   ``commit``: last committed txid; ``prepare``: the pending prepare
+``ns$txid``     hash   ``commit``: last committed txid; ``prepare``: the pending prepare;
+                       ``rollbacks``: how many rollbacks the namespace had (ours)
 ==============  =====  ==============================================================
 
 Txids are decimal strings. ``prepare`` is present exactly while a prepare is pending: commit and
-rollback remove it (Storm left it behind after a rollback). ``commit`` is ``-1`` after a commit
-without txid (the checkpoint spout's save) on a namespace that never committed one. On a cluster
-the namespace is wrapped in a hash tag, ``{ns}``, ``{ns}$prepare``, ``{ns}$txid``, so the three
-keys share a slot and one script can touch them.
+rollback remove it (Storm left it behind after a rollback). ``rollbacks`` appears with the first
+rollback and is a fence: a state object may prepare only if no rollback happened since it was
+loaded (or since its own last rollback), so a task attempt that outlived a failed job, the
+ROLLBACK after it and the retry cannot land its stale delta over the retry's. ``commit`` is
+``-1`` after a commit without txid (the checkpoint spout's save) on a namespace that never
+committed one. On a cluster the namespace is wrapped in a hash tag, ``{ns}``, ``{ns}$prepare``,
+``{ns}$txid``, so the three keys share a slot and one script can touch them.
 
 Value envelope: every value in ``ns`` and ``ns$prepare`` is msgpack ``[1, <payload bytes>]``
 (present; the payload is the value serializer's output) or ``[0]`` (tombstone, the two bytes
@@ -164,21 +168,24 @@ return {redis.call('HGETALL', KEYS[2]), redis.call('HGETALL', KEYS[1])}
 
 # PREPARE. KEYS[1] = ns$prepare, KEYS[2] = ns$txid.
 # ARGV[1] = txid (decimal), ARGV[2] = '1' to replace a delta of the same txid, '0' to merge,
-# ARGV[3..] = field, envelope, field, envelope, ... (tombstones kept).
+# ARGV[3] = the rollbacks count the state saw (decimal),
+# ARGV[4..] = field, envelope, field, envelope, ... (tombstones kept).
 # Returns {0, previous prepare txid or ''} when prepared,
 #         {1, prepared txid, committed txid or ''} when another txid is prepared,
-#         {2, '', committed txid} when txid <= the committed txid.
+#         {2, '', committed txid} when txid <= the committed txid,
+#         {3, rollbacks} when the namespace was rolled back since the state saw ARGV[3].
 # A fresh prepare first drops any delta not owned by a prepare txid; the same txid again merges
 # (HSET over the old delta: newer wins) or, with ARGV[2] = '1' (a new task attempt superseding a
 # lost one), replaces it. Idempotent for the same arguments.
 _PREPARE = """
 local txid = tonumber(ARGV[1])
-local p = redis.call('HGET', KEYS[2], 'prepare')
-local c = redis.call('HGET', KEYS[2], 'commit')
+local t = redis.call('HMGET', KEYS[2], 'rollbacks', 'prepare', 'commit')
+local r, p, c = t[1] or '0', t[2], t[3]
+if r ~= ARGV[3] then return {3, r} end
 if p and tonumber(p) ~= txid then return {1, p, c or ''} end
 if c and txid <= tonumber(c) then return {2, p or '', c} end
 if not p or ARGV[2] == '1' then redis.call('DEL', KEYS[1]) end
-for i = 3, #ARGV, 1000 do
+for i = 4, #ARGV, 1000 do
   redis.call('HSET', KEYS[1], unpack(ARGV, i, math.min(i + 999, #ARGV)))
 end
 redis.call('HSET', KEYS[2], 'prepare', ARGV[1])
@@ -222,11 +229,13 @@ return redis.call('HGET', KEYS[2], 'commit')
 )
 
 # ROLLBACK. KEYS[1] = ns$prepare, KEYS[2] = ns$txid. No ARGV.
-# Drops the prepared delta and the prepare txid. Returns the committed txid or ''.
+# Drops the prepared delta and the prepare txid, and counts the rollback (the fence of PREPARE).
+# Returns {committed txid or '', rollbacks}.
 _ROLLBACK = """
 redis.call('DEL', KEYS[1])
 redis.call('HDEL', KEYS[2], 'prepare')
-return redis.call('HGET', KEYS[2], 'commit') or ''
+local r = redis.call('HINCRBY', KEYS[2], 'rollbacks', 1)
+return {redis.call('HGET', KEYS[2], 'commit') or '', r}
 """
 
 
@@ -409,6 +418,8 @@ class RedisKeyValueState(LayeredKeyValueState):
         self._prepared_txid: int | None = None
         # Set by supersede_prepared until the next prepare: that prepare replaces the stored delta.
         self._superseding = False
+        # The namespace's rollback count when this object last looked (the fence of prepare).
+        self._rollbacks = b"0"
         self._load()
 
     def __repr__(self) -> str:
@@ -441,6 +452,7 @@ class RedisKeyValueState(LayeredKeyValueState):
         fields = dict(zip(txids[::2], txids[1::2], strict=True))
         self._committed_txid = _txid(fields.get(b"commit"))
         self._prepared_txid = _txid(fields.get(b"prepare"))
+        self._rollbacks = fields.get(b"rollbacks", b"0")
         if self._prepared_txid is not None:
             ns = self.namespace
             self._prepared = {
@@ -533,15 +545,23 @@ class RedisKeyValueState(LayeredKeyValueState):
         """Move pending writes into the prepared delta of ``txid`` (one script call).
 
         Re-preparing the same txid adds the newer writes (newer wins). Preparing another txid
-        while one is prepared, or a txid at or below the committed one, raises
+        while one is prepared, a txid at or below the committed one, or anything after another
+        state object rolled the namespace back since this one was loaded, raises
         ``StateTransactionError`` and keeps the pending writes.
         """
         self._flush()
         mode = "1" if self._superseding else "0"
-        args: list[Any] = [str(int(txid)), mode, *_wire(self._pending)]
+        args: list[Any] = [str(int(txid)), mode, self._rollbacks, *_wire(self._pending)]
         with self._backend(f"prepare of txid {txid}"):
             reply = self._prepare_script(keys=[self.prepare_key, self.txid_key], args=args)
         code = int(reply[0])
+        if code == 3:
+            msg = (
+                f"state {self.namespace!r}: cannot prepare txid {txid}: the namespace was rolled "
+                f"back since this state was loaded (rollback count {int(self._rollbacks)} -> "
+                f"{int(reply[1])}); a task attempt that outlived its transaction must not write"
+            )
+            raise StateTransactionError(msg)
         if code == 1:
             self._prepared_txid, self._committed_txid = _txid(reply[1]), _txid(reply[2])
             msg = (
@@ -630,9 +650,13 @@ class RedisKeyValueState(LayeredKeyValueState):
             self._superseding = True
 
     def rollback(self) -> None:
-        """Drop pending writes, the prepared delta and the prepare txid (one script call)."""
+        """Drop pending writes, the prepared delta and the prepare txid; count the rollback.
+
+        One script call. States of this namespace loaded before it can no longer prepare.
+        """
         with self._backend("rollback"):
-            committed = self._rollback_script(keys=[self.prepare_key, self.txid_key])
+            committed, rollbacks = self._rollback_script(keys=[self.prepare_key, self.txid_key])
+        self._rollbacks = str(int(rollbacks)).encode()
         self._pending, self._fresh = {}, {}
         self._superseding = False
         self._prepared = {}

@@ -97,7 +97,9 @@ def test_exact_keys_through_storm_scenario(redis_db: Any) -> None:
 
     state.put("c", 3)
     state.rollback()
-    assert keys_of(r) == set(), "rollback leaves neither the delta nor a stale prepare txid"
+    # Neither the delta nor a stale prepare txid; the rollback is counted (the prepare fence).
+    assert keys_of(r) == {f"{ns}$txid"}
+    assert r.hgetall(f"{ns}$txid") == {b"rollbacks": b"1"}
 
     state.put("a", 1)
     state.put("b", 2)
@@ -105,25 +107,25 @@ def test_exact_keys_through_storm_scenario(redis_db: Any) -> None:
     state.commit(1)
     assert keys_of(r) == {ns, f"{ns}$txid"}
     assert r.hgetall(ns) == {k("a"): env(1), k("b"): env(2)}
-    assert r.hgetall(f"{ns}$txid") == {b"commit": b"1"}
+    assert r.hgetall(f"{ns}$txid") == {b"commit": b"1", b"rollbacks": b"1"}
 
     state.put("c", 3)
     state.delete("b")
     state.delete("c")
     state.prepare_commit(2)
     assert r.hgetall(f"{ns}$prepare") == {k("b"): TOMBSTONE, k("c"): TOMBSTONE}
-    assert r.hgetall(f"{ns}$txid") == {b"commit": b"1", b"prepare": b"2"}
+    assert r.hgetall(f"{ns}$txid") == {b"commit": b"1", b"prepare": b"2", b"rollbacks": b"1"}
     state.commit(2)
     assert keys_of(r) == {ns, f"{ns}$txid"}
     assert r.hgetall(ns) == {k("a"): env(1)}
-    assert r.hgetall(f"{ns}$txid") == {b"commit": b"2"}
+    assert r.hgetall(f"{ns}$txid") == {b"commit": b"2", b"rollbacks": b"1"}
 
     state.put("b", 2)
     state.prepare_commit(3)
     state.put("c", 3)
     state.rollback()
     assert keys_of(r) == {ns, f"{ns}$txid"}
-    assert r.hgetall(f"{ns}$txid") == {b"commit": b"2"}
+    assert r.hgetall(f"{ns}$txid") == {b"commit": b"2", b"rollbacks": b"2"}
     assert r.hgetall(ns) == {k("a"): env(1)}
 
 
@@ -307,7 +309,9 @@ def test_commandstats_agree(redis_db: Any) -> None:
     stats = admin.info("commandstats")
     assert stats["cmdstat_evalsha"]["calls"] == 2
     assert "cmdstat_eval" not in stats
-    assert "cmdstat_hget" not in stats or stats["cmdstat_hget"]["calls"] == 4  # script txid reads
+    # The scripts' reads of ns$txid: one HMGET in the prepare, two HGETs in the commit.
+    assert stats["cmdstat_hmget"]["calls"] == 1
+    assert stats["cmdstat_hget"]["calls"] == 2
 
 
 # --- atomicity -----------------------------------------------------------------------------

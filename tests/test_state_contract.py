@@ -499,6 +499,39 @@ def test_superseding_with_nothing_prepared(backend: Backend) -> None:
     assert dict(backend.state()) == {"a": 2}
 
 
+def test_a_state_older_than_a_rollback_cannot_prepare(backend: Backend) -> None:
+    # A task attempt of PREPARE(2) outlives its failed job: the driver rolls txid 2 back and
+    # retries it, and only then does the old attempt try to land its delta.
+    committed = backend.state()
+    committed.put("a", 1)
+    committed.prepare_commit(1)
+    committed.commit(1)
+    zombie = backend.state()
+    zombie.put("a", 100)
+    backend.state().rollback()  # the ROLLBACK(2) job
+    retry = backend.state()
+    retry.supersede_prepared(2)
+    retry.put("a", 2)
+    retry.prepare_commit(2)
+    with pytest.raises(StateTransactionError, match="rolled back since this state was loaded"):
+        zombie.prepare_commit(2)
+    assert zombie.get("a") == 100  # a refused prepare keeps the pending writes
+    backend.state().commit(2)
+    assert dict(backend.state()) == {"a": 2}
+
+
+def test_a_states_own_rollbacks_do_not_fence_it(backend: Backend) -> None:
+    state = backend.state()
+    for txid in (1, 1, 1):
+        state.put("a", txid)
+        state.prepare_commit(txid)
+        state.rollback()
+    state.put("a", 5)
+    state.prepare_commit(1)
+    state.commit(1)
+    assert dict(backend.state()) == {"a": 5}
+
+
 def test_namespaces_are_independent(backend: Backend) -> None:
     mine = backend.state()
     other_ns = backend.namespace.replace("counter-0", "counter-1")
