@@ -62,9 +62,10 @@ library; copy it and swap SQL for your store's calls.
    - ``new_state`` of a namespace returns its committed data plus any prepared delta, so a
      restarted task can roll back or commit what the previous one prepared.
    - ``supersede_prepared(t)`` (optional; the default is ``rollback()``) is called on a fresh
-     state before a PREPARE(t) job feeds it: if the stored delta is that of ``t``, reads then
-     skip it, and the next ``prepare_commit(t)`` replaces it instead of merging into it, in the
-     same atomic step as writing the new delta. Without it, a Spark retry of a task whose
+     state before a PREPARE(t) job feeds it: unless a delta of another txid is stored, reads
+     then skip the stored delta, and the next ``prepare_commit(t)`` replaces whatever delta of
+     ``t`` is stored by then (another attempt may prepare meanwhile) instead of merging into it,
+     in the same atomic step as writing the new delta. Without it, a Spark retry of a task whose
      first attempt had prepared would count that attempt's writes twice.
    - Store failures raise ``StateBackendError`` (chained with ``raise ... from``) naming where
      the store is and the namespace; bad config raises ``ProviderConfigError`` naming the field.
@@ -467,7 +468,8 @@ class SqliteKeyValueState(KeyValueState):
 
     def supersede_prepared(self, txid: int) -> None:
         """Skip a stored delta of ``txid``; the next prepare replaces it in its own transaction."""
-        if self.prepared_txid == txid:
+        # Also with nothing prepared now: a concurrent attempt may prepare meanwhile.
+        if self.prepared_txid in (None, txid):
             self._superseding = True
 
     def commit(self, txid: int | None = None) -> None:

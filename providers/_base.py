@@ -56,11 +56,12 @@ class State(ABC):
         retry, starting from that delta instead of the committed image, would apply the
         transaction twice.
 
-        Call it before the object's first write. If the stored delta is that of ``txid``, then
-        afterwards reads through this object see the committed image only, and its next
+        Call it before the object's first write. Unless a delta of another txid is stored (it
+        is left alone, and preparing ``txid`` over it still raises ``StateTransactionError``),
+        reads through this object then see the committed image only, and its next
         ``prepare_commit(txid)`` leaves exactly this object's writes prepared, replacing, not
-        merging into, the stored delta. A delta of another txid is left alone (preparing
-        ``txid`` over it still raises ``StateTransactionError``).
+        merging into, any delta stored for ``txid`` by then (another attempt may prepare
+        meanwhile).
 
         The default is ``rollback()``, which drops any stored delta at once. That is right when
         a task has one attempt at a time. Spark may run two attempts of a task at once (a

@@ -645,7 +645,8 @@ class RedisKeyValueState(LayeredKeyValueState):
         Nothing is sent now: the old delta goes in the same script call as the new one, so an
         attempt killed in between leaves the other attempt's delta in place.
         """
-        if self._prepared_txid == int(txid):
+        # Also with nothing prepared at load: a concurrent attempt may prepare meanwhile.
+        if self._prepared_txid in (None, int(txid)):
             self._prepared = {}
             self._superseding = True
 

@@ -485,6 +485,23 @@ def test_superseding_a_txid_that_is_not_prepared_changes_nothing(backend: Backen
     assert dict(backend.state()) == {"a": 1, "c": 3}
 
 
+@pytest.mark.parametrize("backend", SHARED_STORES, indirect=True)
+def test_an_attempt_that_prepares_meanwhile_is_replaced_not_merged(backend: Backend) -> None:
+    committed = backend.state()
+    committed.put("a", 1)
+    committed.prepare_commit(1)
+    committed.commit(1)
+    late = backend.state()  # loaded while nothing is prepared
+    late.supersede_prepared(2)
+    early = backend.state()
+    early.put("a", 2)
+    early.put("only-early", 1)
+    early.prepare_commit(2)
+    late.put("a", 2)
+    late.prepare_commit(2)
+    assert dict(backend.state()) == {"a": 2}  # exactly the last attempt's writes
+
+
 def test_superseding_with_nothing_prepared(backend: Backend) -> None:
     state = backend.state()
     state.put("a", 1)
