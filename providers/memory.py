@@ -285,18 +285,19 @@ class InMemoryKeyValueState(LayeredKeyValueState):
         In a task the image is that task's own copy, and its changes reach the driver only if
         the whole transaction succeeds, so dropping the delta at once is safe here.
         """
-        image = self._image
-        if image.prepared_txid == txid:
-            image.do_rollback()
-            image.record(["rollback"])
-            self._rollbacks = image.rollbacks
+        if self._image.prepared_txid == txid:
+            self._drop_prepared()
 
     def rollback(self) -> None:
         """Drop pending writes and the prepared delta."""
         self._pending, self._fresh = {}, {}
-        self._image.do_rollback()
-        self._image.record(["rollback"])
-        self._rollbacks = self._image.rollbacks
+        self._drop_prepared()
+
+    def _drop_prepared(self) -> None:
+        image = self._image
+        image.do_rollback()
+        image.record(["rollback"])
+        self._rollbacks = image.rollbacks  # its own rollback: this state stays current
 
 
 class InMemoryKeyValueStateProvider(DriverOwnedStateProvider):

@@ -75,7 +75,7 @@ def test_an_attempt_lost_after_its_state_prepared_does_not_count_twice(
     handle = cluster.submit_topology(name, conf, logged_wordcount(300, 2, str(log)))
     handle.await_idle(TIMEOUT)
     assert handle.read_state("count") == dict(expected_counts(300))
-    prepares = collections.Counter(log.read_text().split("\n")[:-1])
+    prepares = collections.Counter(log.read_text().splitlines())
     prepared = [t for t in handle.metrics()["transactions"] if t["action"] == "PREPARE"]
     assert len(prepared) >= 3, prepared  # several transactions, each with a lost attempt
     # Each task prepared each transaction twice: the lost attempt, then Spark's retry.

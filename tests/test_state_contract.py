@@ -390,6 +390,14 @@ def test_iteration_pages_through_many_committed_keys(backend: Backend) -> None:
     assert dict(items) == {f"k{i}": i for i in range(1, 250, 2)}
 
 
+def _committed(backend: Backend) -> None:
+    """Commit ``{"a": 1}`` at txid 1."""
+    state = backend.state()
+    state.put("a", 1)
+    state.prepare_commit(1)
+    state.commit(1)
+
+
 def _committed_and_prepared(backend: Backend) -> Any:
     state = backend.state()
     state.put("a", 1)
@@ -487,10 +495,7 @@ def test_superseding_a_txid_that_is_not_prepared_changes_nothing(backend: Backen
 
 @pytest.mark.parametrize("backend", SHARED_STORES, indirect=True)
 def test_an_attempt_that_prepares_meanwhile_is_replaced_not_merged(backend: Backend) -> None:
-    committed = backend.state()
-    committed.put("a", 1)
-    committed.prepare_commit(1)
-    committed.commit(1)
+    _committed(backend)
     late = backend.state()  # loaded while nothing is prepared
     late.supersede_prepared(2)
     early = backend.state()
@@ -503,10 +508,7 @@ def test_an_attempt_that_prepares_meanwhile_is_replaced_not_merged(backend: Back
 
 
 def test_superseding_with_nothing_prepared(backend: Backend) -> None:
-    state = backend.state()
-    state.put("a", 1)
-    state.prepare_commit(1)
-    state.commit(1)
+    _committed(backend)
     fresh = backend.state()
     fresh.supersede_prepared(2)
     assert dict(fresh) == {"a": 1}
@@ -519,10 +521,7 @@ def test_superseding_with_nothing_prepared(backend: Backend) -> None:
 def test_a_state_older_than_a_rollback_cannot_prepare(backend: Backend) -> None:
     # A task attempt of PREPARE(2) outlives its failed job: the driver rolls txid 2 back and
     # retries it, and only then does the old attempt try to land its delta.
-    committed = backend.state()
-    committed.put("a", 1)
-    committed.prepare_commit(1)
-    committed.commit(1)
+    _committed(backend)
     zombie = backend.state()
     zombie.put("a", 100)
     backend.state().rollback()  # the ROLLBACK(2) job
