@@ -8,12 +8,12 @@ from collections.abc import Mapping
 from typing import Any
 
 from checkpoint._state import Action
-from statefulbolts._collectors import OutputCollector
-from statefulbolts._components import Bolt, OutputFieldsDeclarer
-from statefulbolts._context import TopologyContext
-from statefulbolts._topology import CHECKPOINT_FIELDS, CHECKPOINT_STREAM_ID
-from statefulbolts._tuple import Tuple
+from statefulbolts.collectors import OutputCollector
+from statefulbolts.components import Bolt, OutputFieldsDeclarer
+from statefulbolts.context import TopologyContext
 from statefulbolts.errors import CheckpointError
+from statefulbolts.topology import CHECKPOINT_FIELDS, CHECKPOINT_STREAM_ID
+from statefulbolts.tuples import Tuple
 
 log = logging.getLogger(__name__)
 

@@ -5,10 +5,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from statefulbolts._collectors import Anchors, OutputCollector
-from statefulbolts._context import TopologyContext
-from statefulbolts._tuple import DEFAULT_STREAM, Tuple
+from statefulbolts.collectors import Anchors, OutputCollector
+from statefulbolts.context import TopologyContext
 from statefulbolts.errors import UnanchoredEmitError
+from statefulbolts.tuples import DEFAULT_STREAM, Tuple
 
 
 class AnchoringOutputCollector(OutputCollector):
@@ -22,7 +22,7 @@ class AnchoringOutputCollector(OutputCollector):
         self._delegate = delegate
         self._context = context
         # Anchored emits, acks and fails pass through unchanged: callers that always anchor
-        # may go straight to the delegate (see ``statefulbolts._collectors.anchored_target``).
+        # may go straight to the delegate (see ``statefulbolts.collectors.anchored_target``).
         self.anchored_target: OutputCollector | None = delegate
 
     def emit(

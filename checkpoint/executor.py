@@ -9,11 +9,11 @@ from checkpoint._base import BaseStatefulBoltExecutor
 from checkpoint._collectors import AckTrackingOutputCollector
 from checkpoint._state import Action
 from providers import KeyValueState, StateFactory
-from statefulbolts._collectors import OutputCollector
-from statefulbolts._components import StatefulBolt
-from statefulbolts._context import TopologyContext
-from statefulbolts._tuple import Tuple
+from statefulbolts.collectors import OutputCollector
+from statefulbolts.components import StatefulBolt
+from statefulbolts.context import TopologyContext
 from statefulbolts.errors import CheckpointError
+from statefulbolts.tuples import Tuple
 
 
 class StatefulBoltExecutor(BaseStatefulBoltExecutor):

@@ -8,9 +8,9 @@ from typing import Any
 from checkpoint._base import BaseStatefulBoltExecutor
 from checkpoint._collectors import AnchoringOutputCollector
 from checkpoint._state import Action
-from statefulbolts._collectors import OutputCollector
-from statefulbolts._context import TopologyContext
-from statefulbolts._tuple import Tuple
+from statefulbolts.collectors import OutputCollector
+from statefulbolts.context import TopologyContext
+from statefulbolts.tuples import Tuple
 
 
 class CheckpointTupleForwarder(BaseStatefulBoltExecutor):

@@ -19,11 +19,11 @@ from typing import Any
 
 from checkpoint._state import Action, CheckPointState, TxPhase
 from providers import KeyValueState, StateFactory
-from statefulbolts._clock import Clock
-from statefulbolts._collectors import SpoutOutputCollector
-from statefulbolts._components import OutputFieldsDeclarer, Spout
-from statefulbolts._context import TopologyContext
-from statefulbolts._topology import CHECKPOINT_FIELDS, CHECKPOINT_STREAM_ID
+from statefulbolts.clock import Clock
+from statefulbolts.collectors import SpoutOutputCollector
+from statefulbolts.components import OutputFieldsDeclarer, Spout
+from statefulbolts.context import TopologyContext
+from statefulbolts.topology import CHECKPOINT_FIELDS, CHECKPOINT_STREAM_ID
 
 log = logging.getLogger(__name__)
 

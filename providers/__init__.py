@@ -7,15 +7,6 @@ from providers._base import (
     StateProvider,
     merge_layers,
 )
-from providers._errors import (
-    ProviderConfigError,
-    ProviderError,
-    ProviderNotFoundError,
-    StateBackendError,
-    StatefulBoltsError,
-    StateSerializationError,
-    StateTransactionError,
-)
 from providers._factory import (
     DEFAULT_PROVIDER,
     STATE_PROVIDER_CONFIG_KEY,
@@ -28,6 +19,15 @@ from providers._factory import (
     provider_name,
 )
 from providers._serializers import MsgpackSerializer, Serializer, encode_value
+from providers.errors import (
+    ProviderConfigError,
+    ProviderError,
+    ProviderNotFoundError,
+    StateBackendError,
+    StatefulBoltsError,
+    StateSerializationError,
+    StateTransactionError,
+)
 from providers.memory import InMemoryKeyValueState, InMemoryKeyValueStateProvider
 
 __all__ = [

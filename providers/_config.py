@@ -45,9 +45,9 @@ from pydantic import (
     model_validator,
 )
 
-from providers._errors import ProviderConfigError
 from providers._factory import STATE_PROVIDER_CONFIG_KEY, load_object
 from providers._serializers import MsgpackSerializer, Serializer
+from providers.errors import ProviderConfigError
 
 __all__ = [
     "DEFAULT_HOST",

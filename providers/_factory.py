@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from providers._base import State, StateProvider
-from providers._errors import ProviderNotFoundError
+from providers.errors import ProviderNotFoundError
 
 STATE_PROVIDER_KEY = "topology.state.provider"
 STATE_PROVIDER_CONFIG_KEY = "topology.state.provider.config"

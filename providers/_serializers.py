@@ -13,7 +13,7 @@ from typing import Any, Protocol, runtime_checkable
 
 import msgpack
 
-from providers._errors import StateSerializationError
+from providers.errors import StateSerializationError
 
 
 @runtime_checkable

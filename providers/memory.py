@@ -23,8 +23,8 @@ import msgpack
 
 from providers._base import DriverOwnedStateProvider, merge_layers
 from providers._config import parse_provider_config, resolve_serializers
-from providers._errors import StateSerializationError, StateTransactionError
 from providers._layered import LayeredKeyValueState
+from providers.errors import StateSerializationError, StateTransactionError
 
 __all__ = ["InMemoryKeyValueState", "InMemoryKeyValueStateProvider"]
 

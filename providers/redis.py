@@ -53,14 +53,14 @@ import msgpack
 from providers._base import StateProvider
 from providers._config import RedisClusterEndpoint, RedisEndpoint, parse_provider_config
 from providers._config import resolve_serializers as _resolve_serializers
-from providers._errors import (
+from providers._layered import LayeredKeyValueState
+from providers._serializers import Serializer
+from providers.errors import (
     ProviderConfigError,
     StateBackendError,
     StateSerializationError,
     StateTransactionError,
 )
-from providers._layered import LayeredKeyValueState
-from providers._serializers import Serializer
 
 try:
     import redis as redis_py

@@ -22,7 +22,7 @@ from typing import Any
 
 from checkpoint import TX_STATE_KEY, CheckPointState, TxPhase
 from providers import KeyValueState, StateFactory, provider_name
-from statefulbolts._topology import CHECKPOINT_COMPONENT_ID, StormTopology
+from statefulbolts.topology import CHECKPOINT_COMPONENT_ID, StormTopology
 
 __all__ = [
     "CheckpointStatus",

@@ -12,27 +12,17 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from statefulbolts._clock import Clock, ManualClock
-from statefulbolts._collectors import BasicOutputCollector, OutputCollector, SpoutOutputCollector
-from statefulbolts._components import (
+from statefulbolts._config import Config, TopologyConfig, validate_config
+from statefulbolts.clock import Clock, ManualClock
+from statefulbolts.collectors import BasicOutputCollector, OutputCollector, SpoutOutputCollector
+from statefulbolts.components import (
     BasicBolt,
     Bolt,
     OutputFieldsDeclarer,
     Spout,
     StatefulBolt,
 )
-from statefulbolts._config import Config, TopologyConfig, validate_config
-from statefulbolts._context import TopologyContext
-from statefulbolts._topology import (
-    CHECKPOINT_COMPONENT_ID,
-    CHECKPOINT_STREAM_ID,
-    GlobalStreamId,
-    Grouping,
-    GroupingKind,
-    StormTopology,
-    TopologyBuilder,
-)
-from statefulbolts._tuple import Fields, Tuple, Values
+from statefulbolts.context import TopologyContext
 from statefulbolts.errors import (
     ConfigError,
     FailedException,
@@ -41,6 +31,16 @@ from statefulbolts.errors import (
     TopologyError,
     TopologyFailedError,
 )
+from statefulbolts.topology import (
+    CHECKPOINT_COMPONENT_ID,
+    CHECKPOINT_STREAM_ID,
+    GlobalStreamId,
+    Grouping,
+    GroupingKind,
+    StormTopology,
+    TopologyBuilder,
+)
+from statefulbolts.tuples import Fields, Tuple, Values
 
 if TYPE_CHECKING:
     from statefulbolts.runtime import LocalCluster, TopologyHandle

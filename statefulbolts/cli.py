@@ -32,13 +32,13 @@ from typing import Any
 
 from recovery.supervisor import BAD_INPUT_EXIT_CODE, TIMEOUT_EXIT_CODE
 from statefulbolts._config import Config, load_config_file
-from statefulbolts._topology import StormTopology, TopologyBuilder
 from statefulbolts.errors import (
     StateBackendError,
     StatefulBoltsError,
     TopologyError,
     TopologyFailedError,
 )
+from statefulbolts.topology import StormTopology, TopologyBuilder
 
 FAILED_EXIT_CODE = 1
 

@@ -2,8 +2,8 @@
 
 ::
 
-    StatefulBoltsError                          (providers._errors)
-    ├── ProviderError ...                       state and providers (see providers._errors)
+    StatefulBoltsError                          (providers.errors)
+    ├── ProviderError ...                       state and providers (see providers.errors)
     ├── ConfigError (ValueError)                a config key with a wrong type or value
     ├── TopologyError (ValueError)              wiring: unknown component or stream, cycle, ...
     ├── FieldNotFoundError (KeyError)           a tuple has no such field
@@ -17,7 +17,7 @@
 
 from __future__ import annotations
 
-from providers._errors import (
+from providers.errors import (
     ProviderConfigError,
     ProviderError,
     ProviderNotFoundError,

@@ -54,11 +54,11 @@ import time
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from statefulbolts._collectors import SpoutOutputCollector
-from statefulbolts._components import OutputFieldsDeclarer, Spout
-from statefulbolts._context import TopologyContext
-from statefulbolts._tuple import Fields
+from statefulbolts.collectors import SpoutOutputCollector
+from statefulbolts.components import OutputFieldsDeclarer, Spout
+from statefulbolts.context import TopologyContext
 from statefulbolts.errors import ConfigError
+from statefulbolts.tuples import Fields
 
 __all__ = [
     "GROUP_KEY",

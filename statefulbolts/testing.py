@@ -9,7 +9,7 @@ tuple from every input task), so the exact protocol sequence can be asserted.
 Example:
     >>> from examples.wordcount import SplitSentence
     >>> from statefulbolts import BasicBolt
-    >>> from statefulbolts._components import BasicBoltExecutor
+    >>> from statefulbolts.components import BasicBoltExecutor
     >>> bolt = BasicBoltExecutor(SplitSentence())
     >>> out = RecordingCollector()
     >>> bolt.prepare({}, make_context("split"), out)
@@ -25,18 +25,18 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from providers import KeyValueState
-from statefulbolts._clock import ManualClock
-from statefulbolts._collectors import Anchors, OutputCollector, SpoutOutputCollector, anchor_list
-from statefulbolts._components import Bolt, OutputFieldsDeclarer, Spout, StatefulBolt
-from statefulbolts._context import TopologyContext
-from statefulbolts._topology import (
+from statefulbolts.clock import ManualClock
+from statefulbolts.collectors import Anchors, OutputCollector, SpoutOutputCollector, anchor_list
+from statefulbolts.components import Bolt, OutputFieldsDeclarer, Spout, StatefulBolt
+from statefulbolts.context import TopologyContext
+from statefulbolts.topology import (
     CHECKPOINT_COMPONENT_ID,
     CHECKPOINT_FIELDS,
     CHECKPOINT_STREAM_ID,
     StormTopology,
     TopologyBuilder,
 )
-from statefulbolts._tuple import DEFAULT_STREAM, Fields, Tuple
+from statefulbolts.tuples import DEFAULT_STREAM, Fields, Tuple
 
 __all__ = [
     "Emitted",
@@ -404,7 +404,7 @@ def drive(executor: Bolt, context: TopologyContext, steps: Iterable[Any]) -> Non
     Example:
         >>> from checkpoint import CheckpointTupleForwarder
         >>> from examples.wordcount import SplitSentence
-        >>> from statefulbolts._components import BasicBoltExecutor
+        >>> from statefulbolts.components import BasicBoltExecutor
         >>> forwarder = CheckpointTupleForwarder(BasicBoltExecutor(SplitSentence()))
         >>> context = make_context("split", stateful=False, checkpointed=True)
         >>> out = RecordingCollector()

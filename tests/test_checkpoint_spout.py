@@ -9,8 +9,8 @@ import pytest
 from checkpoint import TX_STATE_KEY, CheckpointSpout, CheckPointState, TxPhase
 from providers import InMemoryKeyValueState, InMemoryKeyValueStateProvider
 from statefulbolts import CHECKPOINT_COMPONENT_ID, CHECKPOINT_STREAM_ID, Fields
-from statefulbolts._components import OutputFieldsDeclarer
-from statefulbolts._context import TopologyContext
+from statefulbolts.components import OutputFieldsDeclarer
+from statefulbolts.context import TopologyContext
 from statefulbolts.errors import CheckpointError
 from statefulbolts.testing import ManualClock, RecordingSpoutCollector, make_context
 

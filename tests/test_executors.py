@@ -23,8 +23,8 @@ from statefulbolts import (
     Spout,
     TopologyBuilder,
 )
-from statefulbolts._components import BasicBoltExecutor, OutputFieldsDeclarer
-from statefulbolts._context import TopologyContext
+from statefulbolts.components import BasicBoltExecutor, OutputFieldsDeclarer
+from statefulbolts.context import TopologyContext
 from statefulbolts.errors import UnanchoredEmitError
 from statefulbolts.testing import (
     RecordingCollector,

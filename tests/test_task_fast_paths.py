@@ -16,7 +16,7 @@ from statefulbolts import (
     TopologyBuilder,
     Tuple,
 )
-from statefulbolts._collectors import BasicOutputCollector, anchored_target
+from statefulbolts.collectors import BasicOutputCollector, anchored_target
 from statefulbolts.errors import TopologyError, UnanchoredEmitError
 from statefulbolts.runtime._plan import ACKS, FAILS, TUPLE, ExecutionPlan, Router
 from statefulbolts.runtime._task import TaskCollector, TaskEnv, run_slot
@@ -231,7 +231,7 @@ def test_task_basic_collector_gives_the_batches_and_counts_of_the_general_path()
 
 
 def test_a_basic_bolt_on_a_task_emits_through_the_task_basic_collector():
-    from statefulbolts._components import BasicBoltExecutor
+    from statefulbolts.components import BasicBoltExecutor
 
     plan = split_plan()
     collector = TaskCollector(plan, plan.index["split"], 0, 0, 3, "split")

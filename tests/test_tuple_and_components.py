@@ -19,7 +19,7 @@ from statefulbolts import (
     Tuple,
     Values,
 )
-from statefulbolts._components import BasicBoltExecutor
+from statefulbolts.components import BasicBoltExecutor
 from statefulbolts.errors import FieldNotFoundError
 from statefulbolts.testing import RecordingCollector, make_context, make_tuple
 

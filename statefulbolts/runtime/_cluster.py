@@ -6,12 +6,12 @@ import logging
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from statefulbolts._clock import Clock
 from statefulbolts._config import validate_config
-from statefulbolts._topology import StormTopology
+from statefulbolts.clock import Clock
 from statefulbolts.errors import TopologyError
 from statefulbolts.runtime._driver import TopologyRunner, TransactionInfo
 from statefulbolts.runtime._spark import build_session
+from statefulbolts.topology import StormTopology
 
 log = logging.getLogger(__name__)
 

@@ -44,17 +44,11 @@ from providers import (
     get_provider,
 )
 from recovery.faults import FaultPlan, KillPoint
-from statefulbolts._clock import Clock
-from statefulbolts._collectors import SpoutOutputCollector
 from statefulbolts._config import TopologyConfig, validate_config
-from statefulbolts._context import TopologyContext
-from statefulbolts._topology import (
-    CHECKPOINT_COMPONENT_ID,
-    CHECKPOINT_STREAM_ID,
-    StormTopology,
-)
-from statefulbolts._tuple import DEFAULT_STREAM
 from statefulbolts.acker import RotatingMap
+from statefulbolts.clock import Clock
+from statefulbolts.collectors import SpoutOutputCollector
+from statefulbolts.context import TopologyContext
 from statefulbolts.errors import TopologyError, TopologyFailedError
 from statefulbolts.runtime._job import run_flat_job, run_job
 from statefulbolts.runtime._plan import (
@@ -67,6 +61,12 @@ from statefulbolts.runtime._plan import (
     id_column,
 )
 from statefulbolts.runtime._task import TASK_ERROR_MARK, TaskEnv
+from statefulbolts.topology import (
+    CHECKPOINT_COMPONENT_ID,
+    CHECKPOINT_STREAM_ID,
+    StormTopology,
+)
+from statefulbolts.tuples import DEFAULT_STREAM
 
 log = logging.getLogger(__name__)
 

@@ -21,14 +21,14 @@ from typing import Any
 
 import msgpack
 
-from statefulbolts._topology import (
+from statefulbolts.topology import (
     CHECKPOINT_STREAM_ID,
     ExecutorKind,
     GlobalStreamId,
     GroupingKind,
     StormTopology,
 )
-from statefulbolts._tuple import Fields
+from statefulbolts.tuples import Fields
 
 # Record kinds. Tuples travel in batches, one per (source task, stream, destination task):
 #   (TUPLE, dest_comp, dest_task, src_comp, src_task, stream, values, roots, more)

@@ -20,11 +20,10 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from statefulbolts._collectors import Anchors, BasicOutputCollector, OutputCollector
-from statefulbolts._context import TopologyContext
-from statefulbolts._topology import ExecutorKind, StormTopology
-from statefulbolts._tuple import DEFAULT_STREAM, Tuple
 from statefulbolts.acker import DeliveryLedger, id_base
+from statefulbolts.collectors import Anchors, BasicOutputCollector, OutputCollector
+from statefulbolts.components import BasicBolt, BasicBoltExecutor
+from statefulbolts.context import TopologyContext
 from statefulbolts.errors import TaskFailedError, TopologyError
 from statefulbolts.runtime._plan import (
     ACKS,
@@ -38,6 +37,8 @@ from statefulbolts.runtime._plan import (
     id_column,
     stable_hash,
 )
+from statefulbolts.topology import ExecutorKind, StormTopology
+from statefulbolts.tuples import DEFAULT_STREAM, Tuple
 
 TASK_ERROR_MARK = "[statefulbolts-task"
 
@@ -349,6 +350,8 @@ def _make_bolt(env: TaskEnv, topology: StormTopology, comp: int) -> Any:
 
     plan = env.plan
     obj = topology.component(plan.component_ids[comp]).obj
+    if isinstance(obj, BasicBolt):
+        obj = BasicBoltExecutor(obj)
     kind = plan.executor[comp]
     if kind is ExecutorKind.STATEFUL:
         return StatefulBoltExecutor(obj)

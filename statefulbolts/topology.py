@@ -6,6 +6,10 @@ undeclared field, cycles, a stateful bolt with no input). When at least one stat
 ``create_topology`` adds ``$checkpointspout`` (parallelism 1) and wires the ``$checkpoint`` stream
 with all grouping from every distinct source of every bolt, as Storm does; stateful bolts are marked
 to run under ``StatefulBoltExecutor`` and every other bolt under ``CheckpointTupleForwarder``.
+
+The description keeps each component's object exactly as the user gave it (a ``BasicBolt`` stays
+a ``BasicBolt``): the runtime builds the adapters a task runs (``BasicBoltExecutor``, the
+checkpoint executors) when it makes the task.
 """
 
 from __future__ import annotations
@@ -16,59 +20,24 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from statefulbolts._components import (
+from statefulbolts.components import (
     BasicBolt,
-    BasicBoltExecutor,
     Bolt,
     OutputFieldsDeclarer,
     Spout,
     StatefulBolt,
 )
-from statefulbolts._tuple import DEFAULT_STREAM, Fields
 from statefulbolts.errors import TopologyError
+from statefulbolts.streams import GlobalStreamId, Grouping, GroupingKind, InputSpec
+from statefulbolts.tuples import DEFAULT_STREAM, Fields
 
 CHECKPOINT_STREAM_ID = "$checkpoint"
 CHECKPOINT_COMPONENT_ID = "$checkpointspout"
 CHECKPOINT_FIELDS = Fields("txid", "action")
 
 
-class GroupingKind(enum.Enum):
-    """How an input stream's tuples are spread over the consuming bolt's tasks."""
-
-    SHUFFLE = "shuffle"
-    FIELDS = "fields"
-    ALL = "all"
-    GLOBAL = "global"
-    NONE = "none"
-    LOCAL_OR_SHUFFLE = "local_or_shuffle"
-
-
-@dataclass(frozen=True)
-class GlobalStreamId:
-    """A stream of a component."""
-
-    component_id: str
-    stream_id: str = DEFAULT_STREAM
-
-
-@dataclass(frozen=True)
-class Grouping:
-    """A grouping and, for fields grouping, the fields."""
-
-    kind: GroupingKind
-    fields: tuple[str, ...] = ()
-
-
-@dataclass(frozen=True)
-class InputSpec:
-    """One input of a bolt."""
-
-    source: GlobalStreamId
-    grouping: Grouping
-
-
 class ExecutorKind(enum.Enum):
-    """What the runtime wraps a bolt in."""
+    """How the checkpoint protocol runs a bolt (the runtime builds the executor per task)."""
 
     PLAIN = "plain"  # no stateful bolt in the topology
     FORWARDER = "forwarder"  # CheckpointTupleForwarder
@@ -94,12 +63,15 @@ class ComponentSpec:
         return self.executor is ExecutorKind.STATEFUL
 
     @property
-    def user_class(self) -> str:
-        """``module.qualname`` of the user's class (for error messages)."""
-        obj = self.obj.bolt if isinstance(self.obj, BasicBoltExecutor) else self.obj
-        if obj is None:
-            return "checkpoint.CheckpointSpout"
-        cls = type(obj)
+    def user_class(self) -> str | None:
+        """``module.qualname`` of the user's class (for error messages).
+
+        ``None`` for a component the framework adds (``$checkpointspout``): it has no user object,
+        the protocol that runs it makes its own.
+        """
+        if self.obj is None:
+            return None
+        cls = type(self.obj)
         return f"{cls.__module__}.{cls.__qualname__}"
 
 
@@ -306,11 +278,7 @@ class TopologyBuilder:
     ) -> _Declarer:
         """Add a bolt (``Bolt``, ``BasicBolt`` or ``StatefulBolt``) with ``parallelism`` tasks."""
         _check_id(component_id, self._objects)
-        if isinstance(bolt, BasicBolt):
-            wrapped: Bolt = BasicBoltExecutor(bolt)
-        elif isinstance(bolt, Bolt):
-            wrapped = bolt
-        else:
+        if not isinstance(bolt, BasicBolt | Bolt):
             kind = f"{type(bolt).__module__}.{type(bolt).__qualname__}"
             msg = (
                 f"bolt {component_id!r}: expected a statefulbolts.Bolt, BasicBolt or "
@@ -318,7 +286,7 @@ class TopologyBuilder:
             )
             raise TopologyError(msg)
         self._parallelism[component_id] = _check_parallelism(component_id, parallelism)
-        self._objects[component_id] = wrapped
+        self._objects[component_id] = bolt
         self._inputs[component_id] = []
         self._conf[component_id] = {}
         return _Declarer(self, component_id)

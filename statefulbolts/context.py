@@ -2,12 +2,35 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Mapping
+from typing import Protocol
 
-from statefulbolts._tuple import Fields
+from statefulbolts.streams import GlobalStreamId, Grouping, InputSpec
+from statefulbolts.tuples import Fields
 
-if TYPE_CHECKING:
-    from statefulbolts._topology import GlobalStreamId, Grouping, StormTopology
+
+class ComponentView(Protocol):
+    """What a context reads of one component of the topology."""
+
+    @property
+    def outputs(self) -> Mapping[str, Fields]:
+        """Declared streams and their fields."""
+
+
+class TopologyView(Protocol):
+    """What a context reads of the topology (``StormTopology`` is one)."""
+
+    def task_ids(self, component_id: str) -> tuple[int, ...]:
+        """Global task ids of a component."""
+
+    def component_of_task(self, task_id: int) -> str:
+        """The component running a global task id."""
+
+    def inputs(self, component_id: str) -> tuple[InputSpec, ...]:
+        """A bolt's inputs."""
+
+    def component(self, component_id: str) -> ComponentView:
+        """One component."""
 
 
 class TopologyContext:
@@ -21,7 +44,7 @@ class TopologyContext:
     """
 
     def __init__(
-        self, topology: StormTopology, topology_name: str, component_id: str, task_index: int
+        self, topology: TopologyView, topology_name: str, component_id: str, task_index: int
     ) -> None:
         self.topology = topology
         self.topology_name = topology_name

@@ -6,7 +6,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from typing import Any
 
-from statefulbolts._tuple import DEFAULT_STREAM, Tuple
+from statefulbolts.tuples import DEFAULT_STREAM, Tuple
 
 Anchors = Tuple | Sequence[Tuple] | None
 

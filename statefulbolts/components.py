@@ -6,18 +6,18 @@ from abc import ABC, abstractmethod
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from statefulbolts._collectors import (
+from statefulbolts.collectors import (
     BasicOutputCollector,
     OutputCollector,
     SpoutOutputCollector,
     anchored_target,
 )
-from statefulbolts._tuple import DEFAULT_STREAM, Fields, Tuple
 from statefulbolts.errors import FailedException, ReportedFailedException
+from statefulbolts.tuples import DEFAULT_STREAM, Fields, Tuple
 
 if TYPE_CHECKING:
     from providers import KeyValueState
-    from statefulbolts._context import TopologyContext
+    from statefulbolts.context import TopologyContext
 
 __all__ = [
     "BasicBolt",
