@@ -6,6 +6,7 @@ from checkpoint._state import Action, CheckPointState, TxPhase
 from checkpoint.executor import StatefulBoltExecutor
 from checkpoint.forwarder import CheckpointTupleForwarder
 from checkpoint.spout import TX_STATE_KEY, CheckpointSpout
+from checkpoint.task import CheckpointTask, CheckpointTaskProgram, TaskHooks
 
 __all__ = [
     "TX_STATE_KEY",
@@ -15,7 +16,10 @@ __all__ = [
     "BaseStatefulBoltExecutor",
     "CheckPointState",
     "CheckpointSpout",
+    "CheckpointTask",
+    "CheckpointTaskProgram",
     "CheckpointTupleForwarder",
     "StatefulBoltExecutor",
+    "TaskHooks",
     "TxPhase",
 ]

@@ -1,7 +1,21 @@
-"""``CheckPointState`` and ``Action``: the checkpoint spout's state machine as two tables.
+"""``CheckPointState`` and ``Action``: the checkpoint spout's state machine as tables.
 
 ``next_state`` and ``next_action`` are lookups in ``_NEXT_STATE`` / ``_NEXT_ACTION``, keyed by
-(phase, recovering). The tables are Storm's (STORM-PROTOCOL 1.2).
+(phase, recovering). The tables are Storm's (STORM-PROTOCOL 1.2). ``_EFFECTS`` says what each
+action means for the runtime that carries it, so the runtime asks an action rather than
+comparing its name:
+
+=========  ============  =========================================================
+action     carries data  when it succeeds
+=========  ============  =========================================================
+PREPARE    yes           the commit decision: tasks supersede a lost attempt's prepare
+                         first and release their held acks at the end (the driver holds
+                         the spout acks until COMMIT); the transaction's message ids are
+                         saved before COMMITTING is
+COMMIT     no            the transaction is durable: its spout tuples are acked
+ROLLBACK   no            every tuple not yet committed is failed (replayed)
+INITSTATE  no            nothing more
+=========  ============  =========================================================
 """
 
 from __future__ import annotations
@@ -20,6 +34,35 @@ class Action(enum.Enum):
     COMMIT = "COMMIT"
     ROLLBACK = "ROLLBACK"
     INITSTATE = "INITSTATE"
+
+    @property
+    def carries_data(self) -> bool:
+        """Whether the transaction's tuples travel with this action (PREPARE)."""
+        return _EFFECTS[self][0]
+
+    @property
+    def decides_commit(self) -> bool:
+        """Whether its success decides the commit (PREPARE): tasks prepared, COMMITTING next."""
+        return _EFFECTS[self][1]
+
+    @property
+    def makes_durable(self) -> bool:
+        """Whether its success makes the transaction durable (COMMIT): ack its spout tuples."""
+        return _EFFECTS[self][2]
+
+    @property
+    def discards(self) -> bool:
+        """Whether its success drops every uncommitted transaction (ROLLBACK): fail them."""
+        return _EFFECTS[self][3]
+
+
+# action -> (carries data, decides the commit, makes durable, discards)
+_EFFECTS: dict[Action, tuple[bool, bool, bool, bool]] = {
+    Action.PREPARE: (True, True, False, False),
+    Action.COMMIT: (False, False, True, False),
+    Action.ROLLBACK: (False, False, False, True),
+    Action.INITSTATE: (False, False, False, False),
+}
 
 
 class TxPhase(enum.Enum):

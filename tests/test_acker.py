@@ -238,8 +238,8 @@ class Ledger:
     """
 
     def __init__(self, txid: int = 7) -> None:
+        from statefulbolts.runtime._collector import TaskCollector
         from statefulbolts.runtime._plan import ExecutionPlan
-        from statefulbolts.runtime._task import TaskCollector
 
         builder = TopologyBuilder()
         builder.set_spout("s", Sentences())
@@ -248,12 +248,14 @@ class Ledger:
         builder.set_bolt("c", Words()).shuffle_grouping("b")
         self.topology = builder.create_topology()
         self.plan = ExecutionPlan(self.topology)
+        layout = self.plan.layout(self.plan.bolts())
         self.collectors = {
             name: TaskCollector(
                 self.plan,
+                layout,
                 self.plan.index[name],
                 0,
-                self.plan.level_of[self.plan.index[name]],
+                layout.stage_of[self.plan.index[name]],
                 txid,
                 name,
             )

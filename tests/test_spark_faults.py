@@ -119,7 +119,7 @@ def test_poison_stops_the_topology_and_a_fixed_restart_carries_on(cluster: Any) 
     assert "InjectedFault" in str(err) and "PREPARE(1)" in str(err)
     # What committed before the poison is exactly what the spout saw acked (acks follow
     # commits); the poisoned transaction left nothing behind.
-    spout = handle.runner._spouts[0].spout
+    spout = handle.runner.spouts.tasks[0].spout
     acked = sorted(set(range(spout.next_index)) - spout.pending)
     assert acked, "no transaction committed before the poisoned one"
     before: collections.Counter[str] = collections.Counter()

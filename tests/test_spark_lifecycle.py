@@ -39,7 +39,7 @@ def test_a_submit_that_fails_closes_the_spouts_it_opened(cluster: Any) -> None:
 def test_a_killed_topology_releases_its_broadcast(cluster: Any) -> None:
     name = topo.new_key("release")
     handle = cluster.submit_topology(name, {}, build(20, 1))
-    blob = handle._runner._topology_blob
+    blob = handle._runner.engine._blob
     path = blob._path
     handle.await_idle(60)
     assert os.path.exists(path)  # the tasks of every job read the topology from it

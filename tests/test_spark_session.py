@@ -84,22 +84,25 @@ _FREEZE_PROBE = """
 import gc, json
 from pyspark import cloudpickle
 from examples.wordcount import build
-from statefulbolts.runtime._plan import TUPLE, ExecutionPlan, id_column
-from statefulbolts.runtime._task import TaskEnv, run_slot
+from checkpoint import Action, CheckpointTaskProgram
+from statefulbolts.runtime._plan import ExecutionPlan
+from statefulbolts.runtime._records import TupleBatch, id_column
+from statefulbolts.runtime._task import TaskJob, run_task
 
 topology = build(4, 1)
 plan = ExecutionPlan(topology)
 blob = cloudpickle.dumps(topology)
-env = TaskEnv(plan, "probe", {"topology.name": "probe"}, 0, "PREPARE", 0)
+program = CheckpointTaskProgram(Action.PREPARE, 0)
+job = TaskJob(plan, plan.layout(plan.bolts()), program, "probe", {"topology.name": "probe"}, 0, 0)
 spout, split = plan.index["sentences"], plan.index["split"]
-batch = (TUPLE, split, 0, spout, 0, 0, ["a b c"], id_column([7]), None)
+batch = TupleBatch(split, 0, spout, 0, 0, ["a b c"], id_column([7]), None)
 counts = [gc.get_freeze_count()]
-out = list(run_slot(env, blob, 0, 0, [(0, [batch])]))
+out = list(run_task(job, blob, 0, 0, [(0, [batch])]))
 counts.append(gc.get_freeze_count())
 made_between_tasks = [[i] for i in range(5000)]  # alive at the next task's start
-out = list(run_slot(env, blob, 0, 0, [(0, [batch])]))
+out = list(run_task(job, blob, 0, 0, [(0, [batch])]))
 counts.append(gc.get_freeze_count())
-emitted = sum(len(r[6]) for _, records in out for r in records if r[0] == TUPLE)
+emitted = sum(len(r.values) for _, records in out for r in records if type(r) is TupleBatch)
 print(json.dumps({"counts": counts, "emitted": emitted}))
 """
 

@@ -101,7 +101,7 @@ def test_example_build_unchanged_is_exact(cluster: Any) -> None:
         handle.await_idle(TIMEOUT)
         counts = handle.read_state("count")
         metrics = handle.metrics()
-        spout = handle.runner._spouts[0].spout
+        spout = handle.runner.spouts.tasks[0].spout
         pending, replay = set(spout.pending), list(spout.replay)
     finally:
         handle.kill()

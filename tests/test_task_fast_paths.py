@@ -18,8 +18,11 @@ from statefulbolts import (
 )
 from statefulbolts.collectors import BasicOutputCollector, anchored_target
 from statefulbolts.errors import TopologyError, UnanchoredEmitError
-from statefulbolts.runtime._plan import ACKS, FAILS, TUPLE, ExecutionPlan, Router
-from statefulbolts.runtime._task import TaskCollector, TaskEnv, run_slot
+from checkpoint import CheckpointTaskProgram
+from statefulbolts.runtime._collector import TaskCollector
+from statefulbolts.runtime._plan import ExecutionPlan, Router
+from statefulbolts.runtime._records import AckLedger, Fails, TaskReport, TupleBatch
+from statefulbolts.runtime._task import TaskJob, run_task
 from statefulbolts.testing import RecordingCollector
 
 
@@ -66,6 +69,19 @@ def split_plan() -> ExecutionPlan:
     return ExecutionPlan(split_topology())
 
 
+def task_collector(plan: ExecutionPlan, comp: int, txid: int = 3) -> TaskCollector:
+    """The collector of task 0 of ``comp`` in a job over every bolt."""
+    layout = plan.layout(plan.bolts())
+    stage = layout.stage_of[comp]
+    assert stage is not None
+    return TaskCollector(plan, layout, comp, 0, stage, txid, plan.component_ids[comp])
+
+
+def plain_job(plan: ExecutionPlan, name: str) -> TaskJob:
+    """A batch of a topology without checkpoints, over every bolt."""
+    return TaskJob(plan, plan.layout(plan.bolts()), CheckpointTaskProgram(None, 0), name, {}, 0, 0)
+
+
 def parent(root: int = 11, edge: int = 22) -> Tuple:
     return Tuple(["a b"], Fields("line"), "lines", 1, "default", ((root, edge),))
 
@@ -83,8 +99,8 @@ def test_fast_emit_gives_the_batches_of_the_general_path():
     plan = split_plan()
     comp = plan.index["split"]
     words = [f"w{i % 7}" for i in range(30)]
-    fast = TaskCollector(plan, comp, 0, 0, 3, "split")
-    general = TaskCollector(plan, comp, 0, 0, 3, "split")
+    fast = task_collector(plan, comp)
+    general = task_collector(plan, comp)
     general._fast = {}  # every emit takes the general path
     emit_words(fast, words)
     emit_words(general, words)
@@ -99,7 +115,7 @@ def test_fast_emit_gives_the_batches_of_the_general_path():
 
 def test_fast_emit_of_an_untracked_parent_ships_zero_roots():
     plan = split_plan()
-    collector = TaskCollector(plan, plan.index["split"], 0, 0, 3, "split")
+    collector = task_collector(plan, plan.index["split"])
     untracked = Tuple(["x"], Fields("line"), "lines", 1)
     collector.emit(["storm"], untracked)
     collector.emit(["storm"], untracked)  # second emit: the cached route, the fast path
@@ -109,7 +125,7 @@ def test_fast_emit_of_an_untracked_parent_ships_zero_roots():
 
 def test_an_anchor_on_two_trees_takes_the_general_path_with_both_roots():
     plan = split_plan()
-    collector = TaskCollector(plan, plan.index["split"], 0, 0, 3, "split")
+    collector = task_collector(plan, plan.index["split"])
     two = Tuple(["a b"], Fields("line"), "lines", 1, "default", ((11, 1), (12, 1)))
     collector.emit(["storm"], two)
     collector.emit(["storm"], two)
@@ -120,7 +136,7 @@ def test_an_anchor_on_two_trees_takes_the_general_path_with_both_roots():
 
 def test_fast_path_stream_still_rejects_a_wrong_number_of_values():
     plan = split_plan()
-    collector = TaskCollector(plan, plan.index["split"], 0, 0, 3, "split")
+    collector = task_collector(plan, plan.index["split"])
     p = parent()
     collector.emit(["storm"], p)
     with pytest.raises(TopologyError, match=r"emitted 2 values on stream 'default'"):
@@ -130,12 +146,12 @@ def test_fast_path_stream_still_rejects_a_wrong_number_of_values():
 def test_hot_loop_tuples_have_every_slot_a_constructed_tuple_has():
     topology = split_topology()
     plan = ExecutionPlan(topology)
-    env = TaskEnv(plan, "fast", {}, 0, None, 0)
+    job = plain_job(plan, "fast")
     split, inspect = plan.index["split"], plan.index["inspect"]
-    slot = plan.key_for(0, inspect, 1)
-    rec = (TUPLE, inspect, 1, split, 0, 0, ["storm", "spark"], [5, 6], None)
+    slot = job.layout.key_for(0, inspect, 1)
+    rec = TupleBatch(inspect, 1, split, 0, 0, ["storm", "spark"], [5, 6], None)
     Inspect.seen = []
-    out = list(run_slot(env, cloudpickle.dumps(topology), 1, slot, [(slot, [rec])]))
+    out = list(run_task(job, cloudpickle.dumps(topology), 1, slot, [(slot, [rec])]))
     expected = [
         {
             slot_name: getattr(
@@ -160,8 +176,8 @@ def test_hot_loop_tuples_have_every_slot_a_constructed_tuple_has():
         }
         assert got["fields"].to_list() == ["word"]
     # Both were acked once: the task sends no ack ledger at all.
-    kinds = [r[0] for _, records in out for r in records]
-    assert ACKS not in kinds and FAILS not in kinds
+    kinds = [type(r) for _, records in out for r in records]
+    assert AckLedger not in kinds and Fails not in kinds
 
 
 def test_basic_collector_goes_straight_past_the_anchoring_check():
@@ -210,8 +226,8 @@ def test_single_shuffle_route_shares_its_round_robin_with_targets():
 def test_task_basic_collector_gives_the_batches_and_counts_of_the_general_path():
     plan = split_plan()
     comp = plan.index["split"]
-    fast = TaskCollector(plan, comp, 0, 0, 3, "split")
-    general = TaskCollector(plan, comp, 0, 0, 3, "split")
+    fast = task_collector(plan, comp)
+    general = task_collector(plan, comp)
     fast_basic = fast.basic_collector(fast)
     general_basic = BasicOutputCollector(general)
     assert type(fast_basic) is not BasicOutputCollector  # the task's own, fast path inlined
@@ -234,7 +250,7 @@ def test_a_basic_bolt_on_a_task_emits_through_the_task_basic_collector():
     from statefulbolts.components import BasicBoltExecutor
 
     plan = split_plan()
-    collector = TaskCollector(plan, plan.index["split"], 0, 0, 3, "split")
+    collector = task_collector(plan, plan.index["split"])
     executor = BasicBoltExecutor(Split())
     executor.prepare({}, None, AnchoringOutputCollector(collector, context=None))  # type: ignore[arg-type]
     executor.execute(parent())
@@ -248,18 +264,17 @@ def test_a_basic_bolt_on_a_task_emits_through_the_task_basic_collector():
 def test_a_basic_bolt_task_over_many_chunks_settles_exactly():
     # Over several chunks, the task forgets each chunk's in-order acks as it goes (compact);
     # the end result is the same: no ack ledger, every tuple counted as acked once.
-    from statefulbolts.runtime._plan import METRICS
     from statefulbolts.runtime._task import _CHUNK
 
     topology = split_topology()
     plan = ExecutionPlan(topology)
-    env = TaskEnv(plan, "chunks", {}, 0, None, 0)
+    job = plain_job(plan, "chunks")
     lines, split = plan.index["lines"], plan.index["split"]
     n = 2 * _CHUNK + 123
     values = [f"w{i % 9} x" for i in range(n)]
-    rec = (TUPLE, split, 0, lines, 0, 0, values, list(range(1, n + 1)), None)
-    out = list(run_slot(env, cloudpickle.dumps(topology), 0, 0, [(0, [rec])]))
+    rec = TupleBatch(split, 0, lines, 0, 0, values, list(range(1, n + 1)), None)
+    out = list(run_task(job, cloudpickle.dumps(topology), 0, 0, [(0, [rec])]))
     records = [r for _, recs in out for r in recs]
-    assert not [r for r in records if r[0] in (ACKS, FAILS)]
-    ((_, _, _, metrics),) = [r for r in records if r[0] == METRICS]
-    assert (metrics["executed"], metrics["acked"], metrics["emitted"]) == (n, n, 2 * n)
+    assert not [r for r in records if isinstance(r, AckLedger | Fails)]
+    (metrics,) = [r.metrics for r in records if isinstance(r, TaskReport)]
+    assert (metrics.executed, metrics.acked, metrics.emitted) == (n, n, 2 * n)

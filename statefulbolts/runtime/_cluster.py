@@ -9,8 +9,10 @@ from typing import Any
 from statefulbolts._config import validate_config
 from statefulbolts.clock import Clock
 from statefulbolts.errors import TopologyError
-from statefulbolts.runtime._driver import TopologyRunner, TransactionInfo
+from statefulbolts.runtime._driver import CheckpointRunner
+from statefulbolts.runtime._runner import TopologyRunner
 from statefulbolts.runtime._spark import build_session
+from statefulbolts.runtime._stats import TransactionInfo
 from statefulbolts.topology import StormTopology
 
 log = logging.getLogger(__name__)
@@ -113,7 +115,7 @@ class LocalCluster:
             msg = f"a topology named {name!r} is already running on this cluster"
             raise TopologyError(msg)
         validate_config(conf)
-        runner = TopologyRunner(
+        runner = CheckpointRunner(
             name,
             conf,
             topology,

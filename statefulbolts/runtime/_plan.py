@@ -1,12 +1,16 @@
-"""How a topology is laid out on Spark: levels of bolts, task slots, and routes.
+"""How a topology is laid out on Spark: component indices, routes, and each job's stages.
 
-Bolts are grouped into levels: a bolt's level is one more than the highest level among its
-sources (spouts are level -1, so bolts fed only by spouts are level 0). One Spark stage runs one
-level; its partitions ("slots") are the tasks of every bolt on that level. Between two levels, a
-``partitionBy`` on the slot index moves each emitted tuple to its destination task. Tuples bound
-for a later level, and the side records every task produces (XOR acks, metrics, state changes),
-ride along ("carry") through the levels in between, so one transaction is one linear chain of
-stages and one Spark job.
+``ExecutionPlan`` numbers components and streams and resolves every grouping into a ``Route``;
+``Router`` picks destination tasks for one emitting task. A job runs a set of component tasks
+(``JobLayout``): every bolt for a checkpoint transaction, the stateful bolts alone for a
+data-free checkpoint step, one phase of a transaction of the transactional protocol. Inside a
+job, components are grouped into stages: a component's stage is one more than the highest stage
+among its sources in the job (a component fed only from outside the job is in stage 0). One
+Spark stage runs one job stage; its partitions ("slots") are the tasks of its components.
+Between two stages, a ``partitionBy`` on the slot index moves each emitted tuple to its
+destination task. Tuples bound for a later stage or for a component outside the job, and the
+side records every task produces, ride along ("carry") through the stages in between, so one
+job is one linear chain of stages; what is bound outside the job comes back with its result.
 
 Everything here is plain Python and is pickled to the tasks.
 """
@@ -14,41 +18,15 @@ Everything here is plain Python and is pickled to the tasks.
 from __future__ import annotations
 
 import zlib
-from array import array
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import msgpack
 
-from statefulbolts.topology import (
-    CHECKPOINT_STREAM_ID,
-    ExecutorKind,
-    GlobalStreamId,
-    GroupingKind,
-    StormTopology,
-)
+from statefulbolts.streams import GlobalStreamId, GroupingKind
+from statefulbolts.topology import CHECKPOINT_STREAM_ID, ExecutorKind, StormTopology
 from statefulbolts.tuples import Fields
-
-# Record kinds. Tuples travel in batches, one per (source task, stream, destination task):
-#   (TUPLE, dest_comp, dest_task, src_comp, src_task, stream, values, roots, more)
-# in emit order, with component and stream indices from the plan. Columns, not rows, because
-# pickling a few long lists costs a fraction of pickling many small tuples: ``values`` holds each
-# tuple's values (the bare value when the stream has one field), ``roots`` its first root id (0
-# when untracked; a list, or an ``id_column`` array), ``more`` maps a position to the further
-# roots of a tuple anchored to several trees (or is None). A tuple's own acking id is made by the
-# task it is delivered to (``statefulbolts.acker``). Side records are
-#   (ACKS, {root: xor}), (FAILS, [root, ...]), (METRICS, comp, task, {...}),
-#   (STATE, namespace, changes), (ERROR, comp, task, text), (HOOKS, comp, task, [...]).
-TUPLE, ACKS, FAILS, METRICS, STATE, ERROR = range(6)
-
-
-def id_column(ids: list[int]) -> array[int]:
-    """A batch's root ids as a signed 64-bit array: it pickles as one block of bytes.
-
-    Root ids are the driver's count from 1; they fit.
-    """
-    return array("q", ids)
 
 
 def stable_hash(values: Sequence[Any]) -> int:
@@ -83,20 +61,8 @@ class Route:
     n_tasks: int
 
 
-@dataclass(frozen=True)
-class Level:
-    """One stage: the slots (component index, task index) it runs."""
-
-    index: int
-    slots: tuple[tuple[int, int], ...]
-
-    def slot_of(self, comp: int, task: int) -> int:
-        """The slot running task ``task`` of component ``comp`` on this level."""
-        return self.slots.index((comp, task))
-
-
 class ExecutionPlan:
-    """Indices, levels and routes for one topology."""
+    """Indices, fields and routes for one topology; the layouts of its jobs."""
 
     def __init__(self, topology: StormTopology) -> None:
         self.component_ids: list[str] = sorted(topology.components)
@@ -118,23 +84,11 @@ class ExecutionPlan:
             self.stream_index[i].get(CHECKPOINT_STREAM_ID) for i in range(len(specs))
         ]
 
-        self.level_of: list[int] = [-1] * len(specs)
-        for cid in topology.topological_bolts():
-            sources = [i.source.component_id for i in topology.inputs(cid)]
-            self.level_of[self.index[cid]] = 1 + max(
-                (self.level_of[self.index[s]] for s in sources), default=-1
-            )
-        depth = 1 + max(self.level_of, default=-1)
-        self.levels: list[Level] = []
-        for lv in range(depth):
-            slots = tuple(
-                (c, t)
-                for c in range(len(specs))
-                if self.level_of[c] == lv
-                for t in range(self.parallelism[c])
-            )
-            self.levels.append(Level(lv, slots))
-        self._slot_of = [{pair: s for s, pair in enumerate(level.slots)} for level in self.levels]
+        self.sources: list[frozenset[int]] = [
+            frozenset(self.index[i.source.component_id] for i in s.inputs) for s in specs
+        ]
+        # Bolts by index, each after all of its sources: the order stages are built in.
+        self.topological = [self.index[cid] for cid in topology.topological_bolts()]
 
         self.routes: dict[tuple[int, int], tuple[Route, ...]] = {}
         for c, spec in enumerate(specs):
@@ -148,17 +102,32 @@ class ExecutionPlan:
                 consumers.sort(key=lambda r: r.dest)
                 self.routes[(c, self.stream_index[c][name])] = tuple(consumers)
 
-    @property
-    def depth(self) -> int:
-        """Number of bolt levels (stages per transaction, before the acker)."""
-        return len(self.levels)
+    def bolts(self) -> list[int]:
+        """Every bolt's index, each after all of its sources."""
+        return list(self.topological)
 
-    def key_for(self, from_level: int, dest: int, task: int) -> int:
-        """Partition key at level ``from_level + 1`` for a tuple bound to ``(dest, task)``."""
-        nxt = from_level + 1
-        if self.level_of[dest] == nxt:
-            return self._slot_of[nxt][(dest, task)]
-        return (dest * 7919 + task) % len(self.levels[nxt].slots)
+    def tasks(self, comp: int) -> list[tuple[int, int]]:
+        """``(comp, task)`` for every task of a component."""
+        return [(comp, t) for t in range(self.parallelism[comp])]
+
+    def layout(self, components: Iterable[int]) -> JobLayout:
+        """A job over every task of ``components``, staged by their sources within the job."""
+        members = set(components)
+        stage: dict[int, int] = {}
+        for c in [c for c in sorted(members) if self.is_spout[c]] + self.topological:
+            if c in members and c not in stage:
+                inside = [stage[s] for s in self.sources[c] if s in members and s in stage]
+                stage[c] = 1 + max(inside, default=-1)
+        depth = 1 + max(stage.values(), default=-1)
+        stages = [
+            [pair for c in sorted(stage) if stage[c] == k for pair in self.tasks(c)]
+            for k in range(depth)
+        ]
+        return JobLayout(len(self.component_ids), stages)
+
+    def flat_layout(self, tasks: Sequence[tuple[int, int]]) -> JobLayout:
+        """A job of one stage over exactly ``tasks``, whatever their sources."""
+        return JobLayout(len(self.component_ids), [list(tasks)])
 
     def stateful_tasks(self) -> list[tuple[int, int]]:
         """(component index, task index) of every stateful bolt task."""
@@ -240,3 +209,43 @@ class Router:
         if len(routes) == 1 and routes[0][0] == _FIELDS and len(routes[0][3]) == 1:
             return routes[0][1], routes[0][3][0], routes[0][2]
         return None
+
+
+class JobLayout:
+    """The stages of one job: which component tasks each runs, and where a tuple goes next.
+
+    ``key_for(stage, dest, task)`` is the partition, in the stage after ``stage`` (-1: the
+    first), of a record bound for task ``task`` of component ``dest``: that task's own slot
+    when it runs in the next stage, otherwise a slot spread by destination, which carries the
+    record on (to a later stage, or, for a component outside the job, to the job's result).
+    """
+
+    def __init__(self, n_components: int, stages: Sequence[Sequence[tuple[int, int]]]) -> None:
+        self.stages: tuple[tuple[tuple[int, int], ...], ...] = tuple(
+            tuple(slots) for slots in stages
+        )
+        self.stage_of: list[int | None] = [None] * n_components
+        for k, slots in enumerate(self.stages):
+            for comp, _ in slots:
+                self.stage_of[comp] = k
+        self._slot_of = [{pair: s for s, pair in enumerate(slots)} for slots in self.stages]
+
+    @property
+    def depth(self) -> int:
+        """How many stages the job has."""
+        return len(self.stages)
+
+    def runs(self, comp: int) -> bool:
+        """Whether the job runs tasks of component ``comp``."""
+        return self.stage_of[comp] is not None
+
+    def slot(self, stage: int, comp: int, task: int) -> int:
+        """The slot of ``(comp, task)`` in ``stage``."""
+        return self._slot_of[stage][(comp, task)]
+
+    def key_for(self, stage: int, dest: int, task: int) -> int:
+        """The partition in stage ``stage + 1`` of a record bound for ``(dest, task)``."""
+        nxt = stage + 1
+        if self.stage_of[dest] == nxt:
+            return self._slot_of[nxt][(dest, task)]
+        return (dest * 7919 + task) % len(self.stages[nxt])

@@ -1,0 +1,157 @@
+"""A checkpoint transaction's part in one bolt task: the steps the runtime calls, in order.
+
+On Spark a task lives for one transaction: it is made, prepared, fed and dropped. What it does
+around its tuples is this protocol's decision, written here and nowhere else:
+
+1. ``prepare``: build the executor Storm's ``createTopology`` would (``StatefulBoltExecutor`` for
+   a stateful bolt, ``CheckpointTupleForwarder`` for any other bolt of a checkpointed topology, a
+   ``BasicBolt`` inside ``BasicBoltExecutor``) and prepare it. A stateful task then restarts from
+   its committed state (INITSTATE's body); before a PREPARE it first supersedes whatever a lost
+   earlier attempt of this task prepared (``State.supersede_prepared``), so a Spark retry cannot
+   count the transaction twice. It returns where data tuples go: the user's bolt itself when the
+   executor would only pass them on.
+2. ``control``: each ``$checkpoint`` tuple, after every data tuple, through the executor (the
+   barrier, the hooks, the state step, the forward).
+3. ``finish``: at the end of a PREPARE a stateful task releases its held acks (the driver holds
+   the spout acks until COMMIT succeeds, because the task does not live until then). Fault
+   hooks, when a test configured them, fire here: right after a state prepared or committed.
+
+Example:
+    >>> from checkpoint import Action
+    >>> program = CheckpointTaskProgram(Action.COMMIT, 4)
+    >>> program.data_free, program.is_control("$checkpoint"), program.is_control("default")
+    ('COMMIT', True, False)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from checkpoint._state import Action
+from checkpoint.executor import StatefulBoltExecutor
+from checkpoint.forwarder import CheckpointTupleForwarder
+from statefulbolts.collectors import OutputCollector
+from statefulbolts.components import BasicBolt, BasicBoltExecutor, Bolt
+from statefulbolts.context import TopologyContext
+from statefulbolts.topology import CHECKPOINT_STREAM_ID, ComponentSpec, ExecutorKind
+from statefulbolts.tuples import Tuple
+
+__all__ = ["CheckpointTask", "CheckpointTaskProgram", "TaskHooks", "TaskInfoLike"]
+
+
+class TaskHooks(Protocol):
+    """Fault injection at protocol points (``recovery.FaultPlan`` is one)."""
+
+    def on_task_prepared(self, component: str, task: int, txid: int, attempt: int) -> None:
+        """Right after a stateful task's state prepared ``txid``."""
+
+    def on_task_committed(self, component: str, task: int, txid: int) -> None:
+        """Right after a stateful task's state committed ``txid``."""
+
+
+class TaskInfoLike(Protocol):
+    """Which task runs (the runtime's ``TaskInfo``)."""
+
+    @property
+    def component(self) -> str:
+        """The component id."""
+
+    @property
+    def task(self) -> int:
+        """The task index."""
+
+    @property
+    def attempt(self) -> int:
+        """Spark's attempt number of the task."""
+
+
+@dataclass(frozen=True)
+class CheckpointTaskProgram:
+    """The checkpoint protocol's part in every task of one job (shipped with the job).
+
+    ``action`` is ``None`` for a topology without stateful bolts: its batches carry data and
+    no checkpoint.
+    """
+
+    action: Action | None
+    txid: int
+    hooks: TaskHooks | None = None
+
+    @property
+    def data_free(self) -> str | None:
+        """The action's name when it carries no data (COMMIT, ROLLBACK, INITSTATE)."""
+        if self.action is None or self.action.carries_data:
+            return None
+        return self.action.value
+
+    def is_control(self, stream_id: str) -> bool:
+        """``$checkpoint`` tuples are control tuples: they come after every data tuple."""
+        return stream_id == CHECKPOINT_STREAM_ID
+
+    def executor(self, spec: ComponentSpec, info: TaskInfoLike) -> CheckpointTask:
+        """The steps of one task of ``spec`` in this transaction."""
+        return CheckpointTask(spec, self.action, self.txid, info, self.hooks)
+
+
+class CheckpointTask:
+    """One bolt task through one checkpoint transaction (see the module docstring)."""
+
+    def __init__(
+        self,
+        spec: ComponentSpec,
+        action: Action | None,
+        txid: int,
+        info: TaskInfoLike,
+        hooks: TaskHooks | None = None,
+    ) -> None:
+        obj = spec.obj
+        if isinstance(obj, BasicBolt):
+            obj = BasicBoltExecutor(obj)
+        self._kind = spec.executor
+        self._action, self._txid, self._info, self._hooks = action, txid, info, hooks
+        self.bolt: Bolt
+        if spec.executor is ExecutorKind.STATEFUL:
+            self.bolt = StatefulBoltExecutor(obj)
+        elif spec.executor is ExecutorKind.FORWARDER:
+            self.bolt = CheckpointTupleForwarder(obj)
+        else:
+            self.bolt = obj
+
+    def prepare(
+        self, conf: Mapping[str, Any], context: TopologyContext, collector: OutputCollector
+    ) -> Callable[[Tuple], None]:
+        """Prepare; a stateful task restores its committed state. Returns the data target."""
+        bolt = self.bolt
+        bolt.prepare(conf, context, collector)
+        if isinstance(bolt, StatefulBoltExecutor):
+            if self._action is Action.PREPARE:
+                # This attempt starts from the committed image: a delta an earlier attempt of
+                # this task prepared before it was lost must not be read, and is replaced.
+                bolt.state.supersede_prepared(self._txid)
+            bolt.initialize()
+            return bolt.bolt.execute
+        if isinstance(bolt, CheckpointTupleForwarder):
+            return bolt.bolt.execute  # a forwarder passes data straight on
+        return bolt.execute
+
+    def control(self, tuple_: Tuple) -> None:
+        """A ``$checkpoint`` tuple: the barrier and the action, through the executor."""
+        self.bolt.execute(tuple_)
+
+    def finish(self) -> None:
+        """After the tuples: release held acks at the end of a PREPARE; fire fault hooks."""
+        bolt, hooks, info = self.bolt, self._hooks, self._info
+        if not isinstance(bolt, StatefulBoltExecutor):
+            return
+        if self._action is Action.PREPARE:
+            bolt.release_prepared_acks()
+            if hooks is not None:
+                hooks.on_task_prepared(info.component, info.task, self._txid, info.attempt)
+        elif self._action is Action.COMMIT and hooks is not None:
+            hooks.on_task_committed(info.component, info.task, self._txid)
+
+    def cleanup(self) -> None:
+        """Clean up the bolt."""
+        self.bolt.cleanup()

@@ -1,0 +1,255 @@
+"""The collector of a bolt task: routes emits to destination batches, and its ack ledger.
+
+An emit appends the tuple's value and the root of its anchor to the batch of each destination
+task (``TupleBatch`` columns, see ``_records``); the XOR ids that acking needs are made by the
+task a tuple is delivered to (``statefulbolts.acker``), so an emit computes none. Most emits take
+one fast path (one anchor on one tree, a one-field stream routed by fields grouping on that
+field, a ``str`` value seen before): that path lives here, in ``TaskCollector.emit`` and its copy
+in ``_TaskBasicCollector.emit``, and nowhere else.
+
+No pyspark here: this module runs inside Spark's Python workers but is plain Python.
+"""
+
+from __future__ import annotations
+
+import traceback
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+from statefulbolts.acker import DeliveryLedger, id_base
+from statefulbolts.collectors import Anchors, BasicOutputCollector, OutputCollector
+from statefulbolts.errors import TopologyError
+from statefulbolts.runtime._plan import ExecutionPlan, JobLayout, Router, stable_hash
+from statefulbolts.runtime._records import ReportedError, TupleBatch, id_column
+from statefulbolts.runtime._task_errors import exception_types
+from statefulbolts.tuples import DEFAULT_STREAM, Tuple
+
+__all__ = ["TaskCollector"]
+
+
+class TaskCollector(OutputCollector):
+    """The raw collector of a bolt task: routes emits and keeps this task's ``DeliveryLedger``.
+
+    An emit records, per destination batch, the value and the roots of its anchors; the ids
+    that XOR acking needs are made by the task the tuple is delivered to (see ``acker``).
+
+    In a data-free job (``data_free`` names its step: a checkpoint COMMIT, ROLLBACK or
+    INITSTATE) an emit on the control stream goes nowhere, and a data emit is an error: no task
+    downstream takes part.
+    """
+
+    def __init__(
+        self,
+        plan: ExecutionPlan,
+        layout: JobLayout,
+        comp: int,
+        task: int,
+        stage: int,
+        txid: int,
+        name: str,
+        data_free: str | None = None,
+    ) -> None:
+        self.comp, self.task, self._stage = comp, task, stage
+        self._task_id = plan.task_ids[comp][task]
+        self._name = name
+        self._flat_action = data_free
+        self._streams = plan.stream_index[comp]
+        self._fields = plan.fields[comp]
+        self._widths = [len(f) for f in plan.fields[comp]]
+        self._router = Router(plan, comp, task)
+        self._key_for = layout.key_for
+        self._cp_stream = plan.checkpoint_stream[comp]
+        self.batches: dict[tuple[int, int, int], list[Any]] = {}
+        # Fields grouping on one str field: remember which batch a value goes to, with the first
+        # str object of that value: (field position, {value: (batch, value)}, dest, n_tasks).
+        self._memo: dict[int, tuple[int, dict[str, tuple[list[Any], str]], int, int]] = {}
+        for stream in range(len(self._widths)):
+            single = self._router.single_field_route(stream)
+            if single is not None:
+                dest, pos, n = single
+                self._memo[stream] = (pos, {}, dest, n)
+        # The same caches by stream name, for the one-field data streams ``emit`` has a fast
+        # path for (none in a data-free job, where a data emit is an error).
+        self._fast: dict[str, dict[str, tuple[list[Any], str]]] = {}
+        if data_free is None:
+            self._fast = {
+                name: self._memo[s][1]
+                for name, s in self._streams.items()
+                if s in self._memo and self._widths[s] == 1
+            }
+        self.ledger = DeliveryLedger(id_base(txid, comp, task))
+        # Acks only keep the tuple (the ledger's own list methods); ``settle`` does the rest.
+        self.ack = self.ledger.ack  # type: ignore[method-assign,assignment]
+        self.ack_many = self.ledger.ack_many  # type: ignore[method-assign,assignment]
+        self.fails: list[int] = []
+        self.errors: list[ReportedError] = []
+        # Fast-path emits count nothing: each appends one value to one batch, so ``emitted``
+        # is what the general path counted plus what it did not append.
+        self._emits = 0  # counted by the general path
+        self._appends = 0  # values the general path appended
+        self.failed = 0
+
+    def _bad_emit(self, values: Sequence[Any], stream: str) -> TopologyError:
+        s = self._streams.get(stream)
+        if s is None:
+            msg = (
+                f"bolt {self._name!r} task {self._task_id} emitted on undeclared stream "
+                f"{stream!r}; "
+                f"it declares {sorted(self._streams)}"
+            )
+        elif self._flat_action is not None:
+            msg = (
+                f"bolt {self._name!r} task {self._task_id} emitted {list(values)!r} during "
+                f"{self._flat_action}; bolts may emit only while executing tuples (not from "
+                "init_state or the pre_commit / pre_rollback hooks of a data-free checkpoint)"
+            )
+        else:
+            msg = (
+                f"bolt {self._name!r} emitted {len(values)} values on stream {stream!r}, which "
+                f"declares {self._widths[s]} fields {self._fields[s].to_list()}"
+            )
+        return TopologyError(msg)
+
+    def emit(
+        self, values: Sequence[Any], anchors: Anchors = None, stream: str = DEFAULT_STREAM
+    ) -> None:
+        """Route one tuple to its destination tasks, with the roots of its anchors."""
+        # Fast path, the shape of most emits: one anchor on at most one tree, a data stream
+        # whose single-field fields grouping already routed this value (see ``_memo``).
+        cache = self._fast.get(stream)
+        if (
+            cache is not None
+            and type(anchors) is Tuple
+            and anchors._more is None
+            and len(values) == 1
+        ):
+            value = values[0]
+            entry = cache.get(value) if type(value) is str else None
+            if entry is not None:
+                # The value shipped is the first equal str this task emitted: the pickled batch
+                # then holds each distinct word once (later ones are memo references), and the
+                # next stage gets one object per word, its hash computed once.
+                batch, value = entry
+                batch[0].append(value)
+                batch[1].append(anchors._root)
+                return
+        self._emit(values, anchors, stream)
+
+    @property
+    def emitted(self) -> int:
+        """Data tuples emitted (one per ``emit``, whatever the number of destinations)."""
+        appended = sum(len(batch[0]) for batch in self.batches.values())
+        return self._emits + appended - self._appends
+
+    def basic_collector(self, out: OutputCollector) -> BasicOutputCollector:
+        """The ``BasicOutputCollector`` of a ``BasicBolt`` on this task, fast path inlined."""
+        return _TaskBasicCollector(out, self)
+
+    def _emit(self, values: Sequence[Any], anchors: Anchors, stream: str) -> None:
+        s = self._streams.get(stream)
+        if s is None or len(values) != self._widths[s]:
+            raise self._bad_emit(values, stream)
+        if self._flat_action is not None:
+            if s == self._cp_stream:
+                return
+            raise self._bad_emit(values, stream)
+        memo = self._memo.get(s)
+        value = values[memo[0]] if memo is not None else None
+        if memo is not None and type(value) is str:
+            cache = memo[1]
+            entry = cache.get(value)
+            if entry is None:
+                entry = (self._batch(memo[2], stable_hash((value,)) % memo[3], s), value)
+                if len(cache) < 100_000:
+                    cache[value] = entry
+            targets: Sequence[list[Any]] = (entry[0],)
+        else:
+            targets = [self._batch(d, t, s) for d, t in self._router.targets(self.comp, s, values)]
+        if s != self._cp_stream:
+            self._emits += 1
+        if not targets:
+            return
+        self._appends += len(targets)
+        # Single-field streams ship bare values; the receiver wraps them back in a list.
+        vals = values[0] if self._widths[s] == 1 else list(values)
+        root = 0
+        more: tuple[int, ...] | None = None
+        if isinstance(anchors, Tuple):
+            root = anchors._root
+            if anchors._more:
+                more = tuple(r for r, _ in anchors._more if r != root)
+        elif anchors:
+            # Every tree of every anchor, each once, in anchor order.
+            roots = list(dict.fromkeys(r for a in anchors for r, _ in a.anchors))
+            if roots:
+                root = roots[0]
+                more = tuple(roots[1:])
+        for batch in targets:
+            if more:
+                if batch[2] is None:
+                    batch[2] = {}
+                batch[2][len(batch[0])] = more
+            batch[0].append(vals)
+            batch[1].append(root)
+
+    def _batch(self, dest: int, dtask: int, stream: int) -> list[Any]:
+        key = (dest, dtask, stream)
+        batch = self.batches.get(key)
+        if batch is None:
+            # values, first roots (0: untracked), {position: further roots} or None
+            batch = self.batches[key] = [[], [], None]
+        return batch
+
+    def records(self) -> Iterator[tuple[int, TupleBatch]]:
+        """``(next-stage key, batch)`` for everything emitted."""
+        comp, task, stage, key_for = self.comp, self.task, self._stage, self._key_for
+        for (dest, dtask, s), (vals, roots, more) in self.batches.items():
+            batch = TupleBatch(dest, dtask, comp, task, s, vals, id_column(roots), more)
+            yield key_for(stage, dest, dtask), batch
+
+    def ack(self, tuple_: Tuple) -> None:
+        """Ack a tuple this task was given (settled by the ledger when the task ends)."""
+        self.ledger.ack(tuple_)
+
+    def ack_many(self, tuples: Sequence[Tuple]) -> None:
+        """``ack`` each of ``tuples`` (a stateful task releases its held acks at once)."""
+        self.ledger.ack_many(tuples)
+
+    def fail(self, tuple_: Tuple) -> None:
+        """Fail every root of the tuple."""
+        self.fails.extend(root for root, _ in tuple_.anchors)
+        if tuple_.source_stream_id != "$checkpoint":
+            self.failed += 1
+
+    def report_error(self, error: BaseException) -> None:
+        """Keep the error; it is logged by the driver and counted in metrics."""
+        text = "".join(traceback.format_exception_only(type(error), error)).strip()
+        self.errors.append(ReportedError(self.comp, self.task, exception_types(error), text))
+
+
+class _TaskBasicCollector(BasicOutputCollector):
+    """A ``BasicOutputCollector`` with ``TaskCollector.emit``'s fast path written into ``emit``.
+
+    A split bolt emits several tuples per input: one frame less per emit is a tenth of its
+    stage. Anything the fast path does not take goes the usual way.
+    """
+
+    __slots__ = ("_fast",)
+
+    def __init__(self, out: OutputCollector, task: TaskCollector) -> None:
+        super().__init__(out)
+        self._fast = task._fast
+
+    def emit(self, values: Sequence[Any], stream: str = DEFAULT_STREAM) -> None:
+        """Emit anchored to the current input tuple."""
+        anchor = self._input
+        cache = self._fast.get(stream)
+        if cache is not None and anchor is not None and anchor._more is None and len(values) == 1:
+            value = values[0]
+            entry = cache.get(value) if type(value) is str else None
+            if entry is not None:  # see TaskCollector.emit
+                batch, value = entry
+                batch[0].append(value)
+                batch[1].append(anchor._root)
+                return
+        BasicOutputCollector.emit(self, values, stream)

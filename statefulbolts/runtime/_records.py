@@ -1,0 +1,127 @@
+"""What travels between the driver, the Spark tasks of a job, and back: named record types.
+
+A job's data moves as ``TupleBatch`` records: all tuples one source task emitted on one stream
+for one destination task, as columns. Columns, not rows, because pickling a few long lists costs
+a fraction of pickling many small tuples: ``values`` holds each tuple's values (the bare value
+when the stream has one field), ``roots`` each tuple's first root id (0 when untracked; a list,
+or an ``id_column`` array), and ``more`` maps a position to the further roots of a tuple
+anchored to several trees (``None`` when there are none). A tuple's own acking id is made by the
+task it is delivered to (``statefulbolts.acker``). Components, tasks and streams are indices
+from the ``ExecutionPlan``.
+
+Besides tuples, a task sends ``AckLedger`` (XOR values per root it left open), ``Fails`` (roots it
+failed) and one ``TaskReport`` (metrics, reported errors, state changes for a driver-owned
+provider, and whatever its protocol's executor returned). All are NamedTuples: a record is
+read by name, and a loop that needs speed unpacks it once.
+"""
+
+from __future__ import annotations
+
+from array import array
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, NamedTuple
+
+__all__ = [
+    "AckLedger",
+    "Fails",
+    "JobResult",
+    "ReportedError",
+    "TaskMetrics",
+    "TaskReport",
+    "TupleBatch",
+    "id_column",
+]
+
+
+class TupleBatch(NamedTuple):
+    """Tuples of one (source task, stream) for one destination task, in emit order."""
+
+    dest: int
+    dest_task: int
+    src: int
+    src_task: int
+    stream: int
+    values: list[Any]
+    roots: Sequence[int]
+    more: dict[int, tuple[int, ...]] | None
+
+
+class AckLedger(NamedTuple):
+    """XOR values per root that a task (or the acker) left non-zero."""
+
+    acks: dict[int, int]
+
+
+class Fails(NamedTuple):
+    """Roots whose trees a task failed."""
+
+    roots: list[int]
+
+
+class ReportedError(NamedTuple):
+    """An error a component reported (``report_error``) or a protocol recorded; not a crash.
+
+    ``types`` are the exception's class names (``module.qualname``), most derived first, so the
+    driver can decide on the type (``is_a``) without reading the text.
+    """
+
+    comp: int
+    task: int
+    types: tuple[str, ...]
+    text: str  # ``Type: message``, as Python prints the exception
+
+    def is_a(self, cls: type[BaseException]) -> bool:
+        """Whether the reported exception was an instance of ``cls``."""
+        return f"{cls.__module__}.{cls.__qualname__}" in self.types
+
+
+class TaskMetrics(NamedTuple):
+    """What one task did in one job."""
+
+    executed: int
+    emitted: int
+    acked: int
+    failed: int
+    seconds: float
+
+
+class TaskReport(NamedTuple):
+    """Everything a task sends back besides tuples and acks: one per task per job."""
+
+    comp: int
+    task: int
+    metrics: TaskMetrics
+    errors: tuple[ReportedError, ...] = ()
+    # (namespace, change log) per namespace of a driver-owned provider this task changed.
+    changes: tuple[tuple[str, bytes], ...] = ()
+    # What the protocol's task executor returned from ``finish`` (None for most).
+    result: Any = None
+
+
+def id_column(ids: list[int]) -> array[int]:
+    """A batch's root ids as a signed 64-bit array: it pickles as one block of bytes.
+
+    Root ids are the driver's count from 1; they fit.
+    """
+    return array("q", ids)
+
+
+@dataclass
+class JobResult:
+    """What one job did, merged over its tasks.
+
+    ``acks`` holds only roots whose XOR is not zero (a root every task reported nothing for had
+    each tuple of its tree acked exactly once); ``outputs`` holds the tuples the job's tasks
+    emitted for components outside the job, for the protocol to use.
+    """
+
+    acks: dict[int, int] = field(default_factory=dict)
+    fails: set[int] = field(default_factory=set)
+    reports: list[TaskReport] = field(default_factory=list)
+    outputs: list[TupleBatch] = field(default_factory=list)
+
+    @property
+    def errors(self) -> list[ReportedError]:
+        """Every error reported by the job's tasks, in report order."""
+        return [e for report in self.reports for e in report.errors]

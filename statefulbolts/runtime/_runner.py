@@ -1,0 +1,146 @@
+"""The life of one submitted topology on the driver, whatever its protocol.
+
+A runner owns a thread that calls its protocol's ``_step`` until the topology is killed or
+fails: a step does a bit of work (call spouts, start a job, settle one that ended) and says
+whether it made progress; a step that made none waits a little. The first error a step raises
+stops the loop and is kept, and ``await_idle`` raises it in the caller's thread. Subclasses
+(``CheckpointRunner``, ``TransactionalRunner``) say what a step is, when the topology is idle,
+and what ``status``, ``metrics`` and ``read_state`` show.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from statefulbolts._config import TopologyConfig, validate_config
+from statefulbolts.clock import Clock
+from statefulbolts.errors import TopologyError, TopologyFailedError
+from statefulbolts.runtime._stats import Stats, TransactionInfo
+
+__all__ = ["TopologyRunner"]
+
+log = logging.getLogger(__name__)
+
+
+class TopologyRunner(ABC):
+    """Runs one topology on a SparkContext until killed or failed."""
+
+    def __init__(
+        self,
+        name: str,
+        conf: Mapping[str, Any] | None,
+        *,
+        clock: Clock | None = None,
+        on_transaction: Callable[[TransactionInfo], None] | None = None,
+    ) -> None:
+        if not isinstance(name, str) or not name or "/" in name:
+            msg = f"topology name must be a non-empty string without '/', got {name!r}"
+            raise TopologyError(msg)
+        self.name = name
+        self.tc: TopologyConfig = validate_config(conf)
+        self.conf: dict[str, Any] = {**dict(conf or {}), "topology.name": name}
+        if self.tc.extlib_dir:
+            self.conf["topology.state.extlib.dir"] = self.tc.extlib_dir
+        self.clock = clock or Clock()
+        self.stats = Stats(on_transaction=on_transaction)
+        self.error: BaseException | None = None
+        self._lock = threading.RLock()
+        self._stop = threading.Event()
+        self._idle = threading.Event()
+        self._done = threading.Event()
+        self._thread = threading.Thread(target=self._main, name=f"sb-{name}", daemon=True)
+
+    # ----------------------------------------------------------------- what a protocol says
+    @abstractmethod
+    def _open(self) -> None:
+        """Open what the topology needs before its loop starts; close it again on failure."""
+
+    @abstractmethod
+    def _step(self) -> bool:
+        """One step of the loop (holding the lock); whether it made progress."""
+
+    @abstractmethod
+    def _wait_a_little(self) -> None:
+        """Wait briefly after a step that made no progress (for a job, or for time to pass)."""
+
+    @abstractmethod
+    def _shutdown(self) -> None:
+        """After the loop: wait for running jobs, close spouts, release Spark resources."""
+
+    @abstractmethod
+    def status(self) -> dict[str, Any]:
+        """A snapshot of where the topology is."""
+
+    @abstractmethod
+    def read_state(self, component_id: str) -> dict[Any, Any]:
+        """The committed state a component keeps, merged over its tasks."""
+
+    @abstractmethod
+    def metrics(self) -> dict[str, Any]:
+        """Per component counters and per transaction figures."""
+
+    # ----------------------------------------------------------------- lifecycle
+    def start(self) -> None:
+        """Open the topology and start the driver loop in a thread."""
+        self._open()
+        self._thread.start()
+
+    def kill(self, timeout: float | None = 60) -> None:
+        """Stop the loop after the running job, close the spouts."""
+        self._stop.set()
+        if self._thread.is_alive() and threading.current_thread() is not self._thread:
+            self._thread.join(timeout)
+
+    @property
+    def done(self) -> bool:
+        """Whether the loop has ended (killed or failed)."""
+        return self._done.is_set()
+
+    def await_idle(self, timeout: float | None = None) -> None:
+        """Block until the topology is idle; raise its error if it failed."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            if self.error is not None:
+                raise self.error
+            if self._idle.wait(0.05):
+                with self._lock:
+                    if self._idle.is_set():
+                        return
+            if self.done:
+                if self.error is not None:
+                    raise self.error
+                msg = f"topology {self.name!r} was killed before it became idle"
+                raise TopologyFailedError(msg)
+            if deadline is not None and time.monotonic() > deadline:
+                msg = f"topology {self.name!r} not idle after {timeout} s: {self.status()}"
+                raise TimeoutError(msg)
+
+    def _set_idle(self, idle: bool) -> None:
+        if idle:
+            self._idle.set()
+        else:
+            self._idle.clear()
+
+    def _main(self) -> None:
+        try:
+            while not self._stop.is_set():
+                with self._lock:
+                    progressed = self._step()
+                if not progressed:
+                    self._wait_a_little()
+                else:
+                    self._after_progress()
+        except BaseException as exc:  # noqa: BLE001 - kept and re-raised to the caller
+            log.error("topology %s stopped: %s", self.name, exc)
+            self.error = exc
+        finally:
+            self._shutdown()
+            self._done.set()
+
+    def _after_progress(self) -> None:  # noqa: B027 - an optional hook
+        """Called after a step that made progress (a hook for pacing; nothing by default)."""

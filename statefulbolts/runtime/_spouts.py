@@ -1,0 +1,303 @@
+"""The user spouts on the driver: their tasks, their collectors, and the emit buffer.
+
+Spouts run in the driver, on the driver loop's thread: ``open`` once, then ``next_tuple`` in
+bursts (``gather``), and ``ack`` / ``fail`` on the same instance, as Storm promises. An emitted
+tuple goes straight into the emit buffer, as columns per (destination task, spout task,
+stream), until a transaction takes the whole buffer (``take``) as ``TupleBatch`` records. A
+tracked tuple (one with a message id, while acking is on) becomes a live root in the
+``RootLedger``; an untracked one is acked at once.
+
+The emit path is the driver's hot path (one call per spout tuple): it is ``_emit``, bound to
+each spout's collector with ``functools.partial`` so that a spout's ``emit`` costs one frame.
+"""
+
+from __future__ import annotations
+
+import collections
+import functools
+import logging
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from statefulbolts.collectors import SpoutOutputCollector
+from statefulbolts.context import TopologyContext
+from statefulbolts.errors import TopologyError, TopologyFailedError
+from statefulbolts.runtime._ledger import RootLedger
+from statefulbolts.runtime._plan import ExecutionPlan, Router
+from statefulbolts.runtime._records import TupleBatch, id_column
+from statefulbolts.runtime._stats import Stats
+from statefulbolts.topology import StormTopology
+from statefulbolts.tuples import DEFAULT_STREAM
+
+__all__ = ["MAX_BUFFER", "SpoutTask", "SpoutTasks"]
+
+log = logging.getLogger(__name__)
+
+MAX_BUFFER = 2_000_000
+# Calls of next_tuple per spout task per gathering step, at most.
+_BURST = 64
+
+
+class SpoutTask:
+    """One task of one spout on the driver: the instance, its routes, its counters."""
+
+    __slots__ = (
+        "comp",
+        "task",
+        "spout",
+        "router",
+        "shuffle",
+        "streams",
+        "emitted",
+        "live",
+        "name",
+        "context",
+        "index",
+    )
+
+    def __init__(
+        self, comp: int, task: int, spout: Any, router: Router, name: str, index: int = -1
+    ) -> None:
+        self.comp, self.task, self.spout, self.router, self.name = comp, task, spout, router, name
+        self.index = index  # in the list of user spout tasks
+        self.shuffle = router.single_shuffle_routes()
+        # Per declared stream name: (stream index, width, its one shuffle route or None, and for
+        # that route the buffer's batch per destination task, None until the first emit there).
+        self.streams: dict[str, tuple[int, int, list[Any] | None, list[Any]]] = {}
+        self.emitted = 0
+        self.live = 0
+        self.context: TopologyContext | None = None
+
+
+class _Collector(SpoutOutputCollector):
+    def __init__(self, spouts: SpoutTasks, st: SpoutTask) -> None:
+        self._spouts, self._st = spouts, st
+        if type(self).emit is _Collector.emit:  # not in a subclass that emits elsewhere
+            # A spout emits once per next_tuple: straight to the buffer, without this frame.
+            self.emit = functools.partial(spouts._emit, st)  # type: ignore[method-assign]
+
+    def emit(
+        self, values: Sequence[Any], message_id: Any = None, stream: str = DEFAULT_STREAM
+    ) -> None:
+        self._spouts._emit(self._st, values, message_id, stream)
+
+    def report_error(self, error: BaseException) -> None:
+        self._spouts.report_error(self._st.name, error)
+
+
+class SpoutTasks:
+    """Every task of every user spout, and the buffer of what they emitted."""
+
+    def __init__(
+        self,
+        topology: StormTopology,
+        plan: ExecutionPlan,
+        name: str,
+        conf: Mapping[str, Any],
+        ledger: RootLedger,
+        stats: Stats,
+        *,
+        tracking: bool,
+        max_pending: int | None,
+        skip: Sequence[str] = (),
+    ) -> None:
+        from pyspark import cloudpickle
+
+        self._topology, self._plan, self._name, self._conf = topology, plan, name, conf
+        self._ledger, self._stats = ledger, stats
+        self._tracking = tracking
+        self._limit = max_pending or 0
+        self.tasks: list[SpoutTask] = []
+        for cid, spec in sorted(topology.spouts.items()):
+            if cid in skip:
+                continue
+            c = plan.index[cid]
+            for t in range(spec.parallelism):
+                instance = cloudpickle.loads(cloudpickle.dumps(spec.obj))
+                router = Router(plan, c, t)
+                self.tasks.append(SpoutTask(c, t, instance, router, cid, len(self.tasks)))
+        self._batches: dict[tuple[int, int, int, int, int], tuple[list[Any], list[int]]] = {}
+        self.buffered = 0
+        self._buffer_roots: list[int] = []
+        ledger.attach(self)
+
+    # ---------------------------------------------------------------- lifecycle
+    def open(self) -> None:
+        """``open`` then ``activate`` every spout task; on an error close what opened."""
+        opened: list[SpoutTask] = []
+        try:
+            for st in self.tasks:
+                st.context = TopologyContext(self._topology, self._name, st.name, st.task)
+                try:
+                    st.spout.open(self._conf, st.context, _Collector(self, st))
+                    opened.append(st)
+                    st.spout.activate()
+                except Exception as exc:
+                    task_id = st.context.this_task_id
+                    msg = f"spout {st.name!r} task {task_id} failed in open: {exc}"
+                    raise TopologyFailedError(msg, component=st.name, task=task_id) from exc
+        except BaseException:
+            self._close(opened)
+            raise
+
+    def close(self) -> None:
+        """``deactivate`` and ``close`` every spout task (errors are logged, not raised)."""
+        self._close(self.tasks)
+
+    @staticmethod
+    def _close(tasks: Sequence[SpoutTask]) -> None:
+        for st in tasks:
+            try:
+                st.spout.deactivate()
+                st.spout.close()
+            except Exception:  # noqa: BLE001 - closing must not hide the real error
+                log.exception("spout %s failed to close", st.name)
+
+    # ---------------------------------------------------------------- gathering
+    def gather(self) -> int:
+        """Calls of ``next_tuple``, a burst per spout task in turn; returns tuples emitted.
+
+        A burst is up to ``_BURST`` calls, fewer if a call emits nothing, the task reaches
+        ``topology.max.spout.pending`` or the buffer is full: one call per loop step spent more
+        time on the step than on the spout.
+        """
+        emitted = 0
+        limit = self._limit
+        for st in self.tasks:
+            next_tuple = st.spout.next_tuple
+            start = st.emitted
+            try:
+                for _ in range(_BURST):
+                    if (limit and st.live >= limit) or self.buffered >= MAX_BUFFER:
+                        break
+                    before = st.emitted
+                    next_tuple()
+                    if st.emitted == before:
+                        break
+            except Exception as exc:
+                task_id = self._plan.task_ids[st.comp][st.task]
+                msg = f"spout {st.name!r} task {task_id} raised in next_tuple: {exc}"
+                raise TopologyFailedError(msg, component=st.name, task=task_id) from exc
+            emitted += st.emitted - start
+        return emitted
+
+    def take(self) -> tuple[list[TupleBatch], list[int]]:
+        """Empty the buffer: its records, and the roots they carry in emit order."""
+        records = [
+            TupleBatch(dest, dtask, src, stask, s, vals, id_column(roots), None)
+            for (dest, dtask, src, stask, s), (vals, roots) in self._batches.items()
+        ]
+        self._batches, self.buffered = {}, 0
+        for st in self.tasks:  # their batch slots point into the buffer just taken
+            for info in st.streams.values():
+                info[3][:] = [None] * len(info[3])
+        roots, self._buffer_roots = self._buffer_roots, []
+        return records, roots
+
+    # ---------------------------------------------------------------- the emit path
+    def _emit(
+        self,
+        st: SpoutTask,
+        values: Sequence[Any],
+        message_id: Any = None,
+        stream: str = DEFAULT_STREAM,
+    ) -> None:
+        info = st.streams.get(stream)
+        if info is None:
+            info = self._stream_info(st, stream)
+        s, width, shuffle, slots = info
+        if len(values) != width:
+            fields = self._plan.fields[st.comp][s]
+            msg = (
+                f"spout {st.name!r} emitted {len(values)} values on stream {stream!r}, which "
+                f"declares {width} fields {fields.to_list()}"
+            )
+            raise TopologyError(msg)
+        tracked = message_id is not None and self._tracking
+        batches = self._batches
+        value = values[0] if width == 1 else list(values)
+        # The tree's root id; its tuples' own ids are made by the tasks they are delivered to.
+        root = self._ledger.new_root() if tracked else 0
+        sent = True
+        if shuffle is not None:  # one consumer, by shuffle: the common case, without the router
+            i = shuffle[4]
+            shuffle[4] = i + 1
+            batch = slots[i % shuffle[2]]
+            if batch is None:
+                key = (shuffle[1], i % shuffle[2], st.comp, st.task, s)
+                batch = slots[i % shuffle[2]] = batches[key] = ([], [])
+            batch[0].append(value)
+            batch[1].append(root)
+        else:
+            targets = st.router.targets(st.comp, s, list(values))
+            sent = bool(targets)
+            for dest, dtask in targets:
+                key = (dest, dtask, st.comp, st.task, s)
+                batch = batches.get(key)
+                if batch is None:
+                    batch = batches[key] = ([], [])
+                batch[0].append(value)
+                batch[1].append(root)
+        self.buffered += 1
+        st.emitted += 1
+        if root and sent:
+            self._ledger.live[root] = (st.index, message_id)
+            self._buffer_roots.append(root)
+            st.live += 1
+        elif message_id is not None:
+            st.spout.ack(message_id)  # untracked, or a tree with no edges: complete at once
+            self._stats.add(st.name, acked=1)
+
+    def _stream_info(
+        self, st: SpoutTask, stream: str
+    ) -> tuple[int, int, list[Any] | None, list[Any]]:
+        """What ``_emit`` needs to know of one stream of one spout task, kept per name."""
+        plan = self._plan
+        s = plan.stream_index[st.comp].get(stream)
+        if s is None:
+            msg = (
+                f"spout {st.name!r} emitted on undeclared stream {stream!r}; it declares "
+                f"{sorted(plan.stream_index[st.comp])}"
+            )
+            raise TopologyError(msg)
+        shuffle = st.shuffle.get(s)
+        slots: list[Any] = [None] * (shuffle[2] if shuffle is not None else 0)
+        info = (s, len(plan.fields[st.comp][s]), shuffle, slots)
+        st.streams[stream] = info
+        return info
+
+    # ---------------------------------------------------------------- the ledger's calls
+    def ack_messages(self, index: int, message_ids: list[Any]) -> None:
+        """``ack`` each message id at spout task ``index``, in one C-level loop."""
+        st = self.tasks[index]
+        st.live -= len(message_ids)
+        collections.deque(map(st.spout.ack, message_ids), maxlen=0)
+        self._stats.add(st.name, acked=len(message_ids))
+
+    def fail_message(self, index: int, message_id: Any) -> None:
+        """``fail`` one message id at spout task ``index``."""
+        st = self.tasks[index]
+        st.live -= 1
+        st.spout.fail(message_id)
+        self._stats.add(st.name, failed=1)
+
+    def describe(self, index: int) -> str:
+        """``component``, for log lines."""
+        return self.tasks[index].name
+
+    def report_error(self, component: str, error: BaseException) -> None:
+        """A spout's ``report_error``: logged and counted; the topology goes on."""
+        text = f"{component}: {type(error).__name__}: {error}"
+        log.warning("error reported by %s", text)
+        self._stats.error(component, text)
+
+    def emitted_per_component(self) -> dict[str, int]:
+        """Tuples emitted so far, per spout component."""
+        out: dict[str, int] = {}
+        for st in self.tasks:
+            out[st.name] = out.get(st.name, 0) + st.emitted
+        return out
+
+    def by_name(self) -> dict[tuple[str, int], SpoutTask]:
+        """Spout tasks by (component, task index)."""
+        return {(st.name, st.task): st for st in self.tasks}

@@ -1,0 +1,123 @@
+"""One encoding for a task's fatal error, so the driver decides on its type, not on its text.
+
+A Spark task that raises fails its attempt; when Spark gives up on the task, the only thing that
+reaches the driver is the text of a Java exception wrapping the Python traceback. So a task that
+fails raises ``TaskFailedError`` whose message carries, after a readable line, a marker with the
+error's facts encoded as base64 JSON: component, task, txid, the user's class, the exception's
+class names from most derived up (its MRO), and its message. ``decode_task_error`` finds the
+last marker in whatever the driver caught and gives those facts back as a ``TaskError``, whose
+``is_a`` answers "was it a ``StateBackendError``?" from the class names, the way ``isinstance``
+would, without parsing any message.
+
+Example:
+    >>> from providers import StateBackendError
+    >>> failure = encode_task_error(StateBackendError("down"), "count", 3, 7, "app.Count")
+    >>> error = decode_task_error(RuntimeError(f"Java says: {failure}"))
+    >>> error.is_a(StateBackendError), error.component, error.task, error.type_name
+    (True, 'count', 3, 'StateBackendError')
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+import re
+from dataclasses import dataclass
+
+from statefulbolts.errors import TaskFailedError
+
+__all__ = [
+    "TaskError",
+    "decode_task_error",
+    "encode_task_error",
+    "exception_types",
+    "qualified_name",
+]
+
+_MARK = "statefulbolts-task-error"
+_FOUND = re.compile(re.escape(f"[{_MARK} ") + r"([A-Za-z0-9+/=]+)\]")
+
+
+def qualified_name(cls: type) -> str:
+    """``module.qualname`` of a class."""
+    return f"{cls.__module__}.{cls.__qualname__}"
+
+
+def exception_types(exc: BaseException) -> tuple[str, ...]:
+    """The qualified names of ``exc``'s classes, most derived first (``object`` left out)."""
+    return tuple(qualified_name(c) for c in type(exc).__mro__ if c not in (object, BaseException))
+
+
+@dataclass(frozen=True)
+class TaskError:
+    """The facts of an error that failed a task, as the driver receives them."""
+
+    component: str
+    task: int
+    txid: int
+    user_class: str | None
+    types: tuple[str, ...]
+    message: str
+
+    @property
+    def type_name(self) -> str:
+        """The exception's class name, without its module."""
+        return self.types[0].rpartition(".")[2] if self.types else "Exception"
+
+    def is_a(self, cls: type[BaseException]) -> bool:
+        """Whether the task's exception was an instance of ``cls`` (by class name)."""
+        return qualified_name(cls) in self.types
+
+    @property
+    def cause(self) -> str:
+        """``<user class> raised <Type>: <message>``: what a person reads."""
+        who = self.user_class or f"component {self.component!r}"
+        return f"{who} raised {self.type_name}: {self.message}"
+
+
+def encode_task_error(
+    exc: BaseException, component: str, task: int, txid: int, user_class: str | None
+) -> TaskFailedError:
+    """The ``TaskFailedError`` a task raises (``from exc``) when ``exc`` failed it."""
+    types = exception_types(exc)
+    error = TaskError(component, task, txid, user_class, types, str(exc))
+    payload = json.dumps(
+        {
+            "component": component,
+            "task": task,
+            "txid": txid,
+            "user_class": user_class,
+            "types": list(types),
+            "message": error.message,
+        }
+    )
+    token = base64.b64encode(payload.encode("utf-8")).decode("ascii")
+    msg = (
+        f"component {component!r} task {task} txid {txid}: {error.cause} "
+        f"[{_MARK} {token}]"
+    )
+    return TaskFailedError(msg, component=component, task=task, txid=txid, cause=error.cause)
+
+
+def decode_task_error(exc: BaseException) -> TaskError | None:
+    """The ``TaskError`` encoded in ``exc`` or in anything it wraps; ``None`` if there is none.
+
+    Spark may wrap a task's exception several times and keep earlier attempts' text, so the
+    last marker wins: it is the attempt that made Spark give up.
+    """
+    found = _FOUND.findall(str(exc))
+    if not found:
+        return None
+    try:
+        data = json.loads(base64.b64decode(found[-1], validate=True).decode("utf-8"))
+        return TaskError(
+            component=str(data["component"]),
+            task=int(data["task"]),
+            txid=int(data["txid"]),
+            user_class=data.get("user_class"),
+            types=tuple(str(t) for t in data["types"]),
+            message=str(data["message"]),
+        )
+    except (binascii.Error, UnicodeDecodeError, ValueError, KeyError, TypeError):
+        return None

@@ -1,0 +1,139 @@
+"""The shape of the imports: packages meet through public modules, and no file imports in a circle.
+
+Every ``import`` statement counts, ``TYPE_CHECKING`` blocks and function bodies included: a circle
+that only type checkers see still ties the files together for a reader.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+PACKAGES = ("statefulbolts", "providers", "checkpoint", "recovery", "extlib")
+
+
+def _modules() -> dict[str, Path]:
+    found: dict[str, Path] = {}
+    for package in PACKAGES:
+        for path in sorted((ROOT / package).rglob("*.py")):
+            parts = path.relative_to(ROOT).with_suffix("").parts
+            if parts[-1] == "__init__":
+                parts = parts[:-1]
+            found[".".join(parts)] = path
+    return found
+
+
+MODULES = _modules()
+
+
+def _targets(module: str, node: ast.Import | ast.ImportFrom) -> list[str]:
+    """The modules an import statement names (``from a import b`` may name module ``a.b``)."""
+    if isinstance(node, ast.Import):
+        return [alias.name for alias in node.names]
+    if node.level:
+        base = module.split(".")
+        if MODULES[module].name != "__init__.py":
+            base = base[:-1]
+        base = base[: len(base) - (node.level - 1)]
+        target = ".".join([*base, node.module] if node.module else base)
+    else:
+        target = node.module or ""
+    return [target] + [f"{target}.{a.name}" for a in node.names if f"{target}.{a.name}" in MODULES]
+
+
+def _known(target: str) -> str | None:
+    """The project module ``target`` resolves to (its nearest package), or None if not ours."""
+    while target and target not in MODULES:
+        target = target.rpartition(".")[0]
+    return target or None
+
+
+def _edges() -> dict[str, set[str]]:
+    edges: dict[str, set[str]] = {}
+    for module, path in MODULES.items():
+        deps: set[str] = set()
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Import | ast.ImportFrom):
+                for target in _targets(module, node):
+                    known = _known(target)
+                    if known is not None and known != module:
+                        deps.add(known)
+        edges[module] = deps
+    return edges
+
+
+EDGES = _edges()
+
+
+def _private_across(module: str, target: str) -> bool:
+    if module.split(".")[0] == target.split(".")[0]:
+        return False
+    return any(part.startswith("_") for part in target.split(".")[1:])
+
+
+def test_packages_import_each_other_through_public_modules_only():
+    private = sorted(
+        f"{module} -> {target}"
+        for module, targets in EDGES.items()
+        for target in targets
+        if _private_across(module, target)
+    )
+    assert private == []
+
+
+def test_no_file_imports_in_a_circle():
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    circles: list[list[str]] = []
+
+    def visit(v: str) -> None:  # Tarjan's strongly connected components
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in sorted(EDGES.get(v, ())):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                circles.append(sorted(component))
+
+    for v in sorted(EDGES):
+        if v not in index:
+            visit(v)
+    assert circles == []
+
+
+def test_the_rule_sees_what_it_should():
+    # The walker itself: a known public cross-package import and a known in-package private one.
+    assert "providers" in EDGES["statefulbolts.runtime._driver"]
+    assert "statefulbolts.runtime._task" in EDGES["statefulbolts.runtime._engine"]
+    assert not _private_across("statefulbolts.runtime._engine", "statefulbolts.runtime._task")
+    assert _private_across("checkpoint.task", "statefulbolts._config")
+
+
+@pytest.mark.parametrize("package", ["providers", "checkpoint", "recovery"])
+def test_layering_api_packages_never_import_the_runtime(package):
+    # Only the runtime and the CLI know Spark; the protocol packages stay testable without it.
+    offenders = sorted(
+        f"{m} -> {t}"
+        for m, targets in EDGES.items()
+        if m.split(".")[0] == package
+        for t in targets
+        if t.startswith(("statefulbolts.runtime", "statefulbolts.cli"))
+    )
+    assert offenders == []
