@@ -20,8 +20,9 @@ Config (``topology.state.provider.config``, a JSON string or a dict; every field
 ``timeout``
     How long, in milliseconds, a write waits for another process's write lock (default 5000).
 ``keyClass``, ``valueClass``, ``keySerializerClass``, ``valueSerializerClass``
-    As for every provider: a serializer class (dotted name, made with no arguments, with
-    ``serialize`` and ``deserialize``), or msgpack rebuilding the named class on decode.
+    As for every provider (``providers.resolve_serializers``): a serializer class (dotted name,
+    made with no arguments, with ``serialize`` and ``deserialize``), or msgpack rebuilding the
+    named class on decode.
 
 Writing your own provider
 =========================
@@ -34,7 +35,15 @@ library; copy it and swap SQL for your store's calls.
    ``prepare_commit(txid)``, ``commit(txid=None)`` and ``rollback()``; and a
    ``providers.StateProvider`` subclass with ``new_state(namespace, conf, context=None)``. The
    provider is created with no arguments each time a state is asked for, so keep expensive things
-   (connections, pools) in a module-level cache keyed by process id and config.
+   (connections, pools) in a module-level cache keyed by process id and config. Optionally,
+   ``namespaces(conf, prefix="")``: the sorted namespaces starting with ``prefix`` that hold
+   state, so ``checkpoint status`` finds a topology's tasks (the default, ``None``, says the
+   provider cannot list).
+
+   Choose the key and value serializers with ``providers.resolve_serializers`` from the four
+   fields above and nothing else: the framework stores its own records (the checkpoint spout's
+   ``[txid, phase]``) through ``StateFactory.get_system_state``, which takes those fields out of
+   the config to get plain msgpack whatever the user configured.
 
 2. **The contract** (the in-memory and Redis providers keep the same one, and
    ``tests/test_state_contract.py`` checks it; add your provider to that suite):
@@ -82,7 +91,6 @@ library; copy it and swap SQL for your store's calls.
 
 from __future__ import annotations
 
-import builtins
 import json
 import logging
 import os
@@ -93,6 +101,7 @@ from pathlib import Path
 from typing import Any
 
 from providers import (
+    SERIALIZER_FIELDS,
     STATE_PROVIDER_CONFIG_KEY,
     KeyValueState,
     MsgpackSerializer,
@@ -103,8 +112,8 @@ from providers import (
     StateSerializationError,
     StateTransactionError,
     encode_value,
-    load_object,
     merge_layers,
+    resolve_serializers,
 )
 
 __all__ = ["SqliteConfig", "SqliteKeyValueState", "SqliteKeyValueStateProvider"]
@@ -142,8 +151,7 @@ _Delta = dict[bytes, bytes | None]
 class SqliteConfig:
     """The validated ``topology.state.provider.config`` of this provider."""
 
-    FIELDS = ("path", "timeout", "keyClass", "valueClass", "keySerializerClass",
-              "valueSerializerClass")  # fmt: skip
+    FIELDS = ("path", "timeout", *SERIALIZER_FIELDS)
 
     def __init__(self, raw: str | Mapping[str, Any] | None) -> None:
         data = self._as_dict(raw)
@@ -162,13 +170,10 @@ class SqliteConfig:
         if isinstance(timeout, bool) or not isinstance(timeout, int) or timeout < 0:
             msg = f"{STATE_PROVIDER_CONFIG_KEY}: field 'timeout' must be milliseconds (an int >= 0)"
             raise ProviderConfigError(msg)
-        for name in self.FIELDS[2:]:
-            if data.get(name) is not None and not isinstance(data[name], str):
-                msg = f"{STATE_PROVIDER_CONFIG_KEY}: field {name!r} must be a dotted class name"
-                raise ProviderConfigError(msg)
         self.path = Path(path).expanduser().resolve()
         self.timeout_ms = timeout
-        self.classes: dict[str, str | None] = {n: data.get(n) for n in self.FIELDS[2:]}
+        # Checked and resolved by providers.resolve_serializers, as for every provider.
+        self.classes: dict[str, Any] = {n: data.get(n) for n in SERIALIZER_FIELDS}
 
     @staticmethod
     def _as_dict(raw: str | Mapping[str, Any] | None) -> dict[str, Any]:
@@ -186,30 +191,8 @@ class SqliteConfig:
         return dict(raw)
 
     def serializers(self, conf: Mapping[str, Any] | None) -> tuple[Serializer, Serializer]:
-        """The key and value serializers (same rules as the built-in providers)."""
-        return self._serializer("key", conf), self._serializer("value", conf)
-
-    def _serializer(self, side: str, conf: Mapping[str, Any] | None) -> Serializer:
-        ser_name = self.classes[f"{side}SerializerClass"]
-        if ser_name:
-            instance = load_object(ser_name, what=f"{side}SerializerClass", conf=conf)()
-            if not isinstance(instance, Serializer):
-                msg = f"{side}SerializerClass {ser_name!r} needs serialize() and deserialize()"
-                raise ProviderConfigError(msg)
-            return instance
-        cls_name = self.classes[f"{side}Class"]
-        if not cls_name:
-            return MsgpackSerializer()
-        builtin = getattr(builtins, cls_name, None)
-        cls = (
-            builtin
-            if isinstance(builtin, type)
-            else load_object(cls_name, what=f"{side}Class", conf=conf)
-        )
-        if not isinstance(cls, type):
-            msg = f"{STATE_PROVIDER_CONFIG_KEY}: {side}Class {cls_name!r} is not a class"
-            raise ProviderConfigError(msg)
-        return MsgpackSerializer(cls)
+        """The key and value serializers (``providers.resolve_serializers``, as every provider)."""
+        return resolve_serializers(self.classes, conf)
 
 
 # One connection per (process, file), shared by every state of that file in the process.
@@ -540,3 +523,23 @@ class SqliteKeyValueStateProvider(StateProvider):
         return SqliteKeyValueState(
             namespace, config.path, keys, values, timeout_ms=config.timeout_ms
         )
+
+    def namespaces(self, conf: Mapping[str, Any], prefix: str = "") -> list[str]:
+        """The namespaces starting with ``prefix`` that hold state in the file, sorted.
+
+        Those with a row in ``txids`` (they prepared or committed) or ``rollbacks``.
+        """
+        config = SqliteConfig(conf.get(STATE_PROVIDER_CONFIG_KEY))
+        conn, lock = _connect(config.path, config.timeout_ms)
+        # Every string starting with prefix sorts at or after it; startswith does the rest.
+        sql = "SELECT ns FROM txids WHERE ns >= ?1 UNION SELECT ns FROM rollbacks WHERE ns >= ?1"
+        with lock:
+            try:
+                rows = conn.execute(sql, (prefix,)).fetchall()
+            except sqlite3.Error as exc:
+                msg = (
+                    f"SQLite state file {str(config.path)!r} failed during namespace listing "
+                    f"(prefix {prefix!r}): {type(exc).__name__}: {exc}"
+                )
+                raise StateBackendError(msg) from exc
+        return sorted(ns for (ns,) in rows if ns.startswith(prefix))

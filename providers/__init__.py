@@ -6,9 +6,11 @@ from providers._base import (
     State,
     StateProvider,
     merge_layers,
+    under,
 )
 from providers._factory import (
     DEFAULT_PROVIDER,
+    SERIALIZER_FIELDS,
     STATE_PROVIDER_CONFIG_KEY,
     STATE_PROVIDER_KEY,
     StateFactory,
@@ -18,6 +20,7 @@ from providers._factory import (
     load_object,
     provider_name,
 )
+from providers._resolve import resolve_serializers
 from providers._serializers import MsgpackSerializer, Serializer, encode_value
 from providers.errors import (
     ProviderConfigError,
@@ -32,6 +35,7 @@ from providers.memory import InMemoryKeyValueState, InMemoryKeyValueStateProvide
 
 __all__ = [
     "DEFAULT_PROVIDER",
+    "SERIALIZER_FIELDS",
     "STATE_PROVIDER_CONFIG_KEY",
     "STATE_PROVIDER_KEY",
     "DriverOwnedStateProvider",
@@ -57,4 +61,6 @@ __all__ = [
     "load_object",
     "merge_layers",
     "provider_name",
+    "resolve_serializers",
+    "under",
 ]

@@ -96,6 +96,10 @@ class KeyValueState(State):
     def delete(self, key: Any) -> Any:
         """Remove ``key`` and return the value it had (``None`` when it was absent)."""
 
+    def get_many(self, keys: Iterable[Any], default: Any = None) -> list[Any]:
+        """``get`` of each key, in order; a store may read them all in one round trip."""
+        return [self.get(key, default) for key in keys]
+
     @abstractmethod
     def __iter__(self) -> Iterator[tuple[Any, Any]]:
         """Yield ``(key, value)`` for every live key once, deleted keys hidden."""
@@ -113,6 +117,19 @@ class StateProvider(ABC):
         self, namespace: str, conf: Mapping[str, Any], context: Any | None = None
     ) -> State:
         """Return the state of ``namespace``: its committed data and any pending prepare."""
+
+    def namespaces(self, conf: Mapping[str, Any], prefix: str = "") -> list[str] | None:
+        """The namespaces starting with ``prefix`` that hold state, sorted; ``None`` if unknown.
+
+        A namespace holds state once a state of it prepared, committed (with or without a txid)
+        or rolled back: from then on the store keeps its transaction record, even when the map
+        itself is empty. Merely reading a namespace does not count. Tools use this to find what
+        a topology left behind (``recovery.checkpoint_status``).
+
+        The default returns ``None``: this provider cannot list. Override it when the store can
+        enumerate its namespaces.
+        """
+        return None
 
 
 class DriverOwnedStateProvider(StateProvider):
@@ -142,3 +159,27 @@ class DriverOwnedStateProvider(StateProvider):
     @abstractmethod
     def apply_changes(self, namespace: str, changes: bytes) -> None:
         """Replay changes taken in a task onto the driver's image (driver side)."""
+
+    def begin_task(self, root: str, images: Mapping[str, bytes]) -> None:
+        """Task side: install ``images``, the state under ``root`` this task may use.
+
+        "Under ``root``" is ``root`` itself and every namespace below it (``root/...``). A task
+        process is reused: what an earlier task left under ``root`` is not this task's to read.
+        A provider that can should forget it and record the changes of every namespace under
+        ``root``, shipped or new (see ``end_task``); the default installs the images.
+        """
+        for namespace, image in images.items():
+            self.import_image(namespace, image)
+
+    def end_task(self, root: str, shipped: Iterable[str] = ()) -> dict[str, bytes]:
+        """Task side: the change log of every namespace under ``root`` that changed.
+
+        The default asks ``take_changes`` of the namespaces that were shipped.
+        """
+        taken = {ns: self.take_changes(ns) for ns in shipped if under(ns, root)}
+        return {ns: changes for ns, changes in taken.items() if changes is not None}
+
+
+def under(namespace: str, root: str) -> bool:
+    """Whether ``namespace`` is ``root`` or below it (``root/...``)."""
+    return namespace == root or namespace.startswith(root + "/")

@@ -26,7 +26,6 @@ line or an error message.
 
 from __future__ import annotations
 
-import builtins
 import difflib
 import functools
 import json
@@ -45,8 +44,7 @@ from pydantic import (
     model_validator,
 )
 
-from providers._factory import STATE_PROVIDER_CONFIG_KEY, load_object
-from providers._serializers import MsgpackSerializer, Serializer
+from providers._factory import STATE_PROVIDER_CONFIG_KEY
 from providers.errors import ProviderConfigError
 
 __all__ = [
@@ -60,8 +58,6 @@ __all__ = [
     "RedisPoolConfig",
     "StateProviderConfig",
     "parse_provider_config",
-    "resolve_class",
-    "resolve_serializers",
 ]
 
 log = logging.getLogger(__name__)
@@ -298,6 +294,15 @@ class StateProviderConfig(_Model):
             raise ValueError(msg)
         return self
 
+    def serializer_fields(self) -> dict[str, str | None]:
+        """Storm's four serializer fields by their config names (``keyClass``, ...)."""
+        return {
+            "keyClass": self.key_class,
+            "valueClass": self.value_class,
+            "keySerializerClass": self.key_serializer_class,
+            "valueSerializerClass": self.value_serializer_class,
+        }
+
     @classmethod
     def parse(cls, raw: str | Mapping[str, Any] | None) -> StateProviderConfig:
         """Validate a JSON string, a dict or ``None`` (all defaults)."""
@@ -421,63 +426,3 @@ def _describe(exc: ValidationError) -> str:
         target = f"field {where!r}: " if where else ""
         lines.append(f"{target}{message}{shown}")
     return f"{STATE_PROVIDER_CONFIG_KEY}: " + "; ".join(lines)
-
-
-def resolve_class(dotted: str, *, what: str, conf: Mapping[str, Any] | None = None) -> type:
-    """Resolve ``keyClass`` / ``valueClass``: a dotted name, or a builtin such as ``tuple``."""
-    name = dotted.strip()
-    if "." not in name and ":" not in name and isinstance(getattr(builtins, name, None), type):
-        return getattr(builtins, name)
-    obj = load_object(name, what=what, conf=conf)
-    if not isinstance(obj, type):
-        msg = f"{STATE_PROVIDER_CONFIG_KEY}: {what} {dotted!r} is {obj!r}, not a class"
-        raise ProviderConfigError(msg)
-    return obj
-
-
-def _serializer(
-    serializer_name: str | None,
-    class_name: str | None,
-    *,
-    field: str,
-    conf: Mapping[str, Any] | None,
-) -> Serializer:
-    if serializer_name:
-        what = f"{field}SerializerClass"
-        cls = load_object(serializer_name, what=what, conf=conf)
-        if not isinstance(cls, type):
-            msg = f"{STATE_PROVIDER_CONFIG_KEY}: {what} {serializer_name!r} is not a class"
-            raise ProviderConfigError(msg)
-        try:
-            instance = cls()
-        except TypeError as exc:
-            msg = (
-                f"{STATE_PROVIDER_CONFIG_KEY}: {what} {serializer_name!r} must be constructible "
-                f"with no arguments: {exc}"
-            )
-            raise ProviderConfigError(msg) from exc
-        if not isinstance(instance, Serializer):
-            msg = (
-                f"{STATE_PROVIDER_CONFIG_KEY}: {what} {serializer_name!r} must have "
-                "serialize(obj) -> bytes and deserialize(data) -> obj"
-            )
-            raise ProviderConfigError(msg)
-        return instance
-    cls_ = resolve_class(class_name, what=f"{field}Class", conf=conf) if class_name else None
-    return MsgpackSerializer(cls_)
-
-
-def resolve_serializers(
-    config: StateProviderConfig, conf: Mapping[str, Any] | None = None
-) -> tuple[Serializer, Serializer]:
-    """The key and value serializers the config asks for.
-
-    Per side: ``*SerializerClass`` (a class with ``serialize`` / ``deserialize``, made with no
-    arguments) wins; otherwise msgpack rebuilding ``*Class`` on decode (a dotted name, or a
-    builtin such as ``tuple``); otherwise plain msgpack.
-    """
-    keys = _serializer(config.key_serializer_class, config.key_class, field="key", conf=conf)
-    values = _serializer(
-        config.value_serializer_class, config.value_class, field="value", conf=conf
-    )
-    return keys, values

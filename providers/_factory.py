@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import functools
 import importlib
+import json
 import os
 import sys
 from collections.abc import Mapping
@@ -22,6 +23,10 @@ STATE_PROVIDER_CONFIG_KEY = "topology.state.provider.config"
 EXTLIB_DIR_KEY = "topology.state.extlib.dir"
 EXTLIB_ENV = "STATEFULBOLTS_EXTLIB"
 DEFAULT_PROVIDER = "providers.memory.InMemoryKeyValueStateProvider"
+# The fields of the provider config that choose how keys and values are encoded (Storm's names);
+# every provider honours them (providers.resolve_serializers).
+SERIALIZER_FIELDS = ("keyClass", "valueClass", "keySerializerClass", "valueSerializerClass")
+_SERIALIZER_FIELD_SET = frozenset(SERIALIZER_FIELDS)
 
 
 def extlib_dirs(conf: Mapping[str, Any] | None = None) -> list[Path]:
@@ -109,6 +114,30 @@ def get_provider(conf: Mapping[str, Any]) -> StateProvider:
     return _provider_class(provider_name(conf))()
 
 
+def _system_conf(conf: Mapping[str, Any]) -> Mapping[str, Any]:
+    """``conf`` with the serializer fields taken out of the provider config.
+
+    The provider config may be a JSON string (Storm's form) or a mapping; the result keeps that
+    form. A config that is not a JSON object is left as it is, so the provider reports it in its
+    own words; so is a ``conf`` with nothing to take out (the same object comes back).
+    """
+    raw = conf.get(STATE_PROVIDER_CONFIG_KEY)
+    if isinstance(raw, str | bytes):
+        text = raw if isinstance(raw, str) else raw.decode("utf-8", "replace")
+        try:
+            data = json.loads(text) if text.strip() else {}
+        except json.JSONDecodeError:
+            return conf
+        if not isinstance(data, dict) or _SERIALIZER_FIELD_SET.isdisjoint(data):
+            return conf
+        stripped: Any = json.dumps({k: v for k, v in data.items() if k not in SERIALIZER_FIELDS})
+    elif isinstance(raw, Mapping) and not _SERIALIZER_FIELD_SET.isdisjoint(raw):
+        stripped = {k: v for k, v in raw.items() if k not in SERIALIZER_FIELDS}
+    else:
+        return conf
+    return {**conf, STATE_PROVIDER_CONFIG_KEY: stripped}
+
+
 class StateFactory:
     """Storm's ``StateFactory``: provider lookup plus ``new_state``.
 
@@ -122,3 +151,27 @@ class StateFactory:
     def get_state(namespace: str, conf: Mapping[str, Any], context: Any | None = None) -> State:
         """Return the state for ``namespace`` from the configured provider."""
         return get_provider(conf).new_state(namespace, conf, context)
+
+    @staticmethod
+    def get_system_state(
+        namespace: str, conf: Mapping[str, Any], context: Any | None = None
+    ) -> State:
+        """Return a state for the framework's own records, encoded with plain msgpack.
+
+        The checkpoint spout's ``[txid, phase]`` and manifest, and anything else the framework
+        stores, must read back whatever the user configured for keys and values: with
+        ``"valueClass": "int"`` a saved ``[3, "COMMITTED"]`` would otherwise be handed to
+        ``int``. So the provider's ``new_state`` gets ``conf`` with the serializer fields
+        (``SERIALIZER_FIELDS``) taken out of ``topology.state.provider.config``; every other
+        setting (where the store is) applies as given. A provider that chooses its serializers
+        through those fields, as the built-in ones and ``providers.resolve_serializers`` do, thus
+        gives plain msgpack here.
+
+        Example:
+            >>> conf = {"topology.state.provider.config": '{"valueClass": "int"}'}
+            >>> state = StateFactory.get_system_state("demo/$checkpointspout-0", conf)
+            >>> state.put("__state", [3, "COMMITTED"])
+            >>> state.get("__state")
+            [3, 'COMMITTED']
+        """
+        return get_provider(conf).new_state(namespace, _system_conf(conf), context)

@@ -1,4 +1,4 @@
-"""The write layers a state object keeps above its store: fresh Python values over encoded ones.
+"""The write layers a state object keeps above its store, and the one ``get`` that reads them.
 
 A state keeps the writes made since its last prepare in ``_pending`` (encoded key -> encoded
 value, ``None`` for a deletion). Encoding every ``put`` and decoding every ``get`` is most of
@@ -9,7 +9,11 @@ that is ``_flush``. Layers, newest first::
 
     _fresh      str key -> value                  immutable scalars, not yet encoded
     _pending    encoded key -> payload or None    the rest, and ``_FRESH`` place holders
-    (store)     the prepared delta, then committed
+    (store)     the prepared delta, then committed: the subclass's ``_stored``
+
+``get``, ``put`` and ``delete`` live here, once, for every layered state: a subclass only says
+how to read its store (``_stored``). ``get`` is the hottest call of most stateful bolts, so a
+fresh hit costs one type check and one dict lookup before anything else runs.
 
 Why the fast path cannot change what a caller sees:
 
@@ -32,33 +36,30 @@ Why the fast path cannot change what a caller sees:
 from __future__ import annotations
 
 from abc import abstractmethod
+from collections.abc import Iterable
 from typing import Any
 
 from providers._base import KeyValueState
 from providers._serializers import MsgpackSerializer, Serializer, encode_value, is_plain_msgpack
+from providers.errors import StateSerializationError
 
 __all__ = ["LayeredKeyValueState"]
 
 # The _pending entry of a key whose value is still in _fresh.
 _FRESH: Any = object()
+# "Not in this layer", where None already means "deleted".
+_MISSING: Any = object()
+# Encoded str keys kept per state object: hot keys are encoded once, not on every get and put.
+_KEY_CACHE_SIZE = 100_000
 
 
 class LayeredKeyValueState(KeyValueState):
-    """A key-value state whose pending writes live in this object: ``put``, ``delete``, flush.
+    """A key-value state whose reads and pending writes live in this object.
 
-    A subclass provides ``_encode_key`` and ``_delete_stored``, and a ``get`` that
-    starts, before any other work, with::
-
-        if type(key) is str:
-            value = self._fresh.get(key)
-            if value is not None:
-                return value
-        elif self._fresh:
-            self._flush()
-
-    (written out rather than called: ``get`` is the hottest line of most stateful bolts). It
-    calls ``_flush()`` before anything that reads ``_pending`` as a whole, and resets ``_fresh``
-    with ``_pending`` on rollback.
+    A subclass provides ``_stored(ekey)``, the payload of an encoded key in its store (the
+    prepared delta, then committed; ``None`` when absent or deleted there). It calls
+    ``_flush()`` before anything that reads ``_pending`` as a whole, and resets ``_fresh`` with
+    ``_pending`` on rollback.
     """
 
     def __init__(
@@ -72,17 +73,89 @@ class LayeredKeyValueState(KeyValueState):
         self._values: Serializer = value_serializer or MsgpackSerializer()
         self._pending: dict[bytes, bytes | None] = {}
         self._fresh: dict[str, Any] = {}
-        # Encoded str keys: hot keys are encoded once, not on every get and put.
         self._key_cache: dict[str, bytes] = {}
         self._fast = is_plain_msgpack(self._keys) and is_plain_msgpack(self._values)
 
     @abstractmethod
-    def _encode_key(self, key: Any) -> bytes:
-        """The key as stored; ``StateSerializationError`` when it cannot be encoded."""
+    def _stored(self, ekey: bytes) -> bytes | None:
+        """The payload of ``ekey`` below this object's writes; ``None`` when absent or deleted."""
 
-    @abstractmethod
-    def _delete_stored(self, key: Any) -> Any:
-        """``delete`` of a key that has no fresh write."""
+    def _encode_key(self, key: Any) -> bytes:
+        """The key as stored; ``StateSerializationError`` names the state and the key."""
+        plain = type(key) is str
+        if plain:
+            cached = self._key_cache.get(key)
+            if cached is not None:
+                return cached
+        try:
+            ekey = self._keys.serialize(key)
+        except StateSerializationError as exc:
+            msg = f"state {self.namespace!r}: key {key!r} cannot be stored: {exc}"
+            raise StateSerializationError(msg) from exc
+        if plain and len(self._key_cache) < _KEY_CACHE_SIZE:
+            self._key_cache[key] = ekey
+        return ekey
+
+    def get(self, key: Any, default: Any = None) -> Any:
+        """Return the value of ``key``, or ``default`` when it is absent."""
+        # The fresh layer before any other work: a hit returns after one dict lookup.
+        if type(key) is str:
+            value = self._fresh.get(key)
+            if value is not None:
+                return value
+            # _encode_key's cache, written out: a miss of the fresh layer pays for one call
+            # (_stored), not three.
+            ekey = self._key_cache.get(key)
+            if ekey is None:
+                ekey = self._encode_key(key)
+        else:
+            if self._fresh:
+                self._flush()
+            ekey = self._encode_key(key)
+        payload = self._pending.get(ekey, _MISSING)
+        if payload is _MISSING:
+            payload = self._stored(ekey)
+        if payload is None:
+            return default
+        value = self._values.deserialize(payload)
+        # A custom serializer may decode to None, which is never a value.
+        return default if value is None else value
+
+    def get_many(self, keys: Iterable[Any], default: Any = None) -> list[Any]:
+        """``get`` of each key, in order; what the store holds is read in one ``_stored_many``."""
+        keys = list(keys)
+        if self._fresh and any(type(k) is not str for k in keys):
+            self._flush()
+        fresh, pending = self._fresh, self._pending
+        found: list[Any] = [_MISSING] * len(keys)
+        wanted: dict[bytes, list[int]] = {}
+        for i, key in enumerate(keys):
+            if type(key) is str:
+                value = fresh.get(key)
+                if value is not None:
+                    found[i] = value
+                    continue
+            ekey = self._encode_key(key)
+            payload = pending.get(ekey, _MISSING)
+            if payload is _MISSING:
+                wanted.setdefault(ekey, []).append(i)
+            else:
+                found[i] = payload if payload is None else self._values.deserialize(payload)
+        if wanted:
+            for ekey, payload in zip(wanted, self._stored_many(list(wanted)), strict=True):
+                value = None if payload is None else self._values.deserialize(payload)
+                for i in wanted[ekey]:
+                    found[i] = value
+        return [default if v is None or v is _MISSING else v for v in found]
+
+    def _stored_many(self, ekeys: list[bytes]) -> list[bytes | None]:
+        """``_stored`` of each encoded key; a store that can read many at once overrides it."""
+        return [self._stored(ekey) for ekey in ekeys]
+
+    def _payload(self, ekey: bytes) -> bytes | None:
+        """The payload of ``ekey`` below the fresh layer: pending, then the store."""
+        payload = self._pending.get(ekey, _MISSING)
+        return self._stored(ekey) if payload is _MISSING else payload
 
     def put(self, key: Any, value: Any) -> None:
         """Set ``key``; ``None`` is not a value (use ``delete``)."""
@@ -127,7 +200,10 @@ class LayeredKeyValueState(KeyValueState):
                     return old
             else:
                 self._flush()
-        return self._delete_stored(key)
+        ekey = self._encode_key(key)
+        payload = self._payload(ekey)
+        self._pending[ekey] = None
+        return None if payload is None else self._values.deserialize(payload)
 
     def _flush(self) -> None:
         """Encode the fresh writes into ``_pending``, in the places their keys hold there."""

@@ -16,20 +16,20 @@ pending prepare (Storm's is empty); state is not durable across a driver restart
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
 import msgpack
 
-from providers._base import DriverOwnedStateProvider, merge_layers
-from providers._config import parse_provider_config, resolve_serializers
+from providers._base import DriverOwnedStateProvider, merge_layers, under
+from providers._config import parse_provider_config
 from providers._layered import LayeredKeyValueState
-from providers.errors import StateSerializationError, StateTransactionError
+from providers._resolve import resolve_serializers
+from providers.errors import StateTransactionError
 
 __all__ = ["InMemoryKeyValueState", "InMemoryKeyValueStateProvider"]
 
 _Delta = dict[bytes, bytes | None]
-_MISSING: Any = object()
 
 
 class _Image:
@@ -58,6 +58,12 @@ class _Image:
         # image, so a long-lived driver state (the checkpoint spout's) would grow a log forever.
         self.changes: list[list[Any]] = []
         self.tracking = False
+
+    def has_record(self) -> bool:
+        """Whether a state of this namespace ever prepared, committed or rolled back."""
+        return (
+            self.committed_txid is not None or self.prepared_txid is not None or self.rollbacks > 0
+        )
 
     def record(self, op: list[Any]) -> None:
         if self.tracking:
@@ -165,53 +171,11 @@ class InMemoryKeyValueState(LayeredKeyValueState):
         """The txid of the pending prepare, or ``None``."""
         return self._image.prepared_txid
 
-    def _encode_key(self, key: Any) -> bytes:
-        if type(key) is str:
-            cached = self._key_cache.get(key)
-            if cached is None:
-                cached = self._keys.serialize(key)
-                if len(self._key_cache) < 100_000:
-                    self._key_cache[key] = cached
-            return cached
-        try:
-            return self._keys.serialize(key)
-        except StateSerializationError as exc:
-            msg = f"state {self.namespace!r}: key {key!r} cannot be stored: {exc}"
-            raise StateSerializationError(msg) from exc
-
-    def _lookup(self, ekey: bytes) -> bytes | None:
-        if ekey in self._pending:
-            return self._pending[ekey]
+    def _stored(self, ekey: bytes) -> bytes | None:
         prepared = self._image.prepared
         if prepared is not None and ekey in prepared:
             return prepared[ekey]
         return self._image.committed.get(ekey)
-
-    def get(self, key: Any, default: Any = None) -> Any:
-        """Return the value of ``key`` or ``default``."""
-        # The fresh layer, written out as LayeredKeyValueState asks.
-        if type(key) is str:
-            value = self._fresh.get(key)
-            if value is not None:
-                return value
-        elif self._fresh:
-            self._flush()
-        ekey = self._encode_key(key)
-        # Inlined _lookup: this is the hottest line of most stateful bolts.
-        raw = self._pending.get(ekey, _MISSING)
-        if raw is _MISSING:
-            prepared = self._image.prepared
-            if prepared is not None and ekey in prepared:
-                raw = prepared[ekey]
-            else:
-                raw = self._image.committed.get(ekey)
-        return default if raw is None else self._values.deserialize(raw)
-
-    def _delete_stored(self, key: Any) -> Any:
-        ekey = self._encode_key(key)
-        raw = self._lookup(ekey)
-        self._pending[ekey] = None
-        return None if raw is None else self._values.deserialize(raw)
 
     def __iter__(self) -> Iterator[tuple[Any, Any]]:
         """Pending writes first, then the prepared delta, then committed; each key once."""
@@ -309,12 +273,15 @@ class InMemoryKeyValueStateProvider(DriverOwnedStateProvider):
 
     _store: dict[str, _Image] = {}
     _lock = threading.Lock()
+    # Task side: prefixes whose namespaces record their changes, new ones included.
+    _tasks: set[str] = set()
 
     def _image(self, namespace: str) -> _Image:
         with self._lock:
             image = self._store.get(namespace)
             if image is None:
                 image = self._store[namespace] = _Image()
+                image.tracking = any(under(namespace, root) for root in self._tasks)
             return image
 
     def new_state(
@@ -327,6 +294,19 @@ class InMemoryKeyValueStateProvider(DriverOwnedStateProvider):
         """
         keys, values = resolve_serializers(parse_provider_config(conf), conf)
         return InMemoryKeyValueState(namespace, self._image(namespace), keys, values)
+
+    def namespaces(self, conf: Mapping[str, Any], prefix: str = "") -> list[str]:
+        """The namespaces of this process's store starting with ``prefix`` that hold state.
+
+        Only this process's: on the driver that is every namespace of the run; in a task, the
+        images shipped to it.
+        """
+        with self._lock:
+            return sorted(
+                name
+                for name, image in self._store.items()
+                if name.startswith(prefix) and image.has_record()
+            )
 
     def export_image(self, namespace: str) -> bytes:
         """Serialize the image of ``namespace``."""
@@ -355,6 +335,27 @@ class InMemoryKeyValueStateProvider(DriverOwnedStateProvider):
         image = self._image(namespace)
         image.replay(msgpack.unpackb(changes, raw=False))
         image.changes.clear()
+
+    def begin_task(self, root: str, images: Mapping[str, bytes]) -> None:
+        """Task side: forget what an earlier task left under ``root``, install ``images``.
+
+        Until ``end_task``, every namespace under ``root`` records its changes, including one
+        the task creates (a committer's first map).
+        """
+        with self._lock:
+            for name in [n for n in self._store if under(n, root)]:
+                del self._store[name]
+            self._tasks.add(root)
+        for namespace, image in images.items():
+            self.import_image(namespace, image)
+
+    def end_task(self, root: str, shipped: Iterable[str] = ()) -> dict[str, bytes]:
+        """Task side: the change logs of every namespace under ``root`` (and stop tracking)."""
+        with self._lock:
+            self._tasks.discard(root)
+            names = [n for n in self._store if under(n, root)]
+        taken = {ns: self.take_changes(ns) for ns in names}
+        return {ns: changes for ns, changes in taken.items() if changes is not None}
 
     @classmethod
     def drop(cls, prefix: str = "") -> None:

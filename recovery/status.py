@@ -3,7 +3,10 @@
 Read-only: it opens the checkpoint spout's state (``<topology>/$checkpointspout-0``, key
 ``__state``, value ``[txid, phase]``) and each stateful task's state (``<topology>/<bolt>-<task>``)
 and reports their ``committed_txid`` / ``prepared_txid``. The stateful tasks come from the
-topology (when given) or, for Redis, from the keys ``<topology>/*$txid`` the provider keeps.
+topology (when given) or from the provider's own list of the namespaces it holds
+(``StateProvider.namespaces``; none when the provider cannot list). Every state is opened as a
+system state (``StateFactory.get_system_state``): the spout's record is the framework's, and of a
+task's state only the txids are read, so the user's key and value classes need not be importable.
 
 Example:
     >>> status = checkpoint_status(conf, "wordcount")  # doctest: +SKIP
@@ -21,19 +24,18 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from checkpoint import TX_STATE_KEY, CheckPointState, TxPhase
-from providers import KeyValueState, StateFactory, provider_name
+from providers import KeyValueState, StateFactory, get_provider, provider_name
 from statefulbolts.topology import CHECKPOINT_COMPONENT_ID, StormTopology
 
 __all__ = [
     "CheckpointStatus",
     "TaskStatus",
     "checkpoint_status",
+    "provider_stateful_tasks",
     "recovery_actions",
-    "redis_stateful_tasks",
     "stateful_tasks",
 ]
 
-REDIS_PROVIDER = "providers.redis.RedisKeyValueStateProvider"
 _TASK_NAMESPACE = re.compile(r"^(?P<component>.+)-(?P<task>\d+)$")
 
 
@@ -112,27 +114,19 @@ def stateful_tasks(topology: StormTopology) -> list[tuple[str, int]]:
     ]
 
 
-def redis_stateful_tasks(conf: Mapping[str, Any], topology_name: str) -> list[tuple[str, int]]:
-    """The (component, task) namespaces a Redis provider holds for ``topology_name``.
+def provider_stateful_tasks(conf: Mapping[str, Any], topology_name: str) -> list[tuple[str, int]]:
+    """The (component, task) pairs whose state the configured provider holds for a topology.
 
-    Found from the ``<topology>/<component>-<task>$txid`` hashes (``{...}$txid`` on a cluster),
-    which every state that ever prepared or committed has; the checkpoint spout's is left out.
+    Asks the provider for the namespaces under ``<topology>/`` (``StateProvider.namespaces``)
+    and keeps those named ``<component>-<task>``, the checkpoint spout's left out. A provider
+    that cannot list gives none.
+
+    Raises:
+        ProviderConfigError, ProviderNotFoundError: the provider config is wrong.
+        StateBackendError: the store could not be reached.
     """
-    from providers._config import RedisClusterEndpoint, parse_provider_config
-    from providers.redis import make_client
-
-    endpoint = parse_provider_config(conf).redis_endpoint()
-    prefix = _glob_escape(f"{topology_name}/")
-    client = make_client(endpoint)
-    if isinstance(endpoint, RedisClusterEndpoint):
-        pattern, strip = "{" + prefix + "*}$txid", ("{", "}$txid")
-    else:
-        pattern, strip = prefix + "*$txid", ("", "$txid")
-    try:
-        keys = [k.decode() if isinstance(k, bytes) else k for k in client.scan_iter(match=pattern)]
-    finally:
-        client.close()
-    return _parse_namespaces(topology_name, (k[len(strip[0]) : -len(strip[1])] for k in keys))
+    found = get_provider(conf).namespaces(conf, f"{topology_name}/")
+    return [] if found is None else _parse_namespaces(topology_name, found)
 
 
 def _parse_namespaces(topology_name: str, namespaces: Iterable[str]) -> list[tuple[str, int]]:
@@ -146,10 +140,6 @@ def _parse_namespaces(topology_name: str, namespaces: Iterable[str]) -> list[tup
     return sorted(found)
 
 
-def _glob_escape(text: str) -> str:
-    return re.sub(r"([*?\[\]\\])", r"\\\1", text)
-
-
 def _txids(state: Any) -> tuple[int | None, int | None]:
     return getattr(state, "committed_txid", None), getattr(state, "prepared_txid", None)
 
@@ -161,22 +151,23 @@ def checkpoint_status(
 ) -> CheckpointStatus:
     """Read the checkpoint state and the task states of ``topology_name`` from the provider.
 
-    ``tasks``: the (component, task index) pairs to read; by default, for the Redis provider,
-    those found by ``redis_stateful_tasks``, for any other provider none.
+    ``tasks``: the (component, task index) pairs to read; by default those the provider lists
+    (``provider_stateful_tasks``), none when it cannot list.
 
     Raises:
         ProviderConfigError, ProviderNotFoundError: the provider config is wrong.
         StateBackendError: the store could not be reached.
     """
     provider = provider_name(conf)
-    cp_state = StateFactory.get_state(f"{topology_name}/{CHECKPOINT_COMPONENT_ID}-0", conf)
+    cp_namespace = f"{topology_name}/{CHECKPOINT_COMPONENT_ID}-0"
+    cp_state = StateFactory.get_system_state(cp_namespace, conf)
     saved = cp_state.get(TX_STATE_KEY) if isinstance(cp_state, KeyValueState) else None
     checkpoint = None if saved is None else CheckPointState.from_value(saved)
     if tasks is None:
-        tasks = redis_stateful_tasks(conf, topology_name) if provider == REDIS_PROVIDER else []
+        tasks = provider_stateful_tasks(conf, topology_name)
     rows = []
     for component, task in tasks:
         namespace = f"{topology_name}/{component}-{task}"
-        committed, prepared = _txids(StateFactory.get_state(namespace, conf))
+        committed, prepared = _txids(StateFactory.get_system_state(namespace, conf))
         rows.append(TaskStatus(component, task, namespace, committed, prepared))
     return CheckpointStatus(topology_name, provider, checkpoint, rows)

@@ -26,13 +26,15 @@ from providers import (
     StateBackendError,
     StateFactory,
     StateTransactionError,
+    get_provider,
+    load_object,
+    resolve_serializers,
 )
 from providers._config import (
     RedisClusterEndpoint,
     RedisEndpoint,
     StateProviderConfig,
     parse_provider_config,
-    resolve_serializers,
 )
 from providers.redis import (
     TOMBSTONE,
@@ -292,6 +294,23 @@ def test_iteration_pages_with_hscan_count_100(counting: list[str], redis_db: Any
     assert 8 <= len(counting) <= 24
     counting.clear()
     assert fresh.get(17) == 17  # filled by the scan
+    assert counting == []
+
+
+def test_get_many_reads_what_is_not_cached_in_one_hmget(counting: list[str], redis_db: Any) -> None:
+    state = StateFactory.get_state("topo/many-0", conf_for(None))
+    for i in range(300):
+        state.put(f"w{i}", i)
+    state.prepare_commit(1)
+    state.commit(1)
+    fresh = StateFactory.get_state("topo/many-0", conf_for(None))
+    assert fresh.get("w7") == 7  # cached from now on
+    counting.clear()
+    keys = [f"w{i}" for i in range(0, 300, 2)] + ["absent", "w7"]
+    assert fresh.get_many(keys) == [*range(0, 300, 2), None, 7]
+    assert counting == ["HMGET"]
+    counting.clear()
+    assert fresh.get_many(keys) == [*range(0, 300, 2), None, 7]  # hits and misses are cached
     assert counting == []
 
 
@@ -698,3 +717,30 @@ def test_cluster_keys_share_a_slot(redis_server_factory: Any) -> None:
     restarted.commit(2)
     assert dict(StateFactory.get_state("topo/count-0", conf)) == {"a": 1}
     assert admin.hgetall("{topo/count-0}") == {k("a"): env(1)}
+
+
+# --- the package ---------------------------------------------------------------------------
+def test_package_face_is_sorted_and_resolves_by_dotted_name() -> None:
+    import providers.redis as package
+
+    assert package.__all__ == [
+        "TOMBSTONE",
+        "RedisKeyValueState",
+        "RedisKeyValueStateProvider",
+        "make_client",
+        "override_client",
+        "reset_clients",
+    ]
+    cls = load_object(PROVIDER, what="state provider")
+    assert cls is package.RedisKeyValueStateProvider
+    assert type(get_provider({STATE_PROVIDER_KEY: PROVIDER})) is cls
+    assert (cls.__module__, RedisKeyValueState.__module__) == ("providers.redis",) * 2
+
+
+def test_listing_skips_keys_that_are_not_utf8(redis_db: Any) -> None:
+    conf = pool_conf(redis_db)
+    state = StateFactory.get_state("topo/count-0", conf)
+    state.put("a", 1)
+    state.commit()
+    redis_db.client().hset(b"topo/\xff-0$txid", b"commit", b"1")
+    assert get_provider(conf).namespaces(conf, "topo/") == ["topo/count-0"]

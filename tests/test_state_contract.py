@@ -21,9 +21,11 @@ from providers import (
     STATE_PROVIDER_KEY,
     InMemoryKeyValueStateProvider,
     KeyValueState,
+    ProviderConfigError,
     StateFactory,
     StateSerializationError,
     StateTransactionError,
+    get_provider,
 )
 
 
@@ -119,6 +121,26 @@ def test_put_get_delete(backend: Backend) -> None:
     assert state.get("storm", "gone") == "gone"
     assert state.delete("never-there") is None
     assert dict(state) == {"spark": {"n": [1, 2]}}
+
+
+def test_get_many_reads_every_layer_in_order(backend: Backend) -> None:
+    state = backend.state()
+    state.put("committed", 1)
+    state.put(("tuple", "key"), [1])
+    state.put("gone", 5)
+    state.prepare_commit(1)
+    state.commit(1)
+    state.put("prepared", 2)
+    state.delete("gone")
+    state.prepare_commit(2)
+    fresh = backend.state()  # reads the committed map and the prepared delta from the store
+    fresh.put("pending", {"n": 3})
+    fresh.put("scalar", 4)
+    keys = ["scalar", "committed", "absent", "prepared", "gone", "pending", ("tuple", "key")]
+    assert fresh.get_many(keys) == [4, 1, None, 2, None, {"n": 3}, [1]]
+    assert fresh.get_many(keys + ["committed"], 0) == [4, 1, 0, 2, 0, {"n": 3}, [1], 1]
+    assert fresh.get_many([]) == []
+    assert [fresh.get(k) for k in keys] == fresh.get_many(keys)
 
 
 def test_stored_value_is_a_copy(backend: Backend) -> None:
@@ -579,3 +601,117 @@ def test_key_and_value_class_restore_tuples(backend: Backend) -> None:
     state.commit(1)
     items = list(backend.state(keyClass="tuple", valueClass="tuple"))
     assert items == [(("w", 1), (1, "x"))]
+
+
+def test_a_bad_serializer_class_is_reported_in_the_same_words_everywhere(backend: Backend) -> None:
+    with pytest.raises(ProviderConfigError) as info:
+        backend.state(valueSerializerClass="collections.OrderedDict")
+    assert str(info.value) == (
+        "topology.state.provider.config: valueSerializerClass 'collections.OrderedDict' must "
+        "have serialize(obj) -> bytes and deserialize(data) -> obj"
+    )
+    with pytest.raises(ProviderConfigError, match="field 'keyClass'"):
+        backend.state(keyClass=5)
+
+
+# --- listing namespaces (StateProvider.namespaces) ------------------------------------------
+def _topology(backend: Backend) -> str:
+    return backend.namespace.split("/")[0]
+
+
+def _saved(backend: Backend, namespace: str) -> None:
+    """Leave a committed record in ``namespace`` (a no-txid commit, as the checkpoint spout)."""
+    state = backend.state(namespace)
+    state.put("k", 1)
+    state.commit()
+
+
+def test_namespaces_lists_what_prepared_committed_or_rolled_back(backend: Backend) -> None:
+    topo = _topology(backend)
+    committed = backend.state(f"{topo}/a-0")
+    committed.put("k", 1)
+    committed.prepare_commit(1)
+    committed.commit(1)
+    prepared = backend.state(f"{topo}/b-1")
+    prepared.put("k", 1)
+    prepared.prepare_commit(1)
+    rolled_back = backend.state(f"{topo}/c-2")
+    rolled_back.put("k", 1)
+    rolled_back.rollback()
+    _saved(backend, f"{topo}/$checkpointspout-0")
+    assert backend.state(f"{topo}/read-0").get("k") is None  # read only: nothing stored
+    backend.state(f"{topo}/pending-0").put("k", 1)  # never prepared: nothing stored
+    _saved(backend, f"{topo}x/a-0")  # another topology whose name starts like ours
+
+    conf = backend.conf()
+    assert get_provider(conf).namespaces(conf, f"{topo}/") == [
+        f"{topo}/$checkpointspout-0",
+        f"{topo}/a-0",
+        f"{topo}/b-1",
+        f"{topo}/c-2",
+    ]
+    assert get_provider(conf).namespaces(conf, f"{topo}x/") == [f"{topo}x/a-0"]
+    assert get_provider(conf).namespaces(conf, f"{topo}/z") == []
+
+
+def test_namespaces_without_a_prefix_lists_everything_sorted(backend: Backend) -> None:
+    topo = _topology(backend)
+    ours = [f"{topo}/b-0", f"{topo}/a-0"]
+    for namespace in ours:
+        _saved(backend, namespace)
+    conf = backend.conf()
+    everything = get_provider(conf).namespaces(conf)
+    assert everything is not None
+    assert everything == sorted(everything)
+    assert set(ours) <= set(everything)
+
+
+def test_namespaces_matches_the_prefix_literally(backend: Backend) -> None:
+    # Characters a Redis SCAN pattern would read as wildcards, and one that is not ASCII.
+    topo = _topology(backend)
+    names = sorted(f"{topo}-{part}/a-0" for part in ("*", "?", "[x]", "x", "\\", "ü"))
+    for namespace in names:
+        _saved(backend, namespace)
+    conf = backend.conf()
+    provider = get_provider(conf)
+    for part in ("*", "?", "[x]", "x", "\\", "ü"):
+        assert provider.namespaces(conf, f"{topo}-{part}/") == [f"{topo}-{part}/a-0"], part
+    assert provider.namespaces(conf, f"{topo}-") == names
+
+
+# --- the framework's own records (StateFactory.get_system_state) ----------------------------
+USER_CLASSES = {"keyClass": "str", "valueClass": "int"}
+SPOUT_RECORD = [3, "COMMITTED"]
+MANIFEST = {"txid": 3, "tasks": {"count": [0, 1]}, "done": True}
+
+
+def test_system_state_stores_plain_msgpack_whatever_the_user_classes(backend: Backend) -> None:
+    conf = backend.conf(**USER_CLASSES)
+    namespace = f"{_topology(backend)}/$checkpointspout-0"
+    system = StateFactory.get_system_state(namespace, conf)
+    system.put("__state", SPOUT_RECORD)
+    system.put("manifest", MANIFEST)
+    system.commit()
+
+    again = StateFactory.get_system_state(namespace, conf)
+    assert isinstance(again, KeyValueState)
+    assert again.get("__state") == SPOUT_RECORD
+    assert again.get("manifest") == MANIFEST
+    assert dict(again) == {"__state": SPOUT_RECORD, "manifest": MANIFEST}
+    # What a second run did before: the record read through the user's valueClass, int.
+    with pytest.raises(TypeError):
+        backend.state(namespace, **USER_CLASSES).get("__state")
+
+
+def test_user_state_still_rebuilds_its_classes_beside_a_system_state(backend: Backend) -> None:
+    conf = backend.conf(**USER_CLASSES)
+    system = StateFactory.get_system_state(f"{_topology(backend)}/$checkpointspout-0", conf)
+    system.put("__state", SPOUT_RECORD)
+    system.commit()
+    user = backend.state(**USER_CLASSES)
+    user.put("a", 2.5)
+    user.put("b", "7")
+    user.prepare_commit(1)
+    user.commit(1)
+    got = sorted(backend.state(**USER_CLASSES))
+    assert [(k, v, type(v)) for k, v in got] == [("a", 2, int), ("b", 7, int)]

@@ -289,3 +289,15 @@ def test_unhashable_keys_work_beside_fast_puts(backend: Backend) -> None:
     assert len(items) == 2
     assert ("a", 1) in items
     assert (["x", 2], 3) in items
+
+
+def test_the_layers_are_read_and_written_in_one_place() -> None:
+    # The fresh-layer fast path lives in LayeredKeyValueState only; a subclass reads its store.
+    from providers._layered import LayeredKeyValueState
+    from providers.memory import InMemoryKeyValueState
+    from providers.redis import RedisKeyValueState
+
+    for cls in (InMemoryKeyValueState, RedisKeyValueState):
+        assert issubclass(cls, LayeredKeyValueState)
+        assert {"get", "put", "delete", "_encode_key"} & set(vars(cls)) == set(), cls
+        assert "_stored" in vars(cls)

@@ -1,0 +1,382 @@
+"""The Redis state and its provider: the transaction steps as script calls, reads cached.
+
+The layout, the envelope and the round trips are in the package docstring (``providers.redis``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import re
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+import providers.redis._scripts as _scripts
+from providers._base import StateProvider
+from providers._config import parse_provider_config
+from providers._layered import LayeredKeyValueState
+from providers._resolve import resolve_serializers
+from providers._serializers import Serializer
+from providers.errors import ProviderConfigError, StateTransactionError
+from providers.redis._clients import (
+    BACKEND_ERRORS,
+    address_of,
+    backend_error,
+    client_for,
+    is_cluster,
+    overriding_client,
+)
+from providers.redis._codec import TOMBSTONE, parse_txid, unwrap, wire
+
+__all__ = ["RedisKeyValueState", "RedisKeyValueStateProvider"]
+
+# Fields per HMGET of ``get_many``: one round trip for most batches, bounded replies.
+_MGET_CHUNK = 10_000
+
+log = logging.getLogger(__name__)
+
+# Storm's ITERATOR_CHUNK_SIZE: how many fields one HSCAN page asks for.
+_SCAN_COUNT = 100
+# How many keys one SCAN page of a namespace listing asks for.
+_KEY_SCAN_COUNT = 1000
+# The transaction record's key is the namespace's key plus this; every namespace that ever
+# prepared, committed or rolled back has one, so listing namespaces is a SCAN for it.
+_TXID_SUFFIX = "$txid"
+_MISSING: Any = object()
+
+
+def _hash_tagged(namespace: str) -> str:
+    """``{ns}``, the namespace as a cluster hash tag.
+
+    On a cluster the three keys of a namespace must share a slot, so that one script can touch
+    them all.
+    """
+    return f"{{{namespace}}}"
+
+
+def _glob_escape(text: str) -> str:
+    """``text`` matched literally by a SCAN ``MATCH`` pattern."""
+    return re.sub(r"([*?\[\]\\])", r"\\\1", text)
+
+
+class RedisKeyValueState(LayeredKeyValueState):
+    """A ``KeyValueState`` in Redis, with the same contract as ``InMemoryKeyValueState``.
+
+    Example:
+        >>> import fakeredis
+        >>> state = RedisKeyValueState("demo/counter-0", fakeredis.FakeRedis())
+        >>> state.put("storm", 1)
+        >>> state.prepare_commit(0)
+        >>> state.commit(0)
+        >>> state.get("storm")
+        1
+    """
+
+    def __init__(
+        self,
+        namespace: str,
+        client: Any,
+        key_serializer: Serializer | None = None,
+        value_serializer: Serializer | None = None,
+        *,
+        address: str | None = None,
+    ) -> None:
+        encoder = getattr(client, "get_encoder", None)
+        if encoder is not None and encoder().decode_responses:
+            msg = "the Redis state needs a client made with decode_responses=False (binary values)"
+            raise ProviderConfigError(msg)
+        super().__init__(namespace, key_serializer, value_serializer)
+        self._client = client
+        self._address = address or address_of(client)
+        base = _hash_tagged(namespace) if is_cluster(client) else namespace
+        self.committed_key = base
+        self.prepare_key = f"{base}$prepare"
+        self.txid_key = base + _TXID_SUFFIX
+        self._load_script = client.register_script(_scripts.LOAD)
+        self._prepare_script = client.register_script(_scripts.PREPARE)
+        self._commit_script = client.register_script(_scripts.COMMIT)
+        self._commit_writes_script = client.register_script(_scripts.COMMIT_WRITES)
+        self._rollback_script = client.register_script(_scripts.ROLLBACK)
+        # Below _pending (writes since the last prepare, see LayeredKeyValueState): the prepared
+        # delta as Redis holds it; committed reads. All three hold payloads (the value
+        # serializer's bytes), None for a deletion (pending, prepared) or a missing key (cache):
+        # envelopes exist only on the wire, so a get or a put never packs or unpacks one.
+        self._prepared: dict[bytes, bytes | None] = {}
+        self._cache: dict[bytes, bytes | None] = {}
+        self._committed_txid: int | None = None
+        self._prepared_txid: int | None = None
+        # Set by supersede_prepared until the next prepare: that prepare replaces the stored delta.
+        self._superseding = False
+        # The namespace's rollback count when this object last looked (the fence of prepare).
+        self._rollbacks = b"0"
+        self._load()
+
+    def __repr__(self) -> str:
+        return (
+            f"RedisKeyValueState(namespace={self.namespace!r}, redis={self._address}, "
+            f"committed_txid={self._committed_txid}, prepared_txid={self._prepared_txid})"
+        )
+
+    @property
+    def committed_txid(self) -> int | None:
+        """The txid of the last commit, or ``None`` when nothing was committed."""
+        return self._committed_txid
+
+    @property
+    def prepared_txid(self) -> int | None:
+        """The txid of the pending prepare, or ``None``."""
+        return self._prepared_txid
+
+    # -- talking to Redis
+    @contextlib.contextmanager
+    def _backend(self, step: str) -> Iterator[None]:
+        try:
+            yield
+        except BACKEND_ERRORS as exc:
+            raise backend_error(self._address, step, exc, self.namespace) from exc
+
+    def _load(self) -> None:
+        with self._backend("load"):
+            txids, delta = self._load_script(keys=[self.prepare_key, self.txid_key])
+        fields = dict(zip(txids[::2], txids[1::2], strict=True))
+        self._committed_txid = parse_txid(fields.get(b"commit"))
+        self._prepared_txid = parse_txid(fields.get(b"prepare"))
+        self._rollbacks = fields.get(b"rollbacks", b"0")
+        if self._prepared_txid is not None:
+            ns = self.namespace
+            self._prepared = {
+                k: unwrap(v, ns) for k, v in zip(delta[::2], delta[1::2], strict=True)
+            }
+
+    # -- reading (get, put and delete: LayeredKeyValueState)
+    def _decode(self, payload: bytes | None) -> Any:
+        return None if payload is None else self._values.deserialize(payload)
+
+    def _stored(self, ekey: bytes) -> bytes | None:
+        """The payload in the prepared delta, else committed (cached: one HGET per key)."""
+        payload = self._prepared.get(ekey, _MISSING)
+        if payload is _MISSING:
+            payload = self._cache.get(ekey, _MISSING)
+            if payload is _MISSING:
+                with self._backend("get"):
+                    raw = self._client.hget(self.committed_key, ekey)
+                payload = None if raw is None else unwrap(raw, self.namespace)
+                self._cache[ekey] = payload
+        return payload
+
+    def _stored_many(self, ekeys: list[bytes]) -> list[bytes | None]:
+        """``_stored`` of each key; the committed ones not cached yet in one ``HMGET``."""
+        prepared, cache = self._prepared, self._cache
+        missing = [k for k in ekeys if k not in prepared and k not in cache]
+        for start in range(0, len(missing), _MGET_CHUNK):
+            chunk = missing[start : start + _MGET_CHUNK]
+            with self._backend("get"):
+                raws = self._client.hmget(self.committed_key, chunk)
+            for ekey, raw in zip(chunk, raws, strict=True):
+                cache[ekey] = None if raw is None else unwrap(raw, self.namespace)
+        return [prepared[k] if k in prepared else cache[k] for k in ekeys]
+
+    def __iter__(self) -> Iterator[tuple[Any, Any]]:
+        """Pending writes, then the prepared delta, then ``HSCAN`` of committed; each key once."""
+        self._flush()
+        seen: set[bytes] = set()
+        for layer in (dict(self._pending), dict(self._prepared)):
+            for ekey, payload in layer.items():
+                if ekey not in seen:
+                    seen.add(ekey)
+                    if payload is not None:
+                        yield self._keys.deserialize(ekey), self._decode(payload)
+        cursor = 0
+        while True:
+            with self._backend("iteration"):
+                cursor, page = self._client.hscan(self.committed_key, cursor, count=_SCAN_COUNT)
+            for ekey, raw in page.items():
+                if ekey not in seen:
+                    seen.add(ekey)
+                    payload = unwrap(raw, self.namespace)
+                    self._cache.setdefault(ekey, payload)
+                    yield self._keys.deserialize(ekey), self._decode(payload)
+            if not cursor:
+                return
+
+    def __len__(self) -> int:
+        return sum(1 for _ in self)
+
+    # -- the transaction
+    def prepare_commit(self, txid: int) -> None:
+        """Move pending writes into the prepared delta of ``txid`` (one script call).
+
+        Re-preparing the same txid adds the newer writes (newer wins). Preparing another txid
+        while one is prepared, a txid at or below the committed one, or anything after another
+        state object rolled the namespace back since this one was loaded, raises
+        ``StateTransactionError`` and keeps the pending writes.
+        """
+        self._flush()
+        mode = "1" if self._superseding else "0"
+        args: list[Any] = [str(int(txid)), mode, self._rollbacks, *wire(self._pending)]
+        with self._backend(f"prepare of txid {txid}"):
+            reply = self._prepare_script(keys=[self.prepare_key, self.txid_key], args=args)
+        code = int(reply[0])
+        if code == 3:
+            msg = (
+                f"state {self.namespace!r}: cannot prepare txid {txid}: the namespace was rolled "
+                f"back since this state was loaded (rollback count {int(self._rollbacks)} -> "
+                f"{int(reply[1])}); a task attempt that outlived its transaction must not write"
+            )
+            raise StateTransactionError(msg)
+        if code == 1:
+            self._prepared_txid, self._committed_txid = parse_txid(reply[1]), parse_txid(reply[2])
+            msg = (
+                f"state {self.namespace!r}: cannot prepare txid {txid} while txid "
+                f"{self._prepared_txid} is prepared and not committed"
+            )
+            raise StateTransactionError(msg)
+        if code == 2:
+            self._committed_txid = parse_txid(reply[2])
+            msg = (
+                f"state {self.namespace!r}: cannot prepare txid {txid}; txid "
+                f"{self._committed_txid} is already committed"
+            )
+            raise StateTransactionError(msg)
+        if parse_txid(reply[1]) is None or self._superseding:
+            self._prepared = {}
+            self._superseding = False
+        self._prepared.update(self._pending)
+        log.debug(
+            "state %s: prepared txid %s (%s writes)", self.namespace, txid, len(self._pending)
+        )
+        self._pending = {}
+        self._prepared_txid = int(txid)
+
+    def commit(self, txid: int | None = None) -> None:
+        """Commit the prepared delta of ``txid`` atomically; the committed txid again is a no-op.
+
+        Without ``txid``, commit the pending writes at once (the checkpoint spout's save).
+
+        Steps (one Lua script, so Redis applies all or nothing):
+            1. Check ``ns$txid``: ``prepare`` must equal ``txid``; or nothing is prepared and
+               ``commit`` equals ``txid`` (a retried COMMIT: stop, nothing to do).
+            2. Apply ``ns$prepare`` to ``ns``: HSET values, HDEL tombstones.
+            3. DEL ``ns$prepare``; set ``commit`` to ``txid``; remove ``prepare``.
+        """
+        if txid is None:
+            self._commit_writes()
+            return
+        with self._backend(f"commit of txid {txid}"):
+            reply = self._commit_script(
+                keys=[self.committed_key, self.prepare_key, self.txid_key],
+                args=[str(int(txid)), TOMBSTONE],
+            )
+        code = int(reply[0])
+        if code == 2:
+            self._prepared_txid, self._committed_txid = parse_txid(reply[1]), parse_txid(reply[2])
+            msg = (
+                f"state {self.namespace!r}: cannot commit txid {txid}; prepared txid is "
+                f"{self._prepared_txid}, committed txid is {self._committed_txid}"
+            )
+            raise StateTransactionError(msg)
+        if code == 0:
+            if self._superseding:
+                # The delta applied is one this object never read: what it cached may be stale.
+                self._cache = {}
+                self._superseding = False
+            self._remember(self._prepared)
+            log.debug("state %s: committed txid %s", self.namespace, txid)
+        self._prepared = {}
+        self._prepared_txid = None
+        self._committed_txid = int(txid)
+
+    def _commit_writes(self) -> None:
+        self._flush()
+        args: list[Any] = [TOMBSTONE, *wire(self._pending)]
+        with self._backend("commit"):
+            committed = self._commit_writes_script(
+                keys=[self.committed_key, self.txid_key], args=args
+            )
+        self._remember(self._pending)
+        self._pending = {}
+        self._committed_txid = parse_txid(committed)
+
+    def _remember(self, applied: Mapping[bytes, bytes | None]) -> None:
+        """Keep the read cache equal to Redis after ``applied`` reached the committed hash."""
+        self._cache.update(applied)
+
+    def supersede_prepared(self, txid: int) -> None:
+        """Read past a stored delta of ``txid``; the next prepare replaces it (see ``State``).
+
+        Nothing is sent now: the old delta goes in the same script call as the new one, so an
+        attempt killed in between leaves the other attempt's delta in place.
+        """
+        # Also with nothing prepared at load: a concurrent attempt may prepare meanwhile.
+        if self._prepared_txid in (None, int(txid)):
+            self._prepared = {}
+            self._superseding = True
+
+    def rollback(self) -> None:
+        """Drop pending writes, the prepared delta and the prepare txid; count the rollback.
+
+        One script call. States of this namespace loaded before it can no longer prepare.
+        """
+        with self._backend("rollback"):
+            committed, rollbacks = self._rollback_script(keys=[self.prepare_key, self.txid_key])
+        self._rollbacks = str(int(rollbacks)).encode()
+        self._pending, self._fresh = {}, {}
+        self._superseding = False
+        self._prepared = {}
+        self._prepared_txid = None
+        self._committed_txid = parse_txid(committed)
+
+
+class RedisKeyValueStateProvider(StateProvider):
+    """Makes ``RedisKeyValueState`` objects from ``topology.state.provider.config``."""
+
+    def new_state(
+        self, namespace: str, conf: Mapping[str, Any], context: Any | None = None
+    ) -> RedisKeyValueState:
+        """Return the state of ``namespace``: its committed data and any pending prepare.
+
+        Raises:
+            ProviderConfigError: the provider config is invalid.
+            StateBackendError: Redis could not be reached (names host, port and namespace).
+        """
+        config = parse_provider_config(conf)
+        keys, values = resolve_serializers(config, conf)
+        client = overriding_client()
+        if client is not None:
+            return RedisKeyValueState(namespace, client, keys, values)
+        endpoint = config.redis_endpoint()
+        client = client_for(endpoint, namespace)
+        return RedisKeyValueState(namespace, client, keys, values, address=endpoint.address)
+
+    def namespaces(self, conf: Mapping[str, Any], prefix: str = "") -> list[str]:
+        """The namespaces starting with ``prefix`` that have a ``$txid`` hash, sorted.
+
+        One ``SCAN`` for ``<prefix>*$txid`` (``{<prefix>*}$txid`` on a cluster, every primary
+        scanned), with ``prefix`` matched literally.
+
+        Raises:
+            ProviderConfigError: the provider config is invalid.
+            StateBackendError: Redis could not be reached or failed during the scan.
+        """
+        client = overriding_client()
+        if client is None:
+            endpoint = parse_provider_config(conf).redis_endpoint()
+            client, address = client_for(endpoint), endpoint.address
+        else:
+            address = address_of(client)
+        cluster = is_cluster(client)
+        pattern = _glob_escape(prefix) + "*"
+        pattern = (_hash_tagged(pattern) if cluster else pattern) + _TXID_SUFFIX
+        head, tail = (1, len("}" + _TXID_SUFFIX)) if cluster else (0, len(_TXID_SUFFIX))
+        try:
+            keys = list(client.scan_iter(match=pattern, count=_KEY_SCAN_COUNT))
+        except BACKEND_ERRORS as exc:
+            raise backend_error(address, f"namespace listing (prefix {prefix!r})", exc) from exc
+        found = set()
+        for key in keys:
+            try:
+                name = key.decode("utf-8") if isinstance(key, bytes) else key
+            except UnicodeDecodeError:
+                continue  # not a key of ours: redis-py writes namespaces as UTF-8
+            found.add(name[head:-tail])
+        return sorted(found)
