@@ -55,7 +55,8 @@ class CheckpointSpout(Spout):
     ) -> None:
         """Read the interval (at least 100 ms) and the saved state from the provider."""
         interval = max(MIN_INTERVAL_MS, int(conf.get(INTERVAL_KEY) or 0))
-        state = StateFactory.get_state(context.state_namespace(), conf, context)
+        # The framework's own record: plain msgpack, whatever serializers the user configured.
+        state = StateFactory.get_system_state(context.state_namespace(), conf, context)
         if not isinstance(state, KeyValueState):
             msg = f"the state provider returned {type(state).__qualname__}, not a KeyValueState"
             raise TypeError(msg)

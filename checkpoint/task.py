@@ -86,6 +86,15 @@ class CheckpointTaskProgram:
             return None
         return self.action.value
 
+    @property
+    def tracking(self) -> bool:
+        """Tuple trees are tracked (whether acking is on is the spouts' business)."""
+        return True
+
+    def failure(self, exc: Exception) -> None:
+        """No exception fails a task on purpose here: Spark retries it, then the job fails."""
+        return None
+
     def is_control(self, stream_id: str) -> bool:
         """``$checkpoint`` tuples are control tuples: they come after every data tuple."""
         return stream_id == CHECKPOINT_STREAM_ID

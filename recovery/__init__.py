@@ -1,12 +1,14 @@
 """Recovery: fault injection, restarting a crashed driver, and reading where a checkpoint stands."""
 
 from recovery.faults import FAULTS_KEY, FaultPlan, InjectedFault, KillPoint, TaskFault
+from recovery.manifest import MANIFEST_KEY, SpoutMessages, TransactionManifest
+from recovery.retry import RetryBudget, RetryPolicy, backend_outage, transaction_retries
 from recovery.status import (
     CheckpointStatus,
     TaskStatus,
     checkpoint_status,
+    provider_stateful_tasks,
     recovery_actions,
-    redis_stateful_tasks,
     stateful_tasks,
 )
 from recovery.supervisor import (
@@ -21,6 +23,7 @@ from recovery.supervisor import (
 __all__ = [
     "BAD_INPUT_EXIT_CODE",
     "FAULTS_KEY",
+    "MANIFEST_KEY",
     "TIMEOUT_EXIT_CODE",
     "CheckpointStatus",
     "FaultPlan",
@@ -28,12 +31,18 @@ __all__ = [
     "KillPoint",
     "RecoveryTracker",
     "RestartPolicy",
+    "RetryBudget",
+    "RetryPolicy",
+    "SpoutMessages",
     "TaskFault",
     "TaskStatus",
+    "TransactionManifest",
+    "backend_outage",
     "checkpoint_status",
     "exit_status",
+    "provider_stateful_tasks",
     "recovery_actions",
-    "redis_stateful_tasks",
     "stateful_tasks",
     "supervise",
+    "transaction_retries",
 ]

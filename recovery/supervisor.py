@@ -16,6 +16,10 @@ Policy, in order:
    after ``backoff_s * 2 ** (n - 1)`` seconds, capped at ``max_backoff_s``, where ``n`` counts
    restarts since the child last made progress (committed a transaction after its recovery);
 4. after ``max_restarts`` restarts, return the last exit status (a signal ``s`` as ``128 + s``).
+
+Rules 3 and 4 are ``recovery.retry``'s policy, the one the driver's own retries follow, with two
+counts: the budget spends every restart of the session, while the delay's ``n`` starts again at
+1 after progress, so a driver that recovers and later crashes again is not kept waiting long.
 """
 
 from __future__ import annotations
@@ -28,6 +32,8 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
+
+from recovery.retry import RetryPolicy
 
 __all__ = [
     "BAD_INPUT_EXIT_CODE",
@@ -52,7 +58,15 @@ def exit_status(returncode: int) -> int:
 
 @dataclass(frozen=True)
 class RestartPolicy:
-    """When and how soon to restart a crashed driver."""
+    """When and how soon to restart a crashed driver: rules 2 to 4 of the module docstring.
+
+    Example:
+        >>> policy = RestartPolicy(max_restarts=2, backoff_s=1.0, max_backoff_s=1.5)
+        >>> policy.should_restart(137, restarts=1), policy.should_restart(137, restarts=2)
+        (True, False)
+        >>> [policy.delay(n) for n in (1, 2, 3)]
+        [1.0, 1.5, 1.5]
+    """
 
     max_restarts: int = 5
     backoff_s: float = 1.0
@@ -63,15 +77,26 @@ class RestartPolicy:
             msg = f"restart policy values must not be negative, got {self}"
             raise ValueError(msg)
 
+    @property
+    def retry(self) -> RetryPolicy:
+        """The same policy in ``recovery.retry``'s terms: a restart is a retry."""
+        return RetryPolicy(
+            base_s=self.backoff_s, cap_s=self.max_backoff_s, max_retries=self.max_restarts
+        )
+
     def should_restart(self, status: int, restarts: int) -> bool:
         """Whether a child that ended with ``status`` after ``restarts`` restarts is restarted."""
         if status in (0, BAD_INPUT_EXIT_CODE, TIMEOUT_EXIT_CODE):
             return False
-        return restarts < self.max_restarts
+        # The child that just ended is failure number restarts + 1 of the session.
+        return not self.retry.exhausted(restarts + 1)
 
     def delay(self, attempt: int) -> float:
-        """Seconds to wait before the ``attempt``-th restart in a row (1, 2, ...)."""
-        return min(self.backoff_s * 2 ** max(attempt - 1, 0), self.max_backoff_s)
+        """Seconds to wait before the ``attempt``-th restart in a row (1, 2, ...).
+
+        An ``attempt`` of 0 waits as 1 does, as it always has here.
+        """
+        return self.retry.delay(max(attempt, 1))
 
 
 @dataclass
@@ -126,67 +151,72 @@ def supervise(
     into ``KeyboardInterrupt``) is passed on to the child as SIGINT, and nothing is restarted.
     """
     restarts = 0
-    attempt = 0
+    attempt = 0  # restarts since a child last made progress: what the delay grows with
     while True:
         started = time.monotonic()
         tracker = RecoveryTracker()
-        child = subprocess.Popen(  # noqa: S603 - our own command line
-            list(command),
-            stdout=subprocess.PIPE,
-            text=True,
-            bufsize=1,
-            env=None if env is None else dict(env),
-        )
+        child = _start(command, env)
         try:
-            assert child.stdout is not None  # noqa: S101 - stdout=PIPE
+            assert child.stdout is not None  # noqa: S101 - _start asks for stdout=PIPE
             for line in child.stdout:
                 on_line(line)
                 event = _transaction(line)
                 if event is not None and tracker.add(event) and restarts:
-                    on_event(
-                        {
-                            "event": "recovered",
-                            "restart": restarts,
-                            "actions": list(tracker.actions),
-                            "seconds": round(time.monotonic() - started, 3),
-                            "recovery_seconds": round(tracker.seconds, 3),
-                        }
-                    )
+                    on_event(_recovered_event(restarts, tracker, started))
             status = exit_status(child.wait())
         except KeyboardInterrupt:
             _stop(child)
-            on_event(
-                {"event": "supervisor", "restarts": restarts, "exit_code": 130, "reason": "stop"}
-            )
-            return 130
+            return _stopped(restarts, on_event)
         if not policy.should_restart(status, restarts):
-            reason = {
-                0: "done",
-                BAD_INPUT_EXIT_CODE: "bad input: not restarted",
-                TIMEOUT_EXIT_CODE: "timed out: not restarted",
-            }.get(status, f"gave up after {restarts} restarts")
-            on_event(
-                {"event": "supervisor", "restarts": restarts, "exit_code": status, "reason": reason}
-            )
+            on_event(_final_event(status, restarts))
             return status
         attempt = 1 if tracker.progressed else attempt + 1
         restarts += 1
         delay = policy.delay(attempt)
         on_event(
-            {
-                "event": "restart",
-                "restart": restarts,
-                "exit_code": status,
-                "backoff_seconds": delay,
-            }
+            {"event": "restart", "restart": restarts, "exit_code": status, "backoff_seconds": delay}
         )
         try:
             sleep(delay)
         except KeyboardInterrupt:
-            on_event(
-                {"event": "supervisor", "restarts": restarts, "exit_code": 130, "reason": "stop"}
-            )
-            return 130
+            return _stopped(restarts, on_event)
+
+
+def _start(command: Sequence[str], env: Mapping[str, str] | None) -> subprocess.Popen[str]:
+    """Start the child with its stdout as a pipe of text lines."""
+    return subprocess.Popen(  # noqa: S603 - our own command line
+        list(command),
+        stdout=subprocess.PIPE,
+        text=True,
+        bufsize=1,
+        env=None if env is None else dict(env),
+    )
+
+
+def _recovered_event(restarts: int, tracker: RecoveryTracker, started: float) -> dict[str, Any]:
+    return {
+        "event": "recovered",
+        "restart": restarts,
+        "actions": list(tracker.actions),
+        "seconds": round(time.monotonic() - started, 3),
+        "recovery_seconds": round(tracker.seconds, 3),
+    }
+
+
+def _final_event(status: int, restarts: int) -> dict[str, Any]:
+    """The last event of a session that ended because the policy said not to restart."""
+    reason = {
+        0: "done",
+        BAD_INPUT_EXIT_CODE: "bad input: not restarted",
+        TIMEOUT_EXIT_CODE: "timed out: not restarted",
+    }.get(status, f"gave up after {restarts} restarts")
+    return {"event": "supervisor", "restarts": restarts, "exit_code": status, "reason": reason}
+
+
+def _stopped(restarts: int, on_event: Callable[[dict[str, Any]], None]) -> int:
+    """Report a session stopped by Ctrl-C; return the shell's status for it (130)."""
+    on_event({"event": "supervisor", "restarts": restarts, "exit_code": 130, "reason": "stop"})
+    return 130
 
 
 def _transaction(line: str) -> dict[str, Any] | None:

@@ -10,9 +10,9 @@ import topologies as topo
 from redis_fixtures import free_port
 
 from examples.wordcount import build
+from recovery.manifest import MANIFEST_KEY
 from statefulbolts import TopologyBuilder
 from statefulbolts.errors import StatefulBoltsError
-from statefulbolts.runtime._driver import MANIFEST_KEY
 
 pytestmark = pytest.mark.spark
 

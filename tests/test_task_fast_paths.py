@@ -7,6 +7,7 @@ from typing import Any
 import pytest
 from pyspark import cloudpickle
 
+from checkpoint import CheckpointTaskProgram
 from checkpoint._collectors import AckTrackingOutputCollector, AnchoringOutputCollector
 from statefulbolts import (
     BasicBolt,
@@ -18,7 +19,6 @@ from statefulbolts import (
 )
 from statefulbolts.collectors import BasicOutputCollector, anchored_target
 from statefulbolts.errors import TopologyError, UnanchoredEmitError
-from checkpoint import CheckpointTaskProgram
 from statefulbolts.runtime._collector import TaskCollector
 from statefulbolts.runtime._plan import ExecutionPlan, Router
 from statefulbolts.runtime._records import AckLedger, Fails, TaskReport, TupleBatch

@@ -60,6 +60,9 @@ class TaskCollector(OutputCollector):
         self._key_for = layout.key_for
         self._cp_stream = plan.checkpoint_stream[comp]
         self.batches: dict[tuple[int, int, int], list[Any]] = {}
+        # Which (destination, task) each batch list goes to, by the list's id (``emit_to``).
+        self._dest_of: dict[int, tuple[int, int]] = {}
+        self._task_ids = plan.task_ids
         # Fields grouping on one str field: remember which batch a value goes to, with the first
         # str object of that value: (field position, {value: (batch, value)}, dest, n_tasks).
         self._memo: dict[int, tuple[int, dict[str, tuple[list[Any], str]], int, int]] = {}
@@ -145,13 +148,22 @@ class TaskCollector(OutputCollector):
         """The ``BasicOutputCollector`` of a ``BasicBolt`` on this task, fast path inlined."""
         return _TaskBasicCollector(out, self)
 
-    def _emit(self, values: Sequence[Any], anchors: Anchors, stream: str) -> None:
+    def emit_to(self, values: Sequence[Any], stream: str = DEFAULT_STREAM) -> list[int]:
+        """Emit one unanchored tuple; return the global task ids it was sent to."""
+        ids = self._task_ids
+        dest_of = self._dest_of
+        return [ids[d][t] for d, t in (dest_of[id(b)] for b in self._emit(values, None, stream))]
+
+    def _emit(
+        self, values: Sequence[Any], anchors: Anchors, stream: str
+    ) -> Sequence[list[Any]]:
+        """The general path of ``emit``; returns the batches the tuple went to."""
         s = self._streams.get(stream)
         if s is None or len(values) != self._widths[s]:
             raise self._bad_emit(values, stream)
         if self._flat_action is not None:
             if s == self._cp_stream:
-                return
+                return ()
             raise self._bad_emit(values, stream)
         memo = self._memo.get(s)
         value = values[memo[0]] if memo is not None else None
@@ -168,7 +180,7 @@ class TaskCollector(OutputCollector):
         if s != self._cp_stream:
             self._emits += 1
         if not targets:
-            return
+            return targets
         self._appends += len(targets)
         # Single-field streams ship bare values; the receiver wraps them back in a list.
         vals = values[0] if self._widths[s] == 1 else list(values)
@@ -191,6 +203,7 @@ class TaskCollector(OutputCollector):
                 batch[2][len(batch[0])] = more
             batch[0].append(vals)
             batch[1].append(root)
+        return targets
 
     def _batch(self, dest: int, dtask: int, stream: int) -> list[Any]:
         key = (dest, dtask, stream)
@@ -198,6 +211,7 @@ class TaskCollector(OutputCollector):
         if batch is None:
             # values, first roots (0: untracked), {position: further roots} or None
             batch = self.batches[key] = [[], [], None]
+            self._dest_of[id(batch)] = (dest, dtask)
         return batch
 
     def records(self) -> Iterator[tuple[int, TupleBatch]]:

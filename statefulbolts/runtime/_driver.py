@@ -39,15 +39,16 @@ from providers import (
     KeyValueState,
     StateBackendError,
     StateFactory,
-    StateSerializationError,
     get_provider,
 )
 from recovery.faults import FaultPlan, KillPoint
+from recovery.manifest import SpoutMessages, TransactionManifest
 from statefulbolts.clock import Clock
 from statefulbolts.collectors import SpoutOutputCollector
 from statefulbolts.context import TopologyContext
-from statefulbolts.errors import TopologyError, TopologyFailedError
+from statefulbolts.errors import TopologyError
 from statefulbolts.runtime._engine import Engine, JobSpec
+from statefulbolts.runtime._failures import FailureGate
 from statefulbolts.runtime._ledger import RootLedger
 from statefulbolts.runtime._plan import JobLayout, Router
 from statefulbolts.runtime._records import JobResult, TupleBatch
@@ -58,11 +59,9 @@ from statefulbolts.runtime._task_errors import decode_task_error
 from statefulbolts.topology import CHECKPOINT_COMPONENT_ID, CHECKPOINT_STREAM_ID, StormTopology
 from statefulbolts.tuples import DEFAULT_STREAM
 
-__all__ = ["MANIFEST_KEY", "CheckpointRunner"]
+__all__ = ["CheckpointRunner"]
 
 log = logging.getLogger(__name__)
-
-MANIFEST_KEY = "__txn"
 # While a job runs: gather for a slice, then pause so the job thread can take the GIL.
 _GATHER_SLICE = 0.001
 _GATHER_PAUSE = 0.0001
@@ -143,13 +142,8 @@ class CheckpointRunner(TopologyRunner):
         self._plain_txid = 0
         self._filling_since: float | None = None
         self._yielded = time.perf_counter()
-        # Recovery bookkeeping: retries, outages, the manifest (see recovery/).
-        self._consecutive_failures = 0
-        self._backend_down_since: float | None = None
-        self._backend_attempts = 0
-        self._not_before = 0.0
-        self._recovered: tuple[int, list[Any]] | None = None
-        self._manifest_warned = False
+        self._failures = FailureGate(name, self.tc, self.clock, self._stop, log)
+        self._manifest: TransactionManifest | None = None
 
     # ----------------------------------------------------------------- lifecycle
     def _open(self) -> None:
@@ -173,7 +167,10 @@ class CheckpointRunner(TopologyRunner):
         st.context = TopologyContext(self.topology, self.name, CHECKPOINT_COMPONENT_ID, 0)
         cp.open(self.conf, st.context, self._cp_out)
         self._cp_task, self.cp = st, cp
-        self._load_manifest()
+        assert cp.state is not None  # noqa: S101 - open() read it
+        self._manifest = TransactionManifest(cp.state)
+        # COMMITTED(t) saved with t's message ids: t committed, its spout acks may not have.
+        self._ack_messages(self._manifest.recover(cp.cur))
 
     def _shutdown(self) -> None:
         job, self._job = self._job, None
@@ -212,7 +209,7 @@ class CheckpointRunner(TopologyRunner):
                 return True
             return self._gather() > 0
         gathered = self._gather()
-        if self.clock.now_ms() < self._not_before:
+        if not self._failures.ready():
             return gathered > 0
         if self._next_transaction(gathered):
             self._set_idle(False)
@@ -233,7 +230,8 @@ class CheckpointRunner(TopologyRunner):
         # While recovering, a crashed run's messages may still be acked by the recovery (see
         # the manifest); gathering now could replay them first. Without a manifest to deliver
         # (a fresh start, or a crash before the commit decision) the spouts need not wait.
-        if self.cp is not None and self.cp.recovering and self._recovered is not None:
+        manifest = self._manifest
+        if self.cp is not None and self.cp.recovering and manifest is not None and manifest.pending:
             return 0
         return self.spouts.gather()
 
@@ -267,7 +265,7 @@ class CheckpointRunner(TopologyRunner):
             return False
         if not needs_recovery and not cp.has_checkpointed and self._filling_first(gathered):
             return False
-        self._with_backend("starting a checkpoint", cp.next_tuple)
+        self._failures.with_backend("starting a checkpoint", cp.next_tuple)
         emits, self._cp_out.emits = self._cp_out.emits, []
         if not emits:
             return False
@@ -357,10 +355,10 @@ class CheckpointRunner(TopologyRunner):
             per_task.append(batches)
         return per_task, root
 
-    def _images(self) -> dict[str, bytes]:
+    def _images(self) -> dict[str, bytes] | None:
         """The driver-owned state of every stateful task, shipped with its job."""
         if not self._driver_owned:
-            return {}
+            return None
         provider = self.provider
         assert isinstance(provider, DriverOwnedStateProvider)  # noqa: S101
         names = self.plan.component_ids
@@ -416,26 +414,26 @@ class CheckpointRunner(TopologyRunner):
         cp, faults, txid, action = self.cp, self.faults, job.txid, job.action
         assert cp is not None and action is not None  # noqa: S101
         if not ok:
-            self._with_backend("recording a failed checkpoint", lambda: cp.fail(txid))
+            self._failures.with_backend("recording a failed checkpoint", lambda: cp.fail(txid))
             cause = error.text if error is not None else "a checkpoint tuple was failed"
             outage = error is not None and error.is_a(StateBackendError)
-            self._count_failure(job, cause, None, None, outage)
+            self._failures.failed(f"{action.value}({txid})", txid, cause, outage=outage)
             return
         if action.decides_commit:
             if faults is not None:
                 faults.on_driver(KillPoint.AFTER_PREPARE, txid)
-            self._put_manifest(txid)
+            self._save_manifest(txid)
         what = f"saving checkpoint state after {action.value}({txid})"
-        self._with_backend(what, lambda: cp.ack(txid))
+        self._failures.with_backend(what, lambda: cp.ack(txid))
         if action.decides_commit and faults is not None:
             faults.on_driver(KillPoint.AFTER_COMMITTING_SAVED, txid)
         if action.makes_durable:
-            self._consecutive_failures = 0
-            self._backend_down_since = None
+            self._failures.succeeded()
             if faults is not None:
                 faults.on_driver(KillPoint.AFTER_COMMITTED, txid)
             self.ledger.committed(txid)
-            self._ack_recovered(txid)
+            if self._manifest is not None:
+                self._ack_messages(self._manifest.committed(txid))
         elif action.discards:
             self.ledger.discard_awaiting()
 
@@ -453,7 +451,7 @@ class CheckpointRunner(TopologyRunner):
         self.ledger.fail_all(job.roots)
         cp = self.cp
         if cp is not None and job.cp_root is not None:
-            self._with_backend("recording a failed checkpoint", lambda: cp.fail(job.txid))
+            self._failures.with_backend("recording a failed checkpoint", lambda: cp.fail(job.txid))
         self.stats.record(
             TransactionInfo(
                 job.txid, job.action.value if job.action else None, len(job.roots), seconds,
@@ -461,152 +459,37 @@ class CheckpointRunner(TopologyRunner):
             )
         )
         outage = error is not None and error.is_a(StateBackendError)
-        self._count_failure(job, cause, component, task, outage)
-
-    # ----------------------------------------------------------------- failures
-    def _count_failure(
-        self, job: _Job, cause: str, component: str | None, task: int | None, outage: bool
-    ) -> None:
-        if outage:
-            self._backend_failure(job, cause)
-            return
-        self._consecutive_failures += 1
-        n = self._consecutive_failures
-        name = job.action.value if job.action is not None else "BATCH"
-        if n > self.tc.max_transaction_retries:
-            where = f"component {component!r} task {task}" if component else "the Spark job"
-            msg = (
-                f"topology {self.name!r} stopped: {name}({job.txid}) failed "
-                f"{n} times in a row (topology.max.transaction.retries = "
-                f"{self.tc.max_transaction_retries}); last failure in {where}: {cause}"
-            )
-            raise TopologyFailedError(
-                msg, component=component, task=task, txid=job.txid, cause=cause
-            )
-        backoff = min(0.1 * 2 ** (n - 1), 5.0)
-        log.info("retrying txid %s in %.1f s (attempt %d)", job.txid, backoff, n + 1)
-        self._not_before = self.clock.now_ms() + backoff * 1000.0
-
-    def _backend_failure(self, job: _Job, cause: str) -> None:
-        """The state store failed: wait for it (with backoff) instead of counting a retry."""
-        now = self.clock.now_ms()
-        if self._backend_down_since is None:
-            self._backend_down_since = now
-            self._backend_attempts = 0
-        self._backend_attempts += 1
-        waited = (now - self._backend_down_since) / 1000.0
-        limit = self.tc.state_backend_timeout_secs
-        if waited > limit:
-            msg = (
-                f"topology {self.name!r} stopped: the state backend failed for {waited:.0f} s "
-                f"(topology.state.backend.timeout.secs = {limit}); last error: {cause}"
-            )
-            raise TopologyFailedError(msg, txid=job.txid, cause=cause)
-        backoff = min(0.25 * 2 ** (self._backend_attempts - 1), 5.0)
-        log.warning(
-            "waiting %.1f s for the state backend before retrying %s(%s) (down for %.1f s): %s",
-            backoff,
-            job.action.value if job.action else "BATCH",
-            job.txid,
-            waited,
-            cause,
-        )
-        self._not_before = now + backoff * 1000.0
-
-    def _with_backend(self, what: str, call: Callable[[], Any]) -> Any:
-        """Run a driver-side state call, waiting out a state backend outage.
-
-        The outage is timed from its first failure, driver-side or in a job, so the two kinds of
-        waiting share one ``topology.state.backend.timeout.secs``.
-        """
-        attempt = 0
-        while True:
-            try:
-                result = call()
-            except StateBackendError as exc:
-                attempt += 1
-                now = self.clock.now_ms()
-                if self._backend_down_since is None:
-                    self._backend_down_since = now
-                    self._backend_attempts = 0
-                waited = (now - self._backend_down_since) / 1000.0
-                limit = self.tc.state_backend_timeout_secs
-                if self._stop.is_set():
-                    raise
-                if waited > limit:
-                    cause = f"{type(exc).__name__}: {exc}"
-                    msg = (
-                        f"topology {self.name!r} stopped: the state backend failed for "
-                        f"{waited:.0f} s (topology.state.backend.timeout.secs = {limit}) while "
-                        f"{what}; last error: {cause}"
-                    )
-                    raise TopologyFailedError(msg, cause=cause) from exc
-                backoff = min(0.25 * 2 ** (attempt - 1), 5.0)
-                log.warning(
-                    "%s: state backend unavailable for %.1f s, retrying in %.1f s: %s",
-                    what,
-                    waited,
-                    backoff,
-                    exc,
-                )
-                self.clock.sleep(backoff)
-            else:
-                if attempt:
-                    # It failed and now answered: the outage is over. A call that never failed
-                    # proves nothing (cp.fail does not even touch the store).
-                    self._backend_down_since = None
-                return result
+        what = f"{name}({job.txid})"
+        self._failures.failed(what, job.txid, cause, component=component, task=task, outage=outage)
 
     # ----------------------------------------------------------------- the transaction manifest
-    def _put_manifest(self, txid: int) -> None:
+    def _save_manifest(self, txid: int) -> None:
+        """Before COMMITTING(t) is saved: the message ids t carried (``recovery.manifest``)."""
         cp = self.cp
         # A driver-owned provider's data dies with the driver, so no restart could read it: the
         # manifest would cost encoding every message id of the transaction for nothing.
-        if cp is None or cp.state is None or self._driver_owned:
+        if cp is None or self._manifest is None or self._driver_owned:
             return
         tasks = self.spouts.tasks
-        by_task = self.ledger.awaiting_messages(txid)
-        spouts = [[tasks[i].name, tasks[i].task, ids] for i, ids in by_task.items()]
-        try:
-            cp.state.put(MANIFEST_KEY, {"txid": txid, "spouts": spouts})
-        except StateSerializationError as exc:
-            if not self._manifest_warned:
-                log.warning(
-                    "spout message ids cannot be saved (%s); a driver crash between a commit "
-                    "and its spout acks will replay that transaction (at-least-once)",
-                    exc,
-                )
-                self._manifest_warned = True
-            cp.state.put(MANIFEST_KEY, {"txid": txid, "spouts": None})
+        groups = [
+            SpoutMessages(tasks[i].name, tasks[i].task, ids)
+            for i, ids in self.ledger.awaiting_messages(txid).items()
+        ]
+        self._manifest.save(txid, groups)
 
-    def _load_manifest(self) -> None:
-        """After opening: keep the saved manifest if its transaction may have committed."""
-        cp = self.cp
-        if cp is None or cp.state is None:
-            return
-        saved = cp.state.get(MANIFEST_KEY)
-        if not isinstance(saved, dict) or saved.get("txid") != cp.cur.txid:
-            return
-        groups = saved.get("spouts")
-        if groups is None or cp.cur.phase is TxPhase.PREPARING:
-            return
-        self._recovered = (int(saved["txid"]), list(groups))
-        if cp.cur.phase is TxPhase.COMMITTED:
-            self._ack_recovered(cp.cur.txid)
-
-    def _ack_recovered(self, txid: int) -> None:
-        if self._recovered is None or self._recovered[0] != txid:
+    def _ack_messages(self, groups: list[SpoutMessages]) -> None:
+        """Ack at their spouts the messages of a transaction a crashed driver committed."""
+        if not groups:
             return
         tasks = self.spouts.by_name()
         delivered = 0
-        for component, task, msg_ids in self._recovered[1]:
+        for component, task, msg_ids in groups:
             st = tasks.get((component, task))
             if st is not None:
                 for msg_id in msg_ids:
                     st.spout.ack(msg_id)
                 delivered += len(msg_ids)
-        self._recovered = None
-        log.info("txid %s had committed: acked its %d spout tuples", txid, delivered)
+        log.info("a recovered transaction had committed: acked its %d spout tuples", delivered)
 
     # ----------------------------------------------------------------- reading
     def status(self) -> dict[str, Any]:

@@ -27,7 +27,7 @@ import shutil
 import tempfile
 import zipfile
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -55,8 +55,9 @@ class JobSpec:
     ``inputs[s]`` is the list of records for slot ``s`` of the first stage (``TupleBatch`` for
     data; a record for a task of a later stage is carried there). ``ackers`` > 0 reduces the
     acks over that many Spark partitions, 0 on the driver. ``images`` ships a driver-owned
-    provider's state to the tasks whose namespaces they are. ``group`` names the Spark job group
-    (for ``Engine.cancel``).
+    provider's state to the tasks under whose roots (``<state_root>/<component>-<task>``) the
+    namespaces are; ``None`` when the job touches no driver-owned state. ``group`` names the
+    Spark job group (for ``Engine.cancel``).
     """
 
     layout: JobLayout
@@ -65,8 +66,9 @@ class JobSpec:
     txid: int
     description: str
     ackers: int = 0
-    images: Mapping[str, bytes] = field(default_factory=dict)
+    images: Mapping[str, bytes] | None = None
     group: str | None = None
+    state_root: str = ""
 
 
 def _identity(key: int) -> int:
@@ -125,8 +127,9 @@ class Engine:
             conf=self.conf,
             txid=spec.txid,
             ackers=spec.ackers,
-            images=dict(spec.images),
+            images=None if spec.images is None else dict(spec.images),
             faults=self.faults,
+            state_root=spec.state_root,
         )
         sc, blob = self.sc, self._blob
         # Always set: a pool thread keeps its job group from one job to the next.

@@ -24,6 +24,7 @@ from typing import Any, NamedTuple
 
 __all__ = [
     "AckLedger",
+    "Aborted",
     "Fails",
     "JobResult",
     "ReportedError",
@@ -57,6 +58,17 @@ class Fails(NamedTuple):
     """Roots whose trees a task failed."""
 
     roots: list[int]
+
+
+class Aborted(NamedTuple):
+    """A task's protocol failed it (``TaskProgram.failure``): every task after it is skipped.
+
+    Sent to every slot of the next stage, which sends it on, so no task downstream of a failed
+    one acts on a partial input (a committer must never finish on half a batch).
+    """
+
+    comp: int
+    task: int
 
 
 class ReportedError(NamedTuple):
@@ -113,13 +125,15 @@ class JobResult:
 
     ``acks`` holds only roots whose XOR is not zero (a root every task reported nothing for had
     each tuple of its tree acked exactly once); ``outputs`` holds the tuples the job's tasks
-    emitted for components outside the job, for the protocol to use.
+    emitted for components outside the job, for the protocol to use; ``aborted`` says a task's
+    protocol failed it (its report's ``result`` says why) and the tasks after it were skipped.
     """
 
     acks: dict[int, int] = field(default_factory=dict)
     fails: set[int] = field(default_factory=set)
     reports: list[TaskReport] = field(default_factory=list)
     outputs: list[TupleBatch] = field(default_factory=list)
+    aborted: bool = False
 
     @property
     def errors(self) -> list[ReportedError]:

@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from statefulbolts.runtime._records import AckLedger, Fails, JobResult, TupleBatch
+from statefulbolts.runtime._records import Aborted, AckLedger, Fails, JobResult, TupleBatch
 
 __all__ = ["merge_results", "reduce_acks"]
 
@@ -41,6 +41,8 @@ def reduce_acks(items: Iterable[Any]) -> list[JobResult]:
                 result.fails.update(r.roots)
             elif kind is TupleBatch:
                 result.outputs.append(r)
+            elif kind is Aborted:
+                result.aborted = True
             else:
                 result.reports.append(r)
     if acks:
@@ -58,4 +60,5 @@ def merge_results(parts: Sequence[JobResult]) -> JobResult:
         merged.fails.update(part.fails)
         merged.reports.extend(part.reports)
         merged.outputs.extend(part.outputs)
+        merged.aborted = merged.aborted or part.aborted
     return merged

@@ -22,13 +22,14 @@ import gc
 import pickle
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, NamedTuple, Protocol
 
 from statefulbolts.context import TopologyContext
 from statefulbolts.runtime._collector import TaskCollector
 from statefulbolts.runtime._plan import ExecutionPlan, JobLayout
 from statefulbolts.runtime._records import (
+    Aborted,
     AckLedger,
     Fails,
     TaskMetrics,
@@ -76,6 +77,18 @@ class TaskProgram(Protocol):
     def data_free(self) -> str | None:
         """Set when the job carries no data: names its step (data emits are then errors)."""
 
+    @property
+    def tracking(self) -> bool:
+        """Whether tuple trees are tracked (XOR acks); without it a task settles nothing."""
+
+    def failure(self, exc: Exception) -> Any:
+        """What ``exc`` means if it fails the task by the protocol's rules (not a crash).
+
+        ``None``: a crash, which Spark retries and which fails the job. Anything else: the
+        task is failed on purpose (its report's ``result``); it sends nothing on, and every
+        task after it in the job is skipped (``Aborted``).
+        """
+
     def is_control(self, stream_id: str) -> bool:
         """Whether tuples of ``stream_id`` are control tuples (fed after all data)."""
 
@@ -94,9 +107,12 @@ class TaskJob:
     conf: Mapping[str, Any]
     txid: int
     ackers: int
-    # Namespace -> image of a driver-owned provider's state, for the tasks that use it.
-    images: dict[str, bytes] = field(default_factory=dict)
+    # A driver-owned provider's state: namespace -> image, for the tasks under whose roots they
+    # are; ``None`` when the job uses no driver-owned state.
+    images: dict[str, bytes] | None = None
     faults: Any = None
+    # Where the tasks' state lives: a task's namespaces are ``<root>/<component>-<task>[/...]``.
+    state_root: str = ""
 
 
 def _load_topology(blob: Any) -> StormTopology:
@@ -164,11 +180,12 @@ class _Input(NamedTuple):
     acks: dict[int, int]
     fails: list[int]
     reports: list[TaskReport]
+    aborted: list[Aborted]
 
 
 def _sort_input(job: TaskJob, comp: int, task: int, items: Iterable[Any]) -> _Input:
     plan, program = job.plan, job.program
-    into = _Input([], [], [], {}, [], [])
+    into = _Input([], [], [], {}, [], [], [])
     acks = into.acks
     for _key, records in items:
         for r in records:
@@ -185,6 +202,8 @@ def _sort_input(job: TaskJob, comp: int, task: int, items: Iterable[Any]) -> _In
                     acks[root] = acks.get(root, 0) ^ x
             elif kind is Fails:
                 into.fails.extend(r.roots)
+            elif kind is Aborted:
+                into.aborted.append(r)
             else:
                 into.reports.append(r)
     # A deterministic delivery order: by (source component, source task, stream).
@@ -203,6 +222,9 @@ def run_task(
     final = stage == job.layout.depth - 1
     n_next = max(job.ackers, 1) if final else len(job.layout.stages[stage + 1])
     into = _sort_input(job, comp, task, items)
+    if into.aborted:  # a task before this one failed by its protocol: do nothing of the batch
+        report = TaskReport(comp, task, TaskMetrics(0, 0, 0, 0, 0.0))
+        return _aborted(into, report, stage, slot, final, n_next, job)
     topology = _load_topology(topology_blob)
     spec = topology.component(job.plan.component_ids[comp])
     context = TopologyContext(topology, job.topology_name, spec.id, task)
@@ -212,15 +234,26 @@ def run_task(
     gc_enabled = gc.isenabled()
     gc.disable()
     try:
-        shipped = _import_images(job, context)
+        root = _begin_state(job, spec, task)
         executed, result = _execute(job, spec, context, collector, into)
-        # Usually every tuple was acked once, and the ledger has nothing to report.
-        left, exact = collector.ledger.settle()
+        if job.program.tracking:
+            # Usually every tuple was acked once, and the ledger has nothing to report.
+            left, exact = collector.ledger.settle()
+        else:
+            left, exact = {}, True
         acked = executed if exact else collector.ledger.settled + _held(job, collector)
     except Exception as exc:
-        raise encode_task_error(
-            exc, spec.id, context.this_task_id, job.txid, spec.user_class
-        ) from exc
+        failed = job.program.failure(exc)
+        if failed is None:
+            raise encode_task_error(
+                exc, spec.id, context.this_task_id, job.txid, spec.user_class
+            ) from exc
+        seconds = time.perf_counter() - started
+        report = TaskReport(
+            comp, task, TaskMetrics(0, 0, 0, 0, seconds), tuple(collector.errors), (), failed
+        )
+        into.aborted.append(Aborted(comp, task))
+        return _aborted(into, report, stage, slot, final, n_next, job)
     finally:
         # Free the task's tuples while the collector is still off: re-enabled with them alive,
         # its next automatic collection walked every one.
@@ -230,9 +263,37 @@ def run_task(
     seconds = time.perf_counter() - started
     metrics = TaskMetrics(executed, collector.emitted, acked, collector.failed, seconds)
     report = TaskReport(
-        comp, task, metrics, tuple(collector.errors), _take_changes(job, shipped), result
+        comp, task, metrics, tuple(collector.errors), _end_state(job, root), result
     )
     return _output(job, collector, into, left, report, stage, slot, final, n_next)
+
+
+def _aborted(
+    into: _Input,
+    report: TaskReport,
+    stage: int,
+    slot: int,
+    final: bool,
+    n_next: int,
+    job: TaskJob,
+) -> Iterator[tuple[int, list[Any]]]:
+    """A task that does nothing: the abort to every next slot, its report and side records home.
+
+    What it was to carry is dropped: the job's outcome is a failure, and nobody reads it.
+    """
+    home = slot % n_next
+    out: dict[int, list[Any]] = {home: [*into.reports, report]}
+    abort = into.aborted[-1]
+    if final:
+        out[home].append(abort)
+    else:
+        for k in range(n_next):
+            out.setdefault(k, []).append(abort)
+    if into.fails:
+        out[home].append(Fails(into.fails))
+    if into.acks:
+        out[home].append(AckLedger(into.acks))
+    yield from out.items()
 
 
 def _held(job: TaskJob, collector: TaskCollector) -> int:
@@ -241,28 +302,29 @@ def _held(job: TaskJob, collector: TaskCollector) -> int:
     return sum(1 for t in collector.ledger.acked if not is_control(t.source_stream_id))
 
 
-def _import_images(job: TaskJob, context: TopologyContext) -> list[str]:
-    """Install the images shipped for this task's namespaces; return them (to take changes)."""
-    own = context.state_namespace()
-    mine = [ns for ns in job.images if ns == own or ns.startswith(own + "/")]
-    if not mine:
-        return []
-    from providers import get_provider
+def _begin_state(job: TaskJob, spec: ComponentSpec, task: int) -> str | None:
+    """Hand a driver-owned provider the state shipped for this task; return the task's root."""
+    if job.images is None:
+        return None
+    from providers import DriverOwnedStateProvider, get_provider, under
 
+    root = f"{job.state_root or job.topology_name}/{spec.id}-{task}"
     provider = get_provider(job.conf)
-    for ns in mine:
-        provider.import_image(ns, job.images[ns])  # type: ignore[attr-defined]
-    return mine
+    assert isinstance(provider, DriverOwnedStateProvider)  # noqa: S101 - the driver checked
+    provider.begin_task(root, {ns: i for ns, i in job.images.items() if under(ns, root)})
+    return root
 
 
-def _take_changes(job: TaskJob, shipped: list[str]) -> tuple[tuple[str, bytes], ...]:
-    if not shipped:
+def _end_state(job: TaskJob, root: str | None) -> tuple[tuple[str, bytes], ...]:
+    """What the task's states did to the shipped (or new) state under its root."""
+    if root is None:
         return ()
-    from providers import get_provider
+    from providers import DriverOwnedStateProvider, get_provider
 
     provider = get_provider(job.conf)
-    taken = [(ns, provider.take_changes(ns)) for ns in shipped]  # type: ignore[attr-defined]
-    return tuple((ns, changes) for ns, changes in taken if changes is not None)
+    assert isinstance(provider, DriverOwnedStateProvider)  # noqa: S101
+    shipped = [ns for ns in job.images or {} if ns.startswith(root)]
+    return tuple(sorted(provider.end_task(root, shipped).items()))
 
 
 def _execute(

@@ -1,0 +1,146 @@
+"""How a driver waits after a failure: failed transactions and state backend outages.
+
+Both protocols' drivers keep two runs of failures, with the one policy of ``recovery.retry``:
+
+- a failed transaction (a job that failed, a checkpoint tuple failed, a batch attempt failed)
+  is retried after a backoff; after ``topology.max.transaction.retries`` failures in a row the
+  topology stops with an error naming component, task, txid and cause;
+- a state backend outage (the store failed, in a task or in a driver-side state call) does not
+  spend that budget: it is waited out, with its own backoff, until it has lasted
+  ``topology.state.backend.timeout.secs``; its time counts from its first failure, whichever
+  side saw it.
+
+A success (a commit) ends both runs. ``ready`` says whether the backoff has passed.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+from typing import TypeVar
+
+from providers import StateBackendError
+from recovery.retry import RetryBudget, backend_outage, transaction_retries
+from statefulbolts._config import TopologyConfig
+from statefulbolts.clock import Clock
+from statefulbolts.errors import TopologyFailedError
+
+__all__ = ["FailureGate"]
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+
+class FailureGate:
+    """The retry budget of transactions and the outage budget of the state backend."""
+
+    def __init__(
+        self,
+        name: str,
+        tc: TopologyConfig,
+        clock: Clock,
+        stopping: threading.Event,
+        logger: logging.Logger | None = None,
+    ) -> None:
+        self._name, self._tc, self._clock, self._stopping = name, tc, clock, stopping
+        # The driver's logger by default: a wait is the driver's, and is logged as such.
+        self._log = logger or log
+        self._retries = RetryBudget(transaction_retries(tc.max_transaction_retries), clock)
+        self._outage = RetryBudget(backend_outage(tc.state_backend_timeout_secs), clock)
+        self._not_before = 0.0
+
+    def ready(self) -> bool:
+        """Whether the backoff after the last failure has passed."""
+        return self._clock.now_ms() >= self._not_before
+
+    def succeeded(self) -> None:
+        """A transaction committed: both runs of failures are over."""
+        self._retries.succeeded()
+        self._outage.succeeded()
+
+    def failed(
+        self,
+        what: str,
+        txid: int,
+        cause: str,
+        *,
+        component: str | None = None,
+        task: int | None = None,
+        outage: bool = False,
+    ) -> None:
+        """Transaction ``what`` (e.g. ``PREPARE(4)``) failed; back off, or stop the topology."""
+        if outage:
+            self._wait_for_backend(what, txid, cause)
+            return
+        delay = self._retries.failed()
+        n = self._retries.attempts
+        if delay is None:
+            where = f"component {component!r} task {task}" if component else "the Spark job"
+            limit = self._tc.max_transaction_retries
+            msg = (
+                f"topology {self._name!r} stopped: {what} failed {n} times in a row "
+                f"(topology.max.transaction.retries = {limit}); last failure in {where}: {cause}"
+            )
+            raise TopologyFailedError(msg, component=component, task=task, txid=txid, cause=cause)
+        self._log.info("retrying txid %s in %.1f s (attempt %d)", txid, delay, n + 1)
+        self._not_before = self._clock.now_ms() + delay * 1000.0
+
+    def _wait_for_backend(self, what: str, txid: int, cause: str) -> None:
+        delay = self._outage.failed()
+        waited = self._outage.elapsed
+        if delay is None:
+            limit = self._tc.state_backend_timeout_secs
+            msg = (
+                f"topology {self._name!r} stopped: the state backend failed for {waited:.0f} s "
+                f"(topology.state.backend.timeout.secs = {limit}); last error: {cause}"
+            )
+            raise TopologyFailedError(msg, txid=txid, cause=cause)
+        self._log.warning(
+            "waiting %.1f s for the state backend before retrying %s (down for %.1f s): %s",
+            delay,
+            what,
+            waited,
+            cause,
+        )
+        self._not_before = self._clock.now_ms() + delay * 1000.0
+
+    def with_backend(self, what: str, call: Callable[[], T]) -> T:
+        """Run a driver-side state call, waiting out a state backend outage.
+
+        The outage is the same run as one a job saw: one ``topology.state.backend.timeout.secs``
+        for both. A call that fails and then answers ends the outage; a call that never failed
+        proves nothing (``CheckpointSpout.fail`` does not even touch the store).
+        """
+        failed_here = False
+        while True:
+            try:
+                result = call()
+            except StateBackendError as exc:
+                failed_here = True
+                delay = self._outage.failed()
+                if self._stopping.is_set():
+                    raise
+                if delay is None:
+                    cause = f"{type(exc).__name__}: {exc}"
+                    limit = self._tc.state_backend_timeout_secs
+                    msg = (
+                        f"topology {self._name!r} stopped: the state backend failed for "
+                        f"{self._outage.elapsed:.0f} s (topology.state.backend.timeout.secs = "
+                        f"{limit}) while {what}; last error: {cause}"
+                    )
+                    raise TopologyFailedError(msg, cause=cause) from exc
+                self._log.warning(
+                    "%s: state backend unavailable for %.1f s, retrying in %.1f s: %s",
+                    what,
+                    self._outage.elapsed,
+                    delay,
+                    exc,
+                )
+                self._clock.sleep(delay)
+            else:
+                if failed_here:
+                    self._outage.succeeded()
+                return result
+
