@@ -28,6 +28,7 @@ from typing import Any
 
 from examples.corpus import sentence, words
 from providers import KeyValueState, StateFactory, provider_name
+from recovery import checkpoint_status
 from statefulbolts import (
     CHECKPOINT_COMPONENT_ID,
     BasicBolt,
@@ -142,6 +143,33 @@ def state_namespaces(name: str, parallelism: int) -> list[str]:
     return [*counts, f"{name}/{CHECKPOINT_COMPONENT_ID}-0"]
 
 
+def describe_state(conf: Mapping[str, Any], name: str, parallelism: int) -> dict[str, str]:
+    """Per namespace of the topology ``name``, what a person reads of it: txids and place.
+
+    For the count tasks, their committed and prepared txids; for the checkpoint spout, the
+    transaction it saved and its phase (what a restart would start from).
+    """
+    tasks = [("count", task) for task in range(parallelism)]
+    status = checkpoint_status(conf, name, tasks)
+    out: dict[str, str] = {}
+    for task in status.tasks:
+        where = StateFactory.get_system_state(task.namespace, conf).location
+        out[task.namespace] = (
+            f"committed txid {_txid(task.committed_txid)}, "
+            f"prepared txid {_txid(task.prepared_txid)}, in {where}"
+        )
+    namespace = state_namespaces(name, parallelism)[-1]
+    where = StateFactory.get_system_state(namespace, conf).location
+    cp = status.checkpoint
+    saved = "nothing saved" if cp is None else f"{cp} (txid {cp.txid}, phase {cp.phase.value})"
+    out[namespace] = f"checkpoint {saved}, in {where}"
+    return out
+
+
+def _txid(txid: int | None) -> str:
+    return "none" if txid is None else str(txid)
+
+
 def committed_counts(conf: Mapping[str, Any], name: str, parallelism: int) -> dict[str, int]:
     """The counts already committed under ``name`` (an earlier run on a durable store)."""
     counts: dict[str, int] = {}
@@ -206,10 +234,7 @@ def _run(args: argparse.Namespace, spark: Any) -> int:
         metrics = handle.metrics()
         handle.kill()
     seconds = time.perf_counter() - started
-    where = {
-        ns: repr(StateFactory.get_state(ns, conf))
-        for ns in state_namespaces(args.name, args.parallelism)
-    }
+    where = describe_state(conf, args.name, args.parallelism)
 
     this_run = expected_counts(args.sentences)
     expected = this_run + collections.Counter(before)

@@ -271,6 +271,11 @@ class SqliteKeyValueState(KeyValueState):
     def __repr__(self) -> str:
         return f"SqliteKeyValueState(namespace={self.namespace!r}, path={str(self.path)!r})"
 
+    @property
+    def location(self) -> str:
+        """``sqlite <path>``."""
+        return f"sqlite {self.path}"
+
     # -- talking to SQLite
     def _query(self, sql: str, params: tuple[Any, ...]) -> list[Any]:
         with self._lock:

@@ -31,6 +31,14 @@ def merge_layers(layers: Iterable[Iterable[tuple[bytes, Any]]]) -> Iterator[tupl
 class State(ABC):
     """A transactional state, driven by the checkpoint protocol."""
 
+    @property
+    def location(self) -> str:
+        """Where the state is kept, for people: ``redis 127.0.0.1:6379``, a file's path, ...
+
+        Never a password. The default is the state's class name.
+        """
+        return type(self).__name__
+
     @abstractmethod
     def prepare_commit(self, txid: int) -> None:
         """Make everything written so far durable as the prepared image of ``txid``."""

@@ -162,6 +162,11 @@ class InMemoryKeyValueState(LayeredKeyValueState):
         )
 
     @property
+    def location(self) -> str:
+        """``memory``: this process's store (the driver's, for the life of the run)."""
+        return "memory"
+
+    @property
     def committed_txid(self) -> int | None:
         """The txid of the last commit, or ``None`` when nothing was committed."""
         return self._image.committed_txid

@@ -137,9 +137,36 @@ def test_example_main_on_redis(spark: Any, redis_db: Any, tmp_path: Path, capsys
     assert out["state"]["provider"] == PROVIDER
     assert list(out["state"]["namespaces"]) == namespaces
     assert all(f"127.0.0.1:{redis_db.port}" in v for v in out["state"]["namespaces"].values())
+    # The checkpoint spout's state reads as what it is: the saved txid and phase.
+    checkpoint = out["state"]["namespaces"][f"wordcount/{CHECKPOINT}"]
+    assert checkpoint.startswith("checkpoint COMMITTED(") and "phase COMMITTED" in checkpoint
+    assert "committed_txid" not in json.dumps(out["state"])
     client = redis_db.client()
     assert counts_in_redis(client, "wordcount") == dict(expected)
     assert set(client.keys("*")) == topology_keys("wordcount")
+
+
+def test_a_users_value_class_never_reads_the_frameworks_records(
+    cluster: Any, redis_db: Any
+) -> None:
+    # keyClass / valueClass are the user's (README: valid for the counts); the checkpoint
+    # spout's [txid, phase] and its manifest must not be read back through them. The second
+    # run used to die with "'str' object cannot be interpreted as an integer".
+    conf = redis_conf(redis_db.port)
+    provider = json.loads(conf["topology.state.provider.config"])
+    conf["topology.state.provider.config"] = json.dumps(
+        {**provider, "keyClass": "str", "valueClass": "int"}
+    )
+    first = run(cluster, "wc-classes", conf, SENTENCES)
+    second = run(cluster, "wc-classes", conf, SENTENCES)
+
+    assert first["counts"] == dict(expected_counts(SENTENCES))
+    doubled = {word: 2 * n for word, n in expected_counts(SENTENCES).items()}
+    assert second["counts"] == doubled
+    assert counts_in_redis(redis_db.client(), "wc-classes") == doubled
+    commits = assert_chain(second["transactions"], last_commit(first["transactions"]))
+    saved = decode_hash(redis_db.client().hgetall(f"wc-classes/{CHECKPOINT}"))["__state"]
+    assert saved == [commits[-1], "COMMITTED"]
 
 
 def test_second_run_continues_from_committed_counts(cluster: Any, redis_db: Any) -> None:

@@ -123,6 +123,18 @@ def test_put_get_delete(backend: Backend) -> None:
     assert dict(state) == {"spark": {"n": [1, 2]}}
 
 
+def test_location_says_where_the_state_lives(backend: Backend) -> None:
+    location = backend.state().location
+    expected = {
+        "memory": "memory",
+        "fakeredis": "redis ",
+        "redis": "redis 127.0.0.1:",
+        "sqlite": f"sqlite {backend.config.get('path')}",
+    }[backend.name]
+    assert location.startswith(expected)
+    assert "password" not in location
+
+
 def test_get_many_reads_every_layer_in_order(backend: Backend) -> None:
     state = backend.state()
     state.put("committed", 1)

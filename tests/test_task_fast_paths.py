@@ -21,8 +21,9 @@ from statefulbolts.collectors import BasicOutputCollector, anchored_target
 from statefulbolts.errors import TopologyError, UnanchoredEmitError
 from statefulbolts.runtime._collector import TaskCollector
 from statefulbolts.runtime._plan import ExecutionPlan, Router
+from statefulbolts.runtime._program import TaskJob
 from statefulbolts.runtime._records import AckLedger, Fails, TaskReport, TupleBatch
-from statefulbolts.runtime._task import TaskJob, run_task
+from statefulbolts.runtime._task import run_task
 from statefulbolts.testing import RecordingCollector
 
 

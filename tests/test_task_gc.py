@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from statefulbolts.runtime import _task
-from statefulbolts.runtime._task import _QUIET_YOUNG_LIMIT, _YOUNG_LIMIT, _YoungGarbage
+from statefulbolts.runtime import _worker
+from statefulbolts.runtime._worker import _QUIET_YOUNG_LIMIT, _YOUNG_LIMIT, YoungGarbage
 
 
 @pytest.fixture
@@ -31,7 +31,7 @@ def _cycles(n: int) -> None:
 
 
 def test_cyclic_garbage_is_collected_and_keeps_the_limit(gc_off: None) -> None:
-    young = _YoungGarbage()
+    young = YoungGarbage()
     young.limit = 1_000
     _cycles(5_000)
     young()
@@ -40,7 +40,7 @@ def test_cyclic_garbage_is_collected_and_keeps_the_limit(gc_off: None) -> None:
 
 
 def test_a_collection_that_finds_nothing_backs_off(gc_off: None) -> None:
-    young = _YoungGarbage()
+    young = YoungGarbage()
     young.limit = 1_000
     alive = [[i] for i in range(5_000)]  # tracked, young and all reachable
     young()
@@ -49,10 +49,10 @@ def test_a_collection_that_finds_nothing_backs_off(gc_off: None) -> None:
 
 
 def test_below_the_limit_nothing_is_collected(gc_off: None) -> None:
-    young = _YoungGarbage()
+    young = YoungGarbage()
     _cycles(100)
     before = gc.get_count()[0]
     young()
     assert gc.get_count()[0] >= before
     assert young.limit == _YOUNG_LIMIT
-    assert _task._YOUNG_LIMIT < _QUIET_YOUNG_LIMIT
+    assert _worker._YOUNG_LIMIT < _QUIET_YOUNG_LIMIT

@@ -111,6 +111,11 @@ class RedisKeyValueState(LayeredKeyValueState):
         self._rollbacks = b"0"
         self._load()
 
+    @property
+    def location(self) -> str:
+        """``redis <host>:<port>`` (or the cluster's nodes)."""
+        return f"redis {self._address}"
+
     def __repr__(self) -> str:
         return (
             f"RedisKeyValueState(namespace={self.namespace!r}, redis={self._address}, "

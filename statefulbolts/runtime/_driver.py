@@ -33,12 +33,10 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from checkpoint import Action, CheckpointSpout, CheckpointTaskProgram, TxPhase
+from checkpoint import Action, CheckpointSpout, TxPhase
 from providers import (
     DriverOwnedStateProvider,
-    KeyValueState,
     StateBackendError,
-    StateFactory,
     get_provider,
 )
 from recovery.faults import FaultPlan, KillPoint
@@ -47,16 +45,17 @@ from statefulbolts.clock import Clock
 from statefulbolts.collectors import SpoutOutputCollector
 from statefulbolts.context import TopologyContext
 from statefulbolts.errors import TopologyError
-from statefulbolts.runtime._engine import Engine, JobSpec
+from statefulbolts.runtime._checkpoint_jobs import CheckpointJobs
+from statefulbolts.runtime._engine import Engine
 from statefulbolts.runtime._failures import FailureGate
 from statefulbolts.runtime._ledger import RootLedger
-from statefulbolts.runtime._plan import JobLayout, Router
-from statefulbolts.runtime._records import JobResult, TupleBatch
-from statefulbolts.runtime._runner import TopologyRunner
-from statefulbolts.runtime._spouts import MAX_BUFFER, SpoutTask, SpoutTasks
+from statefulbolts.runtime._plan import Router
+from statefulbolts.runtime._records import JobResult
+from statefulbolts.runtime._runner import TopologyRunner, merged_state
+from statefulbolts.runtime._spouts import SpoutTask, SpoutTasks
 from statefulbolts.runtime._stats import TransactionInfo
-from statefulbolts.runtime._task_errors import decode_task_error
-from statefulbolts.topology import CHECKPOINT_COMPONENT_ID, CHECKPOINT_STREAM_ID, StormTopology
+from statefulbolts.runtime._task_errors import describe_job_failure
+from statefulbolts.topology import CHECKPOINT_COMPONENT_ID, StormTopology
 from statefulbolts.tuples import DEFAULT_STREAM
 
 __all__ = ["CheckpointRunner"]
@@ -113,11 +112,20 @@ class CheckpointRunner(TopologyRunner):
         self.topology = topology
         self.faults = faults if faults is not None else FaultPlan.from_conf(self.conf)
         self.provider = get_provider(self.conf) if topology.has_stateful_bolt else None
-        self._driver_owned = isinstance(self.provider, DriverOwnedStateProvider)
+        self._owned = self.provider if isinstance(self.provider, DriverOwnedStateProvider) else None
         self.engine = Engine(spark, topology, name, self.conf, faults=self.faults)
         self.plan = self.engine.plan
         self.ledger = RootLedger(
             timeout_secs=self.tc.message_timeout_secs, timeouts=self.tc.enable_message_timeouts
+        )
+        self.jobs = CheckpointJobs(
+            name,
+            topology,
+            self.plan,
+            self.ledger,
+            self.provider,
+            ackers=self.tc.acker_partitions,
+            faults=self.faults,
         )
         try:
             self.spouts = SpoutTasks(
@@ -135,12 +143,10 @@ class CheckpointRunner(TopologyRunner):
             self.engine.close()
             raise
         self.cp: CheckpointSpout | None = None
-        self._cp_task: SpoutTask | None = None
         self._cp_out = _CheckpointCollector()
         self._job: _Job | None = None
         self._last_batch_ms: float | None = None
         self._plain_txid = 0
-        self._filling_since: float | None = None
         self._yielded = time.perf_counter()
         self._failures = FailureGate(name, self.tc, self.clock, self._stop, log)
         self._manifest: TransactionManifest | None = None
@@ -166,11 +172,11 @@ class CheckpointRunner(TopologyRunner):
         st = SpoutTask(c, 0, cp, Router(self.plan, c, 0), CHECKPOINT_COMPONENT_ID)
         st.context = TopologyContext(self.topology, self.name, CHECKPOINT_COMPONENT_ID, 0)
         cp.open(self.conf, st.context, self._cp_out)
-        self._cp_task, self.cp = st, cp
+        self.jobs.spout, self.cp = st, cp
         assert cp.state is not None  # noqa: S101 - open() read it
         self._manifest = TransactionManifest(cp.state)
         # COMMITTED(t) saved with t's message ids: t committed, its spout acks may not have.
-        self._ack_messages(self._manifest.recover(cp.cur))
+        self.spouts.ack_recovered(self._manifest.recover(cp.cur))
 
     def _shutdown(self) -> None:
         job, self._job = self._job, None
@@ -236,22 +242,9 @@ class CheckpointRunner(TopologyRunner):
         return self.spouts.gather()
 
     def _filling_first(self, gathered: int) -> bool:
-        """Whether to hold the first transaction since the start back: the spouts still produce.
-
-        Storm sends the first PREPARE as soon as recovery ends, and its tuples flow between
-        checkpoints anyway. Here data moves only with a transaction, and the next PREPARE may not
-        start until one interval after this one: a first transaction cut after a few ms of
-        gathering left the rest of a burst waiting most of an interval while Spark idled. So the
-        first transaction, like every later one, carries up to one interval of data, and goes
-        at once when the spouts go quiet (a gathering step emitted nothing, or the buffer is
-        full).
-        """
-        if not gathered or self.spouts.buffered >= MAX_BUFFER:
-            return False
-        now = self.clock.now_ms()
-        if self._filling_since is None:
-            self._filling_since = now
-        return now - self._filling_since <= self.tc.checkpoint_interval_ms
+        """Whether to hold the first transaction back (see ``SpoutTasks.still_filling``)."""
+        interval = self.tc.checkpoint_interval_ms
+        return self.spouts.still_filling(gathered, self.clock.now_ms(), interval)
 
     def _next_transaction(self, gathered: int) -> bool:
         """Start the next job if one is due; whether one started."""
@@ -289,83 +282,11 @@ class CheckpointRunner(TopologyRunner):
 
     # ----------------------------------------------------------------- starting a job
     def _submit(self, txid: int, action: Action | None) -> None:
-        plan = self.plan
-        program = CheckpointTaskProgram(action, txid, self.faults)
-        roots: list[int] = []
-        cp_root = None
-        if action is None or action.carries_data:
-            records, roots = self.spouts.take()
-            layout = plan.layout(plan.bolts())
-            inputs: list[list[Any]] = [[] for _ in layout.stages[0]] if layout.depth else []
-            for r in records:
-                inputs[layout.key_for(-1, r.dest, r.dest_task)].append(r)
-            if action is not None and layout.depth:
-                cp_root = self._add_checkpoint(inputs, layout, txid, action)
-            ackers = self.tc.acker_partitions
-        else:
-            layout = plan.flat_layout(plan.stateful_tasks())
-            inputs, cp_root = self._checkpoint_per_task(txid, action)
-            ackers = 0
-        name = action.value if action is not None else "BATCH"
-        spec = JobSpec(
-            layout,
-            program,
-            inputs,
-            txid,
-            f"{self.name} {name}({txid}) {len(roots)} tuples",
-            ackers=ackers,
-            images=self._images(),
-        )
+        carries = action is None or action.carries_data
+        records, roots = self.spouts.take() if carries else ([], [])
+        spec, cp_root = self.jobs.job(txid, action, records, len(roots))
         future = self.engine.submit(spec)
         self._job = _Job(txid, action, roots, time.perf_counter(), future, cp_root)
-
-    def _add_checkpoint(
-        self, inputs: list[list[Any]], layout: JobLayout, txid: int, action: Action
-    ) -> int:
-        """Put the checkpoint tuple after the data of every first-stage task it reaches."""
-        st = self._cp_task
-        assert st is not None  # noqa: S101 - a checkpointed topology opened its spout
-        root = self.ledger.new_root()
-        vals = [txid, action.value]
-        for dest, dtask in st.router.targets(st.comp, 0, vals):
-            batch = TupleBatch(dest, dtask, st.comp, st.task, 0, [vals], [root], None)
-            inputs[layout.key_for(-1, dest, dtask)].append(batch)
-        return root
-
-    def _checkpoint_per_task(self, txid: int, action: Action) -> tuple[list[list[Any]], int]:
-        """A data-free action for every stateful task, from each of its checkpoint inputs.
-
-        As if forwarded down the DAG: forwarders have no state and no hooks, so skipping them
-        changes nothing but the cost (one stage instead of one per level).
-        """
-        plan = self.plan
-        root = self.ledger.new_root()
-        vals = [txid, action.value]
-        per_task: list[list[Any]] = []
-        for c, t in plan.stateful_tasks():
-            batches = []
-            for inp in self.topology.inputs(plan.component_ids[c]):
-                if inp.source.stream_id != CHECKPOINT_STREAM_ID:
-                    continue
-                src = plan.index[inp.source.component_id]
-                s = plan.checkpoint_stream[src]
-                assert s is not None  # noqa: S101 - every source declares $checkpoint
-                for src_task in range(plan.parallelism[src]):
-                    batches.append(TupleBatch(c, t, src, src_task, s, [vals], [root], None))
-            per_task.append(batches)
-        return per_task, root
-
-    def _images(self) -> dict[str, bytes] | None:
-        """The driver-owned state of every stateful task, shipped with its job."""
-        if not self._driver_owned:
-            return None
-        provider = self.provider
-        assert isinstance(provider, DriverOwnedStateProvider)  # noqa: S101
-        names = self.plan.component_ids
-        return {
-            ns: provider.export_image(ns)
-            for ns in (f"{self.name}/{names[c]}-{t}" for c, t in self.plan.stateful_tasks())
-        }
 
     # ----------------------------------------------------------------- a job ended
     def _finish(self, job: _Job) -> None:
@@ -375,7 +296,7 @@ class CheckpointRunner(TopologyRunner):
             self._job_failed(job, exc, seconds)
             return
         result = job.future.result()
-        errors = self._take_reports(job, result)
+        errors = self.stats.take_reports(result, self.plan, job.txid, self._owned, log)
         ok = job.cp_root is None or (
             job.cp_root not in result.fails and not result.acks.get(job.cp_root, 0)
         )
@@ -390,24 +311,6 @@ class CheckpointRunner(TopologyRunner):
         if not ok:
             info.error = errors[-1].text if errors else "checkpoint failed"
         self.stats.record(info)
-
-    def _take_reports(self, job: _Job, result: JobResult) -> list[Any]:
-        """Apply what the tasks report: state changes, metrics, errors (returned)."""
-        names = self.plan.component_ids
-        if self._driver_owned:
-            provider = self.provider
-            assert isinstance(provider, DriverOwnedStateProvider)  # noqa: S101
-            for report in result.reports:
-                for ns, changes in report.changes:
-                    provider.apply_changes(ns, changes)
-        self.stats.add_reports(result, names)
-        errors = result.errors
-        for e in errors:
-            task_id = self.plan.task_ids[e.comp][e.task]
-            text = f"component {names[e.comp]!r} task {task_id}: {e.text}"
-            log.warning("txid %s: %s", job.txid, text)
-            self.stats.error(names[e.comp], text)
-        return errors
 
     def _advance(self, job: _Job, ok: bool, error: Any) -> None:
         """Move the checkpoint spout on after its action's job (step 3 of the module doc)."""
@@ -433,19 +336,12 @@ class CheckpointRunner(TopologyRunner):
                 faults.on_driver(KillPoint.AFTER_COMMITTED, txid)
             self.ledger.committed(txid)
             if self._manifest is not None:
-                self._ack_messages(self._manifest.committed(txid))
+                self.spouts.ack_recovered(self._manifest.committed(txid))
         elif action.discards:
             self.ledger.discard_awaiting()
 
     def _job_failed(self, job: _Job, exc: BaseException, seconds: float) -> None:
-        error = decode_task_error(exc)
-        if error is not None:
-            component, task, cause = error.component, error.task, error.cause
-        else:
-            component, task = None, None
-            lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip()]
-            picked = [ln for ln in lines if "Error" in ln or "Exception" in ln or "crash" in ln]
-            cause = (picked or lines or [type(exc).__name__])[0][:500]
+        error, component, task, cause = describe_job_failure(exc)
         name = job.action.value if job.action is not None else "BATCH"
         log.warning("%s(%s) failed (%s): %s", name, job.txid, component or "spark", cause)
         self.ledger.fail_all(job.roots)
@@ -468,7 +364,7 @@ class CheckpointRunner(TopologyRunner):
         cp = self.cp
         # A driver-owned provider's data dies with the driver, so no restart could read it: the
         # manifest would cost encoding every message id of the transaction for nothing.
-        if cp is None or self._manifest is None or self._driver_owned:
+        if cp is None or self._manifest is None or self._owned is not None:
             return
         tasks = self.spouts.tasks
         groups = [
@@ -476,20 +372,6 @@ class CheckpointRunner(TopologyRunner):
             for i, ids in self.ledger.awaiting_messages(txid).items()
         ]
         self._manifest.save(txid, groups)
-
-    def _ack_messages(self, groups: list[SpoutMessages]) -> None:
-        """Ack at their spouts the messages of a transaction a crashed driver committed."""
-        if not groups:
-            return
-        tasks = self.spouts.by_name()
-        delivered = 0
-        for component, task, msg_ids in groups:
-            st = tasks.get((component, task))
-            if st is not None:
-                for msg_id in msg_ids:
-                    st.spout.ack(msg_id)
-                delivered += len(msg_ids)
-        log.info("a recovered transaction had committed: acked its %d spout tuples", delivered)
 
     # ----------------------------------------------------------------- reading
     def status(self) -> dict[str, Any]:
@@ -513,30 +395,13 @@ class CheckpointRunner(TopologyRunner):
         if not spec.is_stateful:
             msg = f"component {component_id!r} is not a stateful bolt"
             raise TopologyError(msg)
-        merged: dict[Any, Any] = {}
         with self._lock:
-            for t in range(spec.parallelism):
-                state = StateFactory.get_state(f"{self.name}/{component_id}-{t}", self.conf)
-                assert isinstance(state, KeyValueState)  # noqa: S101
-                for key, value in state:
-                    merged[_hashable(key)] = value
-        return merged
+            namespaces = [f"{self.name}/{component_id}-{t}" for t in range(spec.parallelism)]
+            return merged_state(self.conf, namespaces)
 
-    def metrics(self) -> dict[str, Any]:
-        """Per component counters and per transaction figures."""
-        with self._lock:
-            comps = {k: dict(v) for k, v in self.stats.components.items()}
-            for name, emitted in self.spouts.emitted_per_component().items():
-                comps.setdefault(name, {})["emitted"] = emitted
-            return {
-                "components": comps,
-                "transactions": [t.as_dict() for t in self.stats.transactions],
-                "errors": list(self.stats.errors),
-                "status": self.status(),
-            }
-
-
-def _hashable(key: Any) -> Any:
-    if isinstance(key, list):
-        return tuple(_hashable(k) for k in key)
-    return key
+    def _counters(self) -> dict[str, dict[str, float]]:
+        """The counters per component, spout emits included."""
+        comps = super()._counters()
+        for name, emitted in self.spouts.emitted_per_component().items():
+            comps.setdefault(name, {})["emitted"] = emitted
+        return comps

@@ -34,9 +34,10 @@ from typing import Any
 from providers import add_extlib_to_path
 from statefulbolts.errors import TopologyError
 from statefulbolts.runtime._plan import ExecutionPlan, JobLayout
+from statefulbolts.runtime._program import TaskJob, TaskProgram
 from statefulbolts.runtime._records import JobResult
 from statefulbolts.runtime._results import merge_results, reduce_acks
-from statefulbolts.runtime._task import TaskJob, TaskProgram, run_task
+from statefulbolts.runtime._task import run_task
 from statefulbolts.topology import StormTopology
 
 __all__ = ["Engine", "JobSpec"]

@@ -14,15 +14,16 @@ import logging
 import threading
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from providers import KeyValueState, StateFactory
 from statefulbolts._config import TopologyConfig, validate_config
 from statefulbolts.clock import Clock
 from statefulbolts.errors import TopologyError, TopologyFailedError
 from statefulbolts.runtime._stats import Stats, TransactionInfo
 
-__all__ = ["TopologyRunner"]
+__all__ = ["TopologyRunner", "hashable", "merged_state"]
 
 log = logging.getLogger(__name__)
 
@@ -80,9 +81,19 @@ class TopologyRunner(ABC):
     def read_state(self, component_id: str) -> dict[Any, Any]:
         """The committed state a component keeps, merged over its tasks."""
 
-    @abstractmethod
     def metrics(self) -> dict[str, Any]:
         """Per component counters and per transaction figures."""
+        with self._lock:
+            return {
+                "components": self._counters(),
+                "transactions": [t.as_dict() for t in self.stats.transactions],
+                "errors": list(self.stats.errors),
+                "status": self.status(),
+            }
+
+    def _counters(self) -> dict[str, dict[str, float]]:
+        """The counters per component (a protocol may add its own)."""
+        return {k: dict(v) for k, v in self.stats.components.items()}
 
     # ----------------------------------------------------------------- lifecycle
     def start(self) -> None:
@@ -144,3 +155,23 @@ class TopologyRunner(ABC):
 
     def _after_progress(self) -> None:  # noqa: B027 - an optional hook
         """Called after a step that made progress (a hook for pacing; nothing by default)."""
+
+
+def merged_state(conf: Mapping[str, Any], namespaces: Sequence[str]) -> dict[Any, Any]:
+    """The key-value states of ``namespaces`` as one dict (a component's, over its tasks)."""
+    merged: dict[Any, Any] = {}
+    for namespace in namespaces:
+        state = StateFactory.get_state(namespace, conf)
+        if not isinstance(state, KeyValueState):
+            msg = f"state {namespace!r} is a {type(state).__qualname__}, not a KeyValueState"
+            raise TopologyError(msg)
+        for key, value in state:
+            merged[hashable(key)] = value
+    return merged
+
+
+def hashable(key: Any) -> Any:
+    """A key read back from a store as a dict key: msgpack turns tuples into lists."""
+    if isinstance(key, list):
+        return tuple(hashable(k) for k in key)
+    return key

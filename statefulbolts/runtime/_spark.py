@@ -72,6 +72,17 @@ def local_jvm_settings(user_conf: Mapping[str, Any] | None = None) -> dict[str, 
 UDS_KEY = "spark.python.unix.domain.socket.enabled"
 
 
+# PySpark's daemon prints a BrokenPipeError traceback for each idle worker whose socket the JVM
+# closed while the SparkContext stopped; ours ends them quietly (see ``_daemon``).
+DAEMON_KEY = "spark.python.daemon.module"
+DAEMON_MODULE = "statefulbolts.runtime._daemon"
+
+
+def python_daemon_settings(user_conf: Mapping[str, Any] | None = None) -> dict[str, str]:
+    """The worker daemon for masters on this machine (``DAEMON_MODULE``), unless the user chose."""
+    return {} if DAEMON_KEY in (user_conf or {}) else {DAEMON_KEY: DAEMON_MODULE}
+
+
 def python_worker_settings(user_conf: Mapping[str, Any] | None = None) -> dict[str, str]:
     """Python worker transport for masters on this machine, unless the user chose one."""
     import socket
@@ -97,7 +108,8 @@ def build_session(
     Local masters, and standalone masters on 127.0.0.1 / localhost, get loopback binding (unless
     ``spark_conf`` says otherwise): a driver that talks to executors on this machine only has no
     reason to listen on any other interface; their Python workers talk to the JVM over Unix
-    domain sockets where PySpark supports them (``UDS_KEY``). A local master's JVM also gets
+    domain sockets where PySpark supports them (``UDS_KEY``), through a daemon whose workers end
+    quietly when the JVM stops first (``DAEMON_MODULE``). A local master's JVM also gets
     ``LOCAL_JVM_OPTIONS`` (C1 JIT only) unless ``spark_conf`` sets
     ``spark.driver.extraJavaOptions``. Other masters keep Spark's defaults, except that
     ``spark.task.maxFailures`` is ``task_max_failures`` unless ``spark_conf`` sets it.
@@ -109,7 +121,11 @@ def build_session(
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     builder = SparkSession.builder.appName(app_name)
     if is_local(master) or is_loopback_master(master):
-        settings = {**loopback_settings(spark_conf), **python_worker_settings(spark_conf)}
+        settings = {
+            **loopback_settings(spark_conf),
+            **python_worker_settings(spark_conf),
+            **python_daemon_settings(spark_conf),
+        }
         for key, value in settings.items():
             builder = builder.config(key, value)
     if not is_local(master) and "spark.task.maxFailures" not in spark_conf:

@@ -119,6 +119,7 @@ class SpoutTasks:
         self._batches: dict[tuple[int, int, int, int, int], tuple[list[Any], list[int]]] = {}
         self.buffered = 0
         self._buffer_roots: list[int] = []
+        self._filling_since: float | None = None
         ledger.attach(self)
 
     # ---------------------------------------------------------------- lifecycle
@@ -180,6 +181,23 @@ class SpoutTasks:
                 raise TopologyFailedError(msg, component=st.name, task=task_id) from exc
             emitted += st.emitted - start
         return emitted
+
+    def still_filling(self, gathered: int, now_ms: float, interval_ms: float) -> bool:
+        """Whether to hold the first transaction since the start back: the spouts still produce.
+
+        Storm sends the first PREPARE as soon as recovery ends, and its tuples flow between
+        checkpoints anyway. Here data moves only with a transaction, and the next one may not
+        start until one interval after this one: a first transaction cut after a few ms of
+        gathering left the rest of a burst waiting most of an interval while Spark idled. So the
+        first transaction, like every later one, carries up to one interval of data, and goes
+        at once when the spouts go quiet (a gathering step emitted nothing, or the buffer is
+        full).
+        """
+        if not gathered or self.buffered >= MAX_BUFFER:
+            return False
+        if self._filling_since is None:
+            self._filling_since = now_ms
+        return now_ms - self._filling_since <= interval_ms
 
     def take(self) -> tuple[list[TupleBatch], list[int]]:
         """Empty the buffer: its records, and the roots they carry in emit order."""
@@ -290,6 +308,20 @@ class SpoutTasks:
         text = f"{component}: {type(error).__name__}: {error}"
         log.warning("error reported by %s", text)
         self._stats.error(component, text)
+
+    def ack_recovered(self, groups: Sequence[tuple[str, int, list[Any]]]) -> None:
+        """Ack the messages a crashed driver's committed transaction carried (its manifest)."""
+        if not groups:
+            return
+        tasks = self.by_name()
+        delivered = 0
+        for component, task, msg_ids in groups:
+            st = tasks.get((component, task))
+            if st is not None:
+                for msg_id in msg_ids:
+                    st.spout.ack(msg_id)
+                delivered += len(msg_ids)
+        log.info("a recovered transaction had committed: acked its %d spout tuples", delivered)
 
     def emitted_per_component(self) -> dict[str, int]:
         """Tuples emitted so far, per spout component."""

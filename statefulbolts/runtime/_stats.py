@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from statefulbolts.runtime._records import JobResult
+from providers import DriverOwnedStateProvider
+from statefulbolts.runtime._plan import ExecutionPlan
+from statefulbolts.runtime._records import JobResult, ReportedError
 
 __all__ = ["Stats", "TransactionInfo"]
 
@@ -61,6 +64,32 @@ class Stats:
             del self.transactions[: _KEEP // 2]
         if self.on_transaction is not None:
             self.on_transaction(info)
+
+    def take_reports(
+        self,
+        result: JobResult,
+        plan: ExecutionPlan,
+        txid: int,
+        provider: DriverOwnedStateProvider | None,
+        log: logging.Logger,
+    ) -> list[ReportedError]:
+        """Take in what a job's tasks reported; return their errors.
+
+        Their state changes go to ``provider`` (a driver-owned one), their metrics to the
+        counters; their errors are logged and kept.
+        """
+        names = plan.component_ids
+        if provider is not None:
+            for report in result.reports:
+                for ns, changes in report.changes:
+                    provider.apply_changes(ns, changes)
+        self.add_reports(result, names)
+        errors = result.errors
+        for e in errors:
+            text = f"component {names[e.comp]!r} task {plan.task_ids[e.comp][e.task]}: {e.text}"
+            log.warning("txid %s: %s", txid, text)
+            self.error(names[e.comp], text)
+        return errors
 
     def add_reports(self, result: JobResult, names: list[str]) -> None:
         """Add every task report's metrics of a job (component names by plan index)."""

@@ -21,13 +21,12 @@ from __future__ import annotations
 import gc
 import pickle
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping
-from dataclasses import dataclass
-from typing import Any, NamedTuple, Protocol
+from collections.abc import Iterable, Iterator
+from typing import Any, NamedTuple
 
 from statefulbolts.context import TopologyContext
 from statefulbolts.runtime._collector import TaskCollector
-from statefulbolts.runtime._plan import ExecutionPlan, JobLayout
+from statefulbolts.runtime._program import TaskInfo, TaskJob
 from statefulbolts.runtime._records import (
     Aborted,
     AckLedger,
@@ -37,82 +36,15 @@ from statefulbolts.runtime._records import (
     TupleBatch,
 )
 from statefulbolts.runtime._task_errors import encode_task_error
+from statefulbolts.runtime._worker import YoungGarbage, freeze_long_lived
 from statefulbolts.topology import ComponentSpec, StormTopology
 from statefulbolts.tuples import Tuple
 
-__all__ = ["TaskExecutor", "TaskInfo", "TaskJob", "TaskProgram", "run_task"]
+__all__ = ["run_task"]
 
 
-class TaskInfo(NamedTuple):
-    """Which task is running, for a protocol's decisions and its fault hooks."""
-
-    component: str
-    task: int
-    txid: int
-    attempt: int  # Spark's attempt number of this task (0 outside Spark, or without faults)
-
-
-class TaskExecutor(Protocol):
-    """One component task in one job, as a protocol runs it."""
-
-    def prepare(
-        self, conf: Mapping[str, Any], context: TopologyContext, collector: TaskCollector
-    ) -> Callable[[Tuple], None]:
-        """Prepare the component; return the function data tuples go to (the hot path)."""
-
-    def control(self, tuple_: Tuple) -> None:
-        """Take a tuple of a control stream; they come after every data tuple."""
-
-    def finish(self) -> Any:
-        """End the task's part of the job; the value returned goes back in its report."""
-
-    def cleanup(self) -> None:
-        """Release what ``prepare`` made."""
-
-
-class TaskProgram(Protocol):
-    """A protocol's part in the tasks of one job: shipped with the job, asked by every task."""
-
-    @property
-    def data_free(self) -> str | None:
-        """Set when the job carries no data: names its step (data emits are then errors)."""
-
-    @property
-    def tracking(self) -> bool:
-        """Whether tuple trees are tracked (XOR acks); without it a task settles nothing."""
-
-    def failure(self, exc: Exception) -> Any:
-        """What ``exc`` means if it fails the task by the protocol's rules (not a crash).
-
-        ``None``: a crash, which Spark retries and which fails the job. Anything else: the
-        task is failed on purpose (its report's ``result``); it sends nothing on, and every
-        task after it in the job is skipped (``Aborted``).
-        """
-
-    def is_control(self, stream_id: str) -> bool:
-        """Whether tuples of ``stream_id`` are control tuples (fed after all data)."""
-
-    def executor(self, spec: ComponentSpec, info: TaskInfo) -> TaskExecutor:
-        """The executor of one task of ``spec``."""
-
-
-@dataclass
-class TaskJob:
-    """Everything every task of one job needs, shipped with the job's closure."""
-
-    plan: ExecutionPlan
-    layout: JobLayout
-    program: TaskProgram
-    topology_name: str
-    conf: Mapping[str, Any]
-    txid: int
-    ackers: int
-    # A driver-owned provider's state: namespace -> image, for the tasks under whose roots they
-    # are; ``None`` when the job uses no driver-owned state.
-    images: dict[str, bytes] | None = None
-    faults: Any = None
-    # Where the tasks' state lives: a task's namespaces are ``<root>/<component>-<task>[/...]``.
-    state_root: str = ""
+# Tuples per chunk of the hot loop.
+_CHUNK = 1 << 15
 
 
 def _load_topology(blob: Any) -> StormTopology:
@@ -120,55 +52,6 @@ def _load_topology(blob: Any) -> StormTopology:
     topology = pickle.loads(data)  # noqa: S301 - our own cloudpickled topology
     assert isinstance(topology, StormTopology)  # noqa: S101
     return topology
-
-
-# Tuples per chunk of the hot loop, and the young objects that make a chunk boundary collect.
-_CHUNK = 1 << 15
-_YOUNG_LIMIT = 200_000
-# The limit after a young collection found no garbage: a task of a million tuples collects once
-# more at most, and cyclic garbage a bolt starts making later stays bounded (some 100 MB).
-_QUIET_YOUNG_LIMIT = 1_000_000
-
-
-class _YoungGarbage:
-    """Collects the youngest generation at chunk boundaries of a task that runs with GC off.
-
-    It is there for cyclic garbage made by user code. The tuples of a task stay alive until its
-    end (acks keep them), so a young collection mostly walks live tuples to find nothing: once
-    one finds nothing, the bolt is taken to make no cycles, and the next waits 5 times longer.
-    """
-
-    __slots__ = ("limit",)
-
-    def __init__(self) -> None:
-        self.limit = _YOUNG_LIMIT
-
-    def __call__(self) -> None:
-        if gc.get_count()[0] > self.limit:
-            self.limit = _YOUNG_LIMIT if gc.collect(0) else _QUIET_YOUNG_LIMIT
-
-
-_frozen_in_this_process = False
-
-
-def _freeze_long_lived() -> None:
-    """Once per Python worker: take the objects alive now out of the collector's sight.
-
-    PySpark's daemon runs a full ``gc.collect()`` after every task of a reused worker. A full
-    collection walks every tracked object, some 50,000 once pyspark and this package are
-    imported, and took 10-40 ms here: on the path between two stages of every job. What is
-    alive before the first task is modules, classes and functions; freezing them (after
-    importing what tasks use) leaves the collector only the objects made since.
-    """
-    global _frozen_in_this_process
-    if _frozen_in_this_process:
-        return
-    _frozen_in_this_process = True
-    import checkpoint  # noqa: F401 - imported now so that they are frozen too
-    import providers  # noqa: F401
-
-    gc.collect()
-    gc.freeze()
 
 
 class _Input(NamedTuple):
@@ -217,7 +100,7 @@ def run_task(
 ) -> Iterator[tuple[int, list[Any]]]:
     """Run the task in ``slot`` of ``stage`` over its records; yield keyed output."""
     started = time.perf_counter()
-    _freeze_long_lived()
+    freeze_long_lived()
     comp, task = job.layout.stages[stage][slot]
     final = stage == job.layout.depth - 1
     n_next = max(job.ackers, 1) if final else len(job.layout.stages[stage + 1])
@@ -352,7 +235,7 @@ def _execute(
         attempt = task_attempt()
     info = TaskInfo(spec.id, context.this_task_index, job.txid, attempt)
     executor = job.program.executor(spec, info)
-    collect_young = _YoungGarbage()
+    collect_young = YoungGarbage()
     execute = executor.prepare(job.conf, context, collector)
     fields, comp_ids, streams, widths = plan.fields, plan.component_ids, plan.streams, plan.widths
     task_ids = plan.task_ids

@@ -30,6 +30,7 @@ from statefulbolts.errors import TaskFailedError
 __all__ = [
     "TaskError",
     "decode_task_error",
+    "describe_job_failure",
     "encode_task_error",
     "exception_types",
     "qualified_name",
@@ -121,3 +122,19 @@ def decode_task_error(exc: BaseException) -> TaskError | None:
         )
     except (binascii.Error, UnicodeDecodeError, ValueError, KeyError, TypeError):
         return None
+
+
+def describe_job_failure(
+    exc: BaseException,
+) -> tuple[TaskError | None, str | None, int | None, str]:
+    """What failed a job: ``(task error or None, component, task id, cause)``.
+
+    A task's own error names its component and task; anything else (a worker that died, Spark
+    giving up) is described by the most telling line of what Spark said.
+    """
+    error = decode_task_error(exc)
+    if error is not None:
+        return error, error.component, error.task, error.cause
+    lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip()]
+    picked = [ln for ln in lines if "Error" in ln or "Exception" in ln or "crash" in ln]
+    return None, None, None, (picked or lines or [type(exc).__name__])[0][:500]

@@ -1,0 +1,122 @@
+"""The jobs of the checkpoint protocol: what each action runs, over which tasks, fed with what.
+
+- An action that carries data (PREPARE; and every batch of a topology without stateful bolts)
+  runs every bolt, stage by stage, fed with the spouts' buffered tuples; the checkpoint tuple
+  follows the data of each first-stage task it reaches, and every task forwards it after its
+  own data, so each task sees the barrier from all of its inputs after all of their data.
+- A data-free action (COMMIT, ROLLBACK, INITSTATE) is one stage over the stateful tasks, each
+  fed the checkpoint tuple from every one of its checkpoint input tasks, as if forwarded down
+  the DAG: forwarders have no state and no hooks, so skipping them changes nothing but the cost
+  (one stage instead of one per level).
+
+A driver-owned provider's state goes with every job of a checkpointed topology: each stateful
+task restarts from it, and the driver applies what the tasks did once the job succeeded.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from checkpoint import Action, CheckpointTaskProgram
+from providers import DriverOwnedStateProvider, StateProvider
+from statefulbolts.runtime._engine import JobSpec
+from statefulbolts.runtime._ledger import RootLedger
+from statefulbolts.runtime._plan import ExecutionPlan, JobLayout
+from statefulbolts.runtime._records import TupleBatch
+from statefulbolts.runtime._spouts import SpoutTask
+from statefulbolts.topology import CHECKPOINT_STREAM_ID, StormTopology
+
+__all__ = ["CheckpointJobs"]
+
+
+class CheckpointJobs:
+    """Builds the ``JobSpec`` of each action of one checkpointed (or plain) topology."""
+
+    def __init__(
+        self,
+        name: str,
+        topology: StormTopology,
+        plan: ExecutionPlan,
+        ledger: RootLedger,
+        provider: StateProvider | None,
+        *,
+        ackers: int,
+        faults: Any = None,
+    ) -> None:
+        self._name, self._topology, self._plan, self._ledger = name, topology, plan, ledger
+        self._provider = provider if isinstance(provider, DriverOwnedStateProvider) else None
+        self._ackers, self._faults = ackers, faults
+        self.spout: SpoutTask | None = None  # the checkpoint spout's task, once it opened
+
+    def job(
+        self, txid: int, action: Action | None, records: list[TupleBatch], tuples: int
+    ) -> tuple[JobSpec, int | None]:
+        """The job of ``action`` (``None``: a plain batch); and the checkpoint tuple's root."""
+        plan = self._plan
+        cp_root = None
+        if action is None or action.carries_data:
+            layout = plan.layout(plan.bolts())
+            inputs: list[list[Any]] = [[] for _ in layout.stages[0]] if layout.depth else []
+            for r in records:
+                inputs[layout.key_for(-1, r.dest, r.dest_task)].append(r)
+            if action is not None and layout.depth:
+                cp_root = self._add_checkpoint(inputs, layout, txid, action)
+            ackers = self._ackers
+        else:
+            layout = plan.flat_layout(plan.stateful_tasks())
+            inputs, cp_root = self._checkpoint_per_task(txid, action)
+            ackers = 0
+        name = action.value if action is not None else "BATCH"
+        spec = JobSpec(
+            layout,
+            CheckpointTaskProgram(action, txid, self._faults),
+            inputs,
+            txid,
+            f"{self._name} {name}({txid}) {tuples} tuples",
+            ackers=ackers,
+            images=self._images(),
+        )
+        return spec, cp_root
+
+    def _add_checkpoint(
+        self, inputs: list[list[Any]], layout: JobLayout, txid: int, action: Action
+    ) -> int:
+        """Put the checkpoint tuple after the data of every first-stage task it reaches."""
+        st = self.spout
+        assert st is not None  # noqa: S101 - a checkpointed topology opened its spout
+        root = self._ledger.new_root()
+        vals = [txid, action.value]
+        for dest, dtask in st.router.targets(st.comp, 0, vals):
+            batch = TupleBatch(dest, dtask, st.comp, st.task, 0, [vals], [root], None)
+            inputs[layout.key_for(-1, dest, dtask)].append(batch)
+        return root
+
+    def _checkpoint_per_task(self, txid: int, action: Action) -> tuple[list[list[Any]], int]:
+        """A data-free action for every stateful task, from each of its checkpoint inputs."""
+        plan = self._plan
+        root = self._ledger.new_root()
+        vals = [txid, action.value]
+        per_task: list[list[Any]] = []
+        for c, t in plan.stateful_tasks():
+            batches = []
+            for inp in self._topology.inputs(plan.component_ids[c]):
+                if inp.source.stream_id != CHECKPOINT_STREAM_ID:
+                    continue
+                src = plan.index[inp.source.component_id]
+                s = plan.checkpoint_stream[src]
+                assert s is not None  # noqa: S101 - every source declares $checkpoint
+                for src_task in range(plan.parallelism[src]):
+                    batches.append(TupleBatch(c, t, src, src_task, s, [vals], [root], None))
+            per_task.append(batches)
+        return per_task, root
+
+    def _images(self) -> dict[str, bytes] | None:
+        """The driver-owned state of every stateful task, shipped with its job."""
+        provider = self._provider
+        if provider is None:
+            return None
+        names = self._plan.component_ids
+        return {
+            ns: provider.export_image(ns)
+            for ns in (f"{self._name}/{names[c]}-{t}" for c, t in self._plan.stateful_tasks())
+        }
