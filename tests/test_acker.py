@@ -248,17 +248,8 @@ class Ledger:
         builder.set_bolt("c", Words()).shuffle_grouping("b")
         self.topology = builder.create_topology()
         self.plan = ExecutionPlan(self.topology)
-        layout = self.plan.layout(self.plan.bolts())
         self.collectors = {
-            name: TaskCollector(
-                self.plan,
-                layout,
-                self.plan.index[name],
-                0,
-                layout.stage_of[self.plan.index[name]],
-                txid,
-                name,
-            )
+            name: TaskCollector(self.plan, self.plan.index[name], 0, txid, name)
             for name in ("a", "b", "c")
         }
         self._next_root = 1000 + txid

@@ -71,11 +71,8 @@ def split_plan() -> ExecutionPlan:
 
 
 def task_collector(plan: ExecutionPlan, comp: int, txid: int = 3) -> TaskCollector:
-    """The collector of task 0 of ``comp`` in a job over every bolt."""
-    layout = plan.layout(plan.bolts())
-    stage = layout.stage_of[comp]
-    assert stage is not None
-    return TaskCollector(plan, layout, comp, 0, stage, txid, plan.component_ids[comp])
+    """The collector of task 0 of ``comp``."""
+    return TaskCollector(plan, comp, 0, txid, plan.component_ids[comp])
 
 
 def plain_job(plan: ExecutionPlan, name: str) -> TaskJob:

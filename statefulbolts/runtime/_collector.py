@@ -19,7 +19,7 @@ from typing import Any
 from statefulbolts.acker import DeliveryLedger, id_base
 from statefulbolts.collectors import Anchors, BasicOutputCollector, OutputCollector
 from statefulbolts.errors import TopologyError
-from statefulbolts.runtime._plan import ExecutionPlan, JobLayout, Router, stable_hash
+from statefulbolts.runtime._plan import ExecutionPlan, Router, stable_hash
 from statefulbolts.runtime._records import ReportedError, TupleBatch, id_column
 from statefulbolts.runtime._task_errors import exception_types
 from statefulbolts.tuples import DEFAULT_STREAM, Tuple
@@ -41,15 +41,13 @@ class TaskCollector(OutputCollector):
     def __init__(
         self,
         plan: ExecutionPlan,
-        layout: JobLayout,
         comp: int,
         task: int,
-        stage: int,
         txid: int,
         name: str,
         data_free: str | None = None,
     ) -> None:
-        self.comp, self.task, self._stage = comp, task, stage
+        self.comp, self.task = comp, task
         self._task_id = plan.task_ids[comp][task]
         self._name = name
         self._flat_action = data_free
@@ -57,7 +55,6 @@ class TaskCollector(OutputCollector):
         self._fields = plan.fields[comp]
         self._widths = [len(f) for f in plan.fields[comp]]
         self._router = Router(plan, comp, task)
-        self._key_for = layout.key_for
         self._cp_stream = plan.checkpoint_stream[comp]
         self.batches: dict[tuple[int, int, int], list[Any]] = {}
         # Which (destination, task) each batch list goes to, by the list's id (``emit_to``).
@@ -214,12 +211,11 @@ class TaskCollector(OutputCollector):
             self._dest_of[id(batch)] = (dest, dtask)
         return batch
 
-    def records(self) -> Iterator[tuple[int, TupleBatch]]:
-        """``(next-stage key, batch)`` for everything emitted."""
-        comp, task, stage, key_for = self.comp, self.task, self._stage, self._key_for
+    def records(self) -> Iterator[TupleBatch]:
+        """Everything emitted, a ``TupleBatch`` per (destination task, stream)."""
+        comp, task = self.comp, self.task
         for (dest, dtask, s), (vals, roots, more) in self.batches.items():
-            batch = TupleBatch(dest, dtask, comp, task, s, vals, id_column(roots), more)
-            yield key_for(stage, dest, dtask), batch
+            yield TupleBatch(dest, dtask, comp, task, s, vals, id_column(roots), more)
 
     def ack(self, tuple_: Tuple) -> None:
         """Ack a tuple this task was given (settled by the ledger when the task ends)."""

@@ -19,6 +19,7 @@ No pyspark here: this module runs inside Spark's Python workers but is plain Pyt
 from __future__ import annotations
 
 import gc
+import itertools
 import pickle
 import time
 from collections.abc import Iterable, Iterator
@@ -111,9 +112,7 @@ def run_task(
     topology = _load_topology(topology_blob)
     spec = topology.component(job.plan.component_ids[comp])
     context = TopologyContext(topology, job.topology_name, spec.id, task)
-    collector = TaskCollector(
-        job.plan, job.layout, comp, task, stage, job.txid, spec.id, job.program.data_free
-    )
+    collector = TaskCollector(job.plan, comp, task, job.txid, spec.id, job.program.data_free)
     gc_enabled = gc.isenabled()
     gc.disable()
     try:
@@ -314,9 +313,7 @@ def _output(
     home = slot % n_next
     out: dict[int, list[Any]] = {}
     key_for = job.layout.key_for
-    for key, batch in collector.records():
-        out.setdefault(home if final else key, []).append(batch)
-    for b in into.carry:
+    for b in itertools.chain(collector.records(), into.carry):
         out.setdefault(home if final else key_for(stage, b.dest, b.dest_task), []).append(b)
     acks = into.acks
     for root, x in left.items():

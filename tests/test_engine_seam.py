@@ -1,0 +1,182 @@
+"""The engine seam: run a set of component tasks as one Spark job, get back what they did.
+
+A protocol asks for a job with a ``JobSpec`` (layout, program, inputs) and gets a ``JobResult``:
+reports per task, tuples bound outside the job, open roots and fails. These tests drive the
+seam directly, with programs of their own, as a second protocol would.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+
+from checkpoint import CheckpointTaskProgram
+from statefulbolts import Bolt, Fields, Spout, TopologyBuilder
+from statefulbolts.errors import FailedException
+from statefulbolts.runtime._engine import Engine, JobSpec
+from statefulbolts.runtime._records import JobResult, TupleBatch
+from statefulbolts.runtime._task_errors import decode_task_error
+from statefulbolts.topology import ComponentSpec, StormTopology
+
+pytestmark = pytest.mark.spark
+
+
+class Lines(Spout):
+    def next_tuple(self) -> None:
+        """Never called: the tests feed records directly."""
+
+    def declare_output_fields(self, declarer: Any) -> None:
+        declarer.declare(Fields("line"))
+
+
+class Upper(Bolt):
+    """Emits its input upper-cased; ``boom`` in a line raises ``FailedException``."""
+
+    def prepare(self, conf: Any, context: Any, collector: Any) -> None:
+        self.collector = collector
+
+    def execute(self, tuple: Any) -> None:  # noqa: A002
+        line = tuple.get_value(0)
+        if "boom" in line:
+            raise FailedException(f"boom in {line!r}")
+        self.collector.emit([line.upper()], tuple)
+        self.collector.ack(tuple)
+
+    def declare_output_fields(self, declarer: Any) -> None:
+        declarer.declare(Fields("line"))
+
+
+def chain() -> StormTopology:
+    """lines -> a (2 tasks) -> b (1 task) -> c (2 tasks), shuffle all the way."""
+    builder = TopologyBuilder()
+    builder.set_spout("lines", Lines())
+    builder.set_bolt("a", Upper(), 2).shuffle_grouping("lines")
+    builder.set_bolt("b", Upper(), 1).shuffle_grouping("a")
+    builder.set_bolt("c", Upper(), 2).shuffle_grouping("b")
+    return builder.create_topology()
+
+
+@dataclass(frozen=True)
+class Failing:
+    """A program of its own: the plain checkpoint-less steps, but a ``FailedException`` fails
+    the task on purpose (the transactional protocol's rule), naming what failed."""
+
+    inner: CheckpointTaskProgram
+
+    @property
+    def data_free(self) -> None:
+        return None
+
+    @property
+    def tracking(self) -> bool:
+        return False
+
+    def is_control(self, stream_id: str) -> bool:
+        return False
+
+    def failure(self, exc: Exception) -> Any:
+        return ("failed", str(exc)) if isinstance(exc, FailedException) else None
+
+    def executor(self, spec: ComponentSpec, info: Any) -> Any:
+        return self.inner.executor(spec, info)
+
+
+@pytest.fixture(scope="module")
+def engine(spark: Any) -> Any:
+    made = Engine(spark, chain(), "seam", {}, max_jobs=2)
+    yield made
+    made.close()
+
+
+def feed(engine: Engine, components: list[str], lines: list[str]) -> tuple[Any, list[list[Any]]]:
+    """A layout over ``components`` and its first stage fed with ``lines`` for task 0 of a."""
+    plan = engine.plan
+    layout = plan.layout([plan.index[c] for c in components])
+    a, spout = plan.index["a"], plan.index["lines"]
+    inputs: list[list[Any]] = [[] for _ in layout.stages[0]]
+    batch = TupleBatch(a, 0, spout, 0, 0, list(lines), [0] * len(lines), None)
+    inputs[layout.key_for(-1, a, 0)].append(batch)
+    return layout, inputs
+
+
+def run(engine: Engine, components: list[str], lines: list[str], program: Any = None) -> JobResult:
+    layout, inputs = feed(engine, components, lines)
+    program = program or CheckpointTaskProgram(None, 1)
+    return engine.submit(JobSpec(layout, program, inputs, 1, "seam test")).result(120)
+
+
+def by_component(engine: Engine, result: JobResult) -> dict[str, list[Any]]:
+    names = engine.plan.component_ids
+    out: dict[str, list[Any]] = {}
+    for report in sorted(result.reports, key=lambda r: (r.comp, r.task)):
+        out.setdefault(names[report.comp], []).append(report)
+    return out
+
+
+def test_a_subset_runs_in_stages_and_hands_back_what_leaves_it(engine: Engine) -> None:
+    result = run(engine, ["a", "b"], ["x", "y", "z"])
+    reports = by_component(engine, result)
+    # Every task of a and b reported once; c did not run.
+    assert {name: len(r) for name, r in reports.items()} == {"a": 2, "b": 1}
+    assert [r.metrics.executed for r in reports["a"]] == [3, 0]
+    assert reports["b"][0].metrics.executed == 3
+    # b's tuples for c came back: c is outside the job, its input is the job's output.
+    c = engine.plan.index["c"]
+    assert {o.dest for o in result.outputs} == {c}
+    assert sorted(v for o in result.outputs for v in o.values) == ["X", "Y", "Z"]
+    assert result.aborted is False and result.acks == {} and result.fails == set()
+
+
+def test_a_layout_with_the_first_stage_outside_carries_records_to_a_later_stage(
+    engine: Engine,
+) -> None:
+    # a alone: stage 0; its output to b is the job's output.
+    result = run(engine, ["a"], ["q"])
+    assert [v for o in result.outputs for v in o.values] == ["Q"]
+    assert result.outputs[0].dest == engine.plan.index["b"]
+
+
+def test_a_task_failed_by_its_program_skips_every_task_after_it(engine: Engine) -> None:
+    program = Failing(CheckpointTaskProgram(None, 1))
+    result = run(engine, ["a", "b", "c"], ["fine", "boom now"], program)
+    reports = by_component(engine, result)
+    assert result.aborted is True
+    failed = [r for r in reports["a"] if r.result is not None]
+    assert [r.result for r in failed] == [("failed", "boom in 'boom now'")]
+    # Nothing downstream acted on the partial batch, and nothing left the job.
+    assert [r.metrics.executed for r in reports["b"] + reports["c"]] == [0, 0, 0]
+    assert result.outputs == []
+
+
+def test_a_crash_fails_the_job_with_its_type_and_place(engine: Engine) -> None:
+    # The plain program treats FailedException as a crash: Spark retries, then gives up.
+    with pytest.raises(Exception) as info:  # noqa: PT011 - Spark wraps it in its own type
+        run(engine, ["a"], ["boom"])
+    error = decode_task_error(info.value)
+    assert error is not None
+    assert (error.component, error.is_a(FailedException)) == ("a", True)
+    assert error.user_class == f"{__name__}.Upper"
+    assert "boom in 'boom'" in error.message
+
+
+def test_a_flat_layout_runs_exactly_the_tasks_it_names(engine: Engine) -> None:
+    plan = engine.plan
+    b, c = plan.index["b"], plan.index["c"]
+    layout = plan.flat_layout([(c, 1), (b, 0)])
+    assert layout.stages == (((c, 1), (b, 0)),)
+    spec = JobSpec(layout, CheckpointTaskProgram(None, 2), [[], []], 2, "flat")
+    result = engine.submit(spec).result(120)
+    assert sorted((r.comp, r.task) for r in result.reports) == [(b, 0), (c, 1)]
+
+
+def test_acks_reduce_over_acker_partitions_and_merge(engine: Engine) -> None:
+    # Tracked roots this time: a acks every input, but a's emits to b are the job's output, so
+    # a's part of each tree is complete and every root comes back with its XOR at zero.
+    layout, inputs = feed(engine, ["a"], ["r", "s"])
+    inputs[0][0] = inputs[0][0]._replace(roots=[11, 12])
+    spec = JobSpec(layout, CheckpointTaskProgram(None, 3), inputs, 3, "ackers", ackers=2)
+    result = engine.submit(spec).result(120)
+    assert result.acks == {} and result.fails == set()
+    assert sum(r.metrics.acked for r in result.reports) == 2
