@@ -52,12 +52,20 @@ class InjectedFault(RuntimeError):  # noqa: N818 - it is the fault itself, not a
 
 
 class KillPoint(enum.Enum):
-    """Where in the checkpoint protocol a driver kill happens."""
+    """Where in a protocol a driver kill happens.
+
+    The checkpoint protocol's points, then the transactional protocol's; ``mid-commit`` is in
+    both: some tasks have committed transaction t (a stateful task's state, a committer's
+    ``finish_batch``), the driver has not recorded it.
+    """
 
     AFTER_PREPARE = "after-prepare"  # PREPARE(t) succeeded everywhere, COMMITTING(t) not saved
     AFTER_COMMITTING_SAVED = "after-committing-saved"  # COMMITTING(t) saved, no task committed
     MID_COMMIT = "mid-commit"  # some tasks committed t, COMMITTED(t) not saved
     AFTER_COMMITTED = "after-committed"  # COMMITTED(t) saved, spout acks not yet delivered
+    DURING_PROCESSING = "during-processing"  # t's processing job just started
+    AFTER_PROCESSED = "after-processed"  # t processed, its commit not started
+    AFTER_COMMIT = "after-commit"  # t's commit job succeeded, currtx not yet moved past t
 
 
 @dataclass(frozen=True)

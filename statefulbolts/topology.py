@@ -153,14 +153,14 @@ class StormTopology:
         return order
 
 
-class _Declarer:
+class BoltDeclarer:
     """Returned by ``set_bolt``: declares the bolt's inputs. Every method returns ``self``."""
 
     def __init__(self, builder: TopologyBuilder, component_id: str) -> None:
         self._builder = builder
         self._id = component_id
 
-    def _add(self, source: str, stream: str, grouping: Grouping) -> _Declarer:
+    def _add(self, source: str, stream: str, grouping: Grouping) -> BoltDeclarer:
         if not isinstance(source, str) or not source:
             msg = f"bolt {self._id!r}: source component must be a non-empty string, got {source!r}"
             raise TopologyError(msg)
@@ -172,7 +172,7 @@ class _Declarer:
         inputs.append(InputSpec(gsid, grouping))
         return self
 
-    def shuffle_grouping(self, component_id: str, stream_id: str = DEFAULT_STREAM) -> _Declarer:
+    def shuffle_grouping(self, component_id: str, stream_id: str = DEFAULT_STREAM) -> BoltDeclarer:
         """Spread tuples evenly over the tasks."""
         return self._add(component_id, stream_id, Grouping(GroupingKind.SHUFFLE))
 
@@ -181,7 +181,7 @@ class _Declarer:
         component_id: str,
         fields: Fields | Iterable[str] | str,
         stream_id: str = DEFAULT_STREAM,
-    ) -> _Declarer:
+    ) -> BoltDeclarer:
         """Tuples with equal values of ``fields`` go to the same task."""
         names = [fields] if isinstance(fields, str) else list(fields)
         if not names:
@@ -189,25 +189,25 @@ class _Declarer:
             raise TopologyError(msg)
         return self._add(component_id, stream_id, Grouping(GroupingKind.FIELDS, tuple(names)))
 
-    def all_grouping(self, component_id: str, stream_id: str = DEFAULT_STREAM) -> _Declarer:
+    def all_grouping(self, component_id: str, stream_id: str = DEFAULT_STREAM) -> BoltDeclarer:
         """Every task gets every tuple."""
         return self._add(component_id, stream_id, Grouping(GroupingKind.ALL))
 
-    def global_grouping(self, component_id: str, stream_id: str = DEFAULT_STREAM) -> _Declarer:
+    def global_grouping(self, component_id: str, stream_id: str = DEFAULT_STREAM) -> BoltDeclarer:
         """Every tuple goes to the task with the lowest id."""
         return self._add(component_id, stream_id, Grouping(GroupingKind.GLOBAL))
 
-    def none_grouping(self, component_id: str, stream_id: str = DEFAULT_STREAM) -> _Declarer:
+    def none_grouping(self, component_id: str, stream_id: str = DEFAULT_STREAM) -> BoltDeclarer:
         """No preference; behaves as shuffle grouping (as in Storm)."""
         return self._add(component_id, stream_id, Grouping(GroupingKind.NONE))
 
     def local_or_shuffle_grouping(
         self, component_id: str, stream_id: str = DEFAULT_STREAM
-    ) -> _Declarer:
+    ) -> BoltDeclarer:
         """Prefer a task in the same worker; on Spark every task is remote, so shuffle."""
         return self._add(component_id, stream_id, Grouping(GroupingKind.LOCAL_OR_SHUFFLE))
 
-    def add_configuration(self, key: str, value: Any) -> _Declarer:
+    def add_configuration(self, key: str, value: Any) -> BoltDeclarer:
         """Set a component-specific config key."""
         self._builder._conf[self._id][key] = value
         return self
@@ -259,23 +259,18 @@ class TopologyBuilder:
         self._inputs: dict[str, list[InputSpec]] = {}
         self._conf: dict[str, dict[str, Any]] = {}
 
-    def set_spout(self, component_id: str, spout: Spout, parallelism: int = 1) -> _Declarer:
+    def set_spout(self, component_id: str, spout: Spout, parallelism: int = 1) -> BoltDeclarer:
         """Add a spout with ``parallelism`` tasks."""
         _check_id(component_id, self._objects)
         if not isinstance(spout, Spout):
             kind = f"{type(spout).__module__}.{type(spout).__qualname__}"
             msg = f"spout {component_id!r}: expected a statefulbolts.Spout, got {kind}"
             raise TopologyError(msg)
-        self._parallelism[component_id] = _check_parallelism(component_id, parallelism)
-        self._objects[component_id] = spout
-        self._spouts.add(component_id)
-        self._conf[component_id] = {}
-        self._inputs[component_id] = []
-        return _Declarer(self, component_id)
+        return self._register(component_id, spout, parallelism, is_spout=True)
 
     def set_bolt(
         self, component_id: str, bolt: Bolt | BasicBolt, parallelism: int = 1
-    ) -> _Declarer:
+    ) -> BoltDeclarer:
         """Add a bolt (``Bolt``, ``BasicBolt`` or ``StatefulBolt``) with ``parallelism`` tasks."""
         _check_id(component_id, self._objects)
         if not isinstance(bolt, BasicBolt | Bolt):
@@ -285,11 +280,23 @@ class TopologyBuilder:
                 f"StatefulBolt, got {kind}"
             )
             raise TopologyError(msg)
+        return self._register(component_id, bolt, parallelism, is_spout=False)
+
+    def _check_new_id(self, component_id: str) -> None:
+        """A valid id no component has yet, or ``TopologyError``."""
+        _check_id(component_id, self._objects)
+
+    def _register(
+        self, component_id: str, obj: Any, parallelism: int, *, is_spout: bool
+    ) -> BoltDeclarer:
+        """Add a component whose id and type were checked."""
         self._parallelism[component_id] = _check_parallelism(component_id, parallelism)
-        self._objects[component_id] = bolt
+        self._objects[component_id] = obj
+        if is_spout:
+            self._spouts.add(component_id)
         self._inputs[component_id] = []
         self._conf[component_id] = {}
-        return _Declarer(self, component_id)
+        return BoltDeclarer(self, component_id)
 
     def _declared_streams(self, component_id: str, obj: Any) -> dict[str, Fields]:
         declarer = OutputFieldsDeclarer()
@@ -300,8 +307,8 @@ class TopologyBuilder:
             raise TopologyError(msg) from exc
         return declarer.streams
 
-    def create_topology(self) -> StormTopology:
-        """Validate the wiring and return the immutable topology."""
+    def _validated_outputs(self) -> dict[str, dict[str, Fields]]:
+        """Check every input and the absence of cycles; return each component's streams."""
         outputs = {cid: self._declared_streams(cid, obj) for cid, obj in self._objects.items()}
         for cid in self._objects:
             if cid in self._spouts and self._inputs[cid]:
@@ -310,6 +317,29 @@ class TopologyBuilder:
             for inp in self._inputs[cid]:
                 self._check_input(cid, inp, outputs)
         self._check_acyclic()
+        return outputs
+
+    def _spec(
+        self,
+        cid: str,
+        streams: Mapping[str, Fields],
+        inputs: Iterable[InputSpec],
+        executor: ExecutorKind = ExecutorKind.PLAIN,
+    ) -> ComponentSpec:
+        return ComponentSpec(
+            id=cid,
+            obj=self._objects[cid],
+            parallelism=self._parallelism[cid],
+            is_spout=cid in self._spouts,
+            outputs=types.MappingProxyType(dict(streams)),
+            inputs=tuple(inputs),
+            executor=executor,
+            conf=types.MappingProxyType(dict(self._conf[cid])),
+        )
+
+    def create_topology(self) -> StormTopology:
+        """Validate the wiring and return the immutable topology."""
+        outputs = self._validated_outputs()
         stateful = {c for c, o in self._objects.items() if isinstance(o, StatefulBolt)}
         for cid in sorted(stateful):
             if not self._inputs[cid]:
@@ -317,7 +347,7 @@ class TopologyBuilder:
                 raise TopologyError(msg)
 
         specs: dict[str, ComponentSpec] = {}
-        for cid, obj in self._objects.items():
+        for cid in self._objects:
             inputs = list(self._inputs[cid])
             streams = dict(outputs[cid])
             executor = ExecutorKind.PLAIN
@@ -330,16 +360,7 @@ class TopologyBuilder:
                     gsid = GlobalStreamId(from_id, CHECKPOINT_STREAM_ID)
                     if all(i.source != gsid for i in inputs):
                         inputs.append(InputSpec(gsid, Grouping(GroupingKind.ALL)))
-            specs[cid] = ComponentSpec(
-                id=cid,
-                obj=obj,
-                parallelism=self._parallelism[cid],
-                is_spout=cid in self._spouts,
-                outputs=types.MappingProxyType(streams),
-                inputs=tuple(inputs),
-                executor=executor,
-                conf=types.MappingProxyType(dict(self._conf[cid])),
-            )
+            specs[cid] = self._spec(cid, streams, inputs, executor)
         if stateful:
             specs[CHECKPOINT_COMPONENT_ID] = ComponentSpec(
                 id=CHECKPOINT_COMPONENT_ID,

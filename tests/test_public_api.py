@@ -10,9 +10,25 @@ from pathlib import Path
 
 import pytest
 
-PACKAGES = ["statefulbolts", "checkpoint", "providers"]
-# Names a package resolves lazily through its module ``__getattr__`` (they import the runtime).
-LAZY = {"statefulbolts": {"LocalCluster", "TopologyHandle"}}
+PACKAGES = [
+    "statefulbolts",
+    "checkpoint",
+    "providers",
+    "recovery",
+    "statefulbolts.transactional",
+    "providers.redis",
+]
+# Names a package resolves lazily through its module ``__getattr__`` (they import the runtime,
+# or redis-py, which is optional).
+LAZY = {
+    "statefulbolts": {"LocalCluster", "TopologyHandle"},
+    "statefulbolts.transactional": {
+        "OpaqueRedisStreamsTransactionalSpout",
+        "RedisBackingMap",
+        "RedisStreamsTransactionalSpout",
+        "load_streams",
+    },
+}
 NOT_EXPORTED_SOURCES = {"__future__", "typing"}
 
 
@@ -66,7 +82,7 @@ def test_all_is_sorted_and_has_no_duplicates(package):
 @pytest.mark.parametrize("package", PACKAGES)
 def test_all_is_complete(package):
     exported = set(importlib.import_module(package).__all__)
-    defined = public_names(package)
+    defined = public_names(package) | LAZY.get(package, set())
     assert defined - exported == set(), "public but not in __all__"
     assert exported - defined == set(), "in __all__ but not bound in the __init__"
 
@@ -94,6 +110,17 @@ def test_lazy_runtime_names_resolve():
     assert result.stdout.strip() == "ok", result.stderr
 
 
+def test_lazy_transactional_names_resolve():
+    import statefulbolts.transactional as transactional
+    from statefulbolts.transactional._redis_map import RedisBackingMap
+    from statefulbolts.transactional._redis_streams import RedisStreamsTransactionalSpout
+
+    assert transactional.RedisBackingMap is RedisBackingMap
+    assert transactional.RedisStreamsTransactionalSpout is RedisStreamsTransactionalSpout
+    with pytest.raises(AttributeError, match="has no attribute 'Nope'"):
+        transactional.Nope  # noqa: B018
+
+
 def test_unknown_attribute_raises_attribute_error():
     import statefulbolts
 
@@ -108,6 +135,8 @@ def test_unknown_attribute_raises_attribute_error():
         "import checkpoint",
         "import providers",
         "import statefulbolts.testing",
+        "import statefulbolts.transactional",
+        "import recovery",
     ],
 )
 def test_importing_does_not_load_pyspark(statement):

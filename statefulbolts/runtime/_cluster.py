@@ -13,7 +13,9 @@ from statefulbolts.runtime._driver import CheckpointRunner
 from statefulbolts.runtime._runner import TopologyRunner
 from statefulbolts.runtime._spark import build_session
 from statefulbolts.runtime._stats import TransactionInfo
+from statefulbolts.runtime._transactional import TransactionalRunner
 from statefulbolts.topology import StormTopology
+from statefulbolts.transactional._topology import TransactionalTopology
 
 log = logging.getLogger(__name__)
 
@@ -53,8 +55,20 @@ class TopologyHandle:
         return self
 
     def read_state(self, component_id: str) -> dict[Any, Any]:
-        """The committed state of a stateful component, merged over its tasks, as a dict."""
+        """The committed state of a component, merged over its tasks, as a dict.
+
+        A stateful bolt's ``KeyValueState``; for a transactional topology, the current values
+        of a committer's ``backing_map()`` ("default"; ``read_map`` reads another).
+        """
         return self._runner.read_state(component_id)
+
+    def read_map(self, component_id: str, name: str = "default") -> dict[Any, Any]:
+        """A transactional committer's backing map ``name``, merged over its tasks."""
+        runner = self._runner
+        if not isinstance(runner, TransactionalRunner):
+            msg = f"topology {self.name!r} is not transactional: it has no committer maps"
+            raise TopologyError(msg)
+        return runner.read_state(component_id, name)
 
     def metrics(self) -> dict[str, Any]:
         """Per component (executed, emitted, acked, failed) and per transaction figures."""
@@ -104,7 +118,7 @@ class LocalCluster:
         self,
         name: str,
         conf: Mapping[str, Any] | None,
-        topology: StormTopology,
+        topology: StormTopology | TransactionalTopology,
         *,
         clock: Clock | None = None,
         on_transaction: Callable[[TransactionInfo], None] | None = None,
@@ -115,19 +129,42 @@ class LocalCluster:
             msg = f"a topology named {name!r} is already running on this cluster"
             raise TopologyError(msg)
         validate_config(conf)
-        runner = CheckpointRunner(
-            name,
-            conf,
-            topology,
-            self.spark,
-            clock=clock,
-            on_transaction=on_transaction,
-            faults=faults,
-        )
+        runner = self._runner(name, conf, topology, clock, on_transaction, faults)
         runner.start()
         handle = TopologyHandle(runner, self)
         self._topologies[name] = handle
         return handle
+
+    def _runner(
+        self,
+        name: str,
+        conf: Mapping[str, Any] | None,
+        topology: Any,
+        clock: Clock | None,
+        on_transaction: Callable[[TransactionInfo], None] | None,
+        faults: Any,
+    ) -> TopologyRunner:
+        """The protocol's runner: transactional, or checkpointing (which runs plain ones too)."""
+        if isinstance(topology, TransactionalTopology):
+            tid = topology.transactional_id
+            for handle in self._topologies.values():
+                other = handle.runner
+                if isinstance(other, TransactionalRunner) and (
+                    other.topology.transactional_id == tid
+                ):
+                    msg = (
+                        f"topology {handle.name!r} already runs transactional id {tid!r}: two "
+                        "live topologies may not share one (they would share its progress)"
+                    )
+                    raise TopologyError(msg)
+            return TransactionalRunner(
+                name, conf, topology, self.spark, clock=clock, on_transaction=on_transaction,
+                faults=faults,
+            )
+        return CheckpointRunner(
+            name, conf, topology, self.spark, clock=clock, on_transaction=on_transaction,
+            faults=faults,
+        )
 
     def kill_topology(self, name: str) -> None:
         """Kill the topology ``name``."""

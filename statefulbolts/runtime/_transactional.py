@@ -1,0 +1,380 @@
+"""The transactional protocol's driver loop: batches processed in parallel, committed in order.
+
+``TransactionalRunner`` holds the coordinator (``TransactionalSpoutCoordinator``, a pure state
+machine whose ``currtx`` and metas live in the state provider), the emitters' partition metas
+(``EmitterMetas``) and one ``_Batch`` per active txid, and runs each batch attempt's three jobs
+through the ``Engine`` (``TransactionalJobs``). A step of its loop:
+
+1. Settle every job that ended (``_ended``):
+
+   - **emit** ended: the partition metas are stored (partitioned) or kept (opaque), and the
+     processing job starts with what the emitters sent the processing phase;
+   - **processing** ended: the batch is PROCESSED (``coordinator.ack``); what it sent to the
+     commit phase waits with the batch;
+   - **commit** ended: the opaque metas are stored, then the coordinator acks the commit, which
+     moves ``currtx`` on and deletes the metas below it in one write.
+
+   Any failure (a ``FailedException``, a task Spark gave up on, an aborted job) fails the
+   attempt: it and every later active txid are dropped, their jobs cancelled, and the
+   coordinator starts them again with new attempts (after a backoff; a state outage is waited
+   out, as in the checkpoint protocol).
+2. Start the next emission, strictly one at a time and in txid order: t+1's partitions start
+   where t's emission ended.
+3. Poll the coordinator (``sync``): it commits ``currtx`` when it is processed and starts new
+   txids while fewer than ``topology.max.spout.pending`` are active. After a batch that emitted
+   nothing committed, no new txid starts for one checkpoint interval (``_Pacing``); the topology
+   is idle when the last committed batch was empty and nothing is active.
+
+Up to ``max.spout.pending`` processing jobs run at once; commit jobs one at a time, in order.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import dataclasses
+import logging
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from providers import DriverOwnedStateProvider, StateBackendError, StateFactory, get_provider
+from recovery.faults import FaultPlan, KillPoint
+from statefulbolts.clock import Clock
+from statefulbolts.context import TopologyContext
+from statefulbolts.errors import TopologyError
+from statefulbolts.runtime._engine import Engine
+from statefulbolts.runtime._failures import FailureGate
+from statefulbolts.runtime._records import JobResult, TupleBatch
+from statefulbolts.runtime._runner import TopologyRunner, hashable
+from statefulbolts.runtime._stats import TransactionInfo
+from statefulbolts.runtime._task_errors import describe_job_failure
+from statefulbolts.runtime._tx_jobs import TransactionalJobs
+from statefulbolts.transactional._attempt import TransactionAttempt
+from statefulbolts.transactional._coordinator import (
+    CoordinatorCommand,
+    StartBatch,
+    TransactionalSpoutCoordinator,
+    opaque_coordinator,
+    partitioned_coordinator,
+)
+from statefulbolts.transactional._emitting import OPAQUE, PARTITIONED, PLAIN, EmitterMetas
+from statefulbolts.transactional._maps import read_backing_state
+from statefulbolts.transactional._spouts import (
+    OpaquePartitionedTransactionalSpout,
+    PartitionedTransactionalSpout,
+)
+from statefulbolts.transactional._task import BatchFailed, EmitResult
+from statefulbolts.transactional._topology import TransactionalTopology
+
+__all__ = ["TransactionalRunner"]
+
+log = logging.getLogger(__name__)
+
+# How often an idle driver asks the coordinator whether a new txid may start, at most.
+_POLL_MS = 20.0
+
+
+@dataclass
+class _Batch:
+    """One active txid on the driver: its live attempt and where it is."""
+
+    attempt: TransactionAttempt
+    meta: Any
+    committed: int | None
+    started: float = field(default_factory=time.perf_counter)
+    phase: str = "queued"  # queued, emitting, processing, processed, committing
+    future: concurrent.futures.Future[JobResult] | None = None
+    tuples: int = 0
+    to_commit: list[TupleBatch] = field(default_factory=list)
+
+    @property
+    def txid(self) -> int:
+        return self.attempt.transaction_id
+
+
+class _Pacing:
+    """The user's coordinator, held back after an empty batch committed (TRANSACTIONAL §10.8)."""
+
+    def __init__(self, inner: Any, clock: Clock) -> None:
+        self._inner, self._clock = inner, clock
+        self.hold_until = 0.0
+
+    def initialize_transaction(self, txid: int, prev_metadata: Any) -> Any:
+        return self._inner.initialize_transaction(txid, prev_metadata)
+
+    def is_ready(self) -> bool:
+        return self._clock.now_ms() >= self.hold_until and bool(self._inner.is_ready())
+
+    def close(self) -> None:
+        self._inner.close()
+
+
+class TransactionalRunner(TopologyRunner):
+    """Runs one transactional topology on a SparkContext (see the module docstring)."""
+
+    def __init__(
+        self,
+        name: str,
+        conf: Mapping[str, Any] | None,
+        topology: TransactionalTopology,
+        spark: Any,
+        *,
+        clock: Clock | None = None,
+        on_transaction: Callable[[TransactionInfo], None] | None = None,
+        faults: Any = None,
+    ) -> None:
+        super().__init__(name, conf, clock=clock, on_transaction=on_transaction)
+        if not isinstance(topology, TransactionalTopology):
+            msg = f"expected a TransactionalTopology, got {type(topology).__name__}"
+            raise TopologyError(msg)
+        self.topology = topology
+        self.faults = faults if faults is not None else FaultPlan.from_conf(self.conf)
+        self.max_pending = self.tc.max_spout_pending or 1
+        self.provider = get_provider(self.conf)
+        owned = self.provider if isinstance(self.provider, DriverOwnedStateProvider) else None
+        self._owned = owned
+        self.engine = Engine(
+            spark, topology.topology, name, self.conf, faults=self.faults,
+            max_jobs=self.max_pending + 2,
+        )
+        self.plan = self.engine.plan
+        self.jobs = TransactionalJobs(
+            name, topology, self.plan, self.conf, self.provider, self.faults
+        )
+        self._failures = FailureGate(name, self.tc, self.clock, self._stop, log)
+        self._live: dict[int, _Batch] = {}
+        self._coordinator: TransactionalSpoutCoordinator | None = None
+        self._pacing: _Pacing | None = None
+        self._metas: EmitterMetas | None = None
+        self._last_empty: bool | None = None
+        self._next_poll = 0.0
+
+    # ----------------------------------------------------------------- lifecycle
+    def _open(self) -> None:
+        """Open the spout's coordinator over its stored state; resume where the id stopped."""
+        try:
+            spout, tid = self.topology.spout, self.topology.transactional_id
+            context = TopologyContext(self.topology.topology, self.name, self.topology.spout_id, 0)
+            user = spout.get_coordinator(self.conf, context)
+            if isinstance(spout, PartitionedTransactionalSpout):
+                kind, adapted = PARTITIONED, partitioned_coordinator(user)
+            elif isinstance(spout, OpaquePartitionedTransactionalSpout):
+                kind, adapted = OPAQUE, opaque_coordinator(user)
+            else:
+                kind, adapted = PLAIN, user
+            self._pacing = _Pacing(adapted, self.clock)
+            state = StateFactory.get_system_state(f"{self.jobs.root}/coordinator", self.conf)
+            self._coordinator = TransactionalSpoutCoordinator(
+                self._pacing, state, max_pending=self.max_pending  # type: ignore[arg-type]
+            )
+            self._metas = EmitterMetas(kind, tid, self._system_state)
+        except BaseException:
+            self.engine.close()
+            raise
+
+    def _system_state(self, namespace: str) -> Any:
+        return StateFactory.get_system_state(namespace, self.conf)
+
+    def _shutdown(self) -> None:
+        for batch in self._live.values():
+            if batch.future is not None:
+                self.engine.cancel(self._group(batch))
+        self.engine.close(wait=True)
+        if self._coordinator is not None:
+            self._coordinator.close()
+
+    def _wait_a_little(self) -> None:
+        running = [b.future for b in self._live.values() if b.future is not None]
+        if running:
+            concurrent.futures.wait(running, timeout=0.002, return_when="FIRST_COMPLETED")
+        else:
+            self._stop.wait(0.002)
+
+    def _group(self, batch: _Batch) -> str:
+        return f"{self.name}-{batch.attempt}"
+
+    # ----------------------------------------------------------------- the loop
+    def _step(self) -> bool:
+        progressed = False
+        for batch in list(self._live.values()):
+            future = batch.future
+            if future is not None and future.done() and self._live.get(batch.txid) is batch:
+                batch.future = None
+                self._ended(batch, future)
+                progressed = True
+        if self._failures.ready():
+            progressed = self._poll() or progressed
+            progressed = self._start_emit() or progressed
+        self._set_idle(not self._live and self._last_empty is True)
+        return progressed
+
+    def _poll(self) -> bool:
+        now = self.clock.now_ms()
+        if now < self._next_poll:
+            return False
+        self._next_poll = now + _POLL_MS
+        assert self._coordinator is not None  # noqa: S101 - opened
+        commands = self._coordinator.sync()
+        self._execute(commands)
+        return bool(commands)
+
+    def _execute(self, commands: list[CoordinatorCommand]) -> None:
+        for command in commands:
+            if isinstance(command, StartBatch):
+                txid = command.attempt.transaction_id
+                self._live[txid] = _Batch(command.attempt, command.metadata, command.committed_txid)
+            else:
+                batch = self._live[command.attempt.transaction_id]
+                batch.phase = "committing"
+                batch.started = time.perf_counter()
+                self._submit(batch, self.jobs.commit(batch.attempt, batch.to_commit))
+
+    def _start_emit(self) -> bool:
+        """Start the lowest queued emission, unless one runs: t+1 starts where t ended."""
+        if any(b.phase == "emitting" for b in self._live.values()):
+            return False
+        queued = [b for b in self._live.values() if b.phase == "queued"]
+        if not queued:
+            return False
+        batch = min(queued, key=lambda b: b.txid)
+        assert self._metas is not None  # noqa: S101 - opened
+        order = self._metas.order(batch.txid, batch.meta, batch.committed)
+        order = dataclasses.replace(order, spout=self.topology.spout)
+        batch.phase = "emitting"
+        self._submit(batch, self.jobs.emit(batch.attempt, order))
+        return True
+
+    def _submit(self, batch: _Batch, spec: Any) -> None:
+        batch.future = self.engine.submit(spec)
+
+    # ----------------------------------------------------------------- a job ended
+    def _ended(self, batch: _Batch, future: concurrent.futures.Future[JobResult]) -> None:
+        phase = batch.phase
+        exc = future.exception()
+        if exc is not None:
+            error, component, task, cause = describe_job_failure(exc)
+            outage = error is not None and error.is_a(StateBackendError)
+            self._failed(batch, cause, component, task, outage)
+            return
+        result = future.result()
+        owned = self._owned if phase == "committing" else None
+        errors = self.stats.take_reports(result, self.plan, batch.txid, owned, log)
+        if result.aborted:
+            self._failed(batch, *self._why_aborted(result, errors))
+            return
+        if phase == "emitting":
+            self._emitted(batch, result)
+        elif phase == "processing":
+            self._processed(batch, result)
+        else:
+            self._committed(batch)
+
+    def _why_aborted(self, result: JobResult, errors: list[Any]) -> tuple[str, str, int, bool]:
+        names = self.plan.component_ids
+        for report in result.reports:
+            if isinstance(report.result, BatchFailed):
+                task_id = self.plan.task_ids[report.comp][report.task]
+                return report.result.cause, names[report.comp], task_id, False
+        return "a task failed the batch", "", -1, False
+
+    def _emitted(self, batch: _Batch, result: JobResult) -> None:
+        assert self._metas is not None  # noqa: S101
+        spout = self.jobs.spout
+        emits = [r for r in result.reports if r.comp == spout]
+        results = [r.result for r in emits if isinstance(r.result, EmitResult)]
+        self._metas.emitted(batch.txid, results)
+        batch.tuples = sum(r.metrics.emitted for r in emits)
+        batch.to_commit = [b for b in result.outputs if self.jobs.for_commit(b)]
+        if not self.jobs.has_processing:
+            self._processed(batch, JobResult())
+            return
+        batch.phase = "processing"
+        rest = [b for b in result.outputs if not self.jobs.for_commit(b)]
+        self._submit(batch, self.jobs.processing(batch.attempt, rest))
+        if self.faults is not None:
+            self.faults.on_driver(KillPoint.DURING_PROCESSING, batch.txid)
+
+    def _processed(self, batch: _Batch, result: JobResult) -> None:
+        batch.to_commit.extend(result.outputs)
+        batch.phase = "processed"
+        if self.faults is not None:
+            self.faults.on_driver(KillPoint.AFTER_PROCESSED, batch.txid)
+        assert self._coordinator is not None  # noqa: S101
+        self._execute(self._coordinator.ack(batch.attempt))
+
+    def _committed(self, batch: _Batch) -> None:
+        coordinator, metas = self._coordinator, self._metas
+        assert coordinator is not None and metas is not None  # noqa: S101
+        if self.faults is not None:
+            self.faults.on_driver(KillPoint.AFTER_COMMIT, batch.txid)
+        self._failures.with_backend(
+            f"storing the metas of txid {batch.txid}", lambda: metas.committed(batch.txid)
+        )
+        del self._live[batch.txid]
+        # An empty batch holds new txids back for an interval (the coordinator's ack starts
+        # the next ones at once, so the hold goes first).
+        self._last_empty = batch.tuples == 0
+        if self._last_empty and self._pacing is not None:
+            self._pacing.hold_until = self.clock.now_ms() + self.tc.checkpoint_interval_ms
+        commands = self._failures.with_backend(
+            f"storing the commit of txid {batch.txid}",
+            lambda: coordinator.ack(batch.attempt),
+        )
+        self._failures.succeeded()
+        seconds = time.perf_counter() - batch.started
+        self.stats.record(
+            TransactionInfo(batch.txid, "COMMIT", batch.tuples, seconds, True, batch.tuples)
+        )
+        self._execute(commands)
+
+    def _failed(
+        self, batch: _Batch, cause: str, component: str | None, task: int | None, outage: bool
+    ) -> None:
+        """Fail the attempt: drop it and every later active txid; the coordinator replays."""
+        assert self._coordinator is not None and self._metas is not None  # noqa: S101
+        phase = {"emitting": "EMIT", "processing": "PROCESS"}.get(batch.phase, "COMMIT")
+        log.warning("%s(%s) failed (%s): %s", phase, batch.attempt, component or "spark", cause)
+        seconds = time.perf_counter() - batch.started
+        self.stats.record(
+            TransactionInfo(batch.txid, phase, batch.tuples, seconds, False, 0, batch.tuples, cause)
+        )
+        for txid in [t for t in self._live if t >= batch.txid]:
+            dropped = self._live.pop(txid)
+            if dropped.future is not None:
+                self.engine.cancel(self._group(dropped))
+        self._metas.failed_from(batch.txid)
+        commands = self._coordinator.fail(batch.attempt)
+        what = f"{phase}({batch.attempt})"
+        self._failures.failed(
+            what, batch.txid, cause, component=component or None, task=task, outage=outage
+        )
+        self._execute(commands)
+
+    # ----------------------------------------------------------------- reading
+    def status(self) -> dict[str, Any]:
+        """Where the topology is: the next txid to commit, and every active one."""
+        with self._lock:
+            coord = self._coordinator
+            return {
+                "transactional_id": self.topology.transactional_id,
+                "current_txid": coord.curr if coord is not None else None,
+                "active": {
+                    str(t): {"attempt": str(b.attempt), "phase": b.phase}
+                    for t, b in sorted(self._live.items())
+                },
+            }
+
+    def read_state(self, component_id: str, name: str = "default") -> dict[Any, Any]:
+        """The current values of a committer's map ``name``, merged over its tasks."""
+        spec = self.topology.topology.component(component_id)
+        prefix = f"{self.jobs.root}/{component_id}-"
+        merged: dict[Any, Any] = {}
+        with self._lock:
+            for task in range(spec.parallelism):
+                namespace = f"{prefix}{task}/{name}"
+                state = self._system_state(namespace)
+                for key, value in read_backing_state(state).items():
+                    merged[hashable(key)] = value
+        return merged
+

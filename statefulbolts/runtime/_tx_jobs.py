@@ -1,0 +1,118 @@
+"""The three jobs of a transactional batch attempt, as ``JobSpec``s for the engine.
+
+1. **Emit**: one stage, the spout's emitter tasks, each told by an ``EmitOrder`` what to emit;
+   the spout object as it is on the driver goes with the job (memory spouts are read live). The
+   emitted tuples come back to the driver, so the next attempt's emission may start from the
+   metas this one returned (TRANSACTIONAL.md §10.6), and so a tuple is never recomputed from
+   lineage (an opaque replay may differ).
+2. **Processing**: the processing-phase bolts (neither a committer nor downstream of one) in
+   stages, fed with what the emitters sent them; what they send to the commit phase comes back.
+3. **Commit**: the commit-phase components in stages, fed with everything the emitters and the
+   processing phase sent them; committers use maps in the state provider under
+   ``$transactional/<id>/<component>-<task>`` (a driver-owned provider's go with the job).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from providers import DriverOwnedStateProvider, StateProvider
+from statefulbolts.runtime._engine import JobSpec
+from statefulbolts.runtime._plan import ExecutionPlan, JobLayout
+from statefulbolts.runtime._records import TupleBatch
+from statefulbolts.transactional._attempt import TransactionAttempt
+from statefulbolts.transactional._task import BatchTaskProgram, EmitOrder, StateMaps
+from statefulbolts.transactional._topology import TransactionalTopology
+
+__all__ = ["TransactionalJobs"]
+
+
+class TransactionalJobs:
+    """Builds the jobs of every attempt of one transactional topology."""
+
+    def __init__(
+        self,
+        name: str,
+        topology: TransactionalTopology,
+        plan: ExecutionPlan,
+        conf: Mapping[str, Any],
+        provider: StateProvider,
+        faults: Any = None,
+    ) -> None:
+        self._name, self._topology, self._plan, self._conf = name, topology, plan, conf
+        self._owned = provider if isinstance(provider, DriverOwnedStateProvider) else None
+        self._provider = provider
+        self._faults = faults
+        self.tid = topology.transactional_id
+        self.root = f"$transactional/{self.tid}"
+        self.spout = plan.index[topology.spout_id]
+        commit = {plan.index[c] for c in topology.commit_phase}
+        self.commit_components = frozenset(commit)
+        self.processing_components = frozenset(
+            plan.index[c] for c in topology.processing_phase if plan.index[c] != self.spout
+        )
+        self._emit_layout = plan.flat_layout(plan.tasks(self.spout))
+        self._processing_layout = plan.layout(self.processing_components)
+        self._commit_layout = plan.layout(commit)
+
+    def emit(self, attempt: TransactionAttempt, order: EmitOrder) -> JobSpec:
+        """The emit job of ``attempt``, as ``order`` says."""
+        program = BatchTaskProgram(attempt, self.tid, emit=order)
+        return self._spec(attempt, self._emit_layout, program, [], "EMIT")
+
+    def processing(self, attempt: TransactionAttempt, emitted: Iterable[TupleBatch]) -> JobSpec:
+        """The processing job of ``attempt``, fed with what its emitters sent the P bolts."""
+        program = BatchTaskProgram(attempt, self.tid)
+        return self._spec(attempt, self._processing_layout, program, emitted, "PROCESS")
+
+    def commit(self, attempt: TransactionAttempt, to_commit: Iterable[TupleBatch]) -> JobSpec:
+        """The commit job of ``attempt``, fed with every tuple sent to the commit phase."""
+        program = BatchTaskProgram(
+            attempt, self.tid, StateMaps(self._conf), committing=True, hooks=self._faults
+        )
+        spec = self._spec(attempt, self._commit_layout, program, to_commit, "COMMIT")
+        if self._owned is None:
+            return spec
+        return JobSpec(**{**spec.__dict__, "images": self._images()})
+
+    @property
+    def has_processing(self) -> bool:
+        """Whether any bolt runs in the processing phase."""
+        return self._processing_layout.depth > 0
+
+    def for_commit(self, batch: TupleBatch) -> bool:
+        """Whether ``batch`` goes to a component of the commit phase."""
+        return batch.dest in self.commit_components
+
+    def _spec(
+        self,
+        attempt: TransactionAttempt,
+        layout: JobLayout,
+        program: BatchTaskProgram,
+        records: Iterable[TupleBatch],
+        phase: str,
+    ) -> JobSpec:
+        inputs: list[list[Any]] = [[] for _ in layout.stages[0]] if layout.depth else []
+        for r in records:
+            if layout.depth and layout.runs(r.dest):
+                inputs[layout.key_for(-1, r.dest, r.dest_task)].append(r)
+        return JobSpec(
+            layout,
+            program,
+            inputs,
+            attempt.transaction_id,
+            f"{self._name} {phase}({attempt})",
+            group=f"{self._name}-{attempt}",
+            state_root=self.root,
+        )
+
+    def _images(self) -> dict[str, bytes]:
+        """A driver-owned provider's state of every commit-phase task (its maps)."""
+        provider = self._owned
+        assert provider is not None  # noqa: S101
+        names = self._plan.component_ids
+        found: list[str] = []
+        for comp in sorted(self.commit_components):
+            found += self._provider.namespaces(self._conf, f"{self.root}/{names[comp]}-") or []
+        return {ns: provider.export_image(ns) for ns in found}

@@ -1,0 +1,139 @@
+"""The emitters' partition metas: what each emission replays or starts, and what is stored.
+
+Emitter tasks run in Spark and touch no store: the driver tells each attempt's emitters what to
+do (an ``EmitOrder``) and keeps what they return. This module is that bookkeeping, per kind of
+spout (TRANSACTIONAL.md §4), over one namespace per partition,
+``$transactional/<id>/partition-<p>``, keyed by txid:
+
+**Partitioned** (exact replays). For each partition ``p`` below the txid's partition count
+(taken when the txid was first started, so a replay never reads a partition added later):
+
+1. a meta stored for (p, txid): replay exactly that batch (a stored ``None`` emits nothing);
+2. otherwise, a meta stored for a later txid: store ``None`` for (p, txid), emit nothing;
+3. otherwise emit a new batch from p's latest earlier meta, and store its meta at once, when
+   the emit job returns, before the batch is processed anywhere.
+
+**Opaque** (replays may differ). For each partition the emitters see now:
+
+1. a meta stored for (p, txid) is left from a commit that failed half way: delete it;
+2. continue from the meta the latest *uncommitted* earlier emission of p returned (kept here, in
+   memory), else from p's latest stored meta (the last committed);
+3. keep the result in memory; it is stored for (p, txid) only when txid commits.
+
+A failed attempt forgets the kept metas of its txid and every later one (they emit again, in
+order). After the commit of t, every partition's metas below t are deleted (t's stays: it is
+where t+1 starts).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from providers import KeyValueState
+from statefulbolts.transactional._task import EmitOrder, EmitResult
+from statefulbolts.transactional._txstate import RotatingTransactionalState
+
+__all__ = ["PLAIN", "OPAQUE", "PARTITIONED", "EmitterMetas"]
+
+PLAIN, PARTITIONED, OPAQUE = "plain", "partitioned", "opaque"
+
+StateFor = Callable[[str], KeyValueState]
+
+
+class EmitterMetas:
+    """The metas of every partition of one transactional spout (see the module docstring)."""
+
+    def __init__(self, kind: str, transactional_id: str, state_for: StateFor) -> None:
+        if kind not in (PLAIN, PARTITIONED, OPAQUE):
+            msg = f"unknown kind of transactional spout {kind!r}"
+            raise ValueError(msg)
+        self.kind = kind
+        self._prefix = f"$transactional/{transactional_id}/partition-"
+        self._state_for = state_for
+        self._stores: dict[int, RotatingTransactionalState] = {}
+        # Opaque: txid -> partition -> the meta its live emission returned (not stored yet).
+        self._kept: dict[int, dict[int, Any]] = {}
+
+    def store(self, partition: int) -> RotatingTransactionalState:
+        """The stored metas of one partition (its namespace is opened on first use)."""
+        found = self._stores.get(partition)
+        if found is None:
+            state = self._state_for(f"{self._prefix}{partition}")
+            found = self._stores[partition] = RotatingTransactionalState(
+                state, strict=False, prefix="", first_txid=1
+            )
+        return found
+
+    def known_partitions(self) -> list[int]:
+        """Partitions with a store opened or a kept meta, ascending."""
+        kept = {p for metas in self._kept.values() for p in metas}
+        return sorted(set(self._stores) | kept)
+
+    # ---------------------------------------------------------------- before an emission
+    def order(self, txid: int, coordinator_meta: Any, committed: int | None) -> EmitOrder:
+        """What every emitter task of an attempt of ``txid`` is to emit."""
+        if self.kind == PARTITIONED:
+            n = int(coordinator_meta or 0)
+            parts = {p: self._partitioned(p, txid) for p in range(n)}
+            return EmitOrder(self.kind, coordinator_meta, committed, parts)
+        if self.kind == OPAQUE:
+            parts = {p: self._opaque_last(p, txid) for p in self._opaque_partitions(txid)}
+            return EmitOrder(self.kind, coordinator_meta, committed, parts)
+        return EmitOrder(self.kind, coordinator_meta, committed)
+
+    def _partitioned(self, p: int, txid: int) -> tuple[str, Any]:
+        store = self.store(p)
+        if txid in store:
+            return ("replay", store.get(txid))
+        if any(t > txid for t in store.txids()):
+            store.override(txid, None)
+            return ("skip", None)
+        return ("new", store.latest_before(txid))
+
+    def _opaque_partitions(self, txid: int) -> list[int]:
+        # Every partition seen so far; emitters also start any newer ones from None.
+        seen = set(self.known_partitions())
+        for t, metas in self._kept.items():
+            if t < txid:
+                seen.update(metas)
+        return sorted(seen)
+
+    def _opaque_last(self, p: int, txid: int) -> Any:
+        store = self.store(p)
+        store.remove(txid)  # left behind by a commit that failed half way
+        for t in sorted(self._kept, reverse=True):
+            if t < txid and self._kept[t].get(p) is not None:
+                return self._kept[t][p]
+        return store.latest_before(txid)
+
+    # ---------------------------------------------------------------- after an emission
+    def emitted(self, txid: int, results: Iterable[EmitResult]) -> None:
+        """An attempt of ``txid`` emitted: store (partitioned) or keep (opaque) its metas."""
+        metas: dict[int, Any] = {}
+        for result in results:
+            metas.update(result.metas)
+        if self.kind == PARTITIONED:
+            for p, meta in sorted(metas.items()):
+                self.store(p).override(txid, meta)
+        elif self.kind == OPAQUE:
+            self._kept[txid] = metas
+
+    def failed_from(self, txid: int) -> None:
+        """``txid`` and every later txid will emit again: forget what their emissions kept."""
+        for t in [t for t in self._kept if t >= txid]:
+            del self._kept[t]
+
+    def committed(self, txid: int) -> None:
+        """``txid`` committed: store its opaque metas; drop every partition's metas below it."""
+        if self.kind == PLAIN:
+            return
+        if self.kind == OPAQUE:
+            for p, meta in sorted(self._kept.pop(txid, {}).items()):
+                self.store(p).override(txid, meta)
+        for p in self.known_partitions():
+            self.store(p).cleanup_before(txid)
+
+    def describe(self) -> dict[int, dict[int, Any]]:
+        """Per partition, the stored metas by txid (for status tools)."""
+        return {p: {t: self.store(p).get(t) for t in self.store(p).txids()} for p in self._stores}

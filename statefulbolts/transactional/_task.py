@@ -1,0 +1,379 @@
+"""The transactional protocol's part in a Spark task: emitters, fresh batch bolts, ``finish_batch``.
+
+A job of this protocol runs one phase of one batch attempt (TRANSACTIONAL.md §10): the emitters
+of the attempt, its processing phase, or its commit phase. In every task:
+
+1. The component is new: the task unpickled the topology, so a ``BatchBolt`` is a fresh copy
+   per (task, attempt), as Storm's ``BatchBoltExecutor`` makes one. It is prepared with the
+   attempt as its id and a ``BatchOutputCollector`` that refuses a tuple whose first value is
+   not the attempt. A ``BasicBolt`` runs through ``BasicBoltExecutor`` with the same check.
+2. Its tuples come in: every tuple of the batch meant for this task is in the task's input,
+   because every upstream task finished before this stage started (one Spark stage per level).
+3. ``finish``: ``finish_batch()``, exactly once, even for a task that got no tuple. The end of
+   the task's input is the end of the batch for it: no counts or reports travel (Storm's
+   ``CoordinatedBolt`` needs them because its tuples stream).
+4. An emitter task (the spout's component in an emit job) has no input; ``finish`` asks the
+   user's emitter for the batch, as ``EmitOrder`` says (§4), and returns the partition metas.
+
+A ``FailedException`` anywhere fails the task on purpose (``failure``): the runtime skips every
+task after it in the job, so no committer ever finishes on half a batch, and the driver fails the
+attempt. Any other exception is a crash: Spark retries the task.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, NamedTuple, Protocol
+
+from providers import KeyValueState, StateFactory
+from statefulbolts.collectors import Anchors, OutputCollector
+from statefulbolts.components import BasicBolt, BasicBoltExecutor
+from statefulbolts.context import TopologyContext
+from statefulbolts.errors import FailedException, TopologyError
+from statefulbolts.topology import ComponentSpec
+from statefulbolts.transactional._attempt import TransactionAttempt
+from statefulbolts.transactional._bolts import BatchOutputCollector
+from statefulbolts.transactional._maps import StateBackingMap
+from statefulbolts.tuples import DEFAULT_STREAM, Tuple
+
+__all__ = [
+    "BatchFailed",
+    "BatchTaskProgram",
+    "EmitOrder",
+    "EmitResult",
+    "MapSource",
+    "StateMaps",
+    "TransactionalContext",
+]
+
+
+class _Emits(Protocol):
+    """The runtime's task collector, as this module uses it."""
+
+    def emit(self, values: Sequence[Any], anchors: Anchors = None, stream: str = ...) -> None:
+        """Route one tuple."""
+
+    def emit_to(self, values: Sequence[Any], stream: str = ...) -> list[int]:
+        """Route one unanchored tuple; the global task ids it went to."""
+
+    def ack(self, tuple_: Tuple) -> None:
+        """Keep an ack."""
+
+    def report_error(self, error: BaseException) -> None:
+        """Keep a reported error."""
+
+
+class BatchFailed(NamedTuple):
+    """A task failed its batch attempt on purpose (a ``FailedException``)."""
+
+    type_name: str
+    message: str
+
+    @property
+    def cause(self) -> str:
+        """``Type: message``."""
+        return f"{self.type_name}: {self.message}"
+
+
+class EmitResult(NamedTuple):
+    """What an emitter task returns: the metas of the partitions it emitted, by partition."""
+
+    metas: dict[int, Any]
+    partitions: int  # how many partitions the spout has, as this task saw it (opaque spouts)
+
+
+@dataclass(frozen=True)
+class EmitOrder:
+    """What the driver asks every emitter task of one attempt to emit (§4).
+
+    ``kind`` is ``"plain"``, ``"partitioned"`` or ``"opaque"``. For a partitioned spout,
+    ``partitions`` holds per partition ``("replay", meta)`` (emit exactly that batch again),
+    ``("new", last_meta)`` (a first emission, from the partition's latest earlier meta) or
+    ``("skip", None)`` (a later txid was already stored: emit nothing). For an opaque spout it
+    holds per partition the meta to continue from (any partition not there starts from None).
+    Task ``i`` of ``k`` emits the partitions ``p`` with ``p % k == i``.
+    """
+
+    kind: str
+    coordinator_meta: Any
+    committed_txid: int | None
+    partitions: Mapping[int, Any] = field(default_factory=dict)
+    # The spout as it is on the driver now, shipped with this emission: a spout whose data
+    # lives in the object (the memory spouts) is read live.
+    spout: Any = None
+
+
+class MapSource(Protocol):
+    """Where committers' backing maps live (the runtime gives one per job)."""
+
+    def backing_map(self, namespace: str) -> Any:
+        """A ``BackingMap`` over ``namespace`` of the topology's state provider."""
+
+
+@dataclass(frozen=True)
+class StateMaps:
+    """Committers' maps in the topology's state provider: a ``StateBackingMap`` per namespace.
+
+    The state is a system state (plain msgpack), whatever serializers the provider config names:
+    the maps store their own ``[txid, value]`` forms.
+    """
+
+    conf: Mapping[str, Any]
+
+    def backing_map(self, namespace: str) -> StateBackingMap:
+        """A new map over ``namespace`` (one per attempt: a failed write spoils a map)."""
+        state = StateFactory.get_system_state(namespace, self.conf)
+        if not isinstance(state, KeyValueState):
+            msg = f"state {namespace!r} is a {type(state).__qualname__}, not a KeyValueState"
+            raise TopologyError(msg)
+        return StateBackingMap(state)
+
+
+class TransactionalContext(TopologyContext):
+    """The ``TopologyContext`` of a transactional task, with the topology's maps.
+
+    ``backing_map(name)`` is a ``BackingMap`` in the topology's state provider, of this task
+    alone (``$transactional/<id>/<component>-<task index>/<name>``): wrap it in a
+    ``TransactionalMap`` or an ``OpaqueMap``. It outlives the task, the attempt and the driver
+    (with a durable provider), which a ``MemoryBackingMap`` made in a task does not.
+    """
+
+    def __init__(
+        self,
+        base: TopologyContext,
+        transactional_id: str,
+        attempt: TransactionAttempt,
+        maps: MapSource | None,
+    ) -> None:
+        super().__init__(
+            base.topology, base.topology_name, base.this_component_id, base.this_task_index
+        )
+        self.transactional_id = transactional_id
+        self.attempt = attempt
+        self._maps = maps
+
+    def state_namespace(self) -> str:
+        """``$transactional/<id>/<component>-<task index>``: this task's state, by its id."""
+        return (
+            f"$transactional/{self.transactional_id}/"
+            f"{self.this_component_id}-{self.this_task_index}"
+        )
+
+    def backing_map(self, name: str = "default") -> Any:
+        """This task's backing map ``name`` in the topology's state provider."""
+        if self._maps is None:
+            msg = f"component {self.this_component_id!r}: no state provider to keep maps in"
+            raise TopologyError(msg)
+        return self._maps.backing_map(f"{self.state_namespace()}/{name}")
+
+
+def _check_attempt(
+    values: Sequence[Any], stream: str, attempt: TransactionAttempt, where: str
+) -> None:
+    if not values or values[0] != attempt:
+        first = repr(values[0]) if values else "nothing"
+        msg = (
+            f"{where} emitted {list(values)!r} on stream {stream!r}: the first value of every "
+            f"tuple of a transactional topology must be the batch's attempt {attempt}, got "
+            f"{first}"
+        )
+        raise TopologyError(msg)
+
+
+class _BatchCollector(BatchOutputCollector):
+    """A batch bolt's or an emitter's collector: attempt first, unanchored, target ids back."""
+
+    def __init__(self, out: _Emits, attempt: TransactionAttempt, where: str) -> None:
+        self._out, self._attempt, self._where = out, attempt, where
+
+    def emit(self, values: Sequence[Any], stream: str = DEFAULT_STREAM) -> list[int]:
+        """Emit ``values`` (the attempt first) on ``stream``; the global task ids it went to."""
+        _check_attempt(values, stream, self._attempt, self._where)
+        return self._out.emit_to(values, stream)
+
+    def report_error(self, error: BaseException) -> None:
+        """Keep the error (it fails nothing)."""
+        self._out.report_error(error)
+
+
+class _BasicCollector(OutputCollector):
+    """A ``BasicBolt``'s collector: attempt first; acks are free; a failed tuple fails the batch."""
+
+    def __init__(self, out: _Emits, attempt: TransactionAttempt, where: str) -> None:
+        self._out, self._attempt, self._where = out, attempt, where
+
+    def emit(
+        self, values: Sequence[Any], anchors: Anchors = None, stream: str = DEFAULT_STREAM
+    ) -> None:
+        """Emit ``values`` (the attempt first), anchored as the BasicBolt anchors it."""
+        _check_attempt(values, stream, self._attempt, self._where)
+        self._out.emit(values, anchors, stream)
+
+    def ack(self, tuple_: Tuple) -> None:
+        """Nothing to do: a batch completes when its tasks end."""
+
+    def fail(self, tuple_: Tuple) -> None:
+        """The ``BasicBolt`` raised ``FailedException``: fail the whole batch attempt."""
+        msg = f"{self._where} failed a tuple of batch {self._attempt}"
+        raise FailedException(msg)
+
+    def report_error(self, error: BaseException) -> None:
+        """Keep the error (it fails nothing)."""
+        self._out.report_error(error)
+
+
+def _no_data(tuple_: Tuple) -> None:
+    msg = f"an emitter task got a tuple ({tuple_!r}); emitters have no input"
+    raise TopologyError(msg)
+
+
+class _Executor:
+    """What every transactional task executor shares."""
+
+    def __init__(self, spec: ComponentSpec, program: BatchTaskProgram, task: int) -> None:
+        self.spec, self.program, self.task = spec, program, task
+        self.where = f"component {spec.id!r} task {task}"
+
+    def control(self, tuple_: Tuple) -> None:
+        """No control tuples in this protocol."""
+
+    def cleanup(self) -> None:
+        """Nothing to release."""
+
+    def _context(self, context: TopologyContext) -> TransactionalContext:
+        p = self.program
+        return TransactionalContext(context, p.transactional_id, p.attempt, p.maps)
+
+
+class _BatchTask(_Executor):
+    def prepare(
+        self, conf: Mapping[str, Any], context: TopologyContext, collector: Any
+    ) -> Callable[[Tuple], None]:
+        self.bolt = self.spec.obj  # a fresh copy: this task unpickled the topology
+        out = _BatchCollector(collector, self.program.attempt, self.where)
+        self.bolt.prepare(conf, self._context(context), out, self.program.attempt)
+        execute: Callable[[Tuple], None] = self.bolt.execute
+        return execute
+
+    def finish(self) -> None:
+        self.bolt.finish_batch()
+        hooks = self.program.hooks
+        if hooks is not None and self.program.committing:
+            hooks.on_task_committed(self.spec.id, self.task, self.program.attempt.transaction_id)
+
+
+class _BasicTask(_Executor):
+    def prepare(
+        self, conf: Mapping[str, Any], context: TopologyContext, collector: Any
+    ) -> Callable[[Tuple], None]:
+        self.bolt = BasicBoltExecutor(self.spec.obj)
+        out = _BasicCollector(collector, self.program.attempt, self.where)
+        self.bolt.prepare(conf, self._context(context), out)
+        return self.bolt.execute
+
+    def finish(self) -> None:
+        """A BasicBolt has no ``finish_batch``."""
+
+    def cleanup(self) -> None:
+        self.bolt.cleanup()
+
+
+class _EmitTask(_Executor):
+    def prepare(
+        self, conf: Mapping[str, Any], context: TopologyContext, collector: Any
+    ) -> Callable[[Tuple], None]:
+        self.conf, self.context = conf, self._context(context)
+        self.out = _BatchCollector(collector, self.program.attempt, self.where)
+        return _no_data
+
+    def finish(self) -> EmitResult:
+        order = self.program.emit
+        if order is None:
+            msg = f"{self.where}: an emitter task ran without an emit order"
+            raise TopologyError(msg)
+        spout = order.spout if order.spout is not None else self.spec.obj
+        emitter = spout.get_emitter(self.conf, self.context)
+        try:
+            return _emit(emitter, order, self.program.attempt, self.out, self.context)
+        finally:
+            emitter.close()
+
+
+def _mine(partitions: int, context: TopologyContext) -> range:
+    """The partitions task ``i`` of ``k`` emits: ``i, i + k, i + 2k, ...`` below ``partitions``."""
+    return range(context.this_task_index, partitions, len(context.this_component_tasks))
+
+
+def _emit(
+    emitter: Any,
+    order: EmitOrder,
+    attempt: TransactionAttempt,
+    out: _BatchCollector,
+    context: TopologyContext,
+) -> EmitResult:
+    """Ask the user's emitter for this task's share of the batch (§4); the metas it gives."""
+    metas: dict[int, Any] = {}
+    if order.kind == "plain":
+        emitter.emit_batch(attempt, order.coordinator_meta, out)
+        if order.committed_txid is not None:
+            emitter.cleanup_before(order.committed_txid)
+        return EmitResult(metas, 0)
+    if order.kind == "partitioned":
+        n = int(order.coordinator_meta or 0)
+        for p in _mine(n, context):
+            how, meta = order.partitions.get(p, ("new", None))
+            if how == "replay" and meta is not None:
+                emitter.emit_partition_batch(attempt, out, p, meta)
+            elif how == "new":
+                metas[p] = emitter.emit_partition_batch_new(attempt, out, p, meta)
+        return EmitResult(metas, n)
+    n = int(emitter.num_partitions())
+    for p in _mine(n, context):
+        last = order.partitions.get(p)
+        meta = emitter.emit_partition_batch(attempt, out, p, last)
+        # A None meta (a disabled or unreachable partition) keeps the previous position: Storm
+        # started the partition over from its beginning (TRANSACTIONAL.md §9.11).
+        metas[p] = last if meta is None else meta
+    return EmitResult(metas, n)
+
+
+@dataclass(frozen=True)
+class BatchTaskProgram:
+    """The transactional protocol's part in every task of one job of one attempt."""
+
+    attempt: TransactionAttempt
+    transactional_id: str
+    maps: MapSource | None = None
+    emit: EmitOrder | None = None
+    committing: bool = False
+    hooks: Any = None  # fault injection (``recovery.FaultPlan``): the mid-commit kill
+
+    @property
+    def data_free(self) -> None:
+        """Every job of this protocol may carry data."""
+        return None
+
+    @property
+    def tracking(self) -> bool:
+        """Batches are not acked tuple by tuple: a batch is done when its tasks end."""
+        return False
+
+    def is_control(self, stream_id: str) -> bool:
+        """No control streams: the end of a task's input is the end of its batch."""
+        return False
+
+    def failure(self, exc: Exception) -> BatchFailed | None:
+        """A ``FailedException`` fails the attempt on purpose; anything else is a crash."""
+        if isinstance(exc, FailedException):
+            return BatchFailed(type(exc).__name__, str(exc))
+        return None
+
+    def executor(self, spec: ComponentSpec, info: Any) -> _EmitTask | _BasicTask | _BatchTask:
+        """The executor of one task: an emitter, a ``BasicBolt`` or a ``BatchBolt``."""
+        if spec.is_spout:
+            return _EmitTask(spec, self, info.task)
+        if isinstance(spec.obj, BasicBolt):
+            return _BasicTask(spec, self, info.task)
+        return _BatchTask(spec, self, info.task)
+
