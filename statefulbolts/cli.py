@@ -5,15 +5,17 @@
                       [--max-backoff S]]
     statefulbolts checkpoint status --conf FILE --topology NAME
                       [--topology-module MODULE:FUNCTION] [--json]
+    statefulbolts transactional status --conf FILE --id TRANSACTIONAL_ID [--json]
 
-``FUNCTION`` is called with no arguments and returns a ``StormTopology`` (or a
-``TopologyBuilder``). The topology runs until it is idle (the default for finite sources) or
-until interrupted, printing one line per transaction.
+``FUNCTION`` is called with no arguments and returns a ``StormTopology`` or a
+``TransactionalTopology`` (or their builders). The topology runs until it is idle (the default
+for finite sources) or until interrupted, printing one line per transaction.
 
 ``--supervise`` runs the topology in a child process and restarts it when it crashes (see
 ``recovery.supervisor``); each restart is logged with the recovery actions the restarted driver
 took. ``checkpoint status`` shows where a topology's checkpoint stands in its state provider and
-what a restarted driver would do.
+what a restarted driver would do; ``transactional status`` shows a transactional topology's
+next txid, the txids a restart would replay, and its partitions' metas.
 
 Exit status: 0 done; 1 the topology failed or crashed; 2 bad input (config, wiring, arguments;
 never restarted); 3 ``--timeout`` ran out (not restarted); a supervised run returns its last
@@ -39,11 +41,12 @@ from statefulbolts.errors import (
     TopologyFailedError,
 )
 from statefulbolts.topology import StormTopology, TopologyBuilder
+from statefulbolts.transactional import TransactionalTopology
 
 FAILED_EXIT_CODE = 1
 
 
-def load_topology(spec: str) -> StormTopology:
+def load_topology(spec: str) -> StormTopology | TransactionalTopology:
     """Import ``module:function`` and call it; it must return a topology or a builder."""
     module_name, sep, func_name = spec.partition(":")
     if not sep or not module_name or not func_name:
@@ -61,8 +64,11 @@ def load_topology(spec: str) -> StormTopology:
     made = func()
     if isinstance(made, TopologyBuilder):
         made = made.create_topology()
-    if not isinstance(made, StormTopology):
-        msg = f"{spec} returned {type(made).__name__}; expected a StormTopology or TopologyBuilder"
+    if not isinstance(made, StormTopology | TransactionalTopology):
+        msg = (
+            f"{spec} returned {type(made).__name__}; expected a StormTopology, a "
+            "TransactionalTopology or their builder"
+        )
         raise TopologyError(msg)
     return made
 
@@ -220,7 +226,11 @@ def _cmd_checkpoint_status(args: argparse.Namespace) -> int:
     conf = Config(load_config_file(args.conf))
     tasks = None
     if args.topology_module:
-        tasks = stateful_tasks(load_topology(args.topology_module))
+        topology = load_topology(args.topology_module)
+        if not isinstance(topology, StormTopology):
+            msg = f"{args.topology_module} is a transactional topology: see `transactional status`"
+            raise TopologyError(msg)
+        tasks = stateful_tasks(topology)
     status = checkpoint_status(conf, args.topology, tasks)
     if args.json:
         print(json.dumps(status.as_dict()))
@@ -238,6 +248,29 @@ def _cmd_checkpoint_status(args: argparse.Namespace) -> int:
         prepared = "none" if t.prepared_txid is None else str(t.prepared_txid)
         committed = "none" if t.committed_txid is None else str(t.committed_txid)
         print(f"  {t.namespace}: committed txid {committed}, prepared txid {prepared}")
+    return 0 if status.found else FAILED_EXIT_CODE
+
+
+def _cmd_transactional_status(args: argparse.Namespace) -> int:
+    from statefulbolts.transactional import transactional_status
+
+    status = transactional_status(Config(load_config_file(args.conf)), args.id)
+    if args.json:
+        print(json.dumps(status.as_dict()))
+        return 0 if status.found else FAILED_EXIT_CODE
+    committed = "none" if status.committed_txid is None else status.committed_txid
+    print(f"transactional id {args.id!r} in {status.provider}")
+    print(f"  next txid to commit: {status.current_txid} (last committed: {committed})")
+    replays = ", ".join(f"{t} (meta {status.metas[t]!r})" for t in status.replays) or "none"
+    print(f"  on restart, replays: {replays}")
+    if not status.partitions:
+        print("  partitions: none stored")
+    for p, metas in sorted(status.partitions.items()):
+        shown = ", ".join(f"txid {t}: {m!r}" for t, m in sorted(metas.items())) or "none"
+        print(f"  partition {p}: {shown}")
+    print(f"  committer maps: {len(status.maps)}")
+    for namespace in status.maps:
+        print(f"    {namespace}")
     return 0 if status.found else FAILED_EXIT_CODE
 
 
@@ -287,6 +320,16 @@ def _parser() -> argparse.ArgumentParser:
     )
     status.add_argument("--json", action="store_true", help="one JSON document")
     status.set_defaults(func=_cmd_checkpoint_status)
+
+    transactional = sub.add_parser("transactional", help="inspect a transactional topology")
+    tx_sub = transactional.add_subparsers(dest="transactional_command", required=True)
+    tx_status = tx_sub.add_parser(
+        "status", help="next txid, txids a restart replays, partition metas, committer maps"
+    )
+    tx_status.add_argument("--conf", required=True, help="JSON or YAML file naming the provider")
+    tx_status.add_argument("--id", required=True, help="the transactional id")
+    tx_status.add_argument("--json", action="store_true", help="one JSON document")
+    tx_status.set_defaults(func=_cmd_transactional_status)
     return parser
 
 

@@ -57,6 +57,7 @@ from statefulbolts.transactional._spouts import (
     PartitionedTransactionalSpout,
     TransactionalSpout,
 )
+from statefulbolts.transactional._status import TransactionalStatus, transactional_status
 from statefulbolts.transactional._task import BatchFailed, TransactionalContext
 from statefulbolts.transactional._topology import (
     TransactionalTopology,
@@ -97,12 +98,14 @@ __all__ = [
     "TransactionalSpout",
     "TransactionalSpoutCoordinator",
     "TransactionalStateError",
+    "TransactionalStatus",
     "TransactionalTopology",
     "TransactionalTopologyBuilder",
     "TransactionalValue",
     "load_streams",
     "opaque_coordinator",
     "partitioned_coordinator",
+    "transactional_status",
     "txid_of",
 ]
 

@@ -112,7 +112,8 @@ class TransactionalTopologyBuilder(TopologyBuilder):
         self.spout_id = spout_id
         self._committers: set[str] = set()
         self._check_new_id(spout_id)
-        self._register(spout_id, spout, spout_parallelism or 1, is_spout=True)
+        parallelism = 1 if spout_parallelism is None else spout_parallelism
+        self._register(spout_id, spout, parallelism, is_spout=True)
 
     def set_spout(self, component_id: str, spout: Spout, parallelism: int = 1) -> BoltDeclarer:
         """Not allowed: a transactional topology has the one spout given to the builder."""
