@@ -22,8 +22,9 @@ through the ``Engine`` (``TransactionalJobs``). A step of its loop:
    where t's emission ended.
 3. Poll the coordinator (``sync``): it commits ``currtx`` when it is processed and starts new
    txids while fewer than ``topology.max.spout.pending`` are active. After a batch that emitted
-   nothing committed, no new txid starts for one checkpoint interval (``_Pacing``); the topology
-   is idle when the last committed batch was empty and nothing is active.
+   nothing committed, the active txids drain and new ones start one at a time, an interval
+   apart (``_Pacing``); the topology is idle when the last committed batch was empty and
+   nothing is active.
 
 Up to ``max.spout.pending`` processing jobs run at once; commit jobs one at a time, in order.
 """
@@ -94,17 +95,37 @@ class _Batch:
 
 
 class _Pacing:
-    """The user's coordinator, held back after an empty batch committed (TRANSACTIONAL §10.8)."""
+    """The user's coordinator, paced while the stream is quiet (TRANSACTIONAL.md §10.8).
 
-    def __init__(self, inner: Any, clock: Clock) -> None:
-        self._inner, self._clock = inner, clock
-        self.hold_until = 0.0
+    After a batch that emitted nothing committed, no new txid starts until every active one
+    has committed and one checkpoint interval has passed; then one txid starts, alone, to see
+    whether data came. A batch with data ends the quiet: pipelining resumes at once. Without
+    this, an idle memory spout would commit empty txids as fast as Spark runs them.
+    """
+
+    def __init__(self, inner: Any, clock: Clock, busy: Callable[[], bool]) -> None:
+        self._inner, self._clock, self._busy = inner, clock, busy
+        self.quiet = False
+        self._hold_until = 0.0
+        self._probing = False
+
+    def committed(self, empty: bool, interval_ms: float) -> None:
+        """A batch committed; ``empty``: it emitted nothing."""
+        self.quiet, self._probing = empty, False
+        if empty:
+            self._hold_until = self._clock.now_ms() + interval_ms
 
     def initialize_transaction(self, txid: int, prev_metadata: Any) -> Any:
         return self._inner.initialize_transaction(txid, prev_metadata)
 
     def is_ready(self) -> bool:
-        return self._clock.now_ms() >= self.hold_until and bool(self._inner.is_ready())
+        if self.quiet:
+            if self._probing or self._busy() or self._clock.now_ms() < self._hold_until:
+                return False
+            ready = bool(self._inner.is_ready())
+            self._probing = ready  # one txid at a time while quiet
+            return ready
+        return bool(self._inner.is_ready())
 
     def close(self) -> None:
         self._inner.close()
@@ -163,7 +184,7 @@ class TransactionalRunner(TopologyRunner):
                 kind, adapted = OPAQUE, opaque_coordinator(user)
             else:
                 kind, adapted = PLAIN, user
-            self._pacing = _Pacing(adapted, self.clock)
+            self._pacing = _Pacing(adapted, self.clock, lambda: bool(self._live))
             state = StateFactory.get_system_state(f"{self.jobs.root}/coordinator", self.conf)
             self._coordinator = TransactionalSpoutCoordinator(
                 self._pacing, state, max_pending=self.max_pending  # type: ignore[arg-type]
@@ -312,11 +333,10 @@ class TransactionalRunner(TopologyRunner):
             f"storing the metas of txid {batch.txid}", lambda: metas.committed(batch.txid)
         )
         del self._live[batch.txid]
-        # An empty batch holds new txids back for an interval (the coordinator's ack starts
-        # the next ones at once, so the hold goes first).
+        # Pacing first: the coordinator's ack starts the next txids at once.
         self._last_empty = batch.tuples == 0
-        if self._last_empty and self._pacing is not None:
-            self._pacing.hold_until = self.clock.now_ms() + self.tc.checkpoint_interval_ms
+        if self._pacing is not None:
+            self._pacing.committed(self._last_empty, self.tc.checkpoint_interval_ms)
         commands = self._failures.with_backend(
             f"storing the commit of txid {batch.txid}",
             lambda: coordinator.ack(batch.attempt),
