@@ -131,6 +131,14 @@ def test_unknown_and_hidden_sources_are_refused_naming_the_bolt():
         b.build_topology()
 
 
+def test_grouping_by_the_attempt_field_is_refused():
+    b = builder()
+    b.set_bolt("count", Batch()).fields_grouping("spout", Fields("word"))
+    b.set_bolt("by_id", Batch()).fields_grouping("count", Fields("id"))
+    with pytest.raises(TopologyError, match="bolt 'by_id': fields grouping on 'id', the attempt"):
+        b.build_topology()
+
+
 def test_the_usual_wiring_rules_hold():
     b = builder()
     b.set_bolt("count", Batch()).fields_grouping("spout", Fields("nope"))

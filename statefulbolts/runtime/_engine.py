@@ -70,6 +70,8 @@ class JobSpec:
     images: Mapping[str, bytes] | None = None
     group: str | None = None
     state_root: str = ""
+    # The leading values every tuple of the job shares (``ExecutionPlan.lead`` of them).
+    lead: tuple[Any, ...] = ()
 
 
 def _identity(key: int) -> int:
@@ -88,12 +90,13 @@ class Engine:
         *,
         faults: Any = None,
         max_jobs: int = 1,
+        lead: int = 0,
     ) -> None:
         from pyspark import cloudpickle
 
         self.name = name
         self.conf = conf
-        self.plan = ExecutionPlan(topology)
+        self.plan = ExecutionPlan(topology, lead)
         self.faults = faults
         self.sc = spark.sparkContext
         try:
@@ -131,7 +134,14 @@ class Engine:
             images=None if spec.images is None else dict(spec.images),
             faults=self.faults,
             state_root=spec.state_root,
+            lead=spec.lead,
         )
+        if len(spec.lead) != self.plan.lead:
+            msg = (
+                f"job {spec.description!r} gives {len(spec.lead)} leading values; its "
+                f"topology's tuples have {self.plan.lead}"
+            )
+            raise ValueError(msg)
         sc, blob = self.sc, self._blob
         # Always set: a pool thread keeps its job group from one job to the next.
         sc.setJobGroup(spec.group or self.name, spec.description, interruptOnCancel=True)

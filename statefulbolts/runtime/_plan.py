@@ -24,6 +24,7 @@ from typing import Any
 
 import msgpack
 
+from statefulbolts.errors import TopologyError
 from statefulbolts.streams import GlobalStreamId, GroupingKind
 from statefulbolts.topology import CHECKPOINT_STREAM_ID, ExecutorKind, StormTopology
 from statefulbolts.tuples import Fields
@@ -62,9 +63,16 @@ class Route:
 
 
 class ExecutionPlan:
-    """Indices, fields and routes for one topology; the layouts of its jobs."""
+    """Indices, fields and routes for one topology; the layouts of its jobs.
 
-    def __init__(self, topology: StormTopology) -> None:
+    ``lead`` is how many leading values every tuple of a job shares (the transactional
+    protocol's attempt: 1; else 0). They are not shipped: a task emits the rest, routes by it
+    (``widths`` and ``Route.positions`` count without them), and the receiving task puts the
+    job's leading values back in front (``fields`` stay the declared ones).
+    """
+
+    def __init__(self, topology: StormTopology, lead: int = 0) -> None:
+        self.lead = lead
         self.component_ids: list[str] = sorted(topology.components)
         self.index = {cid: i for i, cid in enumerate(self.component_ids)}
         specs = [topology.component(cid) for cid in self.component_ids]
@@ -79,7 +87,7 @@ class ExecutionPlan:
         self.fields: list[list[Fields]] = [
             [s.outputs[name] for name in self.streams[i]] for i, s in enumerate(specs)
         ]
-        self.widths: list[list[int]] = [[len(f) for f in per] for per in self.fields]
+        self.widths: list[list[int]] = [[len(f) - lead for f in per] for per in self.fields]
         self.checkpoint_stream: list[int | None] = [
             self.stream_index[i].get(CHECKPOINT_STREAM_ID) for i in range(len(specs))
         ]
@@ -97,7 +105,14 @@ class ExecutionPlan:
                 for dest_id, grouping in topology.consumers(GlobalStreamId(spec.id, name)):
                     d = self.index[dest_id]
                     fields = spec.outputs[name]
-                    positions = tuple(fields.index(f) for f in grouping.fields)
+                    positions = tuple(fields.index(f) - lead for f in grouping.fields)
+                    if any(p < 0 for p in positions):
+                        msg = (
+                            f"bolt {dest_id!r}: fields grouping on {list(grouping.fields)} of "
+                            f"{spec.id!r} includes a field every tuple of a batch shares (the "
+                            "attempt): group by another field"
+                        )
+                        raise TopologyError(msg)
                     consumers.append(Route(d, grouping.kind, positions, self.parallelism[d]))
                 consumers.sort(key=lambda r: r.dest)
                 self.routes[(c, self.stream_index[c][name])] = tuple(consumers)

@@ -94,5 +94,7 @@ class TaskJob:
     # are; ``None`` when the job uses no driver-owned state.
     images: dict[str, bytes] | None = None
     faults: Any = None
+    # The leading values every tuple of the job shares, not shipped (``ExecutionPlan.lead``).
+    lead: tuple[Any, ...] = ()
     # Where the tasks' state lives: a task's namespaces are ``<root>/<component>-<task>[/...]``.
     state_root: str = ""

@@ -29,6 +29,8 @@ class TransactionInfo:
     acked: int = 0
     failed: int = 0
     error: str | None = None
+    # Seconds per job of a transactional batch ("emit", "process", "commit"); else empty.
+    phases: dict[str, float] = field(default_factory=dict)
 
     def as_dict(self) -> dict[str, Any]:
         """A JSON-friendly dict."""

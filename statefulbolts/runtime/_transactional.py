@@ -88,6 +88,8 @@ class _Batch:
     future: concurrent.futures.Future[JobResult] | None = None
     tuples: int = 0
     to_commit: list[TupleBatch] = field(default_factory=list)
+    job_started: float = 0.0
+    phases: dict[str, float] = field(default_factory=dict)
 
     @property
     def txid(self) -> int:
@@ -158,6 +160,7 @@ class TransactionalRunner(TopologyRunner):
         self.engine = Engine(
             spark, topology.topology, name, self.conf, faults=self.faults,
             max_jobs=self.max_pending + 2,
+            lead=1,  # every tuple's first value is its batch's attempt: not shipped
         )
         self.plan = self.engine.plan
         self.jobs = TransactionalJobs(
@@ -267,11 +270,14 @@ class TransactionalRunner(TopologyRunner):
         return True
 
     def _submit(self, batch: _Batch, spec: Any) -> None:
+        batch.job_started = time.perf_counter()
         batch.future = self.engine.submit(spec)
 
     # ----------------------------------------------------------------- a job ended
     def _ended(self, batch: _Batch, future: concurrent.futures.Future[JobResult]) -> None:
         phase = batch.phase
+        name = {"emitting": "emit", "processing": "process"}.get(phase, "commit")
+        batch.phases[name] = round(time.perf_counter() - batch.job_started, 4)
         exc = future.exception()
         if exc is not None:
             error, component, task, cause = describe_job_failure(exc)
@@ -344,7 +350,10 @@ class TransactionalRunner(TopologyRunner):
         self._failures.succeeded()
         seconds = time.perf_counter() - batch.started
         self.stats.record(
-            TransactionInfo(batch.txid, "COMMIT", batch.tuples, seconds, True, batch.tuples)
+            TransactionInfo(
+                batch.txid, "COMMIT", batch.tuples, seconds, True, batch.tuples,
+                phases=dict(batch.phases),
+            )
         )
         self._execute(commands)
 

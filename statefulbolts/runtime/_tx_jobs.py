@@ -105,6 +105,7 @@ class TransactionalJobs:
             f"{self._name} {phase}({attempt})",
             group=f"{self._name}-{attempt}",
             state_root=self.root,
+            lead=(attempt,),
         )
 
     def _images(self) -> dict[str, bytes]:

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from typing import Any, NamedTuple, Protocol
 
 from providers import KeyValueState, StateFactory
-from statefulbolts.collectors import Anchors, OutputCollector
+from statefulbolts.collectors import Anchors, BasicOutputCollector, OutputCollector
 from statefulbolts.components import BasicBolt, BasicBoltExecutor
 from statefulbolts.context import TopologyContext
 from statefulbolts.errors import FailedException, TopologyError
@@ -56,6 +56,9 @@ class _Emits(Protocol):
 
     def emit_to(self, values: Sequence[Any], stream: str = ...) -> list[int]:
         """Route one unanchored tuple; the global task ids it went to."""
+
+    def fast_routes(self) -> dict[str, Any]:
+        """The fast path's caches by stream name (``TaskCollector.emit``)."""
 
     def ack(self, tuple_: Tuple) -> None:
         """Keep an ack."""
@@ -168,17 +171,21 @@ class TransactionalContext(TopologyContext):
         return self._maps.backing_map(f"{self.state_namespace()}/{name}")
 
 
-def _check_attempt(
-    values: Sequence[Any], stream: str, attempt: TransactionAttempt, where: str
-) -> None:
-    if not values or values[0] != attempt:
-        first = repr(values[0]) if values else "nothing"
-        msg = (
-            f"{where} emitted {list(values)!r} on stream {stream!r}: the first value of every "
-            f"tuple of a transactional topology must be the batch's attempt {attempt}, got "
-            f"{first}"
-        )
-        raise TopologyError(msg)
+def _refuse(values: Sequence[Any], stream: str, attempt: TransactionAttempt, where: str) -> None:
+    """Raise unless ``values`` starts with ``attempt`` (by identity, as it usually does)."""
+    if values and (values[0] is attempt or values[0] == attempt):
+        return
+    first = repr(values[0]) if values else "nothing"
+    msg = (
+        f"{where} emitted {list(values)!r} on stream {stream!r}: the first value of every "
+        f"tuple of a transactional topology must be the batch's attempt {attempt}, got {first}"
+    )
+    raise TopologyError(msg)
+
+
+# Every tuple of a job carries the job's attempt first; the runtime does not ship it (it puts
+# it back in front where the tuple is delivered), so these collectors check it and pass on the
+# rest (``values[1:]``).
 
 
 class _BatchCollector(BatchOutputCollector):
@@ -189,8 +196,9 @@ class _BatchCollector(BatchOutputCollector):
 
     def emit(self, values: Sequence[Any], stream: str = DEFAULT_STREAM) -> list[int]:
         """Emit ``values`` (the attempt first) on ``stream``; the global task ids it went to."""
-        _check_attempt(values, stream, self._attempt, self._where)
-        return self._out.emit_to(values, stream)
+        if not values or values[0] is not self._attempt:
+            _refuse(values, stream, self._attempt, self._where)
+        return self._out.emit_to(values[1:], stream)
 
     def report_error(self, error: BaseException) -> None:
         """Keep the error (it fails nothing)."""
@@ -202,16 +210,24 @@ class _BasicCollector(OutputCollector):
 
     def __init__(self, out: _Emits, attempt: TransactionAttempt, where: str) -> None:
         self._out, self._attempt, self._where = out, attempt, where
+        # BasicBoltExecutor acks every input: straight into the task's ledger, which forgets
+        # them chunk by chunk (in order, each once); nothing is tracked.
+        self.ack = out.ack  # type: ignore[method-assign]
 
     def emit(
         self, values: Sequence[Any], anchors: Anchors = None, stream: str = DEFAULT_STREAM
     ) -> None:
         """Emit ``values`` (the attempt first), anchored as the BasicBolt anchors it."""
-        _check_attempt(values, stream, self._attempt, self._where)
-        self._out.emit(values, anchors, stream)
+        if not values or values[0] is not self._attempt:
+            _refuse(values, stream, self._attempt, self._where)
+        self._out.emit(values[1:], anchors, stream)
+
+    def basic_collector(self, out: OutputCollector) -> BasicOutputCollector:
+        """The ``BasicOutputCollector`` ``BasicBoltExecutor`` uses: one frame per emit."""
+        return _AttemptBasicOutput(self._out, self._attempt, self._where)
 
     def ack(self, tuple_: Tuple) -> None:
-        """Nothing to do: a batch completes when its tasks end."""
+        """Nothing to settle: a batch completes when its tasks end."""
 
     def fail(self, tuple_: Tuple) -> None:
         """The ``BasicBolt`` raised ``FailedException``: fail the whole batch attempt."""
@@ -221,6 +237,37 @@ class _BasicCollector(OutputCollector):
     def report_error(self, error: BaseException) -> None:
         """Keep the error (it fails nothing)."""
         self._out.report_error(error)
+
+
+class _AttemptBasicOutput(BasicOutputCollector):
+    """A BasicBolt's ``emit``: attempt checked and dropped, then the task collector's fast path.
+
+    The path of most emits of a transactional topology (a split bolt's words): a one-field
+    stream after the attempt, routed by fields grouping on that field, a ``str`` seen before;
+    it appends to the destination batch as ``TaskCollector.emit``'s fast path does.
+    """
+
+    __slots__ = ("_attempt", "_where", "_fast")
+
+    def __init__(self, out: Any, attempt: TransactionAttempt, where: str) -> None:
+        super().__init__(out)
+        self._attempt, self._where = attempt, where
+        self._fast = out.fast_routes()
+
+    def emit(self, values: Sequence[Any], stream: str = DEFAULT_STREAM) -> None:
+        """Emit anchored to the current input; ``values[0]`` must be the attempt."""
+        if not values or values[0] is not self._attempt:
+            _refuse(values, stream, self._attempt, self._where)
+        cache = self._fast.get(stream)
+        if cache is not None and len(values) == 2:
+            value = values[1]
+            entry = cache.get(value) if type(value) is str else None
+            if entry is not None:  # see TaskCollector.emit
+                batch, value = entry
+                batch[0].append(value)
+                batch[1].append(0)  # untracked: a batch is not acked tuple by tuple
+                return
+        self._direct.emit(values[1:], self._input, stream)
 
 
 def _no_data(tuple_: Tuple) -> None:

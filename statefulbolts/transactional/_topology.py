@@ -177,6 +177,16 @@ class TransactionalTopologyBuilder(TopologyBuilder):
                     )
                     raise TopologyError(msg)
         outputs = self._validated_outputs()
+        for cid, inputs in self._inputs.items():
+            for inp in inputs:
+                declared = outputs[inp.source.component_id][inp.source.stream_id]
+                if declared.to_list()[:1] and declared[0] in inp.grouping.fields:
+                    msg = (
+                        f"bolt {cid!r}: fields grouping on {declared[0]!r}, the attempt every "
+                        f"tuple of a batch carries first: all of a batch would go to one task; "
+                        "group by another field"
+                    )
+                    raise TopologyError(msg)
         specs = {cid: self._spec(cid, outputs[cid], self._inputs[cid]) for cid in self._objects}
         topology = StormTopology(specs)
         return TransactionalTopology(
