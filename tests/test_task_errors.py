@@ -34,7 +34,7 @@ def spark_wrapped(error: BaseException) -> RuntimeError:
     """What the driver catches: Spark's text, the task's traceback, the message inside."""
     return RuntimeError(
         "py4j.protocol.Py4JJavaError: An error occurred while calling collect.\n"
-        "Traceback (most recent call last):\n  File \"worker.py\", line 1\n"
+        'Traceback (most recent call last):\n  File "worker.py", line 1\n'
         f"statefulbolts.errors.TaskFailedError: {error}\n\tat org.apache.spark.api.python..."
     )
 

@@ -7,7 +7,6 @@ memory, fakeredis, a real redis-server) and Redis directly (fakeredis, a real re
 from __future__ import annotations
 
 import copy
-import doctest
 import json
 import pickle
 import uuid
@@ -30,7 +29,6 @@ from providers import (
     StateTransactionError,
 )
 from providers.redis import override_client, reset_clients
-from statefulbolts.transactional import _maps, _redis_map, _values
 from statefulbolts.transactional._attempt import TransactionAttempt
 from statefulbolts.transactional._maps import (
     BackingMap,
@@ -45,13 +43,6 @@ from statefulbolts.transactional._values import OpaqueValue, TransactionalValue,
 
 def add(n: int) -> Callable[[Any], int]:
     return lambda old: (old or 0) + n
-
-
-def test_doctests_run() -> None:
-    for module in (_values, _maps, _redis_map):
-        result = doctest.testmod(module)
-        assert result.attempted > 0, module.__name__
-        assert result.failed == 0, module.__name__
 
 
 # --- the value rules ---------------------------------------------------------------------------

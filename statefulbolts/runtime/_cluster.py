@@ -158,11 +158,21 @@ class LocalCluster:
                     )
                     raise TopologyError(msg)
             return TransactionalRunner(
-                name, conf, topology, self.spark, clock=clock, on_transaction=on_transaction,
+                name,
+                conf,
+                topology,
+                self.spark,
+                clock=clock,
+                on_transaction=on_transaction,
                 faults=faults,
             )
         return CheckpointRunner(
-            name, conf, topology, self.spark, clock=clock, on_transaction=on_transaction,
+            name,
+            conf,
+            topology,
+            self.spark,
+            clock=clock,
+            on_transaction=on_transaction,
             faults=faults,
         )
 

@@ -161,9 +161,7 @@ class TaskCollector(OutputCollector):
         dest_of = self._dest_of
         return [ids[d][t] for d, t in (dest_of[id(b)] for b in self._emit(values, None, stream))]
 
-    def _emit(
-        self, values: Sequence[Any], anchors: Anchors, stream: str
-    ) -> Sequence[list[Any]]:
+    def _emit(self, values: Sequence[Any], anchors: Anchors, stream: str) -> Sequence[list[Any]]:
         """The general path of ``emit``; returns the batches the tuple went to."""
         s = self._streams.get(stream)
         if s is None or len(values) != self._widths[s]:

@@ -82,9 +82,7 @@ class _CheckpointCollector(SpoutOutputCollector):
     def __init__(self) -> None:
         self.emits: list[tuple[int, Action]] = []
 
-    def emit(
-        self, values: Any, message_id: Any = None, stream: str = DEFAULT_STREAM
-    ) -> None:
+    def emit(self, values: Any, message_id: Any = None, stream: str = DEFAULT_STREAM) -> None:
         self.emits.append((int(values[0]), Action(values[1])))
 
     def report_error(self, error: BaseException) -> None:
@@ -350,8 +348,14 @@ class CheckpointRunner(TopologyRunner):
             self._failures.with_backend("recording a failed checkpoint", lambda: cp.fail(job.txid))
         self.stats.record(
             TransactionInfo(
-                job.txid, job.action.value if job.action else None, len(job.roots), seconds,
-                False, 0, len(job.roots), cause,
+                job.txid,
+                job.action.value if job.action else None,
+                len(job.roots),
+                seconds,
+                False,
+                0,
+                len(job.roots),
+                cause,
             )
         )
         outage = error is not None and error.is_a(StateBackendError)

@@ -143,4 +143,3 @@ class FailureGate:
                 if failed_here:
                     self._outage.succeeded()
                 return result
-

@@ -144,9 +144,7 @@ def run_task(
             gc.enable()
     seconds = time.perf_counter() - started
     metrics = TaskMetrics(executed, collector.emitted, acked, collector.failed, seconds)
-    report = TaskReport(
-        comp, task, metrics, tuple(collector.errors), _end_state(job, root), result
-    )
+    report = TaskReport(comp, task, metrics, tuple(collector.errors), _end_state(job, root), result)
     return _output(job, collector, into, left, report, stage, slot, final, n_next)
 
 

@@ -94,10 +94,7 @@ def encode_task_error(
         }
     )
     token = base64.b64encode(payload.encode("utf-8")).decode("ascii")
-    msg = (
-        f"component {component!r} task {task} txid {txid}: {error.cause} "
-        f"[{_MARK} {token}]"
-    )
+    msg = f"component {component!r} task {task} txid {txid}: {error.cause} [{_MARK} {token}]"
     return TaskFailedError(msg, component=component, task=task, txid=txid, cause=error.cause)
 
 

@@ -39,7 +39,13 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from providers import DriverOwnedStateProvider, StateBackendError, StateFactory, get_provider
+from providers import (
+    DriverOwnedStateProvider,
+    KeyValueState,
+    StateBackendError,
+    StateFactory,
+    get_provider,
+)
 from recovery.faults import FaultPlan, KillPoint
 from statefulbolts.clock import Clock
 from statefulbolts.context import TopologyContext
@@ -158,7 +164,11 @@ class TransactionalRunner(TopologyRunner):
         owned = self.provider if isinstance(self.provider, DriverOwnedStateProvider) else None
         self._owned = owned
         self.engine = Engine(
-            spark, topology.topology, name, self.conf, faults=self.faults,
+            spark,
+            topology.topology,
+            name,
+            self.conf,
+            faults=self.faults,
             max_jobs=self.max_pending + 2,
             lead=1,  # every tuple's first value is its batch's attempt: not shipped
         )
@@ -188,17 +198,24 @@ class TransactionalRunner(TopologyRunner):
             else:
                 kind, adapted = PLAIN, user
             self._pacing = _Pacing(adapted, self.clock, lambda: bool(self._live))
-            state = StateFactory.get_system_state(f"{self.jobs.root}/coordinator", self.conf)
+            state = self._system_state(f"{self.jobs.root}/coordinator")
             self._coordinator = TransactionalSpoutCoordinator(
-                self._pacing, state, max_pending=self.max_pending  # type: ignore[arg-type]
+                self._pacing, state, max_pending=self.max_pending
             )
             self._metas = EmitterMetas(kind, tid, self._system_state)
         except BaseException:
             self.engine.close()
             raise
 
-    def _system_state(self, namespace: str) -> Any:
-        return StateFactory.get_system_state(namespace, self.conf)
+    def _system_state(self, namespace: str) -> KeyValueState:
+        state = StateFactory.get_system_state(namespace, self.conf)
+        if not isinstance(state, KeyValueState):
+            msg = (
+                f"the state provider made a {type(state).__name__} for {namespace!r}; the "
+                "transactional protocol keeps its records in a KeyValueState"
+            )
+            raise TopologyError(msg)
+        return state
 
     def _shutdown(self) -> None:
         for batch in self._live.values():
@@ -351,7 +368,12 @@ class TransactionalRunner(TopologyRunner):
         seconds = time.perf_counter() - batch.started
         self.stats.record(
             TransactionInfo(
-                batch.txid, "COMMIT", batch.tuples, seconds, True, batch.tuples,
+                batch.txid,
+                "COMMIT",
+                batch.tuples,
+                seconds,
+                True,
+                batch.tuples,
                 phases=dict(batch.phases),
             )
         )
@@ -406,4 +428,3 @@ class TransactionalRunner(TopologyRunner):
                 for key, value in read_backing_state(state).items():
                     merged[hashable(key)] = value
         return merged
-

@@ -423,4 +423,3 @@ class BatchTaskProgram:
         if isinstance(spec.obj, BasicBolt):
             return _BasicTask(spec, self, info.task)
         return _BatchTask(spec, self, info.task)
-
