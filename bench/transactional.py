@@ -5,9 +5,12 @@
     python bench/transactional.py --repeat 3 --pending 1,4   # best of 3 per configuration
 
 The input is ``bench/wordcount.py``'s: the same sentences (a Zipf vocabulary), read by a
-partitioned transactional spout whose meta is a range of sentence numbers. Batch bolts count
-each batch's words (``count``, fields grouping on the word) and a committer applies the counts
-to a ``TransactionalMap`` in the state provider (``commit``). The baseline is the same split /
+partitioned transactional spout whose meta is a range of sentence numbers. Two shapes
+(``--shape``): "tuples", where ``split`` emits a tuple per word and a batch bolt counts each
+batch's words after a fields grouping on the word; and "combine", where one batch bolt splits
+and counts (the map-side combine ``reduceByKey`` does), so only per-batch counts cross the
+shuffle. In both a committer applies the counts to a ``TransactionalMap`` in the state provider
+(``commit``). The baseline is the same split /
 shuffle / count as a plain RDD ``reduceByKey`` job, warm, in the same session. Figures: words
 per second of each configuration, its ratio to the baseline, Redis against memory, and
 ``topology.max.spout.pending`` 4 against 1; per configuration, the seconds its batches spent
@@ -115,6 +118,29 @@ class BatchWordCount(BaseTransactionalBolt):
         declarer.declare(Fields("id", "word", "n"))
 
 
+class SplitCount(BaseTransactionalBolt):
+    """Splits and counts a batch's sentences on this task: the map-side combine of the RDD job.
+
+    Sends ``(attempt, word, n)`` per distinct word at the end of the batch, so only a batch's
+    distinct words per task cross the shuffle, not every word.
+    """
+
+    def prepare(self, conf: Any, context: Any, collector: Any, id: Any) -> None:  # noqa: A002
+        self.collector, self.attempt = collector, id
+        self.counts: collections.Counter[str] = collections.Counter()
+
+    def execute(self, tuple: Any) -> None:  # noqa: A002
+        self.counts.update(words(tuple.values[1]))
+
+    def finish_batch(self) -> None:
+        emit, attempt = self.collector.emit, self.attempt
+        for word, n in self.counts.items():
+            emit([attempt, word, n])
+
+    def declare_output_fields(self, declarer: Any) -> None:
+        declarer.declare(Fields("id", "word", "n"))
+
+
 class CommitCounts(BaseTransactionalBolt, Committer):
     """Applies a batch's counts to the word counts, exactly once per txid."""
 
@@ -123,7 +149,8 @@ class CommitCounts(BaseTransactionalBolt, Committer):
         self.map = TransactionalMap(context.backing_map())
 
     def execute(self, tuple: Any) -> None:  # noqa: A002
-        self.counts[tuple.values[1]] = tuple.values[2]
+        word = tuple.values[1]
+        self.counts[word] = self.counts.get(word, 0) + tuple.values[2]
 
     def finish_batch(self) -> None:
         keys = list(self.counts)
@@ -134,12 +161,20 @@ class CommitCounts(BaseTransactionalBolt, Committer):
         """Emits nothing."""
 
 
-def build(n: int, parallelism: int, take: int, tid: str) -> TransactionalTopology:
-    """The transactional word count over sentences ``0 .. n-1``."""
+def build(n: int, parallelism: int, take: int, tid: str, shape: str) -> TransactionalTopology:
+    """The transactional word count over sentences ``0 .. n-1``.
+
+    ``shape`` "tuples": split emits a tuple per word, a batch bolt counts them after the shuffle
+    on the word. "combine": one batch bolt splits and counts, and only its per-batch counts are
+    shuffled to the committer (what ``reduceByKey`` does with its map-side combine).
+    """
     spout = CorpusSpout(n, 2 * parallelism, take)
     b = TransactionalTopologyBuilder(tid, "sentences", spout, parallelism)
-    b.set_bolt("split", Split(), parallelism).none_grouping("sentences")
-    b.set_bolt("count", BatchWordCount(), parallelism).fields_grouping("split", Fields("word"))
+    if shape == "combine":
+        b.set_bolt("count", SplitCount(), parallelism).none_grouping("sentences")
+    else:
+        b.set_bolt("split", Split(), parallelism).none_grouping("sentences")
+        b.set_bolt("count", BatchWordCount(), parallelism).fields_grouping("split", Fields("word"))
     b.set_committer_bolt("commit", CommitCounts(), parallelism).fields_grouping(
         "count", Fields("word")
     )
@@ -147,7 +182,7 @@ def build(n: int, parallelism: int, take: int, tid: str) -> TransactionalTopolog
 
 
 def run(
-    spark: Any, n: int, args: argparse.Namespace, conf: dict[str, Any], tag: str
+    spark: Any, n: int, args: argparse.Namespace, conf: dict[str, Any], tag: str, shape: str
 ) -> dict[str, Any]:
     """One transactional run, from submit to idle; its counts and per-phase seconds."""
     from statefulbolts import LocalCluster
@@ -166,7 +201,7 @@ def run(
             )
 
     tid = f"bench-{tag}-{time.time_ns()}"
-    topology = build(n, args.parallelism, args.take, tid)
+    topology = build(n, args.parallelism, args.take, tid, shape)
     cluster = LocalCluster(spark=spark)
     started = time.perf_counter()
     handle = cluster.submit_topology(tid, conf, topology, on_transaction=show)
@@ -200,6 +235,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--take", type=int, default=6000, help="sentences per partition and batch")
     parser.add_argument("--provider", choices=["memory", "redis", "both"], default="both")
     parser.add_argument("--pending", default="1,4", help="max.spout.pending values to compare")
+    parser.add_argument(
+        "--shape",
+        choices=["tuples", "combine", "both"],
+        default="both",
+        help="tuples: a tuple per word through the shuffle; combine: per-batch counts only",
+    )
     parser.add_argument("--repeat", type=int, default=1, help="runs per configuration; best counts")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)
@@ -228,7 +269,9 @@ def main(argv: list[str] | None = None) -> int:
 
     warm = sentences_for(min(args.words // 5, 200_000))
     baseline(sc, warm, args.parallelism)
-    run(spark, warm, args, {"topology.max.spout.pending": 2}, "warmup")
+    shapes = ["tuples", "combine"] if args.shape == "both" else [args.shape]
+    for shape in shapes:
+        run(spark, warm, args, {"topology.max.spout.pending": 2}, f"warmup-{shape}", shape)
 
     runs: dict[str, Any] = {}
     rounds: list[dict[str, float]] = []
@@ -236,11 +279,11 @@ def main(argv: list[str] | None = None) -> int:
         base = baseline(sc, n, args.parallelism)
         this_round = {"baseline": base["seconds"]}
         _keep(runs, "baseline", {"seconds": base["seconds"], "exact": base["counts"] == expected})
-        configs = [(p, q) for p in providers for q in pendings]
-        for provider, pending in configs if i % 2 == 0 else configs[::-1]:
-            name = f"{provider}-pending{pending}"
+        configs = [(s, p, q) for s in shapes for p in providers for q in pendings]
+        for shape, provider, pending in configs if i % 2 == 0 else configs[::-1]:
+            name = f"{_prefix(shape)}{provider}-pending{pending}"
             conf = {**confs[provider], "topology.max.spout.pending": pending}
-            res = run(spark, n, args, conf, f"{name}-{i}")
+            res = run(spark, n, args, conf, f"{name}-{i}", shape)
             this_round[name] = res["seconds"]
             _keep(
                 runs,
@@ -260,6 +303,11 @@ def main(argv: list[str] | None = None) -> int:
     else:
         _print(result)
     return 0 if all(r["exact"] for r in runs.values()) else 1
+
+
+def _prefix(shape: str) -> str:
+    """Run names: ``memory-pending1`` for the tuple-per-word shape, ``combine-...`` else."""
+    return "" if shape == "tuples" else f"{shape}-"
 
 
 def _keep(runs: dict[str, Any], name: str, run: dict[str, Any]) -> None:
@@ -300,18 +348,21 @@ def _summary(
         "ratios_per_round": per_round,
         "median_round_ratios": {k: statistics.median(v) for k, v in per_round.items()},
     }
-    for provider in ("memory", "redis"):
-        a, b = runs.get(f"{provider}-pending1"), runs.get(f"{provider}-pending4")
-        if a and b:
-            result[f"{provider}_pending4_vs_pending1"] = round(
-                b["words_per_sec"] / a["words_per_sec"], 3
-            )
-    for pending in ("1", "4"):
-        m, r = runs.get(f"memory-pending{pending}"), runs.get(f"redis-pending{pending}")
-        if m and r:
-            result[f"redis_vs_memory_pending{pending}"] = round(
-                r["words_per_sec"] / m["words_per_sec"], 3
-            )
+    for shape in ("tuples", "combine"):
+        pre = _prefix(shape)
+        for provider in ("memory", "redis"):
+            a, b = runs.get(f"{pre}{provider}-pending1"), runs.get(f"{pre}{provider}-pending4")
+            if a and b:
+                result[f"{pre}{provider}_pending4_vs_pending1"] = round(
+                    b["words_per_sec"] / a["words_per_sec"], 3
+                )
+        for pending in ("1", "4"):
+            m = runs.get(f"{pre}memory-pending{pending}")
+            r = runs.get(f"{pre}redis-pending{pending}")
+            if m and r:
+                result[f"{pre}redis_vs_memory_pending{pending}"] = round(
+                    r["words_per_sec"] / m["words_per_sec"], 3
+                )
     return result
 
 

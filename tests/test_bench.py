@@ -45,3 +45,48 @@ def test_wordcount_bench_reports_exact_runs_and_their_ratios() -> None:
     assert len(per_round) == 2
     assert report["ratio_memory_vs_baseline_median_round"] == statistics.median(per_round)
     assert runs["memory"]["transactions"] >= 3  # INITSTATE, PREPARE, COMMIT at least
+
+
+def test_transactional_bench_reports_both_shapes_exact_with_their_ratios() -> None:
+    result = subprocess.run(
+        [
+            sys.executable,
+            "bench/transactional.py",
+            "--words",
+            "20000",
+            "--take",
+            "300",
+            "--provider",
+            "memory",
+            "--json",
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    report = json.loads(result.stdout)
+    runs = report["runs"]
+    assert set(runs) == {
+        "baseline",
+        "memory-pending1",
+        "memory-pending4",
+        "combine-memory-pending1",
+        "combine-memory-pending4",
+    }
+    assert all(run["exact"] is True for run in runs.values())
+    for name in ("memory-pending1", "combine-memory-pending4"):
+        # 20k words are ~2100 sentences: over 4 partitions of 300 a batch, two batches at least
+        assert runs[name]["batches"] >= 2
+        assert set(runs[name]["phase_seconds"]) >= {"process", "commit"}
+    base = runs["baseline"]["words_per_sec"]
+    assert report["ratios"]["combine-memory-pending1_vs_baseline"] == round(
+        runs["combine-memory-pending1"]["words_per_sec"] / base, 3
+    )
+    assert report["combine-memory_pending4_vs_pending1"] == round(
+        runs["combine-memory-pending4"]["words_per_sec"]
+        / runs["combine-memory-pending1"]["words_per_sec"],
+        3,
+    )

@@ -39,7 +39,7 @@ from providers import (
     StateBackendError,
     get_provider,
 )
-from recovery.faults import FaultPlan, KillPoint
+from recovery.faults import KillPoint
 from recovery.manifest import SpoutMessages, TransactionManifest
 from statefulbolts.clock import Clock
 from statefulbolts.collectors import SpoutOutputCollector
@@ -103,12 +103,11 @@ class CheckpointRunner(TopologyRunner):
         on_transaction: Callable[[TransactionInfo], None] | None = None,
         faults: Any = None,
     ) -> None:
-        super().__init__(name, conf, clock=clock, on_transaction=on_transaction)
+        super().__init__(name, conf, clock=clock, on_transaction=on_transaction, faults=faults)
         if not isinstance(topology, StormTopology):
             msg = f"expected a StormTopology from create_topology(), got {type(topology).__name__}"
             raise TopologyError(msg)
         self.topology = topology
-        self.faults = faults if faults is not None else FaultPlan.from_conf(self.conf)
         self.provider = get_provider(self.conf) if topology.has_stateful_bolt else None
         self._owned = self.provider if isinstance(self.provider, DriverOwnedStateProvider) else None
         self.engine = Engine(spark, topology, name, self.conf, faults=self.faults)

@@ -18,6 +18,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from providers import KeyValueState, StateFactory
+from recovery.faults import FaultPlan
 from statefulbolts._config import TopologyConfig, validate_config
 from statefulbolts.clock import Clock
 from statefulbolts.errors import TopologyError, TopologyFailedError
@@ -38,6 +39,7 @@ class TopologyRunner(ABC):
         *,
         clock: Clock | None = None,
         on_transaction: Callable[[TransactionInfo], None] | None = None,
+        faults: FaultPlan | None = None,
     ) -> None:
         if not isinstance(name, str) or not name or "/" in name:
             msg = f"topology name must be a non-empty string without '/', got {name!r}"
@@ -49,6 +51,7 @@ class TopologyRunner(ABC):
             self.conf["topology.state.extlib.dir"] = self.tc.extlib_dir
         self.clock = clock or Clock()
         self.stats = Stats(on_transaction=on_transaction)
+        self.faults = faults if faults is not None else FaultPlan.from_conf(self.conf)
         self.error: BaseException | None = None
         self._lock = threading.RLock()
         self._stop = threading.Event()

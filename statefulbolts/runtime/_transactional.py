@@ -46,7 +46,7 @@ from providers import (
     StateFactory,
     get_provider,
 )
-from recovery.faults import FaultPlan, KillPoint
+from recovery.faults import KillPoint
 from statefulbolts.clock import Clock
 from statefulbolts.context import TopologyContext
 from statefulbolts.errors import TopologyError
@@ -153,12 +153,11 @@ class TransactionalRunner(TopologyRunner):
         on_transaction: Callable[[TransactionInfo], None] | None = None,
         faults: Any = None,
     ) -> None:
-        super().__init__(name, conf, clock=clock, on_transaction=on_transaction)
+        super().__init__(name, conf, clock=clock, on_transaction=on_transaction, faults=faults)
         if not isinstance(topology, TransactionalTopology):
             msg = f"expected a TransactionalTopology, got {type(topology).__name__}"
             raise TopologyError(msg)
         self.topology = topology
-        self.faults = faults if faults is not None else FaultPlan.from_conf(self.conf)
         self.max_pending = self.tc.max_spout_pending or 1
         self.provider = get_provider(self.conf)
         owned = self.provider if isinstance(self.provider, DriverOwnedStateProvider) else None
