@@ -470,3 +470,143 @@ def test_run_supervise_restarts_a_killed_driver_which_recovers(redis_db, tmp_pat
     # Transaction 1 was rolled forward and its entries acked from its saved manifest: exact.
     assert counts == exact
     assert pending_count(url, stream, name) == 0
+
+
+# --------------------------------------------------------------------------- transactional status
+class _ThreePartitions:
+    def num_partitions(self) -> int:
+        return 3
+
+    def is_ready(self) -> bool:
+        return True
+
+    def close(self) -> None:
+        pass
+
+
+def write_transactional_progress(conf: dict[str, Any], tid: str) -> None:
+    """Leave ``tid`` where a driver killed during txid 3 leaves it, with the runtime's classes.
+
+    Three partitions, ``max.spout.pending`` 2: txids 1 and 2 committed (``currtx`` 3), txid 3
+    emitted (its partition metas stored), txid 4 started (its coordinator meta stored); one
+    committer task wrote its map.
+    """
+    from statefulbolts.transactional import (
+        StateBackingMap,
+        TransactionalMap,
+        TransactionalSpoutCoordinator,
+        partitioned_coordinator,
+    )
+    from statefulbolts.transactional._emitting import PARTITIONED, EmitterMetas
+    from statefulbolts.transactional._task import EmitResult
+
+    def state_for(namespace: str) -> Any:
+        return StateFactory.get_system_state(namespace, conf)
+
+    coordinator = TransactionalSpoutCoordinator(
+        partitioned_coordinator(_ThreePartitions()),
+        state_for(f"$transactional/{tid}/coordinator"),
+        max_pending=2,
+    )
+    metas = EmitterMetas(PARTITIONED, tid, state_for)
+    count = TransactionalMap(StateBackingMap(state_for(f"$transactional/{tid}/count-0/default")))
+    emitted = {
+        1: [EmitResult({0: [0, 2], 2: [0, 2]}, 3), EmitResult({1: [0, 1]}, 3)],
+        2: [EmitResult({0: [2, 2], 2: [2, 1]}, 3), EmitResult({1: [1, 1]}, 3)],
+        3: [EmitResult({0: [4, 0], 2: [3, 0]}, 3), EmitResult({1: [2, 0]}, 3)],
+    }
+    started = {c.attempt.transaction_id: c.attempt for c in coordinator.sync()}
+    for txid in (1, 2, 3):  # as the driver does: emit, then (1 and 2) process and commit
+        metas.order(txid, 3, txid - 1 or None)
+        metas.emitted(txid, emitted[txid])
+    for txid in (1, 2):
+        (commit,) = coordinator.ack(started[txid])  # processed: commit it
+        count.multi_update(txid, ["cat"], [lambda old: (old or 0) + 2])
+        metas.committed(txid)
+        for command in coordinator.ack(commit.attempt):  # committed: currtx moves on
+            started[command.attempt.transaction_id] = command.attempt
+    assert sorted(started) == [1, 2, 3, 4]
+
+
+def tx_status_cli(conf_file: Path, tid: str, *args: str, capsys) -> tuple[int, str]:
+    code = cli.main(["transactional", "status", "--conf", str(conf_file), "--id", tid, *args])
+    return code, capsys.readouterr().out
+
+
+@pytest.mark.redis
+def test_transactional_status_shows_currtx_replays_partitions_and_maps(redis_db, tmp_path, capsys):
+    conf = redis_conf(redis_db)
+    write_transactional_progress(conf, "words")
+    write_transactional_progress(conf, "words-2")  # another id, with a name that starts alike
+    conf_file = tmp_path / "conf.json"
+    conf_file.write_text(json.dumps(conf), encoding="utf-8")
+
+    code, out = tx_status_cli(conf_file, "words", capsys=capsys)
+    assert code == 0
+    assert out.splitlines() == [
+        "transactional id 'words' in providers.redis.RedisKeyValueStateProvider",
+        "  next txid to commit: 3 (last committed: 2)",
+        "  on restart, replays: 3 (meta 3), 4 (meta 3)",
+        "  partition 0: txid 2: [2, 2], txid 3: [4, 0]",
+        "  partition 1: txid 2: [1, 1], txid 3: [2, 0]",
+        "  partition 2: txid 2: [2, 1], txid 3: [3, 0]",
+        "  committer maps: 1",
+        "    $transactional/words/count-0/default",
+    ]
+
+    code, out = tx_status_cli(conf_file, "words", "--json", capsys=capsys)
+    assert code == 0
+    assert json.loads(out) == {
+        "transactional_id": "words",
+        "provider": "providers.redis.RedisKeyValueStateProvider",
+        "current_txid": 3,
+        "committed_txid": 2,
+        "replays": [3, 4],
+        "metas": {"2": 3, "3": 3, "4": 3},
+        "partitions": {
+            "0": {"2": [2, 2], "3": [4, 0]},
+            "1": {"2": [1, 1], "3": [2, 0]},
+            "2": {"2": [2, 1], "3": [3, 0]},
+        },
+        "maps": ["$transactional/words/count-0/default"],
+    }
+
+    # An id that ends like a task ("-2"): its coordinator is not taken for a committer's map.
+    code, out = tx_status_cli(conf_file, "words-2", "--json", capsys=capsys)
+    assert code == 0
+    assert json.loads(out)["maps"] == ["$transactional/words-2/count-0/default"]
+
+
+@pytest.mark.redis
+def test_transactional_status_of_an_id_with_nothing_stored_exits_1(redis_db, tmp_path, capsys):
+    conf = redis_conf(redis_db)
+    write_transactional_progress(conf, "words")
+    conf_file = tmp_path / "conf.json"
+    conf_file.write_text(json.dumps(conf), encoding="utf-8")
+
+    code, out = tx_status_cli(conf_file, "nothing-here", capsys=capsys)
+    assert code == 1
+    assert out.splitlines() == [
+        "transactional id 'nothing-here' in providers.redis.RedisKeyValueStateProvider",
+        "  next txid to commit: 1 (last committed: none)",
+        "  on restart, replays: none",
+        "  partitions: none stored",
+        "  committer maps: 0",
+    ]
+    code, out = tx_status_cli(conf_file, "nothing-here", "--json", capsys=capsys)
+    assert code == 1
+    status = json.loads(out)
+    assert status["current_txid"] == 1 and status["committed_txid"] is None
+    assert status["replays"] == [] and status["metas"] == {} and status["partitions"] == {}
+    assert status["maps"] == []
+
+
+def test_transactional_status_with_a_wrong_provider_config_exits_2_naming_it(tmp_path, capsys):
+    conf_file = tmp_path / "conf.json"
+    conf_file.write_text(
+        json.dumps({"topology.state.provider": "providers.nowhere.NoSuchProvider"}),
+        encoding="utf-8",
+    )
+    code = cli.main(["transactional", "status", "--conf", str(conf_file), "--id", "words"])
+    assert code == 2
+    assert "providers.nowhere.NoSuchProvider" in capsys.readouterr().err

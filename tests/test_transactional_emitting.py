@@ -11,6 +11,7 @@ import pytest
 from providers import InMemoryKeyValueStateProvider, StateFactory
 from statefulbolts.transactional._emitting import OPAQUE, PARTITIONED, PLAIN, EmitterMetas
 from statefulbolts.transactional._task import EmitOrder, EmitResult
+from statefulbolts.transactional._txstate import TransactionalStateError
 
 
 @pytest.fixture
@@ -98,6 +99,29 @@ def test_an_opaque_meta_left_by_a_half_failed_commit_is_deleted(tid: str) -> Non
     m.store(0).override(2, [2, 2])  # stored by a commit of txid 2 that then failed
     assert m.order(2, None, 1).partitions == {0: [0, 2]}
     assert stored(m, 0) == {1: [0, 2]}
+
+
+def test_a_restarted_driver_continues_every_opaque_partition_from_its_committed_meta(
+    tid: str,
+) -> None:
+    m = metas(OPAQUE, tid)
+    m.order(1, None, None)
+    m.emitted(1, [EmitResult({0: [0, 2], 2: [0, 1]}, 3), EmitResult({1: [0, 2]}, 3)])
+    m.committed(1)
+    m.order(2, None, None)
+    m.emitted(2, [EmitResult({0: [2, 2], 1: [2, 2], 2: [1, 1]}, 3)])  # never committed
+    # A new driver keeps nothing in memory: it finds the partitions from the stored count.
+    again = metas(OPAQUE, tid)
+    assert again.known_partitions() == [0, 1, 2]
+    assert again.order(2, None, 1).partitions == {0: [0, 2], 1: [0, 2], 2: [0, 1]}
+
+
+def test_a_corrupt_opaque_partition_count_is_named(tid: str) -> None:
+    index = StateFactory.get_system_state(f"$transactional/{tid}/partitions", {})
+    index.put("count", "three")
+    index.commit()
+    with pytest.raises(TransactionalStateError, match=r"partitions.*'count' holds 'three'"):
+        metas(OPAQUE, tid)
 
 
 def test_after_a_commit_metas_below_it_go_and_its_own_stays(tid: str) -> None:

@@ -20,6 +20,10 @@ spout (TRANSACTIONAL.md §4), over one namespace per partition,
    memory), else from p's latest stored meta (the last committed);
 3. keep the result in memory; it is stored for (p, txid) only when txid commits.
 
+The opaque partitions that ever stored a meta are counted in ``$transactional/<id>/partitions``
+(written before the metas of a commit), so that a restarted driver, which keeps nothing in
+memory, continues each of them from its last committed meta rather than from the beginning.
+
 A failed attempt forgets the kept metas of its txid and every later one (they emit again, in
 order). After the commit of t, every partition's metas below t are deleted (t's stays: it is
 where t+1 starts).
@@ -32,11 +36,13 @@ from typing import Any
 
 from providers import KeyValueState
 from statefulbolts.transactional._task import EmitOrder, EmitResult
-from statefulbolts.transactional._txstate import RotatingTransactionalState
+from statefulbolts.transactional._txstate import RotatingTransactionalState, TransactionalStateError
 
-__all__ = ["PLAIN", "OPAQUE", "PARTITIONED", "EmitterMetas"]
+__all__ = ["PLAIN", "OPAQUE", "PARTITIONED", "PARTITION_INDEX", "EmitterMetas"]
 
 PLAIN, PARTITIONED, OPAQUE = "plain", "partitioned", "opaque"
+PARTITION_INDEX = "partitions"  # the namespace under $transactional/<id>/ counting partitions
+INDEX_KEY = "count"
 
 StateFor = Callable[[str], KeyValueState]
 
@@ -49,11 +55,20 @@ class EmitterMetas:
             msg = f"unknown kind of transactional spout {kind!r}"
             raise ValueError(msg)
         self.kind = kind
-        self._prefix = f"$transactional/{transactional_id}/partition-"
+        root = f"$transactional/{transactional_id}"
+        self._prefix = f"{root}/partition-"
         self._state_for = state_for
         self._stores: dict[int, RotatingTransactionalState] = {}
         # Opaque: txid -> partition -> the meta its live emission returned (not stored yet).
         self._kept: dict[int, dict[int, Any]] = {}
+        # Opaque: how many partitions have stored metas (a restart opens all of them).
+        self._index: KeyValueState | None = None
+        self._indexed = 0
+        if kind == OPAQUE:
+            self._index = state_for(f"{root}/{PARTITION_INDEX}")
+            self._indexed = _count(self._index.get(INDEX_KEY, 0), self._index)
+            for p in range(self._indexed):
+                self.store(p)
 
     def store(self, partition: int) -> RotatingTransactionalState:
         """The stored metas of one partition (its namespace is opened on first use)."""
@@ -129,11 +144,33 @@ class EmitterMetas:
         if self.kind == PLAIN:
             return
         if self.kind == OPAQUE:
-            for p, meta in sorted(self._kept.pop(txid, {}).items()):
+            metas = self._kept.pop(txid, {})
+            self._index_partitions(max(metas, default=-1) + 1)
+            for p, meta in sorted(metas.items()):
                 self.store(p).override(txid, meta)
         for p in self.known_partitions():
             self.store(p).cleanup_before(txid)
 
+    def _index_partitions(self, count: int) -> None:
+        index = self._index
+        if index is None or count <= self._indexed:
+            return
+        try:
+            index.put(INDEX_KEY, count)
+            index.commit()
+        except BaseException:
+            index.rollback()
+            raise
+        self._indexed = count
+
     def describe(self) -> dict[int, dict[int, Any]]:
         """Per partition, the stored metas by txid (for status tools)."""
         return {p: {t: self.store(p).get(t) for t in self.store(p).txids()} for p in self._stores}
+
+
+def _count(value: Any, index: KeyValueState) -> int:
+    if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+        return value
+    where = getattr(index, "namespace", PARTITION_INDEX)
+    msg = f"{where!r}: key {INDEX_KEY!r} holds {value!r}, expected a partition count (an int >= 0)"
+    raise TransactionalStateError(msg)

@@ -24,8 +24,9 @@ from statefulbolts.transactional._txstate import RotatingTransactionalState
 
 __all__ = ["TransactionalStatus", "transactional_status"]
 
-_PARTITION = re.compile(r"/partition-(\d+)$")
-_TASK_MAP = re.compile(r"/(?P<component>[^/]+)-(?P<task>\d+)/(?P<name>[^/]+)$")
+# Namespaces below $transactional/<id>/ (matched on the rest, so an id like "words-2" is no map).
+_PARTITION = re.compile(r"partition-(\d+)")
+_TASK_MAP = re.compile(r"(?P<component>[^/]+)-(?P<task>\d+)/(?P<name>[^/]+)")
 
 
 @dataclass(frozen=True)
@@ -89,11 +90,12 @@ def transactional_status(conf: Mapping[str, Any], transactional_id: str) -> Tran
     partitions: dict[int, dict[int, Any]] = {}
     maps: list[str] = []
     for namespace in listed:
-        found = _PARTITION.search(namespace)
+        rest = namespace[len(root) + 1 :]
+        found = _PARTITION.fullmatch(rest)
         if found is not None:
             store = RotatingTransactionalState(_state(namespace, conf), strict=False, prefix="")
             partitions[int(found.group(1))] = {t: store.get(t) for t in store.txids()}
-        elif _TASK_MAP.search(namespace) is not None:
+        elif _TASK_MAP.fullmatch(rest) is not None:
             maps.append(namespace)
     return TransactionalStatus(
         transactional_id,
