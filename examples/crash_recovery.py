@@ -40,7 +40,7 @@ import tempfile
 import threading
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -183,7 +183,14 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.kills < 0 or args.sentences < 1 or args.pending < 1:
         parser.error("--kills must be >= 0, --sentences and --pending >= 1")
-    with tempfile.TemporaryDirectory(prefix="crash-recovery-") as tmp:
+    return with_redis(args, demo, "crash-recovery-")
+
+
+def with_redis(
+    args: argparse.Namespace, demo: Callable[[argparse.Namespace, str, Path], int], prefix: str
+) -> int:
+    """Run ``demo(args, url, workdir)`` on ``--redis-url``, or on a throwaway redis-server."""
+    with tempfile.TemporaryDirectory(prefix=prefix) as tmp:
         workdir = Path(tmp)
         if args.redis_url:
             return demo(args, args.redis_url, workdir)

@@ -58,7 +58,6 @@ import random
 import signal
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 import uuid
@@ -68,7 +67,7 @@ from pathlib import Path
 from typing import Any
 
 from examples.corpus import sentence, words
-from examples.crash_recovery import redis_server
+from examples.crash_recovery import with_redis
 from examples.transactional_words import (
     BUCKET_SIZE,
     BucketCountUpdater,
@@ -405,12 +404,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.kills < 0:
         parser.error("--kills must be >= 0")
-    with tempfile.TemporaryDirectory(prefix="transactional-crash-") as tmp:
-        workdir = Path(tmp)
-        if args.redis_url:
-            return demo(args, args.redis_url, workdir)
-        with redis_server(workdir) as url:
-            return demo(args, url, workdir)
+    return with_redis(args, demo, "transactional-crash-")
 
 
 def demo(args: argparse.Namespace, url: str, workdir: Path) -> int:

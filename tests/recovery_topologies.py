@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import json
 import os
+import signal
+import subprocess
 from collections.abc import Mapping
 from typing import Any
 
@@ -93,6 +95,42 @@ def child_env() -> dict[str, str]:
     env = dict(os.environ)
     env.setdefault("JAVA_TOOL_OPTIONS", "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC")
     return env
+
+
+def run_driver_process(
+    cmd: list[str],
+    cwd: str | os.PathLike[str],
+    timeout: float,
+    env: Mapping[str, str] | None = None,
+) -> tuple[int, list[dict[str, Any]], str]:
+    """Run a child driver to its end in its own process group: (exit status, JSON events, stderr).
+
+    Whatever happened, no driver, JVM or Python worker of the run is left behind. The status is
+    ``recovery.exit_status``'s (137 for a SIGKILL).
+    """
+    from recovery import exit_status
+
+    proc = subprocess.Popen(
+        cmd,
+        cwd=cwd,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+        env=dict(child_env() if env is None else env),
+    )
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    finally:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    events = [json.loads(line) for line in out.splitlines() if line.startswith("{")]
+    return exit_status(proc.returncode), events, err
 
 
 def read_hooks(path: str | os.PathLike[str]) -> list[dict[str, Any]]:

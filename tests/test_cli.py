@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import collections
 import json
-import os
 import signal
 import subprocess
 import sys
@@ -18,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from recovery_topologies import child_env
+from recovery_topologies import run_driver_process
 from redis_fixtures import free_port
 
 from checkpoint import TX_STATE_KEY, CheckPointState, TxPhase
@@ -424,28 +423,9 @@ def test_run_supervise_restarts_a_killed_driver_which_recovers(redis_db, tmp_pat
     conf_file.write_text(json.dumps(conf), encoding="utf-8")
     cmd = [sys.executable, "-m", "statefulbolts.cli", "run", "tests.recovery_topologies:wordcount"]
     cmd += ["--conf", str(conf_file), "--name", name, "--json", "--supervise", "--backoff", "0.2"]
-    proc = subprocess.Popen(
-        cmd,
-        cwd=ROOT,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        start_new_session=True,
-        env=child_env(),
-    )
-    try:
-        out, err = proc.communicate(timeout=240)
-    finally:
-        try:
-            os.killpg(proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-    assert proc.returncode == 0, err[-3000:]
+    code, events, err = run_driver_process(cmd, ROOT, 240)
+    assert code == 0, err[-3000:]
     assert marker.exists()
-    events = [json.loads(line) for line in out.splitlines() if line.startswith("{")]
     supervisor = [e for e in events if e["event"] in ("restart", "recovered", "supervisor")]
     assert [e["event"] for e in supervisor] == ["restart", "recovered", "supervisor"]
     restart, recovered, final = supervisor

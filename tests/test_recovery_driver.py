@@ -19,20 +19,17 @@ from __future__ import annotations
 
 import collections
 import json
-import os
-import signal
-import subprocess
 import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
-from recovery_topologies import child_env, read_hooks
+from recovery_topologies import read_hooks, run_driver_process
 
 from checkpoint import CheckPointState, TxPhase
 from examples.corpus import sentence, words
 from providers import StateFactory
-from recovery import checkpoint_status, exit_status
+from recovery import checkpoint_status
 from statefulbolts.redis_stream import load_stream, pending_count
 
 pytestmark = [pytest.mark.spark, pytest.mark.redis]
@@ -70,28 +67,7 @@ def run_driver(
     """Run the CLI driver in its own process group; return (status, JSON events, stderr)."""
     cmd = [sys.executable, "-m", "statefulbolts.cli", "run", TOPOLOGY, "--conf", str(conf)]
     cmd += ["--name", name, "--json", *extra]
-    proc = subprocess.Popen(
-        cmd,
-        cwd=ROOT,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        start_new_session=True,
-        env=child_env(),
-    )
-    try:
-        out, err = proc.communicate(timeout=timeout)
-    finally:
-        # Whatever happened, leave no driver, JVM or Python worker of this run behind.
-        try:
-            os.killpg(proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-    events = [json.loads(line) for line in out.splitlines() if line.startswith("{")]
-    return exit_status(proc.returncode), events, err
+    return run_driver_process(cmd, ROOT, timeout)
 
 
 def transactions(events: list[dict[str, Any]]) -> list[tuple[str, int, bool]]:

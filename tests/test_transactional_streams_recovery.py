@@ -27,8 +27,6 @@ import collections
 import json
 import os
 import random
-import signal
-import subprocess
 import sys
 import uuid
 from dataclasses import dataclass
@@ -37,10 +35,9 @@ from typing import Any
 
 import pytest
 import tx_streams_topologies as tc
-from recovery_topologies import child_env
+from recovery_topologies import child_env, run_driver_process
 
 from providers import StateFactory
-from recovery import exit_status
 from recovery.faults import KILLED_EXIT_CODE
 from statefulbolts.transactional import transactional_status
 from statefulbolts.transactional._redis_streams import close_connections
@@ -97,28 +94,8 @@ def run_child(conf: dict[str, Any], params: tc.Params, tmp: Path) -> tuple[int, 
     path = tmp / "killed.json"
     path.write_text(json.dumps(conf), encoding="utf-8")
     cmd = [sys.executable, "-m", "statefulbolts.cli", "run", tc.TOPOLOGY, "--conf", str(path)]
-    proc = subprocess.Popen(
-        [*cmd, "--name", "tx-killed", "--json"],
-        cwd=ROOT,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        start_new_session=True,
-        env=params.env(child_env()),
-    )
-    try:
-        out, err = proc.communicate(timeout=RUN_TIMEOUT)
-    finally:
-        # Whatever happened, leave no driver, JVM or Python worker of this run behind.
-        try:
-            os.killpg(proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-    events = [json.loads(line) for line in out.splitlines() if line.startswith("{")]
-    return exit_status(proc.returncode), events, err
+    env = params.env(child_env())
+    return run_driver_process([*cmd, "--name", "tx-killed", "--json"], ROOT, RUN_TIMEOUT, env)
 
 
 def stored(conf: dict[str, Any], tid: str) -> dict[str, tuple[int, int]]:
