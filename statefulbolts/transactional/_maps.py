@@ -105,7 +105,7 @@ def _check_put(keys: Sequence[Hashable], values: Sequence[Any]) -> None:
         raise ValueError(msg)
 
 
-def _pack(obj: Any, what: str) -> bytes:
+def pack_value(obj: Any, what: str) -> bytes:
     try:
         return msgpack.packb(obj, use_bin_type=True)
     except (TypeError, ValueError, OverflowError) as exc:
@@ -113,7 +113,7 @@ def _pack(obj: Any, what: str) -> bytes:
         raise StateSerializationError(msg) from exc
 
 
-def _unpack(data: bytes) -> Any:
+def unpack_value(data: bytes) -> Any:
     return msgpack.unpackb(data, raw=False, strict_map_key=False)
 
 
@@ -156,7 +156,7 @@ class MemoryBackingMap(BackingMap):
         """The stored value of each key, ``None`` where nothing is stored."""
         with self._lock:
             raw = [self._data.get(key) for key in keys]
-        return [None if data is None else _unpack(data) for data in raw]
+        return [None if data is None else unpack_value(data) for data in raw]
 
     def multi_put(
         self, keys: Sequence[Hashable], values: Sequence[Any], record: Any = None
@@ -164,12 +164,12 @@ class MemoryBackingMap(BackingMap):
         """Write the values (``None`` deletes) and the record, all at once."""
         _check_put(keys, values)
         encoded = [
-            None if value is None else _pack(value, f"the value of key {key!r}")
+            None if value is None else pack_value(value, f"the value of key {key!r}")
             for key, value in zip(keys, values, strict=True)
         ]
         for key in keys:
             hash(key)  # an unhashable key fails here, before anything changed
-        packed_record = None if record is None else _pack(record, "the record")
+        packed_record = None if record is None else pack_value(record, "the record")
         with self._lock:
             for key, data in zip(keys, encoded, strict=True):
                 if data is None:
@@ -182,7 +182,7 @@ class MemoryBackingMap(BackingMap):
     def get_record(self) -> Any:
         """The record, or ``None``."""
         record = self._record
-        return None if record is None else _unpack(record)
+        return None if record is None else unpack_value(record)
 
 
 # State key of the record. Every key of the map is stored wrapped in a one-item tuple, an array

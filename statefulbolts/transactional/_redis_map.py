@@ -40,8 +40,9 @@ from typing import Any
 
 import msgpack
 
-from providers.errors import ProviderConfigError, StateBackendError, StateSerializationError
-from statefulbolts.transactional._maps import BackingMap
+from providers.errors import ProviderConfigError, StateSerializationError
+from providers.redis import backend_error
+from statefulbolts.transactional._maps import BackingMap, pack_value
 
 try:
     import redis as redis_py
@@ -78,14 +79,6 @@ def _address_of(client: Any) -> str:
     if "path" in kwargs:
         return f"unix:{kwargs['path']}"
     return f"{kwargs.get('host', '?')}:{kwargs.get('port', '?')}"
-
-
-def _pack(obj: Any, what: str) -> bytes:
-    try:
-        return msgpack.packb(obj, use_bin_type=True)
-    except (TypeError, ValueError, OverflowError) as exc:
-        msg = f"{what} cannot be stored: msgpack cannot encode {type(obj).__qualname__}: {exc}"
-        raise StateSerializationError(msg) from exc
 
 
 class RedisBackingMap(BackingMap):
@@ -167,24 +160,15 @@ class RedisBackingMap(BackingMap):
             except UnicodeEncodeError as exc:
                 msg = f"{self!r}: key {key!r} cannot be a Redis key: {exc}"
                 raise StateSerializationError(msg) from exc
-        return self._prefix + _OTHER_KEY + _pack(key, f"{self!r}: key {key!r}")
+        return self._prefix + _OTHER_KEY + pack_value(key, f"{self!r}: key {key!r}")
 
     @contextlib.contextmanager
     def _backend(self, step: str) -> Iterator[None]:
         try:
             yield
         except RedisError as exc:
-            if isinstance(exc, redis_py.exceptions.TimeoutError):
-                what = "timed out"
-            elif isinstance(exc, redis_py.exceptions.ConnectionError):
-                what = "could not be reached"
-            else:
-                what = "failed"
-            msg = (
-                f"Redis at {self._address} {what} during {step} of map {self.prefix!r} "
-                f"(owner {self.owner!r}): {type(exc).__name__}: {exc}"
-            )
-            raise StateBackendError(msg) from exc
+            where = f"{step} of map {self.prefix!r} (owner {self.owner!r})"
+            raise backend_error(self._address, where, exc) from exc
 
     def _decode(self, raw: Any, rkey: bytes) -> Any:
         try:
@@ -214,12 +198,12 @@ class RedisBackingMap(BackingMap):
             raise ValueError(msg)
         rkeys = [self.redis_key(key) for key in keys]
         args = [
-            b"" if value is None else _pack(value, f"{self!r}: the value of key {key!r}")
+            b"" if value is None else pack_value(value, f"{self!r}: the value of key {key!r}")
             for key, value in zip(keys, values, strict=True)
         ]
         if record is not None:
             rkeys.append(self._record_key)
-            args.append(_pack(record, f"{self!r}: the record"))
+            args.append(pack_value(record, f"{self!r}: the record"))
         if not rkeys:
             return
         with self._backend("multi_put"):

@@ -295,6 +295,12 @@ class _RedisStreamsSpout(Component):
         return meta["last"]
 
     # -------------------------------------------------------------- reading and emitting
+    def _read_next(self, partition: int, last: Any) -> tuple[str, str | None, list[Any]]:
+        """The stream of ``partition``, where its next batch starts after ``last``, its entries."""
+        stream = self._stream_of(partition)
+        position = self._position(partition, stream, last)
+        return stream, position, self._read_after(stream, position)
+
     def _read_after(self, stream: str, position: str | None) -> list[tuple[str, Any]]:
         start = "-" if position is None else f"({position}"
         entries = self._client().xrange(stream, min=start, max="+", count=self.take_per_batch)
@@ -402,9 +408,7 @@ class _Emitter(PartitionedTransactionalSpout.Emitter):
     ) -> Any:
         spout = self._spout
         try:
-            stream = spout._stream_of(partition)
-            position = spout._position(partition, stream, last_partition_meta)
-            entries = spout._read_after(stream, position)
+            stream, position, entries = spout._read_next(partition, last_partition_meta)
         except _unreachable() as exc:
             msg = (
                 f"{type(spout).__qualname__}: cannot read partition {partition} from "
@@ -496,9 +500,7 @@ class _OpaqueEmitter(OpaquePartitionedTransactionalSpout.Emitter):
     ) -> Any:
         spout = self._spout
         try:
-            stream = spout._stream_of(partition)
-            position = spout._position(partition, stream, last_partition_meta)
-            entries = spout._read_after(stream, position)
+            stream, position, entries = spout._read_next(partition, last_partition_meta)
         except _unreachable() as exc:
             log.warning(
                 "%s: partition %s unreachable at %s (%s); txid %s emits nothing from it",
