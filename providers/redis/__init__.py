@@ -43,7 +43,7 @@ Every script is idempotent, so redis-py may retry one after a dropped connection
 can list the namespaces it holds (``namespaces``: a ``SCAN`` for the ``$txid`` hashes).
 """
 
-from providers.redis._clients import backend_error, make_client, override_client, reset_clients
+from providers.redis._clients import make_client, override_client, reset_clients
 from providers.redis._codec import TOMBSTONE
 from providers.redis._state import RedisKeyValueState, RedisKeyValueStateProvider
 
@@ -51,7 +51,6 @@ __all__ = [
     "TOMBSTONE",
     "RedisKeyValueState",
     "RedisKeyValueStateProvider",
-    "backend_error",
     "make_client",
     "override_client",
     "reset_clients",

@@ -40,8 +40,7 @@ from typing import Any
 
 import msgpack
 
-from providers.errors import ProviderConfigError, StateSerializationError
-from providers.redis import backend_error
+from providers.errors import ProviderConfigError, StateBackendError, StateSerializationError
 from statefulbolts.transactional._maps import BackingMap, pack_value
 
 try:
@@ -167,8 +166,17 @@ class RedisBackingMap(BackingMap):
         try:
             yield
         except RedisError as exc:
-            where = f"{step} of map {self.prefix!r} (owner {self.owner!r})"
-            raise backend_error(self._address, where, exc) from exc
+            if isinstance(exc, redis_py.exceptions.TimeoutError):
+                what = "timed out"
+            elif isinstance(exc, redis_py.exceptions.ConnectionError):
+                what = "could not be reached"
+            else:
+                what = "failed"
+            msg = (
+                f"Redis at {self._address} {what} during {step} of map {self.prefix!r} "
+                f"(owner {self.owner!r}): {type(exc).__name__}: {exc}"
+            )
+            raise StateBackendError(msg) from exc
 
     def _decode(self, raw: Any, rkey: bytes) -> Any:
         try:
