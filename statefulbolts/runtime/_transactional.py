@@ -19,7 +19,10 @@ through the ``Engine`` (``TransactionalJobs``). A step of its loop:
    coordinator starts them again with new attempts (after a backoff; a state outage is waited
    out, as in the checkpoint protocol).
 2. Start the next emission, strictly one at a time and in txid order: t+1's partitions start
-   where t's emission ended.
+   where t's emission ended. With ``max.spout.pending`` 1 the emission is the first stage of
+   the processing job (``TransactionalJobs.emit_and_process``): no other txid can wait for
+   its metas, so the batch need not come back to the driver in between. Its partitioned metas
+   are then stored when that job ends, still before any commit.
 3. Poll the coordinator (``sync``): it commits ``currtx`` when it is processed and starts new
    txids while fewer than ``topology.max.spout.pending`` are active. After a batch that emitted
    nothing committed, the active txids drain and new ones start one at a time, an interval
@@ -281,6 +284,12 @@ class TransactionalRunner(TopologyRunner):
         assert self._metas is not None  # noqa: S101 - opened
         order = self._metas.order(batch.txid, batch.meta, batch.committed)
         order = dataclasses.replace(order, spout=self.topology.spout)
+        if self.max_pending == 1:
+            batch.phase = "processing"
+            self._submit(batch, self.jobs.emit_and_process(batch.attempt, order))
+            if self.faults is not None:
+                self.faults.on_driver(KillPoint.DURING_PROCESSING, batch.txid)
+            return True
         batch.phase = "emitting"
         self._submit(batch, self.jobs.emit(batch.attempt, order))
         return True
@@ -309,6 +318,9 @@ class TransactionalRunner(TopologyRunner):
         if phase == "emitting":
             self._emitted(batch, result)
         elif phase == "processing":
+            if self.max_pending == 1:  # the emitters ran in this job (``_start_emit``)
+                self._take_emission(batch, result)
+                batch.to_commit = []
             self._processed(batch, result)
         else:
             self._committed(batch)
@@ -321,13 +333,17 @@ class TransactionalRunner(TopologyRunner):
                 return report.result.cause, names[report.comp], task_id, False
         return "a task failed the batch", "", -1, False
 
-    def _emitted(self, batch: _Batch, result: JobResult) -> None:
+    def _take_emission(self, batch: _Batch, result: JobResult) -> None:
+        """Keep what the emitters of ``result`` returned: their metas, how many they emitted."""
         assert self._metas is not None  # noqa: S101
         spout = self.jobs.spout
         emits = [r for r in result.reports if r.comp == spout]
         results = [r.result for r in emits if isinstance(r.result, EmitResult)]
         self._metas.emitted(batch.txid, results)
         batch.tuples = sum(r.metrics.emitted for r in emits)
+
+    def _emitted(self, batch: _Batch, result: JobResult) -> None:
+        self._take_emission(batch, result)
         batch.to_commit = [b for b in result.outputs if self.jobs.for_commit(b)]
         if not self.jobs.has_processing:
             self._processed(batch, JobResult())

@@ -10,6 +10,11 @@
 3. **Commit**: the commit-phase components in stages, fed with everything the emitters and the
    processing phase sent them; committers use maps in the state provider under
    ``$transactional/<id>/<component>-<task>`` (a driver-owned provider's go with the job).
+
+When only one txid may be active (``topology.max.spout.pending`` 1) no emission ever waits for
+another's metas, so 1 and 2 are one job (``emit_and_process``): the emitters are its first stage
+and their tuples go straight to the processing bolts, not through the driver. Only what the
+commit phase needs, and the metas, come back.
 """
 
 from __future__ import annotations
@@ -53,6 +58,7 @@ class TransactionalJobs:
             plan.index[c] for c in topology.processing_phase if plan.index[c] != self.spout
         )
         self._emit_layout = plan.flat_layout(plan.tasks(self.spout))
+        self._fused_layout = plan.layout({self.spout} | self.processing_components)
         self._processing_layout = plan.layout(self.processing_components)
         self._commit_layout = plan.layout(commit)
 
@@ -60,6 +66,11 @@ class TransactionalJobs:
         """The emit job of ``attempt``, as ``order`` says."""
         program = BatchTaskProgram(attempt, self.tid, emit=order)
         return self._spec(attempt, self._emit_layout, program, [], "EMIT")
+
+    def emit_and_process(self, attempt: TransactionAttempt, order: EmitOrder) -> JobSpec:
+        """One job for both: the emitters of ``attempt`` as its first stage, then its P bolts."""
+        program = BatchTaskProgram(attempt, self.tid, emit=order)
+        return self._spec(attempt, self._fused_layout, program, [], "EMIT+PROCESS")
 
     def processing(self, attempt: TransactionAttempt, emitted: Iterable[TupleBatch]) -> JobSpec:
         """The processing job of ``attempt``, fed with what its emitters sent the P bolts."""
