@@ -96,7 +96,7 @@ import logging
 import os
 import sqlite3
 import threading
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -417,6 +417,78 @@ class SqliteKeyValueState(KeyValueState):
 
     def __len__(self) -> int:
         return sum(1 for _ in self)
+
+    # -- the stored image (optional; see providers.KeyValueState): for offline tools
+    def stored_txids(self) -> tuple[int | None, int | None]:
+        """``(committed txid, prepared txid)`` of the ``txids`` row, read now."""
+        with self._lock:
+            try:
+                return self._txids()
+            except sqlite3.Error as exc:
+                failure = self._failure("a read", exc)
+                raise failure from exc
+
+    def scan_committed(self) -> Iterator[tuple[bytes, bytes]]:
+        """The committed rows, a page at a time in key order."""
+        for key, value in self._pages("committed"):
+            if value is not None:  # the column is NOT NULL: never skips
+                yield key, value
+
+    def scan_prepared(self) -> Iterator[tuple[bytes, bytes | None]]:
+        """The prepared delta's rows (a NULL value is a tombstone)."""
+        yield from self._pages("prepared")
+
+    def decode_key(self, encoded: bytes) -> Any:
+        """A stored key, decoded by this state's key serializer."""
+        return self._keys.deserialize(encoded)
+
+    def decode_value(self, payload: bytes) -> Any:
+        """A stored value, decoded by this state's value serializer."""
+        return self._values.deserialize(payload)
+
+    def get_committed(self, key: Any, default: Any = None) -> Any:
+        """The committed value of ``key``, whatever is prepared or pending."""
+        rows = self._query(
+            "SELECT value FROM committed WHERE ns = ? AND key = ?",
+            (self.namespace, self._encode_key(key)),
+        )
+        return default if not rows else self._values.deserialize(rows[0][0])
+
+    def replace_stored(
+        self,
+        committed_txid: int | None,
+        committed: Iterable[tuple[bytes, bytes]],
+        prepared_txid: int | None,
+        prepared: Mapping[bytes, bytes | None],
+    ) -> None:
+        """Replace every row of the namespace in one SQL transaction (all or nothing).
+
+        ``committed`` is inserted as it streams in, so it need not fit in memory; the rollback
+        count row goes, as after a namespace's first write.
+        """
+        if prepared and prepared_txid is None:
+            msg = f"state {self.namespace!r}: a prepared delta needs a prepared txid"
+            raise StateTransactionError(msg)
+        ns = self.namespace
+
+        def work(_committed: int | None, _prepared: int | None) -> None:
+            for table in ("committed", "prepared", "txids", "rollbacks"):
+                self._conn.execute(f"DELETE FROM {table} WHERE ns = ?", (ns,))
+            self._conn.executemany(
+                "INSERT OR REPLACE INTO committed (ns, key, value) VALUES (?, ?, ?)",
+                ((ns, k, v) for k, v in committed),
+            )
+            self._conn.executemany(
+                "INSERT INTO prepared (ns, key, value) VALUES (?, ?, ?)",
+                [(ns, k, v) for k, v in prepared.items()],
+            )
+            if committed_txid is not None or prepared_txid is not None:
+                self._set_txids(committed_txid, prepared_txid)
+
+        self._write("replace", work)
+        self._pending = {}
+        self._superseding = False
+        self._rollbacks = 0
 
     # -- the transaction
     def prepare_commit(self, txid: int) -> None:

@@ -3,6 +3,11 @@
 A state is transactional. Between checkpoints a bolt reads and writes it freely; a checkpoint runs
 ``prepare_commit(txid)`` on every task and, once all tasks prepared, ``commit(txid)``. A failed
 checkpoint runs ``rollback()``, which returns the state to the last committed image.
+
+Beside the contract bolts use, a ``KeyValueState`` may expose its namespace's *stored image*, for
+tools that read or move state offline (``statefulbolts.state``): the committed map and the
+prepared delta as the store holds them (encoded keys, value payloads, tombstones), their txids,
+and one call that replaces the whole image. See "The stored image" in ``KeyValueState``.
 """
 
 from __future__ import annotations
@@ -17,15 +22,25 @@ def merge_layers(layers: Iterable[Iterable[tuple[bytes, Any]]]) -> Iterator[tupl
 
     A ``None`` value is a tombstone: it hides the key in later layers and is never yielded (the
     rule Storm's iterator got wrong before STORM-2449).
+
+    Only the keys of the layers above the last are remembered, so iterating a committed map of
+    millions of keys under a small delta holds the delta's keys, not the map's; the last layer
+    must therefore not repeat a key (a map never does).
     """
+    stack = list(layers)
+    if not stack:
+        return
     seen: set[bytes] = set()
-    for layer in layers:
+    for layer in stack[:-1]:
         for key, value in layer:
             if key in seen:
                 continue
             seen.add(key)
             if value is not None:
                 yield key, value
+    for key, value in stack[-1]:
+        if value is not None and key not in seen:
+            yield key, value
 
 
 class State(ABC):
@@ -84,6 +99,27 @@ class State(ABC):
 class KeyValueState(State):
     """A transactional map.
 
+    The stored image (optional; the built-in providers have it). For tools that read or move a
+    namespace whole while no topology uses it (``statefulbolts.state``: dump, export, import),
+    a state may expose what its store holds, below this object's own pending writes:
+
+    - ``stored_txids()``: the committed and the prepared txid, read from the store now;
+    - ``scan_committed()``: the committed map as ``(encoded key, payload)`` pairs, streamed in
+      pages (constant memory);
+    - ``scan_prepared()``: the prepared delta as ``(encoded key, payload or None)`` pairs, a
+      ``None`` payload being a tombstone (the key is deleted by the prepared transaction);
+    - ``decode_key`` / ``decode_value``: the key and value serializers' ``deserialize``;
+    - ``get_committed(key)``: one key's committed value, whatever is prepared;
+    - ``replace_stored(...)``: replace the namespace's whole image (committed map, prepared
+      delta, both txids) in one step, as if the store had always held it; the rollback count
+      is reset, so nothing may use a state object of the namespace made before the call.
+
+    "Encoded key" and "payload" are the key and value serializers' bytes, the same in every
+    provider (the Redis envelope is the Redis provider's own), so an image read from one
+    provider can be written into another configured with the same serializers. The default of
+    each method raises ``NotImplementedError``; ``supports_stored_image`` says whether a state
+    has them all.
+
     Example:
         >>> from providers.memory import InMemoryKeyValueState
         >>> state = InMemoryKeyValueState("demo/counter-0")
@@ -115,6 +151,82 @@ class KeyValueState(State):
     def items(self) -> Iterator[tuple[Any, Any]]:
         """Same as iterating the state."""
         return iter(self)
+
+    # -- the stored image (optional, see the class docstring)
+    def stored_txids(self) -> tuple[int | None, int | None]:
+        """``(committed txid, prepared txid)`` as the store holds them now (``None``: none)."""
+        raise NotImplementedError(_no_stored_image(self, "stored_txids"))
+
+    def scan_committed(self) -> Iterator[tuple[bytes, bytes]]:
+        """The stored committed map, ``(encoded key, payload)`` per key, streamed."""
+        raise NotImplementedError(_no_stored_image(self, "scan_committed"))
+
+    def scan_prepared(self) -> Iterator[tuple[bytes, bytes | None]]:
+        """The stored prepared delta, ``(encoded key, payload or None for a deletion)``."""
+        raise NotImplementedError(_no_stored_image(self, "scan_prepared"))
+
+    def decode_key(self, encoded: bytes) -> Any:
+        """A key as ``scan_committed`` / ``scan_prepared`` give it, decoded."""
+        raise NotImplementedError(_no_stored_image(self, "decode_key"))
+
+    def decode_value(self, payload: bytes) -> Any:
+        """A payload as ``scan_committed`` / ``scan_prepared`` give it, decoded."""
+        raise NotImplementedError(_no_stored_image(self, "decode_value"))
+
+    def get_committed(self, key: Any, default: Any = None) -> Any:
+        """The committed value of ``key`` (``default`` when absent), ignoring anything prepared."""
+        raise NotImplementedError(_no_stored_image(self, "get_committed"))
+
+    def replace_stored(
+        self,
+        committed_txid: int | None,
+        committed: Iterable[tuple[bytes, bytes]],
+        prepared_txid: int | None,
+        prepared: Mapping[bytes, bytes | None],
+    ) -> None:
+        """Replace everything stored for this namespace, in one step.
+
+        Afterwards the store holds exactly ``committed`` (streamed once, in order; a key given
+        twice keeps its last payload) with ``committed_txid``, and the prepared delta
+        ``prepared`` (``None`` payloads are tombstones) with ``prepared_txid``; the rollback
+        count starts again from zero, and this object's pending writes are dropped. With both
+        txids ``None`` and nothing given, the namespace holds nothing any more
+        (``StateProvider.namespaces`` no longer lists it).
+
+        For offline tools: no other state object of the namespace may be in use.
+
+        Raises:
+            StateTransactionError: ``prepared`` holds entries but ``prepared_txid`` is ``None``.
+            StateBackendError: the store failed; what was there before is still there.
+        """
+        raise NotImplementedError(_no_stored_image(self, "replace_stored"))
+
+    @property
+    def supports_stored_image(self) -> bool:
+        """Whether this state implements every method of the stored image."""
+        return all(
+            getattr(type(self), name) is not getattr(KeyValueState, name)
+            for name in _STORED_IMAGE_METHODS
+        )
+
+
+_STORED_IMAGE_METHODS = (
+    "stored_txids",
+    "scan_committed",
+    "scan_prepared",
+    "decode_key",
+    "decode_value",
+    "get_committed",
+    "replace_stored",
+)
+
+
+def _no_stored_image(state: KeyValueState, method: str) -> str:
+    kind = f"{type(state).__module__}.{type(state).__qualname__}"
+    return (
+        f"{kind} does not expose its stored image: it has no {method}() (see "
+        "providers.KeyValueState, 'The stored image')"
+    )
 
 
 class StateProvider(ABC):

@@ -148,6 +148,14 @@ class LayeredKeyValueState(KeyValueState):
                     found[i] = value
         return [default if v is None or v is _MISSING else v for v in found]
 
+    def decode_key(self, encoded: bytes) -> Any:
+        """A stored key decoded by this state's key serializer (see ``KeyValueState``)."""
+        return self._keys.deserialize(encoded)
+
+    def decode_value(self, payload: bytes) -> Any:
+        """A stored payload decoded by this state's value serializer (see ``KeyValueState``)."""
+        return self._values.deserialize(payload)
+
     def _stored_many(self, ekeys: list[bytes]) -> list[bytes | None]:
         """``_stored`` of each encoded key; a store that can read many at once overrides it."""
         return [self._stored(ekey) for ekey in ekeys]

@@ -248,6 +248,48 @@ class InMemoryKeyValueState(LayeredKeyValueState):
         )
         raise StateTransactionError(msg)
 
+    # -- the stored image (see KeyValueState)
+    def stored_txids(self) -> tuple[int | None, int | None]:
+        """``(committed txid, prepared txid)`` of the image."""
+        return self._image.committed_txid, self._image.prepared_txid
+
+    def scan_committed(self) -> Iterator[tuple[bytes, bytes]]:
+        """The image's committed map (a snapshot of its items: the map itself may change)."""
+        yield from list(self._image.committed.items())
+
+    def scan_prepared(self) -> Iterator[tuple[bytes, bytes | None]]:
+        """The image's prepared delta, tombstones as ``None``."""
+        yield from list((self._image.prepared or {}).items())
+
+    def get_committed(self, key: Any, default: Any = None) -> Any:
+        """The committed value of ``key``, whatever is prepared or pending."""
+        payload = self._image.committed.get(self._encode_key(key))
+        return default if payload is None else self._values.deserialize(payload)
+
+    def replace_stored(
+        self,
+        committed_txid: int | None,
+        committed: Iterable[tuple[bytes, bytes]],
+        prepared_txid: int | None,
+        prepared: Mapping[bytes, bytes | None],
+    ) -> None:
+        """Replace the image: committed map, prepared delta, txids; rollbacks back to zero.
+
+        The image object stays the one the provider's store holds (a state made from it sees
+        the new content), so this is the driver-side store's content from now on.
+        """
+        if prepared and prepared_txid is None:
+            msg = f"state {self.namespace!r}: a prepared delta needs a prepared txid"
+            raise StateTransactionError(msg)
+        new_committed = dict(committed)
+        image = self._image
+        image.committed, image.committed_txid = new_committed, committed_txid
+        image.prepared = None if prepared_txid is None else dict(prepared)
+        image.prepared_txid = prepared_txid
+        image.rollbacks = 0
+        self._rollbacks = 0
+        self._pending, self._fresh = {}, {}
+
     def supersede_prepared(self, txid: int) -> None:
         """Drop the image's prepared delta of ``txid`` (see ``State``).
 

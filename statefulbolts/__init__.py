@@ -66,6 +66,7 @@ from statefulbolts.tuples import Fields, Tuple, Values
 
 if TYPE_CHECKING:
     from statefulbolts.runtime import LocalCluster, TopologyHandle
+    from statefulbolts.submitter import StormSubmitter
 
 __all__ = [
     "CHECKPOINT_COMPONENT_ID",
@@ -104,6 +105,7 @@ __all__ = [
     "StateBackingMap",
     "StatefulBolt",
     "StatefulBoltsError",
+    "StormSubmitter",
     "StormTopology",
     "TopologyBuilder",
     "TopologyConfig",
@@ -122,15 +124,19 @@ __all__ = [
     "validate_config",
 ]
 
-_LAZY = {"LocalCluster", "TopologyHandle"}
+_LAZY = {
+    "LocalCluster": "statefulbolts.runtime",
+    "StormSubmitter": "statefulbolts.submitter",
+    "TopologyHandle": "statefulbolts.runtime",
+}
 
 
 def __getattr__(name: str) -> Any:
     # The runtime imports pyspark; load it only when asked for, so components (which run inside
     # Spark workers) and the checkpoint package import statefulbolts cheaply and without cycles.
     if name in _LAZY:
-        from statefulbolts import runtime
+        from importlib import import_module
 
-        return getattr(runtime, name)
+        return getattr(import_module(_LAZY[name]), name)
     msg = f"module 'statefulbolts' has no attribute {name!r}"
     raise AttributeError(msg)

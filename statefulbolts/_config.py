@@ -49,6 +49,9 @@ class TopologyConfig(BaseModel):
     state_backend_timeout_secs: float = Field(
         300, gt=0, alias="topology.state.backend.timeout.secs"
     )
+    # The live dashboard and /metrics (``statefulbolts.ui``): off unless a port is given.
+    ui_port: int | None = Field(None, ge=0, le=65535, alias="topology.ui.port")
+    ui_host: str = Field("127.0.0.1", min_length=1, alias="topology.ui.host")
 
     @property
     def tracking(self) -> bool:
@@ -91,6 +94,8 @@ class Config(dict[str, Any]):
     TOPOLOGY_NAME = "topology.name"
     TOPOLOGY_FAULTS = "topology.faults"
     TOPOLOGY_STATE_BACKEND_TIMEOUT_SECS = "topology.state.backend.timeout.secs"
+    TOPOLOGY_UI_PORT = "topology.ui.port"
+    TOPOLOGY_UI_HOST = "topology.ui.host"
 
     def set_num_ackers(self, n: int) -> None:
         """``topology.acker.executors``; 0 turns tuple tracking off."""

@@ -1,15 +1,16 @@
 """``statefulbolts`` command line.
 
     statefulbolts run MODULE:FUNCTION [--conf FILE] [--name NAME] [--master URL] [--json]
-                      [--timeout S] [--supervise [--max-restarts N] [--backoff S]
-                      [--max-backoff S]]
+                      [--timeout S] [--ui [PORT]] [--supervise [--max-restarts N]
+                      [--backoff S] [--max-backoff S]]
     statefulbolts checkpoint status --conf FILE --topology NAME
                       [--topology-module MODULE:FUNCTION] [--json]
     statefulbolts transactional status --conf FILE --id TRANSACTIONAL_ID [--json]
 
 ``FUNCTION`` is called with no arguments and returns a ``StormTopology`` or a
 ``TransactionalTopology`` (or their builders). The topology runs until it is idle (the default
-for finite sources) or until interrupted, printing one line per transaction.
+for finite sources) or until interrupted, printing one line per transaction. ``--ui`` serves the
+live dashboard and ``/metrics`` while it runs (``statefulbolts.ui``) and prints their URL.
 
 ``--supervise`` runs the topology in a child process and restarts it when it crashes (see
 ``recovery.supervisor``); each restart is logged with the recovery actions the restarted driver
@@ -114,11 +115,15 @@ def _print_done(summary: dict[str, Any], as_json: bool) -> None:
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
+    from statefulbolts.submitter import check_supervise, cluster_for_run
+
     if args.supervise:
+        check_supervise()
         return _supervise(args)
-    from statefulbolts.runtime import LocalCluster
 
     conf = Config(load_config_file(args.conf)) if args.conf else Config()
+    if args.ui is not None:
+        conf[Config.TOPOLOGY_UI_PORT] = args.ui
     topology = load_topology(args.topology)
     name = args.name or args.topology.partition(":")[0].rsplit(".", 1)[-1]
 
@@ -126,8 +131,12 @@ def _cmd_run(args: argparse.Namespace) -> int:
         _print_transaction(info.as_dict(), args.json)
 
     code = 0
-    with LocalCluster(args.master) as cluster:
+    with cluster_for_run(args.master) as cluster:
         handle = cluster.submit_topology(name, conf, topology, on_transaction=progress)
+        url = handle.ui_url
+        if url is not None:
+            event = {"event": "dashboard", "url": url}
+            print(json.dumps(event) if args.json else f"dashboard: {url}", flush=True)
         try:
             handle.await_idle(args.timeout)
         except KeyboardInterrupt:
@@ -155,6 +164,7 @@ def _child_command(args: argparse.Namespace) -> list[str]:
         ("--name", args.name),
         ("--master", args.master),
         ("--timeout", args.timeout),
+        ("--ui", args.ui),
     ):
         if value is not None:
             cmd += [flag, str(value)]
@@ -281,9 +291,19 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("topology", help="MODULE:FUNCTION returning a topology")
     run.add_argument("--conf", help="JSON or YAML file of config keys")
     run.add_argument("--name", help="topology name (default: the module's last part)")
-    run.add_argument("--master", default="local[2]", help="Spark master (default local[2])")
+    run.add_argument(
+        "--master", help="Spark master (default local[2]; under spark-submit, spark-submit's)"
+    )
     run.add_argument("--timeout", type=float, default=None, help="give up after N seconds")
     run.add_argument("--json", action="store_true", help="JSON lines instead of text")
+    run.add_argument(
+        "--ui",
+        nargs="?",
+        const=0,
+        type=int,
+        metavar="PORT",
+        help="serve the live dashboard and /metrics on 127.0.0.1:PORT (bare --ui: a free port)",
+    )
     run.add_argument(
         "--supervise",
         action="store_true",

@@ -11,6 +11,10 @@
     ├── CheckpointError (RuntimeError)          illegal checkpoint transition
     ├── FailedException                         raised by a BasicBolt to fail its input (Storm's)
     │   └── ReportedFailedException             ... and report the error too
+    ├── StateFileError (ValueError)             a state export file is corrupt, truncated, foreign
+    ├── StateToolError (RuntimeError)           the state tool cannot do it (statefulbolts.state)
+    │   ├── StateNotFoundError (LookupError)    nothing stored for that topology / component
+    │   └── StateOverwriteError                 an import target already holds state
     └── TopologyFailedError (RuntimeError)      the runtime gave up (names component, task, txid)
         └── TaskFailedError                     one task's error, carried from a Spark worker
 """
@@ -37,7 +41,11 @@ __all__ = [
     "ProviderNotFoundError",
     "ReportedFailedException",
     "StateBackendError",
+    "StateFileError",
+    "StateNotFoundError",
+    "StateOverwriteError",
     "StateSerializationError",
+    "StateToolError",
     "StateTransactionError",
     "StatefulBoltsError",
     "TaskFailedError",
@@ -76,6 +84,22 @@ class FailedException(StatefulBoltsError):  # noqa: N818 - Storm's name, kept fo
 
 class ReportedFailedException(FailedException):
     """Like ``FailedException``, and the error is reported as well."""
+
+
+class StateFileError(StatefulBoltsError, ValueError):
+    """A state export file is not one this version can read; names the file and where."""
+
+
+class StateToolError(StatefulBoltsError, RuntimeError):
+    """The state tool cannot do what was asked; the message says why and what to do."""
+
+
+class StateNotFoundError(StateToolError, LookupError):
+    """Nothing is stored for the topology, transactional id or component asked for."""
+
+
+class StateOverwriteError(StateToolError):
+    """An import's target already holds state of the namespaces it would write."""
 
 
 class TopologyFailedError(StatefulBoltsError, RuntimeError):

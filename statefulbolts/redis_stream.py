@@ -22,6 +22,10 @@ group's pending entries list (PEL) under this task's consumer name, so:
 Reads never block: ``XREADGROUP`` without ``BLOCK``, ``COUNT batch``; after an empty read the spout
 waits ``poll_interval_ms`` before asking Redis again, so an idle topology does not hammer Redis.
 
+``lag()`` says how far behind the topology is: the entries of the stream its consumer group has
+not acknowledged yet (never delivered, or delivered and pending). The dashboard and the
+``statefulbolts_spout_lag`` metric show it; it drops to 0 once everything is committed.
+
 Settings come from the constructor, else from config keys (so a no-argument topology function
 works with ``statefulbolts run ... --conf FILE``): ``redis.stream.url``, ``redis.stream.key``,
 ``redis.stream.group``. The default group is the topology name; a new group starts at the
@@ -379,6 +383,31 @@ class RedisStreamSpout(Spout):
         if self.encoding is None:
             return raw
         return [v.decode(self.encoding) if isinstance(v, bytes) else v for v in raw]
+
+    def lag(self) -> int | None:
+        """Entries of the stream the group has not acknowledged: never delivered, or pending.
+
+        One ``XINFO GROUPS`` call; ``None`` when the spout is not open, when Redis cannot say
+        (the group's ``lag`` is unknown after entries were deleted, or Redis is older than 7)
+        or cannot be reached. It may be called from another thread than the driver loop's
+        (redis-py's client is thread-safe).
+        """
+        client = self._client
+        if client is None or not self.stream:
+            return None
+        redis = _redis()
+        try:
+            groups = client.xinfo_groups(self.stream)
+        except redis.exceptions.RedisError as exc:
+            log.debug("lag of stream %r unknown: %s", self.stream, exc)
+            return None
+        for group in groups:
+            if _text(group["name"]) == self.group:
+                undelivered = group.get("lag")
+                if undelivered is None:
+                    return None
+                return int(undelivered) + int(group["pending"])
+        return None
 
     # ----------------------------------------------------------------- ack / fail
     def ack(self, msg_id: Any) -> None:

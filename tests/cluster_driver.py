@@ -5,10 +5,17 @@ a process can hold only one. It prints one JSON object per line on stdout, each 
 and ``t`` (``time.time()``, so the test can order lines against what it did itself):
 
 - ``ready``: the session is up; ``executors`` registered, the effective ``driver_host`` and
-  ``bind_address``.
+  ``bind_address`` (with ``--probe``, ``views``: what the executors' Python sees before
+  anything was shipped, see ``executor_probe``).
 - ``tx``: one finished transaction (``TransactionInfo.as_dict()``).
-- ``done``: the topology is idle; ``transactions``, ``failed_transactions``, ``components``.
+- ``done``: the topology is idle; ``transactions``, ``failed_transactions``, ``components``
+  (with ``--probe``, ``views`` again; with ``--ui-port``, ``jobs``: every Spark job's
+  description and group from the driver's REST API).
 - ``error``: it stopped with an error (exit status 1).
+
+By default executors import this checkout (``PYTHONPATH``) with this Python;
+``--executor-python`` runs them on another Python and gives them no path at all: they get the
+project only from what the driver ships.
 
 Usage::
 
@@ -32,6 +39,7 @@ for _path in (str(TESTS), str(ROOT)):
     if _path not in sys.path:
         sys.path.insert(0, _path)
 
+from executor_probe import executor_views, spark_jobs  # noqa: E402
 from outage_topologies import redis_conf  # noqa: E402
 
 from examples.wordcount import build  # noqa: E402
@@ -44,9 +52,12 @@ def say(event: str, **fields: Any) -> None:
     print(json.dumps({"event": event, "t": time.time(), **fields}), flush=True)
 
 
-def spark_conf(executor_memory: str) -> dict[str, str]:
-    """Everything on loopback; executors import this checkout with this venv's Python."""
-    return {
+def spark_conf(
+    executor_memory: str, executor_python: str | None = None, ui_port: int | None = None
+) -> dict[str, str]:
+    """Everything on loopback; executors import this checkout with this venv's Python, or
+    run ``executor_python`` with no path of ours; the driver's UI on ``ui_port`` if given."""
+    conf = {
         "spark.driver.host": LOOPBACK,
         "spark.driver.bindAddress": LOOPBACK,
         "spark.ui.enabled": "false",
@@ -58,6 +69,12 @@ def spark_conf(executor_memory: str) -> dict[str, str]:
         "spark.executor.memory": executor_memory,
         "spark.driver.memory": "768m",
     }
+    if executor_python is not None:
+        del conf["spark.executorEnv.PYTHONPATH"]
+        conf["spark.pyspark.python"] = executor_python
+    if ui_port is not None:
+        conf.update({"spark.ui.enabled": "true", "spark.ui.port": str(ui_port)})
+    return conf
 
 
 def executor_count(spark: Any) -> int:
@@ -77,8 +94,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--executors", type=int, default=2, help="wait for this many executors")
     parser.add_argument("--executor-memory", default="512m")
     parser.add_argument("--timeout", type=float, default=240)
+    parser.add_argument("--executor-python", help="executors' Python, with no path of ours")
+    parser.add_argument("--probe", action="store_true", help="report what executors see")
+    parser.add_argument("--ui-port", type=int, help="serve the driver's UI; report its jobs")
     args = parser.parse_args(argv)
     os.environ.setdefault("SPARK_LOCAL_IP", LOOPBACK)
+    if args.executor_python:
+        os.environ["PYSPARK_PYTHON"] = args.executor_python  # what PySpark's workers run
 
     conf = redis_conf(
         args.redis_port,
@@ -91,7 +113,7 @@ def main(argv: list[str] | None = None) -> int:
     cluster = LocalCluster(
         master=args.master,
         app_name="statefulbolts-cluster-test",
-        spark_conf=spark_conf(args.executor_memory),
+        spark_conf=spark_conf(args.executor_memory, args.executor_python, args.ui_port),
     )
     try:
         spark = cluster.spark
@@ -105,6 +127,7 @@ def main(argv: list[str] | None = None) -> int:
             master=spark.sparkContext.master,
             driver_host=sc_conf.get("spark.driver.host"),
             bind_address=sc_conf.get("spark.driver.bindAddress"),
+            **({"views": executor_views(spark.sparkContext)} if args.probe else {}),
         )
         handle = cluster.submit_topology(
             args.name,
@@ -121,6 +144,8 @@ def main(argv: list[str] | None = None) -> int:
             failed_transactions=sum(1 for t in txs if not t["ok"]),
             components=metrics["components"],
             executors=executor_count(spark),
+            **({"views": executor_views(spark.sparkContext)} if args.probe else {}),
+            **({"jobs": spark_jobs(spark.sparkContext)} if args.ui_port else {}),
         )
         handle.kill()
         return 0

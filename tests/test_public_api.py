@@ -21,7 +21,7 @@ PACKAGES = [
 # Names a package resolves lazily through its module ``__getattr__`` (they import the runtime,
 # or redis-py, which is optional).
 LAZY = {
-    "statefulbolts": {"LocalCluster", "TopologyHandle"},
+    "statefulbolts": {"LocalCluster", "StormSubmitter", "TopologyHandle"},
     "statefulbolts.transactional": {
         "OpaqueRedisStreamsTransactionalSpout",
         "RedisBackingMap",
@@ -100,7 +100,9 @@ def test_lazy_runtime_names_resolve():
     code = (
         "import statefulbolts\n"
         "from statefulbolts.runtime import LocalCluster, TopologyHandle\n"
+        "from statefulbolts.submitter import StormSubmitter\n"
         "assert statefulbolts.LocalCluster is LocalCluster\n"
+        "assert statefulbolts.StormSubmitter is StormSubmitter\n"
         "assert statefulbolts.TopologyHandle is TopologyHandle\n"
         "print('ok')\n"
     )

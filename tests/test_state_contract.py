@@ -727,3 +727,113 @@ def test_user_state_still_rebuilds_its_classes_beside_a_system_state(backend: Ba
     user.commit(1)
     got = sorted(backend.state(**USER_CLASSES))
     assert [(k, v, type(v)) for k, v in got] == [("a", 2, int), ("b", 7, int)]
+
+
+# --- the stored image (KeyValueState.stored_txids ... replace_stored) -----------------------
+def _image(state: Any) -> tuple[Any, dict[Any, Any], Any, dict[Any, Any]]:
+    """A state's stored image, decoded: (committed txid, committed, prepared txid, prepared)."""
+    committed_txid, prepared_txid = state.stored_txids()
+    committed = {state.decode_key(k): state.decode_value(v) for k, v in state.scan_committed()}
+    prepared = {
+        state.decode_key(k): None if v is None else state.decode_value(v)
+        for k, v in state.scan_prepared()
+    }
+    return committed_txid, committed, prepared_txid, prepared
+
+
+def _committed_then_prepared(state: Any) -> None:
+    """Committed {a: 1, b: [2], c: 3} at txid 4; prepared at 5: a -> 10, b deleted, d -> 'x'."""
+    state.put("a", 1)
+    state.put("b", [2])
+    state.put("c", 3)
+    state.prepare_commit(4)
+    state.commit(4)
+    state.put("a", 10)
+    state.delete("b")
+    state.put("d", "x")
+    state.prepare_commit(5)
+    state.put("pending", 1)  # this object's own writes are not part of the stored image
+
+
+def test_stored_image_reads_each_layer_as_stored(backend: Backend) -> None:
+    state = backend.state()
+    _committed_then_prepared(state)
+    assert state.supports_stored_image
+    assert _image(state) == (4, {"a": 1, "b": [2], "c": 3}, 5, {"a": 10, "b": None, "d": "x"})
+    # A new object reads the same, and the committed value of a prepared key is still there.
+    fresh = backend.state()
+    assert _image(fresh) == _image(state)
+    assert [fresh.get_committed(k, "-") for k in ("a", "b", "d")] == [1, [2], "-"]
+    assert [fresh.get(k, "-") for k in ("a", "b", "d")] == [10, "-", "x"]
+    # Encoded keys and payloads are the serializers' bytes, the same in every provider.
+    assert dict(fresh.scan_committed())[b"\xa1c"] == b"\x03"
+    assert dict(fresh.scan_prepared())[b"\xa1b"] is None
+
+
+def test_stored_image_of_a_namespace_never_written(backend: Backend) -> None:
+    state = backend.state()
+    assert _image(state) == (None, {}, None, {})
+
+
+def test_replace_stored_installs_an_image_that_commits_and_rolls_back(backend: Backend) -> None:
+    source = backend.state(f"{_topology(backend)}/source-0")
+    _committed_then_prepared(source)
+    target = backend.state()
+    target.put("old", 1)
+    target.prepare_commit(1)
+    target.commit(1)
+    target.rollback()  # a rollback count that the replaced image must not inherit
+    target.replace_stored(4, source.scan_committed(), 5, dict(source.scan_prepared()))
+
+    assert _image(backend.state()) == _image(source)
+    assert backend.state().get("old") is None
+    resumed = backend.state()
+    resumed.commit(5)  # the prepared delta commits as the source's would have
+    assert dict(backend.state()) == {"a": 10, "c": 3, "d": "x"}
+    assert backend.state().stored_txids() == (5, None)
+    again = backend.state()
+    again.put("e", 1)
+    again.prepare_commit(6)
+    again.rollback()
+    assert dict(backend.state()) == {"a": 10, "c": 3, "d": "x"}
+    conf = backend.conf()
+    assert backend.namespace in (get_provider(conf).namespaces(conf, _topology(backend)) or [])
+
+
+def test_replace_stored_with_nothing_leaves_no_namespace(backend: Backend) -> None:
+    state = backend.state()
+    _committed_then_prepared(state)
+    state.rollback()
+    state.replace_stored(None, iter(()), None, {})
+    assert _image(backend.state()) == (None, {}, None, {})
+    conf = backend.conf()
+    assert get_provider(conf).namespaces(conf, backend.namespace) == []
+    first = backend.state()
+    first.put("a", 1)
+    first.prepare_commit(0)
+    first.commit(0)
+    assert dict(backend.state()) == {"a": 1}
+
+
+def test_replace_stored_streams_a_large_committed_map(backend: Backend) -> None:
+    n = 2500  # more than one page of every provider's writes and scans
+    source = backend.state(f"{_topology(backend)}/source-0")
+    for i in range(n):
+        source.put(i, i * 2)
+    source.prepare_commit(7)
+    source.commit(7)
+    streamed = (pair for pair in source.scan_committed())  # an iterator, read once
+    backend.state().replace_stored(7, streamed, None, {})
+    fresh = backend.state()
+    assert fresh.stored_txids() == (7, None)
+    assert sorted(fresh) == [(i, i * 2) for i in range(n)]
+    assert sum(1 for _ in fresh.scan_committed()) == n
+
+
+def test_replace_stored_refuses_a_delta_without_a_txid(backend: Backend) -> None:
+    state = backend.state()
+    state.put("a", 1)
+    state.commit()
+    with pytest.raises(StateTransactionError, match="prepared txid"):
+        state.replace_stored(None, iter(()), None, {b"\xa1a": None})
+    assert dict(backend.state()) == {"a": 1}

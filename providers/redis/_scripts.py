@@ -8,7 +8,7 @@ committed hash of a namespace (``{ns}`` on a cluster), ``ns$prepare`` its prepar
 
 from __future__ import annotations
 
-__all__ = ["ALL", "COMMIT", "COMMIT_WRITES", "LOAD", "PREPARE", "ROLLBACK"]
+__all__ = ["ALL", "COMMIT", "COMMIT_WRITES", "LOAD", "PREPARE", "REPLACE", "ROLLBACK"]
 
 # Shared by the write scripts: apply field/value pairs to a hash, HDEL for tombstones, HSET for
 # the rest, in slices small enough for Lua's unpack() limit.
@@ -110,6 +110,27 @@ local r = redis.call('HINCRBY', KEYS[2], 'rollbacks', 1)
 return {redis.call('HGET', KEYS[2], 'commit') or '', r}
 """
 
+# REPLACE (the stored image's replace_stored, after the new image was staged).
+# KEYS[1] = ns, KEYS[2] = ns$prepare, KEYS[3] = ns$txid,
+# KEYS[4] = ns$import (staged committed hash), KEYS[5] = ns$import-prepare (staged delta),
+# KEYS[6] = ns$import-txid (staged record: 'staged' = '1', and 'commit' / 'prepare' if any).
+# No ARGV. Returns 1 when nothing is staged (already applied: a retry after a lost reply),
+# else 0 after, in this one atomic step: DEL ns, ns$prepare, ns$txid (the rollback count goes
+# with it); RENAME the staged hashes that exist into ns and ns$prepare; copy the staged txids
+# into ns$txid; DEL the staged record. The staged names do not end in "$txid", so a namespace
+# listing never mistakes them for a namespace.
+REPLACE = """
+if redis.call('EXISTS', KEYS[6]) == 0 then return 1 end
+redis.call('DEL', KEYS[1], KEYS[2], KEYS[3])
+if redis.call('EXISTS', KEYS[4]) == 1 then redis.call('RENAME', KEYS[4], KEYS[1]) end
+if redis.call('EXISTS', KEYS[5]) == 1 then redis.call('RENAME', KEYS[5], KEYS[2]) end
+local t = redis.call('HMGET', KEYS[6], 'commit', 'prepare')
+if t[1] then redis.call('HSET', KEYS[3], 'commit', t[1]) end
+if t[2] then redis.call('HSET', KEYS[3], 'prepare', t[2]) end
+redis.call('DEL', KEYS[6])
+return 0
+"""
 
-# Every script, for loading them once per new client.
+# Every script of the transaction, for loading them once per new client (REPLACE, for offline
+# tools only, is loaded on its first use).
 ALL = (LOAD, PREPARE, COMMIT, COMMIT_WRITES, ROLLBACK)

@@ -8,7 +8,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import re
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
 import providers.redis._scripts as _scripts
@@ -26,7 +26,7 @@ from providers.redis._clients import (
     is_cluster,
     overriding_client,
 )
-from providers.redis._codec import TOMBSTONE, parse_txid, unwrap, wire
+from providers.redis._codec import TOMBSTONE, parse_txid, unwrap, wire, wrap
 
 __all__ = ["RedisKeyValueState", "RedisKeyValueStateProvider"]
 
@@ -37,6 +37,11 @@ log = logging.getLogger(__name__)
 
 # Storm's ITERATOR_CHUNK_SIZE: how many fields one HSCAN page asks for.
 _SCAN_COUNT = 100
+# Committed values an iteration keeps in the read cache, at most: a later get of them costs
+# nothing, and iterating millions of keys does not hold them all.
+_ITER_CACHE_LIMIT = 100_000
+# Fields per HSCAN page, and per HSET, when a tool reads or writes a stored image whole.
+_IMAGE_PAGE = 1000
 # How many keys one SCAN page of a namespace listing asks for.
 _KEY_SCAN_COUNT = 1000
 # The transaction record's key is the namespace's key plus this; every namespace that ever
@@ -182,7 +187,14 @@ class RedisKeyValueState(LayeredKeyValueState):
         return [prepared[k] if k in prepared else cache[k] for k in ekeys]
 
     def __iter__(self) -> Iterator[tuple[Any, Any]]:
-        """Pending writes, then the prepared delta, then ``HSCAN`` of committed; each key once."""
+        """Pending writes, then the prepared delta, then ``HSCAN`` of committed; each key once.
+
+        Memory stays bounded whatever the size of the committed hash: only the keys of the
+        pending writes and the prepared delta are remembered (to hide them in the committed
+        hash), and at most ``_ITER_CACHE_LIMIT`` committed values are cached on the way. HSCAN
+        may return a field twice if the hash is written while the scan runs; nothing writes a
+        namespace's committed hash but its one task's commit, which never overlaps its reads.
+        """
         self._flush()
         seen: set[bytes] = set()
         for layer in (dict(self._pending), dict(self._prepared)):
@@ -191,16 +203,21 @@ class RedisKeyValueState(LayeredKeyValueState):
                     seen.add(ekey)
                     if payload is not None:
                         yield self._keys.deserialize(ekey), self._decode(payload)
+        cache = self._cache
+        for ekey, payload in self._scan_hash(self.committed_key, "iteration", _SCAN_COUNT):
+            if ekey not in seen and payload is not None:
+                if len(cache) < _ITER_CACHE_LIMIT:
+                    cache.setdefault(ekey, payload)
+                yield self._keys.deserialize(ekey), self._decode(payload)
+
+    def _scan_hash(self, key: str, step: str, count: int) -> Iterator[tuple[bytes, bytes | None]]:
+        """``(field, payload)`` of a hash of envelopes, one ``HSCAN`` page at a time."""
         cursor = 0
         while True:
-            with self._backend("iteration"):
-                cursor, page = self._client.hscan(self.committed_key, cursor, count=_SCAN_COUNT)
+            with self._backend(step):
+                cursor, page = self._client.hscan(key, cursor, count=count)
             for ekey, raw in page.items():
-                if ekey not in seen:
-                    seen.add(ekey)
-                    payload = unwrap(raw, self.namespace)
-                    self._cache.setdefault(ekey, payload)
-                    yield self._keys.deserialize(ekey), self._decode(payload)
+                yield ekey, unwrap(raw, self.namespace)
             if not cursor:
                 return
 
@@ -305,6 +322,86 @@ class RedisKeyValueState(LayeredKeyValueState):
     def _remember(self, applied: Mapping[bytes, bytes | None]) -> None:
         """Keep the read cache equal to Redis after ``applied`` reached the committed hash."""
         self._cache.update(applied)
+
+    # -- the stored image (see KeyValueState)
+    def stored_txids(self) -> tuple[int | None, int | None]:
+        """``commit`` and ``prepare`` of ``ns$txid``, read now (one ``HMGET``)."""
+        with self._backend("txid read"):
+            commit, prepare = self._client.hmget(self.txid_key, ["commit", "prepare"])
+        return parse_txid(commit), parse_txid(prepare)
+
+    def scan_committed(self) -> Iterator[tuple[bytes, bytes]]:
+        """The committed hash, ``HSCAN`` page by page (a field twice if written meanwhile)."""
+        for ekey, payload in self._scan_hash(self.committed_key, "scan", _IMAGE_PAGE):
+            if payload is not None:  # tombstones never reach the committed hash
+                yield ekey, payload
+
+    def scan_prepared(self) -> Iterator[tuple[bytes, bytes | None]]:
+        """The prepared delta ``ns$prepare``, tombstones as ``None``."""
+        yield from self._scan_hash(self.prepare_key, "scan", _IMAGE_PAGE)
+
+    def get_committed(self, key: Any, default: Any = None) -> Any:
+        """The committed value of ``key`` (one ``HGET``), whatever is prepared or pending."""
+        ekey = self._encode_key(key)
+        with self._backend("get"):
+            raw = self._client.hget(self.committed_key, ekey)
+        payload = None if raw is None else unwrap(raw, self.namespace)
+        return default if payload is None else self._values.deserialize(payload)
+
+    def replace_stored(
+        self,
+        committed_txid: int | None,
+        committed: Iterable[tuple[bytes, bytes]],
+        prepared_txid: int | None,
+        prepared: Mapping[bytes, bytes | None],
+    ) -> None:
+        """Replace the namespace's keys: committed hash, prepared delta, transaction record.
+
+        Steps:
+            1. Stage the new image beside the namespace: ``ns$import`` (committed, ``HSET`` a
+               page at a time), ``ns$import-prepare`` and ``ns$import-txid``, after deleting
+               whatever an interrupted earlier call staged.
+            2. One script (``REPLACE``) swaps the staged keys in and the old ones out,
+               atomically; a retry of it after a lost reply finds nothing staged and does
+               nothing. If step 1 fails, the namespace is untouched.
+        """
+        if prepared and prepared_txid is None:
+            msg = f"state {self.namespace!r}: a prepared delta needs a prepared txid"
+            raise StateTransactionError(msg)
+        base = self.committed_key
+        staged = [f"{base}$import", f"{base}$import-prepare", f"{base}$import-txid"]
+        record = {"staged": "1"}
+        if committed_txid is not None:
+            record["commit"] = str(int(committed_txid))
+        if prepared_txid is not None:
+            record["prepare"] = str(int(prepared_txid))
+        client = self._client
+        with self._backend("replace (staging)"):
+            client.delete(*staged)
+            self._stage(staged[0], ((k, wrap(v)) for k, v in committed))
+            self._stage(
+                staged[1], ((k, TOMBSTONE if v is None else wrap(v)) for k, v in prepared.items())
+            )
+            client.hset(staged[2], mapping=record)
+        keys = [self.committed_key, self.prepare_key, self.txid_key, *staged]
+        with self._backend("replace"):
+            client.register_script(_scripts.REPLACE)(keys=keys)
+        self._pending, self._fresh, self._cache = {}, {}, {}
+        self._prepared = {} if prepared_txid is None else dict(prepared)
+        self._committed_txid, self._prepared_txid = committed_txid, prepared_txid
+        self._rollbacks = b"0"
+        self._superseding = False
+
+    def _stage(self, key: str, envelopes: Iterable[tuple[bytes, bytes]]) -> None:
+        """``HSET`` the pairs into ``key``, ``_IMAGE_PAGE`` fields per command."""
+        page: dict[bytes, bytes] = {}
+        for ekey, envelope in envelopes:
+            page[ekey] = envelope
+            if len(page) >= _IMAGE_PAGE:
+                self._client.hset(key, mapping=page)
+                page = {}
+        if page:
+            self._client.hset(key, mapping=page)
 
     def supersede_prepared(self, txid: int) -> None:
         """Read past a stored delta of ``txid``; the next prepare replaces it (see ``State``).

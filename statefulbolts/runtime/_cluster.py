@@ -1,4 +1,9 @@
-"""``LocalCluster`` and ``TopologyHandle``: submitting topologies to a SparkSession."""
+"""``LocalCluster`` and ``TopologyHandle``: submitting topologies to a SparkSession.
+
+A topology whose config sets ``topology.ui.port`` gets its live dashboard and ``/metrics``
+(``statefulbolts.ui``) from the moment it is submitted until its handle is killed (``kill``,
+``kill_topology`` or the cluster's ``shutdown``); ``handle.ui_url`` says where.
+"""
 
 from __future__ import annotations
 
@@ -30,9 +35,10 @@ class TopologyHandle:
         3
     """
 
-    def __init__(self, runner: TopologyRunner, cluster: LocalCluster) -> None:
+    def __init__(self, runner: TopologyRunner, cluster: LocalCluster, ui: Any = None) -> None:
         self._runner = runner
         self._cluster = cluster
+        self._ui = ui
 
     @property
     def name(self) -> str:
@@ -78,10 +84,20 @@ class TopologyHandle:
         """Where the checkpoint spout and the ledger are now."""
         return self._runner.status()
 
+    @property
+    def ui_url(self) -> str | None:
+        """The dashboard's URL (``topology.ui.port``), ``None`` without one or once killed."""
+        ui = self._ui
+        return ui.url if ui is not None and ui.running else None
+
     def kill(self) -> None:
-        """Stop the topology after the running transaction."""
-        self._runner.kill()
-        self._cluster._forget(self.name)
+        """Stop the topology after the running transaction, then its dashboard."""
+        try:
+            self._runner.kill()
+        finally:
+            if self._ui is not None:
+                self._ui.stop()
+            self._cluster._forget(self.name)
 
     @property
     def runner(self) -> TopologyRunner:
@@ -128,12 +144,28 @@ class LocalCluster:
         if name in self._topologies:
             msg = f"a topology named {name!r} is already running on this cluster"
             raise TopologyError(msg)
-        validate_config(conf)
+        tc = validate_config(conf)
         runner = self._runner(name, conf, topology, clock, on_transaction, faults)
         runner.start()
-        handle = TopologyHandle(runner, self)
+        ui = None
+        if tc.ui_port is not None:
+            try:
+                ui = self._dashboard(runner, tc.ui_host, tc.ui_port)
+            except BaseException:
+                runner.kill()
+                raise
+        handle = TopologyHandle(runner, self, ui)
         self._topologies[name] = handle
         return handle
+
+    def _dashboard(self, runner: TopologyRunner, host: str, port: int) -> Any:
+        """Start the dashboard of ``runner``; it shows the whole run (``Stats`` keep it all)."""
+        from statefulbolts.ui import DashboardServer
+
+        spark_ui = self.spark.sparkContext.uiWebUrl
+        server = DashboardServer(runner, host=host, port=port, spark_ui=spark_ui)
+        server.start()
+        return server
 
     def _runner(
         self,

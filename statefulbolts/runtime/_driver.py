@@ -51,9 +51,9 @@ from statefulbolts.runtime._failures import FailureGate
 from statefulbolts.runtime._ledger import RootLedger
 from statefulbolts.runtime._plan import Router
 from statefulbolts.runtime._records import JobResult
-from statefulbolts.runtime._runner import TopologyRunner, merged_state
+from statefulbolts.runtime._runner import Progress, TopologyRunner, merged_state
 from statefulbolts.runtime._spouts import SpoutTask, SpoutTasks
-from statefulbolts.runtime._stats import TransactionInfo
+from statefulbolts.runtime._stats import TransactionInfo, worker_traceback
 from statefulbolts.runtime._task_errors import describe_job_failure
 from statefulbolts.topology import CHECKPOINT_COMPONENT_ID, StormTopology
 from statefulbolts.tuples import DEFAULT_STREAM
@@ -74,6 +74,7 @@ class _Job:
     started: float
     future: concurrent.futures.Future[JobResult]
     cp_root: int | None = None
+    recovering: bool = False  # the checkpoint spout was recovering when the job started
 
 
 class _CheckpointCollector(SpoutOutputCollector):
@@ -283,7 +284,8 @@ class CheckpointRunner(TopologyRunner):
         records, roots = self.spouts.take() if carries else ([], [])
         spec, cp_root = self.jobs.job(txid, action, records, len(roots))
         future = self.engine.submit(spec)
-        self._job = _Job(txid, action, roots, time.perf_counter(), future, cp_root)
+        recovering = self.cp is not None and self.cp.recovering
+        self._job = _Job(txid, action, roots, time.perf_counter(), future, cp_root, recovering)
 
     # ----------------------------------------------------------------- a job ended
     def _finish(self, job: _Job) -> None:
@@ -305,8 +307,11 @@ class CheckpointRunner(TopologyRunner):
             self._advance(job, ok, errors[-1] if errors else None)
         name = job.action.value if job.action is not None else None
         info = TransactionInfo(job.txid, name, len(job.roots), seconds, ok, len(complete), failed)
+        info.recovery = job.recovering
         if not ok:
             info.error = errors[-1].text if errors else "checkpoint failed"
+            what = f"{name}({job.txid}) failed: {info.error}"
+            self.stats.log_error("failed", what, txid=job.txid)
         self.stats.record(info)
 
     def _advance(self, job: _Job, ok: bool, error: Any) -> None:
@@ -345,18 +350,18 @@ class CheckpointRunner(TopologyRunner):
         cp = self.cp
         if cp is not None and job.cp_root is not None:
             self._failures.with_backend("recording a failed checkpoint", lambda: cp.fail(job.txid))
-        self.stats.record(
-            TransactionInfo(
-                job.txid,
-                job.action.value if job.action else None,
-                len(job.roots),
-                seconds,
-                False,
-                0,
-                len(job.roots),
-                cause,
-            )
+        self.stats.log_error(
+            "failed",
+            f"{name}({job.txid}) failed: {cause}",
+            component=component,
+            task=task,
+            txid=job.txid,
+            traceback=worker_traceback(exc),
         )
+        action = job.action.value if job.action else None
+        info = TransactionInfo(job.txid, action, len(job.roots), seconds, False, 0, len(job.roots))
+        info.error, info.recovery = cause, job.recovering
+        self.stats.record(info)
         outage = error is not None and error.is_a(StateBackendError)
         what = f"{name}({job.txid})"
         self._failures.failed(what, job.txid, cause, component=component, task=task, outage=outage)
@@ -401,6 +406,24 @@ class CheckpointRunner(TopologyRunner):
         with self._lock:
             namespaces = [f"{self.name}/{component_id}-{t}" for t in range(spec.parallelism)]
             return merged_state(self.conf, namespaces)
+
+    def _progress(self) -> Progress:
+        """The checkpoint spout's phase; committed: t in COMMITTED(t), else t - 1."""
+        cp, job = self.cp, self._job
+        running = f"{job.action.value if job.action else 'BATCH'}({job.txid})" if job else None
+        pending = len(self.ledger.live)
+        if cp is None:
+            return Progress(f"running {running}" if running else "waiting", None, pending)
+        cur = cp.cur
+        committed = cur.txid if cur.phase is TxPhase.COMMITTED else cur.txid - 1
+        phase = f"{cur}{' recovering' if cp.recovering else ''}"
+        if running:
+            phase += f", running {running}"
+        return Progress(phase, committed if committed >= 0 else None, pending)
+
+    def spout_lags(self) -> dict[str, int]:
+        """Per spout component, what its source holds not yet acked (see ``SpoutTasks.lags``)."""
+        return self.spouts.lags()
 
     def _counters(self) -> dict[str, dict[str, float]]:
         """The counters per component, spout emits included."""

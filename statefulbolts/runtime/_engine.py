@@ -7,29 +7,34 @@ first-stage task is fed, and its own ``TaskProgram`` (what a task does around it
 ``partitionBy`` on the destination slot between two), runs it on a thread of its own, and hands
 back a ``JobResult``: the roots left open (XOR acks), the failed roots, every task's report
 and the tuples the tasks emitted for components outside the job. Everything Spark-specific of
-running a topology lives here: the topology's broadcast, shipping ``extlib/`` folders to the
-executors, job groups and their cancellation.
+running a topology lives here: the topology's broadcast, shipping code to the executors
+(``extlib/`` folders always; on a non-local master also the framework and the user's modules,
+see ``_shipping``), job groups and their cancellation.
+
+Every job is labelled for Spark's UI and event logs (``job_labels``): its job group names the
+topology, the action and the txid (``wc/PREPARE/txid=3``, ``wc/COMMIT/txid=3/attempt=2``) and
+its description says the same in words (``wc: PREPARE txid=3 (120 tuples)``). A protocol
+cancels its jobs by its own ``JobSpec.group`` (the topology name when it gives none): that key
+is the job's Spark job *tag*, so ``Engine.cancel(group)`` reaches every job started under it
+whatever its action.
 
 Example (what a protocol driver does):
 
     engine = Engine(spark, topology, "wc", conf, max_jobs=1)
     layout = engine.plan.layout(engine.plan.bolts())
-    future = engine.submit(JobSpec(layout, program, inputs, txid=3, description="PREPARE(3)"))
-    result = future.result()  # a JobResult
+    spec = JobSpec(layout, program, inputs, txid=3, description="PREPARE(3)", action="PREPARE")
+    result = engine.submit(spec).result()  # a JobResult
 """
 
 from __future__ import annotations
 
-import atexit
 import concurrent.futures
 import logging
-import shutil
-import tempfile
-import zipfile
+import re
+import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from providers import add_extlib_to_path
 from statefulbolts.errors import TopologyError
@@ -37,16 +42,18 @@ from statefulbolts.runtime._plan import ExecutionPlan, JobLayout
 from statefulbolts.runtime._program import TaskJob, TaskProgram
 from statefulbolts.runtime._records import JobResult
 from statefulbolts.runtime._results import merge_results, reduce_acks
+from statefulbolts.runtime._shipping import build_zip, code_to_ship, folder_source, sources, zip_dir
+from statefulbolts.runtime._spark import is_local
 from statefulbolts.runtime._task import run_task
 from statefulbolts.topology import StormTopology
 
-__all__ = ["Engine", "JobSpec"]
+__all__ = ["Engine", "JobLabels", "JobSpec", "job_labels"]
 
 log = logging.getLogger(__name__)
 
-# extlib folders already shipped, per SparkContext: (folder, newest mtime).
-_SHIPPED_EXTLIB: dict[int, set[tuple[str, int]]] = {}
-_ZIP_DIR: list[Path] = []
+# The zips already added, per Spark application (its id): each is added once.
+_SHIPPED: dict[str, set[str]] = {}
+_SHIPPED_LOCK = threading.Lock()
 
 
 @dataclass(frozen=True)
@@ -57,8 +64,10 @@ class JobSpec:
     data; a record for a task of a later stage is carried there). ``ackers`` > 0 reduces the
     acks over that many Spark partitions, 0 on the driver. ``images`` ships a driver-owned
     provider's state to the tasks under whose roots (``<state_root>/<component>-<task>``) the
-    namespaces are; ``None`` when the job touches no driver-owned state. ``group`` names the
-    Spark job group (for ``Engine.cancel``).
+    namespaces are; ``None`` when the job touches no driver-owned state. ``group`` is the key
+    ``Engine.cancel`` cancels the job by (default: the topology name). ``action`` names the
+    protocol step (``PREPARE``, ``COMMIT``, ...) for Spark's UI; when it is ``None`` it is read
+    from a ``description`` that follows the runners' ``ACTION(id) detail`` form.
     """
 
     layout: JobLayout
@@ -72,6 +81,52 @@ class JobSpec:
     state_root: str = ""
     # The leading values every tuple of the job shares (``ExecutionPlan.lead`` of them).
     lead: tuple[Any, ...] = ()
+    action: str | None = None
+
+
+class JobLabels(NamedTuple):
+    """How a job shows in Spark: its job group and description, and its cancellation tag."""
+
+    group: str
+    description: str
+    tag: str
+
+
+# The runners' descriptions: "[<topology> ]ACTION(<txid or txid:attempt>)[ detail]".
+_DESCRIBED = re.compile(r"(?P<action>[A-Z][A-Z_+]*)\((?P<arg>[^)]*)\)(?P<rest>.*)", re.DOTALL)
+
+
+def job_labels(topology: str, spec: JobSpec) -> JobLabels:
+    """The Spark job group, description and tag of ``spec`` in topology ``topology``.
+
+    Example:
+        >>> labels = job_labels("wc", JobSpec(None, None, [], 3, "wc PREPARE(3) 120 tuples"))
+        >>> labels.group, labels.description, labels.tag
+        ('wc/PREPARE/txid=3', 'wc: PREPARE txid=3 (120 tuples)', 'wc')
+        >>> job_labels("wc", JobSpec(None, None, [], 3, "wc COMMIT(3:2)", group="wc-3:2"))[:2]
+        ('wc/COMMIT/txid=3/attempt=2', 'wc: COMMIT txid=3 attempt=2')
+    """
+    action, attempt, detail = spec.action, "", spec.description.strip()
+    found = _DESCRIBED.search(spec.description)
+    if found is not None:
+        arg, prefix = found.group("arg"), f"{spec.txid}:"
+        attempt = arg[len(prefix) :] if arg.startswith(prefix) else ""
+        if action is None or action == found.group("action"):
+            action, detail = found.group("action"), found.group("rest").strip()
+    action = action or "JOB"
+    group = f"{topology}/{action}/txid={spec.txid}"
+    description = f"{topology}: {action} txid={spec.txid}"
+    if attempt:
+        group += f"/attempt={attempt}"
+        description += f" attempt={attempt}"
+    if detail:
+        description += f" ({detail})"
+    return JobLabels(group, description, _tag(spec.group or topology))
+
+
+def _tag(key: str) -> str:
+    """A Spark job tag for ``key`` (tags may not hold commas; escaped reversibly)."""
+    return key.replace("%", "%25").replace(",", "%2C") or "%"
 
 
 def _identity(key: int) -> int:
@@ -110,6 +165,8 @@ class Engine:
             max_jobs, thread_name_prefix=f"sb-{name}-job"
         )
         _ship_extlib(self.sc, conf)
+        if not is_local(self.sc.master):
+            _ship_code(self.sc, blob, conf)
 
     def submit(self, spec: JobSpec) -> concurrent.futures.Future[JobResult]:
         """Start ``spec`` on the engine's threads; the future holds its ``JobResult``."""
@@ -143,9 +200,12 @@ class Engine:
             )
             raise ValueError(msg)
         sc, blob = self.sc, self._blob
-        # Always set: a pool thread keeps its job group from one job to the next.
-        sc.setJobGroup(spec.group or self.name, spec.description, interruptOnCancel=True)
-        log.debug("running %s", spec.description)
+        labels = job_labels(self.name, spec)
+        # Always set: a pool thread keeps its job group and tags from one job to the next.
+        sc.setJobGroup(labels.group, labels.description, interruptOnCancel=True)
+        sc.clearJobTags()
+        sc.addJobTag(labels.tag)
+        log.debug("running %s", labels.description)
 
         def stage(k: int) -> Any:
             def fn(slot: int, items: Any) -> Any:
@@ -166,9 +226,12 @@ class Engine:
         return merge_results(reduce_acks(rdd.collect()))
 
     def cancel(self, group: str) -> None:
-        """Cancel the running jobs of ``group`` (their futures then fail)."""
+        """Cancel the running jobs started under ``JobSpec.group`` ``group`` (their futures fail).
+
+        The topology name cancels the jobs whose spec gave no group.
+        """
         if self.sc._jsc is not None:
-            self.sc.cancelJobGroup(group)
+            self.sc.cancelJobsWithTag(_tag(group))
 
     def close(self, wait: bool = True) -> None:
         """Stop taking jobs and drop the topology's broadcast (its JVM blocks, a temp file)."""
@@ -181,31 +244,32 @@ class Engine:
         self._blob.destroy()
 
 
-def _zip_dir() -> Path:
-    """One temporary directory per process for extlib zips, removed when the process exits."""
-    if not _ZIP_DIR:
-        path = Path(tempfile.mkdtemp(prefix="statefulbolts-extlib-"))
-        atexit.register(shutil.rmtree, path, True)
-        _ZIP_DIR.append(path)
-    return _ZIP_DIR[0]
+def _add_once(sc: Any, path: str) -> None:
+    """``sc.addPyFile(path)`` unless this Spark application already has it."""
+    with _SHIPPED_LOCK:
+        added = _SHIPPED.setdefault(str(sc.applicationId), set())
+        if path in added:
+            return
+        sc.addPyFile(path)
+        added.add(path)
 
 
 def _ship_extlib(sc: Any, conf: Mapping[str, Any]) -> None:
     """Send every extlib folder to the executors as a zip on their ``sys.path``.
 
-    Each folder is zipped once per version (newest mtime) into this process's temporary
-    directory, removed at exit, and added once per SparkContext.
+    Each folder is zipped once per version into this process's temporary directory (see
+    ``_shipping``), and added once per Spark application.
     """
-    shipped = _SHIPPED_EXTLIB.setdefault(id(sc), set())
     for folder in add_extlib_to_path(conf):
-        files = [p for p in folder.rglob("*.py") if "__pycache__" not in p.parts]
-        stamp = (str(folder), max((p.stat().st_mtime_ns for p in files), default=0))
-        if not files or stamp in shipped:
-            continue
-        shipped.add(stamp)
-        name = _zip_dir() / f"extlib-{abs(hash(stamp)):x}.zip"
-        if not name.exists():
-            with zipfile.ZipFile(name, "w") as zf:
-                for path in files:
-                    zf.write(path, path.relative_to(folder).as_posix())
-        sc.addPyFile(str(name))
+        source = folder_source(str(folder), folder)
+        if source.files:
+            _add_once(sc, str(build_zip(source, zip_dir(), label="extlib")))
+
+
+def _ship_code(sc: Any, blob: bytes, conf: Mapping[str, Any]) -> None:
+    """Send the framework and the topology's own modules to executors of a non-local master."""
+    shipped = []
+    for source in sources(code_to_ship(blob, conf)):
+        _add_once(sc, str(build_zip(source, zip_dir())))
+        shipped.append(source.name)
+    log.info("shipped to the executors: %s", ", ".join(shipped))

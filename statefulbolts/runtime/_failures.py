@@ -11,6 +11,11 @@ Both protocols' drivers keep two runs of failures, with the one policy of ``reco
   side saw it.
 
 A success (a commit) ends both runs. ``ready`` says whether the backoff has passed.
+
+For dashboards and metrics the gate also counts what it saw of the state backend
+(``backend_errors``, ``outage_seconds``, ``backend_down``): an outage lasts from its first
+failure until the call or commit that ended it, as the driver lived it. Other threads read them
+without the driver's lock, so the outage's run is changed and read under a lock of its own.
 """
 
 from __future__ import annotations
@@ -50,6 +55,38 @@ class FailureGate:
         self._retries = RetryBudget(transaction_retries(tc.max_transaction_retries), clock)
         self._outage = RetryBudget(backend_outage(tc.state_backend_timeout_secs), clock)
         self._not_before = 0.0
+        self._backend_errors = 0
+        self._outages_done_s = 0.0
+        self._figures = threading.Lock()
+
+    @property
+    def backend_errors(self) -> int:
+        """State backend errors seen so far (in a job, or in a driver-side state call)."""
+        return self._backend_errors
+
+    @property
+    def backend_down(self) -> bool:
+        """Whether an outage is under way (it failed, and nothing succeeded since)."""
+        with self._figures:
+            return self._outage.failing
+
+    @property
+    def outage_seconds(self) -> float:
+        """Seconds of state backend outage so far, the one under way included."""
+        with self._figures:
+            return self._outages_done_s + self._outage.elapsed
+
+    def _outage_failed(self) -> float | None:
+        """Count a state backend failure; the outage budget's delay (``None``: give up)."""
+        with self._figures:
+            self._backend_errors += 1
+            return self._outage.failed()
+
+    def _outage_over(self) -> None:
+        with self._figures:
+            if self._outage.failing:
+                self._outages_done_s += self._outage.elapsed
+            self._outage.succeeded()
 
     def ready(self) -> bool:
         """Whether the backoff after the last failure has passed."""
@@ -58,7 +95,7 @@ class FailureGate:
     def succeeded(self) -> None:
         """A transaction committed: both runs of failures are over."""
         self._retries.succeeded()
-        self._outage.succeeded()
+        self._outage_over()
 
     def failed(
         self,
@@ -88,7 +125,7 @@ class FailureGate:
         self._not_before = self._clock.now_ms() + delay * 1000.0
 
     def _wait_for_backend(self, what: str, txid: int, cause: str) -> None:
-        delay = self._outage.failed()
+        delay = self._outage_failed()
         waited = self._outage.elapsed
         if delay is None:
             limit = self._tc.state_backend_timeout_secs
@@ -119,7 +156,7 @@ class FailureGate:
                 result = call()
             except StateBackendError as exc:
                 failed_here = True
-                delay = self._outage.failed()
+                delay = self._outage_failed()
                 if self._stopping.is_set():
                     raise
                 if delay is None:
@@ -141,5 +178,5 @@ class FailureGate:
                 self._clock.sleep(delay)
             else:
                 if failed_here:
-                    self._outage.succeeded()
+                    self._outage_over()
                 return result

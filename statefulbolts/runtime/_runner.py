@@ -6,6 +6,12 @@ whether it made progress; a step that made none waits a little. The first error 
 stops the loop and is kept, and ``await_idle`` raises it in the caller's thread. Subclasses
 (``CheckpointRunner``, ``TransactionalRunner``) say what a step is, when the topology is idle,
 and what ``status``, ``metrics`` and ``read_state`` show.
+
+``observe`` is for readers on other threads (the dashboard, Prometheus): it copies every figure
+into an ``Observation`` without waiting for the driver loop longer than ``_OBSERVE_WAIT``. The
+protocol's own view (its phase, committed txid, pending tuple trees) needs the loop's lock; when
+a step holds it longer (a driver-side state call waiting out a backend outage), the last view
+is shown again, marked ``stale``.
 """
 
 from __future__ import annotations
@@ -15,18 +21,57 @@ import threading
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, NamedTuple
 
 from providers import KeyValueState, StateFactory
 from recovery.faults import FaultPlan
 from statefulbolts._config import TopologyConfig, validate_config
 from statefulbolts.clock import Clock
 from statefulbolts.errors import TopologyError, TopologyFailedError
-from statefulbolts.runtime._stats import Stats, TransactionInfo
+from statefulbolts.runtime._failures import FailureGate
+from statefulbolts.runtime._stats import Stats, StatsSnapshot, TransactionInfo, format_traceback
+from statefulbolts.transactional._coordinator import FIRST_TXID
+from statefulbolts.transactional._topology import TransactionalTopology
 
-__all__ = ["TopologyRunner", "hashable", "merged_state"]
+__all__ = ["Observation", "Progress", "TopologyRunner", "hashable", "merged_state"]
 
 log = logging.getLogger(__name__)
+# How long ``observe`` waits for the driver loop's lock before showing the last view again.
+_OBSERVE_WAIT = 0.25
+
+
+class Progress(NamedTuple):
+    """Where a protocol is: a phase to show, the last committed txid, the pending tuple trees."""
+
+    phase: str
+    committed_txid: int | None
+    pending_trees: int | None
+
+
+@dataclass(frozen=True)
+class Observation:
+    """Everything a dashboard or a metrics scrape shows of a runner, copied at one moment.
+
+    ``state`` is ``running``, ``idle``, ``failed`` (stopped by an error) or ``stopped``
+    (killed); ``stale`` says the protocol's view (``status``, ``progress``) is the last one
+    taken because the driver loop was busy.
+    """
+
+    name: str
+    kind: str
+    state: str
+    started_at: float
+    at: float
+    status: dict[str, Any]
+    progress: Progress
+    stale: bool
+    stats: StatsSnapshot
+    backend_errors: int
+    outage_seconds: float
+    backend_down: bool
+    spout_lags: dict[str, int]
+    error: str | None
 
 
 class TopologyRunner(ABC):
@@ -53,6 +98,8 @@ class TopologyRunner(ABC):
         self.stats = Stats(on_transaction=on_transaction)
         self.faults = faults if faults is not None else FaultPlan.from_conf(self.conf)
         self.error: BaseException | None = None
+        self.started_at = time.time()
+        self._view: tuple[dict[str, Any], Progress] = ({}, Progress("starting", None, None))
         self._lock = threading.RLock()
         self._stop = threading.Event()
         self._idle = threading.Event()
@@ -83,6 +130,66 @@ class TopologyRunner(ABC):
     @abstractmethod
     def read_state(self, component_id: str) -> dict[Any, Any]:
         """The committed state a component keeps, merged over its tasks."""
+
+    # A protocol's failure gate (its state backend figures), set by the subclass.
+    _failures: FailureGate | None = None
+
+    @property
+    def kind(self) -> str:
+        """``transactional`` for a transactional topology's runner, else ``checkpoint``."""
+        topology = getattr(self, "topology", None)
+        return "transactional" if isinstance(topology, TransactionalTopology) else "checkpoint"
+
+    def _progress(self) -> Progress:
+        """The protocol's phase, committed txid and pending trees (holding the lock).
+
+        By default read from a transactional ``status()``: the active txids and their phases,
+        and ``current_txid`` (the next to commit; the one before it committed). Tuple trees
+        belong to the checkpoint protocol, which says so itself.
+        """
+        status = self.status()
+        current = status.get("current_txid")
+        active = status.get("active") or {}
+        phase = ", ".join(f"{t}: {a.get('phase')}" for t, a in active.items()) or "waiting"
+        committed = current - 1 if isinstance(current, int) and current > FIRST_TXID else None
+        return Progress(phase, committed, None)
+
+    def spout_lags(self) -> dict[str, int]:
+        """Per spout component, what its source holds not yet acked (none by default)."""
+        return {}
+
+    def observe(self, last: int | None = 200) -> Observation:
+        """A copy of every figure for a reader on another thread (the ``last`` transactions)."""
+        stale = not self._lock.acquire(timeout=_OBSERVE_WAIT)
+        if not stale:
+            try:
+                self._view = (self.status(), self._progress())
+            finally:
+                self._lock.release()
+        status, progress = self._view
+        gate = self._failures
+        if self.error is not None:
+            state = "failed"
+        elif self.done:
+            state = "stopped"
+        else:
+            state = "idle" if self._idle.is_set() else "running"
+        return Observation(
+            name=self.name,
+            kind=self.kind,
+            state=state,
+            started_at=self.started_at,
+            at=time.time(),
+            status=dict(status),
+            progress=progress,
+            stale=stale,
+            stats=self.stats.snapshot(last),
+            backend_errors=gate.backend_errors if gate is not None else 0,
+            outage_seconds=gate.outage_seconds if gate is not None else 0.0,
+            backend_down=gate.backend_down if gate is not None else False,
+            spout_lags=self.spout_lags(),
+            error=str(self.error) if self.error is not None else None,
+        )
 
     def metrics(self) -> dict[str, Any]:
         """Per component counters and per transaction figures."""
@@ -151,6 +258,7 @@ class TopologyRunner(ABC):
                     self._after_progress()
         except BaseException as exc:  # noqa: BLE001 - kept and re-raised to the caller
             log.error("topology %s stopped: %s", self.name, exc)
+            self.stats.log_error("fatal", str(exc), traceback=format_traceback(exc))
             self.error = exc
         finally:
             self._shutdown()

@@ -1,4 +1,8 @@
-"""Getting a SparkSession that suits the runtime, bound to loopback for local masters."""
+"""Getting a SparkSession that suits the runtime, bound to loopback for local masters.
+
+``build_session`` makes one for a master; ``application_session`` takes the one of an
+application that ``spark-submit`` launched.
+"""
 
 from __future__ import annotations
 
@@ -8,6 +12,8 @@ import re
 import sys
 from collections.abc import Mapping
 from typing import Any
+
+from statefulbolts.errors import ConfigError
 
 log = logging.getLogger(__name__)
 
@@ -73,7 +79,9 @@ UDS_KEY = "spark.python.unix.domain.socket.enabled"
 
 
 # PySpark's daemon prints a BrokenPipeError traceback for each idle worker whose socket the JVM
-# closed while the SparkContext stopped; ours ends them quietly (see ``_daemon``).
+# closed while the SparkContext stopped; ours ends them quietly (see ``_daemon``). Local masters
+# only: there the tracebacks land on the driver's stderr, and the workers import what the driver
+# imports; a cluster's executors start their daemon before any shipped zip is on their path.
 DAEMON_KEY = "spark.python.daemon.module"
 DAEMON_MODULE = "statefulbolts.runtime._daemon"
 
@@ -97,6 +105,31 @@ def python_worker_settings(user_conf: Mapping[str, Any] | None = None) -> dict[s
     return {UDS_KEY: "true"}
 
 
+def _session_settings(
+    master: str, spark_conf: Mapping[str, Any], task_max_failures: int
+) -> dict[str, str]:
+    """What the runtime sets for ``master`` before a SparkContext starts (``spark_conf`` wins).
+
+    Local and loopback standalone masters: loopback binding and the Python worker transport.
+    Local masters only: the quiet worker daemon, and executors that import what the driver
+    can (``spark.executorEnv.PYTHONPATH`` from ``sys.path``). Other masters:
+    ``spark.task.maxFailures``; their executors get this project from ``_shipping``.
+    """
+    settings: dict[str, str] = {}
+    if is_local(master) or is_loopback_master(master):
+        settings.update(loopback_settings(spark_conf))
+        settings.update(python_worker_settings(spark_conf))
+    if is_local(master):
+        settings.update(python_daemon_settings(spark_conf))
+        if "spark.executorEnv.PYTHONPATH" not in spark_conf:
+            # Local workers run on this machine: let them import what the driver can.
+            paths = [p for p in sys.path if p and os.path.isdir(p)]
+            settings["spark.executorEnv.PYTHONPATH"] = os.pathsep.join(paths)
+    elif "spark.task.maxFailures" not in spark_conf:
+        settings["spark.task.maxFailures"] = str(task_max_failures)
+    return settings
+
+
 def build_session(
     master: str = "local[2]",
     app_name: str = "statefulbolts",
@@ -108,9 +141,9 @@ def build_session(
     Local masters, and standalone masters on 127.0.0.1 / localhost, get loopback binding (unless
     ``spark_conf`` says otherwise): a driver that talks to executors on this machine only has no
     reason to listen on any other interface; their Python workers talk to the JVM over Unix
-    domain sockets where PySpark supports them (``UDS_KEY``), through a daemon whose workers end
-    quietly when the JVM stops first (``DAEMON_MODULE``). A local master's JVM also gets
-    ``LOCAL_JVM_OPTIONS`` (C1 JIT only) unless ``spark_conf`` sets
+    domain sockets where PySpark supports them (``UDS_KEY``). Local masters' workers run
+    through a daemon whose workers end quietly when the JVM stops first (``DAEMON_MODULE``), and
+    their JVM gets ``LOCAL_JVM_OPTIONS`` (C1 JIT only) unless ``spark_conf`` sets
     ``spark.driver.extraJavaOptions``. Other masters keep Spark's defaults, except that
     ``spark.task.maxFailures`` is ``task_max_failures`` unless ``spark_conf`` sets it.
     """
@@ -120,27 +153,68 @@ def build_session(
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     builder = SparkSession.builder.appName(app_name)
-    if is_local(master) or is_loopback_master(master):
-        settings = {
-            **loopback_settings(spark_conf),
-            **python_worker_settings(spark_conf),
-            **python_daemon_settings(spark_conf),
-        }
-        for key, value in settings.items():
-            builder = builder.config(key, value)
-    if not is_local(master) and "spark.task.maxFailures" not in spark_conf:
-        builder = builder.config("spark.task.maxFailures", str(task_max_failures))
+    settings = _session_settings(master, spark_conf, task_max_failures)
     if is_local(master):
-        for key, value in local_jvm_settings(spark_conf).items():
-            builder = builder.config(key, value)
+        settings.update(local_jvm_settings(spark_conf))
         master = with_task_retries(master, task_max_failures)
-        if "spark.executorEnv.PYTHONPATH" not in spark_conf:
-            # Local workers run on this machine: let them import what the driver can.
-            paths = [p for p in sys.path if p and os.path.isdir(p)]
-            builder = builder.config("spark.executorEnv.PYTHONPATH", os.pathsep.join(paths))
-    builder = builder.master(master)
-    for key, value in spark_conf.items():
+    for key, value in {**settings, **spark_conf}.items():
         builder = builder.config(key, str(value))
+    return _started(builder.master(master))
+
+
+def under_spark_submit() -> bool:
+    """Whether this Python process was started by ``spark-submit`` (its JVM is already up).
+
+    ``spark-submit`` runs a Python application as a child of its JVM and tells it where that
+    JVM's gateway listens (``PYSPARK_GATEWAY_PORT``); PySpark then uses that JVM, and the
+    master and settings given to ``spark-submit``.
+    """
+    return "PYSPARK_GATEWAY_PORT" in os.environ
+
+
+def application_session(task_max_failures: int = 4) -> Any:
+    """The SparkSession of this application, as ``spark-submit`` (or a notebook) set it up.
+
+    A running session (this thread's active one, or the process's) is returned as it is.
+    Otherwise, under ``spark-submit``, one is created from the configuration it gave
+    (``--master``, ``--conf``, ``--name``), never overriding it: the runtime adds only what
+    ``build_session`` would add for that master and that is not set already (loopback binding
+    for local masters, ``spark.task.maxFailures``). A local master's workers run this Python
+    unless ``PYSPARK_PYTHON`` says otherwise; other masters' executors run
+    ``spark.pyspark.python`` / ``PYSPARK_PYTHON`` (Spark's default: ``python3``).
+
+    Raises:
+        ConfigError: no session runs and this process was not started by ``spark-submit``.
+    """
+    from pyspark import SparkConf, SparkContext
+    from pyspark.sql import SparkSession
+
+    active = SparkSession.getActiveSession()
+    if active is not None:
+        return active
+    if SparkContext._active_spark_context is not None:
+        return SparkSession.builder.getOrCreate()  # the process's session, on its context
+    if not under_spark_submit():
+        msg = (
+            "no Spark application to submit to: StormSubmitter runs inside an application "
+            "launched with spark-submit (spark-submit --master URL app.py), or where a "
+            "SparkSession is running; to run a topology from a plain Python process use "
+            "LocalCluster(master)"
+        )
+        raise ConfigError(msg)
+    given = dict(SparkConf().getAll())  # spark-submit's, from its JVM
+    master = given.get("spark.master", "local[*]")
+    if is_local(master):  # workers on this machine: this Python, unless told otherwise
+        os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    builder = SparkSession.builder
+    if "spark.app.name" not in given:
+        builder = builder.appName("statefulbolts")
+    for key, value in _session_settings(master, given, task_max_failures).items():
+        builder = builder.config(key, value)
+    return _started(builder)
+
+
+def _started(builder: Any) -> Any:
     session = builder.getOrCreate()
     session.sparkContext.setLogLevel(os.environ.get("STATEFULBOLTS_SPARK_LOG_LEVEL", "ERROR"))
     log.info("Spark session on %s", session.sparkContext.master)

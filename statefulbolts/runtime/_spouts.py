@@ -9,6 +9,10 @@ tracked tuple (one with a message id, while acking is on) becomes a live root in
 
 The emit path is the driver's hot path (one call per spout tuple): it is ``_emit``, bound to
 each spout's collector with ``functools.partial`` so that a spout's ``emit`` costs one frame.
+
+A spout task remembers the message ids it was told had failed (``SpoutTask.failed_ids``) until
+they are emitted again, acked, or too many: an emit of one of them counts as a replay. The emit
+path pays for this only while some failed id waits (``_count_replay``).
 """
 
 from __future__ import annotations
@@ -34,6 +38,8 @@ __all__ = ["MAX_BUFFER", "SpoutTask", "SpoutTasks"]
 log = logging.getLogger(__name__)
 
 MAX_BUFFER = 2_000_000
+# Failed message ids a spout task remembers to count their replays; the oldest go beyond this.
+_MAX_FAILED_IDS = 100_000
 # Calls of next_tuple per spout task per gathering step, at most.
 _BURST = 64
 
@@ -53,6 +59,7 @@ class SpoutTask:
         "name",
         "context",
         "index",
+        "failed_ids",
     )
 
     def __init__(
@@ -67,6 +74,8 @@ class SpoutTask:
         self.emitted = 0
         self.live = 0
         self.context: TopologyContext | None = None
+        # Message ids failed and not yet emitted again or acked, oldest first (values unused).
+        self.failed_ids: dict[Any, None] = {}
 
 
 class _Collector(SpoutOutputCollector):
@@ -258,6 +267,8 @@ class SpoutTasks:
                 batch[1].append(root)
         self.buffered += 1
         st.emitted += 1
+        if st.failed_ids and message_id is not None:
+            self._count_replay(st, message_id)
         if root and sent:
             self._ledger.live[root] = (st.index, message_id)
             self._buffer_roots.append(root)
@@ -284,6 +295,15 @@ class SpoutTasks:
         st.streams[stream] = info
         return info
 
+    def _count_replay(self, st: SpoutTask, message_id: Any) -> None:
+        """Count an emit of a message id that had failed as a replay."""
+        try:
+            replayed = st.failed_ids.pop(message_id, st) is not st
+        except TypeError:  # an unhashable message id was never remembered
+            return
+        if replayed:
+            self._stats.add(st.name, replayed=1)
+
     # ---------------------------------------------------------------- the ledger's calls
     def ack_messages(self, index: int, message_ids: list[Any]) -> None:
         """``ack`` each message id at spout task ``index``, in one C-level loop."""
@@ -291,11 +311,25 @@ class SpoutTasks:
         st.live -= len(message_ids)
         collections.deque(map(st.spout.ack, message_ids), maxlen=0)
         self._stats.add(st.name, acked=len(message_ids))
+        if st.failed_ids:  # acked without a replay we saw: no longer waiting for one
+            for message_id in message_ids:
+                st.failed_ids.pop(message_id, None)
 
     def fail_message(self, index: int, message_id: Any) -> None:
         """``fail`` one message id at spout task ``index``."""
         st = self.tasks[index]
         st.live -= 1
+        try:
+            st.failed_ids[message_id] = None
+        except TypeError:
+            log.debug(
+                "spout %s: message id %r is unhashable; its replay is not counted",
+                st.name,
+                message_id,
+            )
+        else:
+            if len(st.failed_ids) > _MAX_FAILED_IDS:
+                del st.failed_ids[next(iter(st.failed_ids))]
         st.spout.fail(message_id)
         self._stats.add(st.name, failed=1)
 
@@ -328,6 +362,22 @@ class SpoutTasks:
         out: dict[str, int] = {}
         for st in self.tasks:
             out[st.name] = out.get(st.name, 0) + st.emitted
+        return out
+
+    def lags(self) -> dict[str, int]:
+        """Per spout component, what its source holds that the topology has not yet acked.
+
+        Asked of every spout task with a ``lag()`` method (``RedisStreamSpout``: the entries
+        its consumer group has not acknowledged); the largest answer of a component's tasks
+        wins (they usually share one source). A task that answers ``None`` does not know.
+        Called from a reader's thread, not the driver's: a spout's ``lag`` must allow that.
+        """
+        out: dict[str, int] = {}
+        for st in list(self.tasks):
+            lag = getattr(st.spout, "lag", None)
+            value = lag() if callable(lag) else None
+            if value is not None:
+                out[st.name] = max(out.get(st.name, 0), int(value))
         return out
 
     def by_name(self) -> dict[tuple[str, int], SpoutTask]:

@@ -1,8 +1,35 @@
-"""What a running topology counts: per component, per transaction, and the errors it saw."""
+"""What a running topology counts: per component, per transaction, the errors and recoveries.
+
+The driver thread writes every figure here; a dashboard or a Prometheus scrape reads them from
+another thread (``Stats.snapshot``). Component counters are plain dicts the hot paths add to
+without a lock (a dict copy is one step for the interpreter, so a reader never sees a half
+update of one counter); the rarer records (transactions, errors, recoveries) are appended
+under a small lock of their own, never the driver loop's, so a reader does not wait for a
+step to end.
+
+What is kept:
+
+- per component: executed, emitted, acked, failed, replayed (a spout re-emitting a message id
+  it was told had failed), errors (``report_error`` calls) and task seconds;
+- per transaction: a ``TransactionInfo`` (the last ``_KEEP``), the count of each (action,
+  outcome) since the start, and the durations per action as a histogram (``DurationHistogram``);
+- errors: the text of each reported error (``errors``, as before) and, in ``error_log``, the
+  last ``_LOG`` errors of any kind with where they happened and, when the driver has it, the
+  Python traceback (a task that failed its job: Spark hands the worker's traceback back; a
+  ``report_error`` from a task carries only ``Type: message``, see ``ReportedError``);
+- recoveries: every transaction the protocol ran to recover (``TransactionInfo.recovery``: the
+  checkpoint spout's ROLLBACK, INITSTATE, or a COMMIT rolled forward) and every failed
+  transaction, which the protocol tries again (kind ``RETRY``).
+"""
 
 from __future__ import annotations
 
+import bisect
+import collections
 import logging
+import threading
+import time
+import traceback
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -11,10 +38,32 @@ from providers import DriverOwnedStateProvider
 from statefulbolts.runtime._plan import ExecutionPlan
 from statefulbolts.runtime._records import JobResult, ReportedError
 
-__all__ = ["Stats", "TransactionInfo"]
+__all__ = [
+    "DURATION_BUCKETS",
+    "DurationHistogram",
+    "ErrorRecord",
+    "RecoveryRecord",
+    "Stats",
+    "StatsSnapshot",
+    "TransactionInfo",
+    "format_traceback",
+    "worker_traceback",
+]
 
 # Transactions kept for ``metrics()``; the oldest half goes when there are more.
 _KEEP = 10_000
+# Errors and recoveries kept with their details (counts are kept for all of them).
+_LOG = 200
+# Characters of one traceback kept.
+_TRACEBACK_CHARS = 20_000
+# Upper bounds (seconds) of the transaction duration histogram's buckets; +Inf is implied.
+DURATION_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
+# The kind of recovery a failed transaction is: the protocol tries it again.
+RETRY = "RETRY"
+
+_COUNTERS = ("executed", "emitted", "acked", "failed", "replayed", "errors")
+_PYTHON_TRACEBACK = "Traceback (most recent call last):"
+_TASK_ERROR_MARK = " [statefulbolts-task-error "
 
 
 @dataclass
@@ -31,10 +80,103 @@ class TransactionInfo:
     error: str | None = None
     # Seconds per job of a transactional batch ("emit", "process", "commit"); else empty.
     phases: dict[str, float] = field(default_factory=dict)
+    # Whether the protocol ran it to recover (the checkpoint spout was recovering).
+    recovery: bool = False
+    # When it ended (Unix seconds); set when it is recorded.
+    at: float = 0.0
 
     def as_dict(self) -> dict[str, Any]:
         """A JSON-friendly dict."""
         return dict(self.__dict__)
+
+
+@dataclass(frozen=True)
+class ErrorRecord:
+    """One error the topology met: where, what, and the traceback when the driver has one.
+
+    ``kind`` is ``reported`` (a component's ``report_error``), ``failed`` (a transaction's job
+    failed: a task raised, a worker died) or ``fatal`` (the error that stopped the topology).
+    """
+
+    at: float
+    kind: str
+    text: str
+    component: str | None = None
+    task: int | None = None
+    txid: int | None = None
+    traceback: str | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        """A JSON-friendly dict."""
+        return dict(self.__dict__)
+
+
+@dataclass(frozen=True)
+class RecoveryRecord:
+    """One recovery step: a recovery transaction (its action), or a failed one to retry."""
+
+    at: float
+    kind: str
+    txid: int
+    ok: bool
+    cause: str | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        """A JSON-friendly dict."""
+        return dict(self.__dict__)
+
+
+class DurationHistogram:
+    """Counts of durations per bucket (``DURATION_BUCKETS``, then +Inf), their sum and count.
+
+    Example:
+        >>> h = DurationHistogram()
+        >>> h.observe(0.2)
+        >>> h.observe(7.0)
+        >>> h.cumulative()[4:6], h.count, h.sum
+        ([(0.25, 1), (0.5, 1)], 2, 7.2)
+    """
+
+    __slots__ = ("count", "sum", "_counts")
+
+    def __init__(self) -> None:
+        self._counts = [0] * (len(DURATION_BUCKETS) + 1)
+        self.count = 0
+        self.sum = 0.0
+
+    def observe(self, seconds: float) -> None:
+        """Count one duration."""
+        self._counts[bisect.bisect_left(DURATION_BUCKETS, seconds)] += 1
+        self.count += 1
+        self.sum += seconds
+
+    def cumulative(self) -> list[tuple[float, int]]:
+        """``(upper bound, durations at most that long)`` per bucket, +Inf last."""
+        out, running = [], 0
+        for bound, n in zip((*DURATION_BUCKETS, float("inf")), self._counts, strict=True):
+            running += n
+            out.append((bound, running))
+        return out
+
+    def copy(self) -> DurationHistogram:
+        """An independent copy."""
+        other = DurationHistogram()
+        other._counts = list(self._counts)
+        other.count, other.sum = self.count, self.sum
+        return other
+
+
+@dataclass(frozen=True)
+class StatsSnapshot:
+    """A consistent copy of the figures, for a reader on another thread."""
+
+    components: dict[str, dict[str, float]]
+    transactions: list[TransactionInfo]
+    outcomes: dict[tuple[str, bool], int]
+    durations: dict[str, DurationHistogram]
+    errors: list[ErrorRecord]
+    recoveries: list[RecoveryRecord]
+    recovery_counts: dict[str, int]
 
 
 @dataclass
@@ -45,27 +187,101 @@ class Stats:
     transactions: list[TransactionInfo] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
     on_transaction: Callable[[TransactionInfo], None] | None = None
+    error_log: collections.deque[ErrorRecord] = field(
+        default_factory=lambda: collections.deque(maxlen=_LOG)
+    )
+    recoveries: collections.deque[RecoveryRecord] = field(
+        default_factory=lambda: collections.deque(maxlen=_LOG)
+    )
+    recovery_counts: collections.Counter[str] = field(default_factory=collections.Counter)
+    # (action, ok) -> transactions recorded, since the start.
+    outcomes: collections.Counter[tuple[str, bool]] = field(default_factory=collections.Counter)
+    durations: dict[str, DurationHistogram] = field(default_factory=dict)
+    _listeners: list[Callable[[TransactionInfo], None]] = field(default_factory=list)
+    _lock: threading.Lock = field(default_factory=threading.Lock)
 
     def add(self, component: str, **values: float) -> None:
         """Add to a component's counters."""
-        row = self.components.setdefault(
-            component, {"executed": 0, "emitted": 0, "acked": 0, "failed": 0, "errors": 0}
-        )
+        row = self.components.get(component)
+        if row is None:
+            row = self.components.setdefault(component, dict.fromkeys(_COUNTERS, 0))
         for key, value in values.items():
             row[key] = row.get(key, 0) + value
 
-    def error(self, component: str, text: str) -> None:
-        """Keep an error against a component."""
+    def add_listener(self, listener: Callable[[TransactionInfo], None]) -> None:
+        """Call ``listener`` with every transaction recorded from now on (after the callback)."""
+        with self._lock:
+            self._listeners.append(listener)
+
+    def error(
+        self,
+        component: str,
+        text: str,
+        *,
+        task: int | None = None,
+        txid: int | None = None,
+    ) -> None:
+        """Keep an error a component reported."""
         self.errors.append(text)
         self.add(component, errors=1)
+        self.log_error("reported", text, component=component, task=task, txid=txid)
+
+    def log_error(
+        self,
+        kind: str,
+        text: str,
+        *,
+        component: str | None = None,
+        task: int | None = None,
+        txid: int | None = None,
+        traceback: str | None = None,
+    ) -> None:
+        """Keep an error's details in ``error_log`` (see ``ErrorRecord`` for ``kind``)."""
+        if traceback is not None and len(traceback) > _TRACEBACK_CHARS:
+            traceback = traceback[:_TRACEBACK_CHARS] + "\n... (cut)"
+        record = ErrorRecord(time.time(), kind, text, component, task, txid, traceback)
+        with self._lock:
+            self.error_log.append(record)
 
     def record(self, info: TransactionInfo) -> None:
         """Keep one transaction's figures and tell the ``on_transaction`` callback."""
-        self.transactions.append(info)
-        if len(self.transactions) > _KEEP:
-            del self.transactions[: _KEEP // 2]
+        if not info.at:
+            info.at = time.time()
+        action = info.action or "BATCH"
+        with self._lock:
+            self.transactions.append(info)
+            if len(self.transactions) > _KEEP:
+                del self.transactions[: _KEEP // 2]
+            self.outcomes[(action, info.ok)] += 1
+            histogram = self.durations.get(action)
+            if histogram is None:
+                histogram = self.durations[action] = DurationHistogram()
+            histogram.observe(info.seconds)
+            if info.recovery or not info.ok:
+                kind = action if info.recovery else RETRY
+                recovery = RecoveryRecord(info.at, kind, info.txid, info.ok, info.error)
+                self.recoveries.append(recovery)
+                self.recovery_counts[kind] += 1
+            listeners = list(self._listeners)
         if self.on_transaction is not None:
             self.on_transaction(info)
+        for listener in listeners:
+            listener(info)
+
+    def snapshot(self, last: int | None = None) -> StatsSnapshot:
+        """A copy of every figure (only the ``last`` transactions, if given)."""
+        components = {k: dict(v) for k, v in list(self.components.items())}
+        with self._lock:
+            txs = self.transactions if last is None else self.transactions[-last:] if last else []
+            return StatsSnapshot(
+                components=components,
+                transactions=list(txs),
+                outcomes=dict(self.outcomes),
+                durations={k: h.copy() for k, h in self.durations.items()},
+                errors=list(self.error_log),
+                recoveries=list(self.recoveries),
+                recovery_counts=dict(self.recovery_counts),
+            )
 
     def take_reports(
         self,
@@ -88,9 +304,10 @@ class Stats:
         self.add_reports(result, names)
         errors = result.errors
         for e in errors:
-            text = f"component {names[e.comp]!r} task {plan.task_ids[e.comp][e.task]}: {e.text}"
+            task = plan.task_ids[e.comp][e.task]
+            text = f"component {names[e.comp]!r} task {task}: {e.text}"
             log.warning("txid %s: %s", txid, text)
-            self.error(names[e.comp], text)
+            self.error(names[e.comp], text, task=task, txid=txid)
         return errors
 
     def add_reports(self, result: JobResult, names: list[str]) -> None:
@@ -105,3 +322,35 @@ class Stats:
                 failed=m.failed,
                 seconds=m.seconds,
             )
+
+
+def worker_traceback(exc: BaseException) -> str | None:
+    r"""The Python traceback a Spark worker sent back inside ``exc``'s text, if there is one.
+
+    PySpark puts the worker's formatted traceback in the message of the exception the driver
+    gets (after Java's own lines for a ``Py4JJavaError``). The Java stack frames that may follow
+    (``\tat ...``) and the task error's encoded marker are left out.
+
+    Example:
+        >>> text = "boom:\nTraceback (most recent call last):\n  File x\nValueError: bad"
+        >>> print(worker_traceback(RuntimeError(text + "\n\tat J")))
+        Traceback (most recent call last):
+          File x
+        ValueError: bad
+    """
+    text = str(exc)
+    start = text.find(_PYTHON_TRACEBACK)
+    if start < 0:
+        return None
+    lines = []
+    for line in text[start:].splitlines():
+        if line.startswith("\tat ") or line.startswith("Caused by: "):
+            break
+        mark = line.find(_TASK_ERROR_MARK)
+        lines.append(line[:mark] if mark >= 0 else line)
+    return "\n".join(lines).rstrip()
+
+
+def format_traceback(exc: BaseException) -> str:
+    """``exc``'s traceback as Python prints it (with the exceptions it was raised from)."""
+    return "".join(traceback.format_exception(exc)).rstrip()
