@@ -202,7 +202,14 @@ def test_a_driver_killed_at_a_point_is_restarted_and_counts_exactly(
     # A txid whose emission had not ended has no partition metas: the restart emits it anew.
     replayed = tc.complete_batches(restart_log)
     emitted = [t for t in before.replays if any(t in m for m in before.partitions.values())]
-    assert k in emitted
+    if plan.pending == 1 and point == "during-processing":
+        # At pending 1 the emitters run inside K's processing job: a kill during it leaves
+        # nothing of K stored, and the restart emits K anew (identically: nothing committed).
+        assert k not in emitted
+        if k in first_batches:
+            assert replayed[k] == first_batches[k]
+    else:
+        assert k in emitted
     for t in emitted:
         metas = [m[t] for m in before.partitions.values() if t in m]
         assert len(metas) == len(STREAMS)
