@@ -38,7 +38,10 @@ library; copy it and swap SQL for your store's calls.
    (connections, pools) in a module-level cache keyed by process id and config. Optionally,
    ``namespaces(conf, prefix="")``: the sorted namespaces starting with ``prefix`` that hold
    state, so ``checkpoint status`` finds a topology's tasks (the default, ``None``, says the
-   provider cannot list).
+   provider cannot list). Optionally too, the *stored image* (``stored_txids``,
+   ``scan_committed``, ``scan_prepared``, ``decode_key``, ``decode_value``, ``get_committed``,
+   ``replace_stored``; see ``providers.KeyValueState``), so that ``statefulbolts state`` can
+   dump the provider's states and export or import a topology; this file has all of them.
 
    Choose the key and value serializers with ``providers.resolve_serializers`` from the four
    fields above and nothing else: the framework stores its own records (the checkpoint spout's
@@ -421,18 +424,12 @@ class SqliteKeyValueState(KeyValueState):
     # -- the stored image (optional; see providers.KeyValueState): for offline tools
     def stored_txids(self) -> tuple[int | None, int | None]:
         """``(committed txid, prepared txid)`` of the ``txids`` row, read now."""
-        with self._lock:
-            try:
-                return self._txids()
-            except sqlite3.Error as exc:
-                failure = self._failure("a read", exc)
-                raise failure from exc
+        rows = self._query("SELECT committed, prepared FROM txids WHERE ns = ?", (self.namespace,))
+        return (rows[0][0], rows[0][1]) if rows else (None, None)
 
     def scan_committed(self) -> Iterator[tuple[bytes, bytes]]:
-        """The committed rows, a page at a time in key order."""
-        for key, value in self._pages("committed"):
-            if value is not None:  # the column is NOT NULL: never skips
-                yield key, value
+        """The committed rows, a page at a time in key order (the value is never NULL)."""
+        yield from ((k, v) for k, v in self._pages("committed") if v is not None)
 
     def scan_prepared(self) -> Iterator[tuple[bytes, bytes | None]]:
         """The prepared delta's rows (a NULL value is a tombstone)."""

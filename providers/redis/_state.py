@@ -26,7 +26,8 @@ from providers.redis._clients import (
     is_cluster,
     overriding_client,
 )
-from providers.redis._codec import TOMBSTONE, parse_txid, unwrap, wire, wrap
+from providers.redis._codec import TOMBSTONE, parse_txid, unwrap, wire
+from providers.redis._image import IMAGE_PAGE, scan_hash, stage_image
 
 __all__ = ["RedisKeyValueState", "RedisKeyValueStateProvider"]
 
@@ -40,8 +41,6 @@ _SCAN_COUNT = 100
 # Committed values an iteration keeps in the read cache, at most: a later get of them costs
 # nothing, and iterating millions of keys does not hold them all.
 _ITER_CACHE_LIMIT = 100_000
-# Fields per HSCAN page, and per HSET, when a tool reads or writes a stored image whole.
-_IMAGE_PAGE = 1000
 # How many keys one SCAN page of a namespace listing asks for.
 _KEY_SCAN_COUNT = 1000
 # The transaction record's key is the namespace's key plus this; every namespace that ever
@@ -204,22 +203,19 @@ class RedisKeyValueState(LayeredKeyValueState):
                     if payload is not None:
                         yield self._keys.deserialize(ekey), self._decode(payload)
         cache = self._cache
-        for ekey, payload in self._scan_hash(self.committed_key, "iteration", _SCAN_COUNT):
+        scan = scan_hash(
+            self._client,
+            self.committed_key,
+            _SCAN_COUNT,
+            self.namespace,
+            self._backend,
+            "iteration",
+        )
+        for ekey, payload in scan:
             if ekey not in seen and payload is not None:
                 if len(cache) < _ITER_CACHE_LIMIT:
                     cache.setdefault(ekey, payload)
                 yield self._keys.deserialize(ekey), self._decode(payload)
-
-    def _scan_hash(self, key: str, step: str, count: int) -> Iterator[tuple[bytes, bytes | None]]:
-        """``(field, payload)`` of a hash of envelopes, one ``HSCAN`` page at a time."""
-        cursor = 0
-        while True:
-            with self._backend(step):
-                cursor, page = self._client.hscan(key, cursor, count=count)
-            for ekey, raw in page.items():
-                yield ekey, unwrap(raw, self.namespace)
-            if not cursor:
-                return
 
     def __len__(self) -> int:
         return sum(1 for _ in self)
@@ -323,7 +319,7 @@ class RedisKeyValueState(LayeredKeyValueState):
         """Keep the read cache equal to Redis after ``applied`` reached the committed hash."""
         self._cache.update(applied)
 
-    # -- the stored image (see KeyValueState)
+    # -- the stored image (see KeyValueState; the Redis side is in _image)
     def stored_txids(self) -> tuple[int | None, int | None]:
         """``commit`` and ``prepare`` of ``ns$txid``, read now (one ``HMGET``)."""
         with self._backend("txid read"):
@@ -332,13 +328,16 @@ class RedisKeyValueState(LayeredKeyValueState):
 
     def scan_committed(self) -> Iterator[tuple[bytes, bytes]]:
         """The committed hash, ``HSCAN`` page by page (a field twice if written meanwhile)."""
-        for ekey, payload in self._scan_hash(self.committed_key, "scan", _IMAGE_PAGE):
-            if payload is not None:  # tombstones never reach the committed hash
-                yield ekey, payload
+        scan = scan_hash(
+            self._client, self.committed_key, IMAGE_PAGE, self.namespace, self._backend, "scan"
+        )
+        yield from ((k, v) for k, v in scan if v is not None)  # no tombstone is ever committed
 
     def scan_prepared(self) -> Iterator[tuple[bytes, bytes | None]]:
         """The prepared delta ``ns$prepare``, tombstones as ``None``."""
-        yield from self._scan_hash(self.prepare_key, "scan", _IMAGE_PAGE)
+        yield from scan_hash(
+            self._client, self.prepare_key, IMAGE_PAGE, self.namespace, self._backend, "scan"
+        )
 
     def get_committed(self, key: Any, default: Any = None) -> Any:
         """The committed value of ``key`` (one ``HGET``), whatever is prepared or pending."""
@@ -358,50 +357,27 @@ class RedisKeyValueState(LayeredKeyValueState):
         """Replace the namespace's keys: committed hash, prepared delta, transaction record.
 
         Steps:
-            1. Stage the new image beside the namespace: ``ns$import`` (committed, ``HSET`` a
-               page at a time), ``ns$import-prepare`` and ``ns$import-txid``, after deleting
-               whatever an interrupted earlier call staged.
+            1. Stage the new image beside the namespace (``_image.stage_image``). If this
+               fails, the namespace is untouched.
             2. One script (``REPLACE``) swaps the staged keys in and the old ones out,
                atomically; a retry of it after a lost reply finds nothing staged and does
-               nothing. If step 1 fails, the namespace is untouched.
+               nothing.
         """
         if prepared and prepared_txid is None:
             msg = f"state {self.namespace!r}: a prepared delta needs a prepared txid"
             raise StateTransactionError(msg)
-        base = self.committed_key
-        staged = [f"{base}$import", f"{base}$import-prepare", f"{base}$import-txid"]
-        record = {"staged": "1"}
-        if committed_txid is not None:
-            record["commit"] = str(int(committed_txid))
-        if prepared_txid is not None:
-            record["prepare"] = str(int(prepared_txid))
-        client = self._client
         with self._backend("replace (staging)"):
-            client.delete(*staged)
-            self._stage(staged[0], ((k, wrap(v)) for k, v in committed))
-            self._stage(
-                staged[1], ((k, TOMBSTONE if v is None else wrap(v)) for k, v in prepared.items())
+            staged = stage_image(
+                self._client, self.committed_key, committed_txid, committed, prepared_txid, prepared
             )
-            client.hset(staged[2], mapping=record)
-        keys = [self.committed_key, self.prepare_key, self.txid_key, *staged]
         with self._backend("replace"):
-            client.register_script(_scripts.REPLACE)(keys=keys)
+            self._client.register_script(_scripts.REPLACE)(
+                keys=[self.committed_key, self.prepare_key, self.txid_key, *staged]
+            )
         self._pending, self._fresh, self._cache = {}, {}, {}
         self._prepared = {} if prepared_txid is None else dict(prepared)
         self._committed_txid, self._prepared_txid = committed_txid, prepared_txid
-        self._rollbacks = b"0"
-        self._superseding = False
-
-    def _stage(self, key: str, envelopes: Iterable[tuple[bytes, bytes]]) -> None:
-        """``HSET`` the pairs into ``key``, ``_IMAGE_PAGE`` fields per command."""
-        page: dict[bytes, bytes] = {}
-        for ekey, envelope in envelopes:
-            page[ekey] = envelope
-            if len(page) >= _IMAGE_PAGE:
-                self._client.hset(key, mapping=page)
-                page = {}
-        if page:
-            self._client.hset(key, mapping=page)
+        self._rollbacks, self._superseding = b"0", False
 
     def supersede_prepared(self, txid: int) -> None:
         """Read past a stored delta of ``txid``; the next prepare replaces it (see ``State``).

@@ -1,0 +1,194 @@
+"""Which namespaces a topology, a transactional id or a component owns, and how to open them.
+
+A checkpointed topology ``T`` keeps its state under ``T/``: ``T/<component>-<task>`` per
+stateful task, ``T/$checkpointspout-0`` for the checkpoint spout's saved txid and phase. A
+transactional topology keeps everything under ``$transactional/<id>/``: the coordinator, the
+partitions' metas, and each committer task's maps at
+``$transactional/<id>/<component>-<task>/<map>``.
+
+A stateful bolt's state is opened with the topology's config, so the user's key and value
+serializers decode it; the framework's own records (the checkpoint spout's, everything
+transactional) are opened as system states (plain msgpack, ``StateFactory.get_system_state``),
+as the runtime writes them.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from providers import (
+    DriverOwnedStateProvider,
+    KeyValueState,
+    StateFactory,
+    get_provider,
+    provider_name,
+)
+from statefulbolts.errors import StateNotFoundError, StateToolError
+from statefulbolts.topology import CHECKPOINT_COMPONENT_ID
+
+__all__ = [
+    "Scope",
+    "TaskNamespace",
+    "component_tasks",
+    "driver_owned",
+    "image_state",
+    "listed",
+    "open_state",
+]
+
+TRANSACTIONAL_ROOT = "$transactional"
+
+
+@dataclass(frozen=True)
+class Scope:
+    """A checkpointed topology (``kind`` "topology") or a transactional id ("transactional")."""
+
+    kind: str
+    name: str
+
+    @classmethod
+    def of(cls, topology: str | None, transactional_id: str | None) -> Scope:
+        """The scope named by exactly one of ``topology`` and ``transactional_id``.
+
+        Raises:
+            StateToolError: both or neither were given, or the name is empty or holds a "/".
+        """
+        if (topology is None) == (transactional_id is None):
+            msg = "name exactly one of topology and transactional_id"
+            raise StateToolError(msg)
+        kind, name = (
+            ("topology", topology) if topology is not None else ("transactional", transactional_id)
+        )
+        if not isinstance(name, str) or not name or "/" in name:
+            msg = f"{kind} name must be a non-empty string without '/', got {name!r}"
+            raise StateToolError(msg)
+        return cls(kind, name)
+
+    @property
+    def prefix(self) -> str:
+        """What every namespace of the scope starts with (``T/`` or ``$transactional/ID/``)."""
+        if self.kind == "topology":
+            return f"{self.name}/"
+        return f"{TRANSACTIONAL_ROOT}/{self.name}/"
+
+    def describe(self) -> str:
+        """``topology 'wc'`` or ``transactional id 'words'``, for messages."""
+        return (
+            f"topology {self.name!r}"
+            if self.kind == "topology"
+            else f"transactional id {self.name!r}"
+        )
+
+    def is_system(self, namespace: str) -> bool:
+        """Whether ``namespace`` holds the framework's records (plain msgpack), not a bolt's."""
+        if self.kind == "transactional":
+            return True
+        return namespace[len(self.prefix) :].startswith(f"{CHECKPOINT_COMPONENT_ID}-")
+
+
+@dataclass(frozen=True)
+class TaskNamespace:
+    """One task's namespace of a component."""
+
+    task: int
+    namespace: str
+
+
+def listed(conf: Mapping[str, Any], prefix: str) -> list[str]:
+    """The namespaces under ``prefix`` that the configured provider holds.
+
+    Raises:
+        StateToolError: the provider cannot list its namespaces.
+        ProviderConfigError, ProviderNotFoundError, StateBackendError: from the provider.
+    """
+    provider = get_provider(conf)
+    found = provider.namespaces(conf, prefix)
+    if found is None:
+        msg = (
+            f"{provider_name(conf)} cannot list the namespaces it holds "
+            "(StateProvider.namespaces), so the state tool cannot find what is under "
+            f"{prefix!r}; implement namespaces() in the provider"
+        )
+        raise StateToolError(msg)
+    return found
+
+
+def component_tasks(
+    conf: Mapping[str, Any], scope: Scope, component: str, map_name: str = "default"
+) -> list[TaskNamespace]:
+    """Every task namespace of ``component`` in ``scope``, by task index.
+
+    For a transactional id, the committer's map ``map_name``.
+
+    Raises:
+        StateNotFoundError: the provider holds no state of that component (the message lists
+            the components it does hold).
+        StateToolError: the provider cannot list its namespaces.
+    """
+    if scope.kind == "topology":
+        pattern = re.compile(re.escape(component) + r"-(\d+)")
+    else:
+        pattern = re.compile(re.escape(component) + r"-(\d+)/" + re.escape(map_name))
+    names = listed(conf, scope.prefix)
+    found = []
+    for namespace in names:
+        match = pattern.fullmatch(namespace[len(scope.prefix) :])
+        if match is not None:
+            found.append(TaskNamespace(int(match.group(1)), namespace))
+    if not found:
+        what = f"component {component!r}" + (
+            f" (map {map_name!r})" if scope.kind == "transactional" else ""
+        )
+        held = sorted({n[len(scope.prefix) :] for n in names})
+        shown = ", ".join(held[:10]) + (", ..." if len(held) > 10 else "") if held else "nothing"
+        msg = (
+            f"no state of {what} in {scope.describe()} in {provider_name(conf)}; "
+            f"under {scope.prefix!r} it holds: {shown}"
+        )
+        raise StateNotFoundError(msg)
+    return sorted(found, key=lambda t: t.task)
+
+
+def open_state(conf: Mapping[str, Any], namespace: str, system: bool) -> KeyValueState:
+    """The state of ``namespace``: a system state (plain msgpack) or one with the user's codec.
+
+    Raises:
+        StateToolError: the provider's state is not a ``KeyValueState``.
+    """
+    if system:
+        state = StateFactory.get_system_state(namespace, conf)
+    else:
+        state = StateFactory.get_state(namespace, conf)
+    if not isinstance(state, KeyValueState):
+        kind = f"{type(state).__module__}.{type(state).__qualname__}"
+        msg = f"state {namespace!r} is a {kind}, not a providers.KeyValueState"
+        raise StateToolError(msg)
+    return state
+
+
+def image_state(conf: Mapping[str, Any], namespace: str, system: bool = True) -> KeyValueState:
+    """``open_state``, checked to expose its stored image (see ``providers.KeyValueState``).
+
+    Raises:
+        StateToolError: the provider's states do not implement the stored image.
+    """
+    state = open_state(conf, namespace, system)
+    if not state.supports_stored_image:
+        kind = f"{type(state).__module__}.{type(state).__qualname__}"
+        msg = (
+            f"{kind} (provider {provider_name(conf)}) does not expose its stored image "
+            "(stored_txids, scan_committed, scan_prepared, decode_key, decode_value, "
+            "get_committed, replace_stored), which the state tool reads and writes; see "
+            "providers.KeyValueState"
+        )
+        raise StateToolError(msg)
+    return state
+
+
+def driver_owned(conf: Mapping[str, Any]) -> DriverOwnedStateProvider | None:
+    """The configured provider if its data lives in the driver process (in memory), else None."""
+    provider = get_provider(conf)
+    return provider if isinstance(provider, DriverOwnedStateProvider) else None
