@@ -307,6 +307,12 @@ def test_any_other_error_fails_after_spark_retries_then_stops_the_topology(
     # What committed before stays exact: txid 1's nine words.
     counted = handle.read_state("count")
     assert sum(counted.values()) == 9
+    # Each failed attempt is logged (for the dashboard) with its component and the worker's
+    # Python traceback down to the user's bolt.
+    failed = [e for e in handle.runner.stats.error_log if e.kind == "failed"]
+    assert len(failed) == 3 and all(e.component == "ones" and e.txid == 2 for e in failed)
+    assert all("_PoisonOnes" in (e.traceback or "") for e in failed), failed[0].traceback
+    assert all("ValueError: poison in txid 2" in (e.traceback or "") for e in failed)
 
 
 class _PoisonOnes(tx.Ones):

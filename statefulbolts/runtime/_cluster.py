@@ -150,7 +150,7 @@ class LocalCluster:
         ui = None
         if tc.ui_port is not None:
             try:
-                ui = self._dashboard(runner, tc.ui_host, tc.ui_port)
+                ui = self._dashboard(runner, topology, tc.ui_host, tc.ui_port)
             except BaseException:
                 runner.kill()
                 raise
@@ -158,12 +158,12 @@ class LocalCluster:
         self._topologies[name] = handle
         return handle
 
-    def _dashboard(self, runner: TopologyRunner, host: str, port: int) -> Any:
+    def _dashboard(self, runner: TopologyRunner, topology: Any, host: str, port: int) -> Any:
         """Start the dashboard of ``runner``; it shows the whole run (``Stats`` keep it all)."""
         from statefulbolts.ui import DashboardServer
 
         spark_ui = self.spark.sparkContext.uiWebUrl
-        server = DashboardServer(runner, host=host, port=port, spark_ui=spark_ui)
+        server = DashboardServer(runner, topology, host=host, port=port, spark_ui=spark_ui)
         server.start()
         return server
 

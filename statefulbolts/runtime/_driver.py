@@ -93,6 +93,8 @@ class _CheckpointCollector(SpoutOutputCollector):
 class CheckpointRunner(TopologyRunner):
     """Runs one topology of Storm's checkpointing protocol on a SparkContext."""
 
+    kind = "checkpoint"
+
     def __init__(
         self,
         name: str,
@@ -310,8 +312,6 @@ class CheckpointRunner(TopologyRunner):
         info.recovery = job.recovering
         if not ok:
             info.error = errors[-1].text if errors else "checkpoint failed"
-            what = f"{name}({job.txid}) failed: {info.error}"
-            self.stats.log_error("failed", what, txid=job.txid)
         self.stats.record(info)
 
     def _advance(self, job: _Job, ok: bool, error: Any) -> None:
@@ -350,18 +350,10 @@ class CheckpointRunner(TopologyRunner):
         cp = self.cp
         if cp is not None and job.cp_root is not None:
             self._failures.with_backend("recording a failed checkpoint", lambda: cp.fail(job.txid))
-        self.stats.log_error(
-            "failed",
-            f"{name}({job.txid}) failed: {cause}",
-            component=component,
-            task=task,
-            txid=job.txid,
-            traceback=worker_traceback(exc),
-        )
         action = job.action.value if job.action else None
         info = TransactionInfo(job.txid, action, len(job.roots), seconds, False, 0, len(job.roots))
         info.error, info.recovery = cause, job.recovering
-        self.stats.record(info)
+        self.stats.record(info, component=component, task=task, traceback=worker_traceback(exc))
         outage = error is not None and error.is_a(StateBackendError)
         what = f"{name}({job.txid})"
         self._failures.failed(what, job.txid, cause, component=component, task=task, outage=outage)
@@ -406,6 +398,9 @@ class CheckpointRunner(TopologyRunner):
         with self._lock:
             namespaces = [f"{self.name}/{component_id}-{t}" for t in range(spec.parallelism)]
             return merged_state(self.conf, namespaces)
+
+    def _failure_gate(self) -> FailureGate:
+        return self._failures
 
     def _progress(self) -> Progress:
         """The checkpoint spout's phase; committed: t in COMMITTED(t), else t - 1."""

@@ -31,8 +31,6 @@ from statefulbolts.clock import Clock
 from statefulbolts.errors import TopologyError, TopologyFailedError
 from statefulbolts.runtime._failures import FailureGate
 from statefulbolts.runtime._stats import Stats, StatsSnapshot, TransactionInfo, format_traceback
-from statefulbolts.transactional._coordinator import FIRST_TXID
-from statefulbolts.transactional._topology import TransactionalTopology
 
 __all__ = ["Observation", "Progress", "TopologyRunner", "hashable", "merged_state"]
 
@@ -66,6 +64,7 @@ class Observation:
     status: dict[str, Any]
     progress: Progress
     stale: bool
+    components: dict[str, dict[str, float]]
     stats: StatsSnapshot
     backend_errors: int
     outage_seconds: float
@@ -76,6 +75,9 @@ class Observation:
 
 class TopologyRunner(ABC):
     """Runs one topology on a SparkContext until killed or failed."""
+
+    # What the protocol is called on dashboards: "checkpoint" or "transactional".
+    kind = ""
 
     def __init__(
         self,
@@ -131,43 +133,36 @@ class TopologyRunner(ABC):
     def read_state(self, component_id: str) -> dict[Any, Any]:
         """The committed state a component keeps, merged over its tasks."""
 
-    # A protocol's failure gate (its state backend figures), set by the subclass.
-    _failures: FailureGate | None = None
-
-    @property
-    def kind(self) -> str:
-        """``transactional`` for a transactional topology's runner, else ``checkpoint``."""
-        topology = getattr(self, "topology", None)
-        return "transactional" if isinstance(topology, TransactionalTopology) else "checkpoint"
-
+    @abstractmethod
     def _progress(self) -> Progress:
-        """The protocol's phase, committed txid and pending trees (holding the lock).
+        """The protocol's phase, committed txid and pending trees (holding the lock)."""
 
-        By default read from a transactional ``status()``: the active txids and their phases,
-        and ``current_txid`` (the next to commit; the one before it committed). Tuple trees
-        belong to the checkpoint protocol, which says so itself.
-        """
-        status = self.status()
-        current = status.get("current_txid")
-        active = status.get("active") or {}
-        phase = ", ".join(f"{t}: {a.get('phase')}" for t, a in active.items()) or "waiting"
-        committed = current - 1 if isinstance(current, int) and current > FIRST_TXID else None
-        return Progress(phase, committed, None)
+    def _failure_gate(self) -> FailureGate | None:
+        """The protocol's failure gate (its state backend figures), if it keeps one."""
+        return None
 
     def spout_lags(self) -> dict[str, int]:
         """Per spout component, what its source holds not yet acked (none by default)."""
         return {}
 
     def observe(self, last: int | None = 200) -> Observation:
-        """A copy of every figure for a reader on another thread (the ``last`` transactions)."""
+        """A copy of every figure for a reader on another thread (the ``last`` transactions).
+
+        With the driver loop's lock (the usual case) the copy is of one moment between two
+        steps: the protocol's view, the counters and the records agree. Without it (``stale``)
+        the counters and records are read as they are, the protocol's view is the last one.
+        """
         stale = not self._lock.acquire(timeout=_OBSERVE_WAIT)
-        if not stale:
+        if stale:
+            status, progress = self._view
+            components, stats = self._counters(), self.stats.snapshot(last)
+        else:
             try:
-                self._view = (self.status(), self._progress())
+                status, progress = self._view = (self.status(), self._progress())
+                components, stats = self._counters(), self.stats.snapshot(last)
             finally:
                 self._lock.release()
-        status, progress = self._view
-        gate = self._failures
+        gate = self._failure_gate()
         if self.error is not None:
             state = "failed"
         elif self.done:
@@ -183,7 +178,8 @@ class TopologyRunner(ABC):
             status=dict(status),
             progress=progress,
             stale=stale,
-            stats=self.stats.snapshot(last),
+            components=components,
+            stats=stats,
             backend_errors=gate.backend_errors if gate is not None else 0,
             outage_seconds=gate.outage_seconds if gate is not None else 0.0,
             backend_down=gate.backend_down if gate is not None else False,
@@ -202,8 +198,8 @@ class TopologyRunner(ABC):
             }
 
     def _counters(self) -> dict[str, dict[str, float]]:
-        """The counters per component (a protocol may add its own)."""
-        return {k: dict(v) for k, v in self.stats.components.items()}
+        """The counters per component (a protocol may add its own); safe from any thread."""
+        return {k: dict(v) for k, v in list(self.stats.components.items())}
 
     # ----------------------------------------------------------------- lifecycle
     def start(self) -> None:

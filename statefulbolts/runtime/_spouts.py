@@ -29,7 +29,7 @@ from statefulbolts.errors import TopologyError, TopologyFailedError
 from statefulbolts.runtime._ledger import RootLedger
 from statefulbolts.runtime._plan import ExecutionPlan, Router
 from statefulbolts.runtime._records import TupleBatch, id_column
-from statefulbolts.runtime._stats import Stats
+from statefulbolts.runtime._stats import Stats, format_traceback
 from statefulbolts.topology import StormTopology
 from statefulbolts.tuples import DEFAULT_STREAM
 
@@ -341,7 +341,8 @@ class SpoutTasks:
         """A spout's ``report_error``: logged and counted; the topology goes on."""
         text = f"{component}: {type(error).__name__}: {error}"
         log.warning("error reported by %s", text)
-        self._stats.error(component, text)
+        trace = format_traceback(error) if error.__traceback__ is not None else None
+        self._stats.error(component, text, traceback=trace)
 
     def ack_recovered(self, groups: Sequence[tuple[str, int, list[Any]]]) -> None:
         """Ack the messages a crashed driver's committed transaction carried (its manifest)."""

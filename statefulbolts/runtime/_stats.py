@@ -1,11 +1,11 @@
 """What a running topology counts: per component, per transaction, the errors and recoveries.
 
 The driver thread writes every figure here; a dashboard or a Prometheus scrape reads them from
-another thread (``Stats.snapshot``). Component counters are plain dicts the hot paths add to
-without a lock (a dict copy is one step for the interpreter, so a reader never sees a half
-update of one counter); the rarer records (transactions, errors, recoveries) are appended
-under a small lock of their own, never the driver loop's, so a reader does not wait for a
-step to end.
+another thread (``Stats.snapshot``, through ``TopologyRunner.observe``). Component counters are
+plain dicts the hot paths add to without a lock (copying a dict is one step for the
+interpreter, so a reader never sees half an update of one counter); the rarer records
+(transactions, errors, recoveries) are appended under a small lock of their own, so a reader
+can copy them even while the driver loop holds its lock for a long step.
 
 What is kept:
 
@@ -13,13 +13,13 @@ What is kept:
   it was told had failed), errors (``report_error`` calls) and task seconds;
 - per transaction: a ``TransactionInfo`` (the last ``_KEEP``), the count of each (action,
   outcome) since the start, and the durations per action as a histogram (``DurationHistogram``);
-- errors: the text of each reported error (``errors``, as before) and, in ``error_log``, the
-  last ``_LOG`` errors of any kind with where they happened and, when the driver has it, the
+- errors: the text of each reported error (``errors``) and, in ``error_log``, the last
+  ``_LOG`` errors of any kind with where they happened and, when the driver has it, the
   Python traceback (a task that failed its job: Spark hands the worker's traceback back; a
   ``report_error`` from a task carries only ``Type: message``, see ``ReportedError``);
 - recoveries: every transaction the protocol ran to recover (``TransactionInfo.recovery``: the
   checkpoint spout's ROLLBACK, INITSTATE, or a COMMIT rolled forward) and every failed
-  transaction, which the protocol tries again (kind ``RETRY``).
+  transaction (kind ``RETRY``: the protocol tries it again, unless it gives up).
 """
 
 from __future__ import annotations
@@ -168,9 +168,8 @@ class DurationHistogram:
 
 @dataclass(frozen=True)
 class StatsSnapshot:
-    """A consistent copy of the figures, for a reader on another thread."""
+    """A consistent copy of the records, for a reader on another thread."""
 
-    components: dict[str, dict[str, float]]
     transactions: list[TransactionInfo]
     outcomes: dict[tuple[str, bool], int]
     durations: dict[str, DurationHistogram]
@@ -197,7 +196,6 @@ class Stats:
     # (action, ok) -> transactions recorded, since the start.
     outcomes: collections.Counter[tuple[str, bool]] = field(default_factory=collections.Counter)
     durations: dict[str, DurationHistogram] = field(default_factory=dict)
-    _listeners: list[Callable[[TransactionInfo], None]] = field(default_factory=list)
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
     def add(self, component: str, **values: float) -> None:
@@ -208,11 +206,6 @@ class Stats:
         for key, value in values.items():
             row[key] = row.get(key, 0) + value
 
-    def add_listener(self, listener: Callable[[TransactionInfo], None]) -> None:
-        """Call ``listener`` with every transaction recorded from now on (after the callback)."""
-        with self._lock:
-            self._listeners.append(listener)
-
     def error(
         self,
         component: str,
@@ -220,11 +213,14 @@ class Stats:
         *,
         task: int | None = None,
         txid: int | None = None,
+        traceback: str | None = None,
     ) -> None:
         """Keep an error a component reported."""
         self.errors.append(text)
         self.add(component, errors=1)
-        self.log_error("reported", text, component=component, task=task, txid=txid)
+        self.log_error(
+            "reported", text, component=component, task=task, txid=txid, traceback=traceback
+        )
 
     def log_error(
         self,
@@ -243,11 +239,31 @@ class Stats:
         with self._lock:
             self.error_log.append(record)
 
-    def record(self, info: TransactionInfo) -> None:
-        """Keep one transaction's figures and tell the ``on_transaction`` callback."""
+    def record(
+        self,
+        info: TransactionInfo,
+        *,
+        component: str | None = None,
+        task: int | None = None,
+        traceback: str | None = None,
+    ) -> None:
+        """Keep one transaction's figures and tell the ``on_transaction`` callback.
+
+        A failed transaction also goes to ``error_log``, with where it failed and the
+        traceback when the caller has them.
+        """
         if not info.at:
             info.at = time.time()
         action = info.action or "BATCH"
+        if not info.ok:
+            self.log_error(
+                "failed",
+                f"{action}({info.txid}) failed: {info.error or 'no cause given'}",
+                component=component,
+                task=task,
+                txid=info.txid,
+                traceback=traceback,
+            )
         with self._lock:
             self.transactions.append(info)
             if len(self.transactions) > _KEEP:
@@ -262,19 +278,14 @@ class Stats:
                 recovery = RecoveryRecord(info.at, kind, info.txid, info.ok, info.error)
                 self.recoveries.append(recovery)
                 self.recovery_counts[kind] += 1
-            listeners = list(self._listeners)
         if self.on_transaction is not None:
             self.on_transaction(info)
-        for listener in listeners:
-            listener(info)
 
     def snapshot(self, last: int | None = None) -> StatsSnapshot:
-        """A copy of every figure (only the ``last`` transactions, if given)."""
-        components = {k: dict(v) for k, v in list(self.components.items())}
+        """A copy of the records (only the ``last`` transactions, if given)."""
         with self._lock:
             txs = self.transactions if last is None else self.transactions[-last:] if last else []
             return StatsSnapshot(
-                components=components,
                 transactions=list(txs),
                 outcomes=dict(self.outcomes),
                 durations={k: h.copy() for k, h in self.durations.items()},

@@ -26,7 +26,7 @@ through the ``Engine`` (``TransactionalJobs``). A step of its loop:
 3. Poll the coordinator (``sync``): it commits ``currtx`` when it is processed and starts new
    txids while fewer than ``topology.max.spout.pending`` are active. After a batch that emitted
    nothing committed, the active txids drain and new ones start one at a time, an interval
-   apart (``_Pacing``); the topology is idle when the last committed batch was empty and
+   apart (``Pacing``); the topology is idle when the last committed batch was empty and
    nothing is active.
 
 Up to ``max.spout.pending`` processing jobs run at once; commit jobs one at a time, in order.
@@ -56,12 +56,14 @@ from statefulbolts.errors import TopologyError
 from statefulbolts.runtime._engine import Engine
 from statefulbolts.runtime._failures import FailureGate
 from statefulbolts.runtime._records import JobResult, TupleBatch
-from statefulbolts.runtime._runner import TopologyRunner, hashable
-from statefulbolts.runtime._stats import TransactionInfo
+from statefulbolts.runtime._runner import Progress, TopologyRunner, hashable
+from statefulbolts.runtime._stats import TransactionInfo, worker_traceback
 from statefulbolts.runtime._task_errors import describe_job_failure
 from statefulbolts.runtime._tx_jobs import TransactionalJobs
+from statefulbolts.runtime._tx_pacing import Pacing
 from statefulbolts.transactional._attempt import TransactionAttempt
 from statefulbolts.transactional._coordinator import (
+    FIRST_TXID,
     CoordinatorCommand,
     StartBatch,
     TransactionalSpoutCoordinator,
@@ -105,45 +107,10 @@ class _Batch:
         return self.attempt.transaction_id
 
 
-class _Pacing:
-    """The user's coordinator, paced while the stream is quiet (TRANSACTIONAL.md §10.8).
-
-    After a batch that emitted nothing committed, no new txid starts until every active one
-    has committed and one checkpoint interval has passed; then one txid starts, alone, to see
-    whether data came. A batch with data ends the quiet: pipelining resumes at once. Without
-    this, an idle memory spout would commit empty txids as fast as Spark runs them.
-    """
-
-    def __init__(self, inner: Any, clock: Clock, busy: Callable[[], bool]) -> None:
-        self._inner, self._clock, self._busy = inner, clock, busy
-        self.quiet = False
-        self._hold_until = 0.0
-        self._probing = False
-
-    def committed(self, empty: bool, interval_ms: float) -> None:
-        """A batch committed; ``empty``: it emitted nothing."""
-        self.quiet, self._probing = empty, False
-        if empty:
-            self._hold_until = self._clock.now_ms() + interval_ms
-
-    def initialize_transaction(self, txid: int, prev_metadata: Any) -> Any:
-        return self._inner.initialize_transaction(txid, prev_metadata)
-
-    def is_ready(self) -> bool:
-        if self.quiet:
-            if self._probing or self._busy() or self._clock.now_ms() < self._hold_until:
-                return False
-            ready = bool(self._inner.is_ready())
-            self._probing = ready  # one txid at a time while quiet
-            return ready
-        return bool(self._inner.is_ready())
-
-    def close(self) -> None:
-        self._inner.close()
-
-
 class TransactionalRunner(TopologyRunner):
     """Runs one transactional topology on a SparkContext (see the module docstring)."""
+
+    kind = "transactional"
 
     def __init__(
         self,
@@ -181,7 +148,7 @@ class TransactionalRunner(TopologyRunner):
         self._failures = FailureGate(name, self.tc, self.clock, self._stop, log)
         self._live: dict[int, _Batch] = {}
         self._coordinator: TransactionalSpoutCoordinator | None = None
-        self._pacing: _Pacing | None = None
+        self._pacing: Pacing | None = None
         self._metas: EmitterMetas | None = None
         self._last_empty: bool | None = None
         self._next_poll = 0.0
@@ -199,7 +166,7 @@ class TransactionalRunner(TopologyRunner):
                 kind, adapted = OPAQUE, opaque_coordinator(user)
             else:
                 kind, adapted = PLAIN, user
-            self._pacing = _Pacing(adapted, self.clock, lambda: bool(self._live))
+            self._pacing = Pacing(adapted, self.clock, lambda: bool(self._live))
             state = self._system_state(f"{self.jobs.root}/coordinator")
             self._coordinator = TransactionalSpoutCoordinator(
                 self._pacing, state, max_pending=self.max_pending
@@ -307,7 +274,7 @@ class TransactionalRunner(TopologyRunner):
         if exc is not None:
             error, component, task, cause = describe_job_failure(exc)
             outage = error is not None and error.is_a(StateBackendError)
-            self._failed(batch, cause, component, task, outage)
+            self._failed(batch, cause, component, task, outage, worker_traceback(exc))
             return
         result = future.result()
         owned = self._owned if phase == "committing" else None
@@ -395,15 +362,27 @@ class TransactionalRunner(TopologyRunner):
         self._execute(commands)
 
     def _failed(
-        self, batch: _Batch, cause: str, component: str | None, task: int | None, outage: bool
+        self,
+        batch: _Batch,
+        cause: str,
+        component: str | None,
+        task: int | None,
+        outage: bool,
+        trace: str | None = None,
     ) -> None:
         """Fail the attempt: drop it and every later active txid; the coordinator replays."""
         assert self._coordinator is not None and self._metas is not None  # noqa: S101
         phase = {"emitting": "EMIT", "processing": "PROCESS"}.get(batch.phase, "COMMIT")
         log.warning("%s(%s) failed (%s): %s", phase, batch.attempt, component or "spark", cause)
         seconds = time.perf_counter() - batch.started
+        info = TransactionInfo(
+            batch.txid, phase, batch.tuples, seconds, False, 0, batch.tuples, cause
+        )
         self.stats.record(
-            TransactionInfo(batch.txid, phase, batch.tuples, seconds, False, 0, batch.tuples, cause)
+            info,
+            component=component or None,
+            task=task,
+            traceback=trace,
         )
         for txid in [t for t in self._live if t >= batch.txid]:
             dropped = self._live.pop(txid)
@@ -430,6 +409,18 @@ class TransactionalRunner(TopologyRunner):
                     for t, b in sorted(self._live.items())
                 },
             }
+
+    def _failure_gate(self) -> FailureGate:
+        return self._failures
+
+    def _progress(self) -> Progress:
+        """The active txids and their phases; the last committed txid (before ``currtx``)."""
+        status = self.status()
+        current = status.get("current_txid")
+        active = status.get("active") or {}
+        phase = ", ".join(f"{t}: {a.get('phase')}" for t, a in active.items()) or "waiting"
+        committed = current - 1 if isinstance(current, int) and current > FIRST_TXID else None
+        return Progress(phase, committed, None)
 
     def read_state(self, component_id: str, name: str = "default") -> dict[Any, Any]:
         """The current values of a committer's map ``name``, merged over its tasks."""

@@ -1,0 +1,204 @@
+"""Prometheus metrics of one topology, read from its runner at scrape time.
+
+``TopologyCollector`` is a custom ``prometheus_client`` collector: every scrape takes one
+``Observation`` of the runner and turns it into metric families, so nothing on the driver's hot
+paths knows about Prometheus. Every metric has a ``topology`` label:
+
+==================================================  =========  ===============================
+metric                                              type       labels, meaning
+==================================================  =========  ===============================
+``statefulbolts_transactions_total``                counter    ``action``, ``outcome`` (ok,
+                                                               failed): jobs recorded
+``statefulbolts_transaction_duration_seconds``      histogram  ``action``: job durations
+``statefulbolts_tuples_emitted_total``              counter    ``component``
+``statefulbolts_tuples_acked_total``                counter    ``component``
+``statefulbolts_tuples_failed_total``               counter    ``component``
+``statefulbolts_tuples_replayed_total``             counter    ``component`` (a spout's
+                                                               re-emits of failed ids)
+``statefulbolts_tuples_executed_total``             counter    ``component`` (bolts)
+``statefulbolts_execute_seconds_total``             counter    ``component``: task time
+``statefulbolts_reported_errors_total``             counter    ``component``
+``statefulbolts_recoveries_total``                  counter    ``kind``: ROLLBACK, INITSTATE,
+                                                               COMMIT (rolled forward), RETRY
+``statefulbolts_pending_tuple_trees``               gauge      spout tuples not yet acked
+``statefulbolts_committed_txid``                    gauge      last committed txid
+``statefulbolts_state_backend_errors_total``        counter    state backend errors seen
+``statefulbolts_state_backend_outage_seconds_total`` counter   time the backend was down
+``statefulbolts_state_backend_down``                gauge      1 during an outage
+``statefulbolts_spout_lag``                         gauge      ``component``: entries its
+                                                               source holds not yet acked
+``statefulbolts_topology_up``                       gauge      ``state``: 1 for the current
+==================================================  =========  ===============================
+
+A gauge with nothing to say is left out (no committed txid yet, no tuple trees in a
+transactional topology, no spout that knows its lag).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterator, Sequence
+from typing import TYPE_CHECKING
+
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    Metric,
+)
+from prometheus_client.registry import Collector
+
+if TYPE_CHECKING:
+    from statefulbolts.runtime._runner import Observation
+
+__all__ = ["STATES", "TopologyCollector"]
+
+STATES = ("running", "idle", "failed", "stopped")
+_TUPLES = ("emitted", "acked", "failed", "replayed", "executed")
+
+
+def _bound(value: float) -> str:
+    return "+Inf" if math.isinf(value) else repr(value)
+
+
+class TopologyCollector(Collector):
+    """Metric families of one topology, from ``observe()`` at each scrape.
+
+    Args:
+        observe: returns a fresh ``Observation`` (``TopologyRunner.observe``).
+        components: every component id, so each has its series from the first scrape on.
+    """
+
+    def __init__(self, observe: Callable[[], Observation], components: Sequence[str]) -> None:
+        self._observe = observe
+        self._components = list(components)
+
+    def describe(self) -> list[Metric]:
+        """Nothing up front: the families depend on the run (the registry need not ask)."""
+        return []
+
+    def collect(self) -> Iterator[Metric]:
+        """Every family, from one observation."""
+        obs = self._observe()
+        name = obs.name
+        yield from self._transactions(obs, name)
+        yield from self._components_families(obs, name)
+        yield from self._protocol(obs, name)
+        yield from self._backend(obs, name)
+
+    def _transactions(self, obs: Observation, name: str) -> Iterator[Metric]:
+        stats = obs.stats
+        done = CounterMetricFamily(
+            "statefulbolts_transactions",
+            "Transactions (Spark jobs of the protocol) recorded, by action and outcome.",
+            labels=["topology", "action", "outcome"],
+        )
+        for (action, ok), n in sorted(stats.outcomes.items()):
+            done.add_metric([name, action, "ok" if ok else "failed"], n)
+        yield done
+        durations = HistogramMetricFamily(
+            "statefulbolts_transaction_duration_seconds",
+            "Seconds each transaction took, from its job's start to its end, by action.",
+            labels=["topology", "action"],
+        )
+        for action, histogram in sorted(stats.durations.items()):
+            buckets = [(_bound(b), n) for b, n in histogram.cumulative()]
+            durations.add_metric([name, action], buckets, histogram.sum)
+        yield durations
+        recoveries = CounterMetricFamily(
+            "statefulbolts_recoveries",
+            "Recovery steps: recovery transactions by action, and failed transactions (RETRY).",
+            labels=["topology", "kind"],
+        )
+        for kind, n in sorted(stats.recovery_counts.items()):
+            recoveries.add_metric([name, kind], n)
+        yield recoveries
+
+    def _components_families(self, obs: Observation, name: str) -> Iterator[Metric]:
+        counters = obs.components
+        ids = self._components + sorted(set(counters) - set(self._components))
+        for what in _TUPLES:
+            family = CounterMetricFamily(
+                f"statefulbolts_tuples_{what}",
+                f"Tuples {what} per component.",
+                labels=["topology", "component"],
+            )
+            for cid in ids:
+                family.add_metric([name, cid], counters.get(cid, {}).get(what, 0))
+            yield family
+        seconds = CounterMetricFamily(
+            "statefulbolts_execute_seconds",
+            "Seconds the component's tasks ran (divide by executed tuples for the latency).",
+            labels=["topology", "component"],
+        )
+        errors = CounterMetricFamily(
+            "statefulbolts_reported_errors",
+            "Errors a component reported (report_error).",
+            labels=["topology", "component"],
+        )
+        for cid in ids:
+            seconds.add_metric([name, cid], counters.get(cid, {}).get("seconds", 0.0))
+            errors.add_metric([name, cid], counters.get(cid, {}).get("errors", 0))
+        yield seconds
+        yield errors
+        lag = GaugeMetricFamily(
+            "statefulbolts_spout_lag",
+            "Entries a spout's source holds that the topology has not acked yet.",
+            labels=["topology", "component"],
+        )
+        for cid, value in sorted(obs.spout_lags.items()):
+            lag.add_metric([name, cid], value)
+        yield lag
+
+    def _protocol(self, obs: Observation, name: str) -> Iterator[Metric]:
+        up = GaugeMetricFamily(
+            "statefulbolts_topology_up",
+            "1 for the topology's current state (running, idle, failed, stopped).",
+            labels=["topology", "state"],
+        )
+        for state in STATES:
+            up.add_metric([name, state], 1 if obs.state == state else 0)
+        yield up
+        progress = obs.progress
+        if progress.pending_trees is not None:
+            yield _gauge(
+                "statefulbolts_pending_tuple_trees",
+                "Spout tuples whose trees are not acked yet (live roots).",
+                name,
+                progress.pending_trees,
+            )
+        if progress.committed_txid is not None:
+            yield _gauge(
+                "statefulbolts_committed_txid",
+                "The last transaction id committed.",
+                name,
+                progress.committed_txid,
+            )
+
+    def _backend(self, obs: Observation, name: str) -> Iterator[Metric]:
+        errors = CounterMetricFamily(
+            "statefulbolts_state_backend_errors",
+            "State backend errors the driver met (in a job, or in its own state calls).",
+            labels=["topology"],
+        )
+        errors.add_metric([name], obs.backend_errors)
+        yield errors
+        outage = CounterMetricFamily(
+            "statefulbolts_state_backend_outage_seconds",
+            "Seconds the state backend was down, from a first failure to the success after.",
+            labels=["topology"],
+        )
+        outage.add_metric([name], obs.outage_seconds)
+        yield outage
+        yield _gauge(
+            "statefulbolts_state_backend_down",
+            "1 while the state backend is down.",
+            name,
+            1 if obs.backend_down else 0,
+        )
+
+
+def _gauge(metric: str, doc: str, name: str, value: float) -> GaugeMetricFamily:
+    family = GaugeMetricFamily(metric, doc, labels=["topology"])
+    family.add_metric([name], value)
+    return family

@@ -1,0 +1,424 @@
+// The statefulbolts dashboard: fetches the topology picture once, then polls the live figures
+// (api/snapshot) every second and redraws. No dependencies, no build step: plain DOM and SVG.
+// Every text from the server goes in with textContent, never as HTML.
+"use strict";
+
+const REFRESH_MS = 1000;
+const SVG_NS = "http://www.w3.org/2000/svg";
+const TIMELINE_BARS = 60;
+const ACTION_COLORS = {
+  PREPARE: "#2f6fde",
+  COMMIT: "#1f9d55",
+  ROLLBACK: "#e07b00",
+  INITSTATE: "#7a68b8",
+  EMIT: "#0f8b8d",
+  PROCESS: "#3aa6a8",
+  BATCH: "#7d8799",
+};
+const FAILED_COLOR = "#d64545";
+
+let graph = null;
+
+// ---------------------------------------------------------------- small helpers
+function $(id) {
+  return document.getElementById(id);
+}
+
+function el(tag, attrs, ...children) {
+  const node = document.createElement(tag);
+  setAttrs(node, attrs);
+  for (const child of children) {
+    if (child === null || child === undefined) continue;
+    node.append(child instanceof Node ? child : String(child));
+  }
+  return node;
+}
+
+function svg(tag, attrs, text) {
+  const node = document.createElementNS(SVG_NS, tag);
+  setAttrs(node, attrs);
+  if (text !== undefined) node.textContent = text;
+  return node;
+}
+
+function setAttrs(node, attrs) {
+  for (const [key, value] of Object.entries(attrs || {})) {
+    if (value === null || value === undefined || value === false) continue;
+    node.setAttribute(key, value === true ? "" : String(value));
+  }
+}
+
+function setText(id, text) {
+  $(id).textContent = text;
+}
+
+function fmtInt(n) {
+  return n === null || n === undefined ? "–" : Number(n).toLocaleString("en-US");
+}
+
+function fmtSeconds(s) {
+  if (s === null || s === undefined) return "–";
+  if (s < 1) return `${(s * 1000).toFixed(s < 0.01 ? 1 : 0)} ms`;
+  if (s < 120) return `${s.toFixed(2)} s`;
+  const m = Math.floor(s / 60);
+  return m < 120 ? `${m} min ${Math.round(s % 60)} s` : `${Math.floor(m / 60)} h ${m % 60} min`;
+}
+
+function fmtLatency(ms) {
+  if (ms === null || ms === undefined) return "–";
+  return ms < 1 ? `${(ms * 1000).toFixed(ms < 0.01 ? 1 : 0)} µs` : `${ms.toFixed(ms < 10 ? 2 : 1)} ms`;
+}
+
+function fmtClock(unix) {
+  return new Date(unix * 1000).toLocaleTimeString("en-GB", { hour12: false });
+}
+
+function kindClass(kind) {
+  if (kind === "checkpoint spout") return "system";
+  if (kind.includes("spout")) return "spout";
+  if (kind === "stateful bolt" || kind === "committer") return "stateful";
+  return "bolt";
+}
+
+// ---------------------------------------------------------------- the topology picture
+function drawTopology() {
+  const root = $("topology");
+  root.replaceChildren();
+  const w = graph.node_width;
+  const h = graph.node_height;
+  root.setAttribute("width", graph.width);
+  root.setAttribute("height", graph.height);
+  root.setAttribute("viewBox", `0 0 ${graph.width} ${graph.height}`);
+  const defs = svg("defs");
+  for (const [id, color] of [["arrow", "#7d8799"], ["arrow-cp", "#a99bd6"]]) {
+    const marker = svg("marker", {
+      id, viewBox: "0 0 10 10", refX: 9, refY: 5, markerWidth: 7, markerHeight: 7,
+      orient: "auto-start-reverse",
+    });
+    marker.append(svg("path", { d: "M 0 0 L 10 5 L 0 10 z", fill: color }));
+    defs.append(marker);
+  }
+  root.append(defs);
+  const at = Object.fromEntries(graph.nodes.map((n) => [n.id, n]));
+  const ports = edgePorts(at, h);
+  const edges = svg("g", { class: "edges" });
+  const labels = svg("g", { class: "labels" });
+  graph.edges.forEach((e, i) => {
+    const a = at[e.source];
+    const b = at[e.target];
+    const x1 = a.x + w;
+    const y1 = ports.out[i];
+    const x2 = b.x - 2;
+    const y2 = ports.in[i];
+    const bend = Math.max(40, (x2 - x1) / 2);
+    const cls = e.checkpoint ? "edge checkpoint" : "edge";
+    const g = svg("g", { class: cls, "data-source": e.source, "data-target": e.target });
+    g.append(svg("path", {
+      d: `M ${x1} ${y1} C ${x1 + bend} ${y1}, ${x2 - bend} ${y2}, ${x2} ${y2}`,
+      "marker-end": e.checkpoint ? "url(#arrow-cp)" : "url(#arrow)",
+    }, undefined));
+    g.append(svg("title", {}, `${e.source} → ${e.target}: ${e.streams.join(", ")}`));
+    edges.append(g);
+    if (e.checkpoint) return; // the legend explains the dashed barrier edges
+    const lx = bezier(x1, x1 + bend, x2 - bend, x2, 0.5);
+    const ly = bezier(y1, y1, y2, y2, 0.5);
+    const lg = svg("g", { class: cls });
+    const text = svg("text", { x: lx, y: ly + 4, "text-anchor": "middle" }, e.label);
+    lg.append(svg("rect", { class: "label-bg", rx: 4 }), text);
+    labels.append(lg);
+  });
+  root.append(edges);
+  const nodes = svg("g", { class: "nodes" });
+  for (const n of graph.nodes) {
+    const g = svg("g", {
+      class: `node ${kindClass(n.kind)}`,
+      "data-component": n.id,
+      "data-parallelism": n.parallelism,
+      transform: `translate(${n.x},${n.y})`,
+    });
+    g.append(svg("rect", { class: "box", width: w, height: h, rx: 9 }));
+    g.append(svg("text", { class: "title", x: 12, y: 22 }, n.id));
+    const phase = n.phase ? ` · ${n.phase} phase` : "";
+    g.append(svg("text", { class: "kind", x: 12, y: 40 }, `${n.kind}${phase}`));
+    g.append(svg("text", { class: "stat", x: 12, y: 60, id: `stat-${n.id}` }, ""));
+    const pill = svg("g", { transform: `translate(${w - 44},29)` });
+    pill.append(svg("rect", { class: "pill", width: 36, height: 18, rx: 9 }));
+    pill.append(svg("text", { class: "tasks", x: 18, y: 13, "text-anchor": "middle" }, `×${n.parallelism}`));
+    const tip = svg("title", {}, `${n.id}: ${n.parallelism} task${n.parallelism === 1 ? "" : "s"}`);
+    pill.append(tip);
+    g.append(pill);
+    nodes.append(g);
+  }
+  root.append(nodes);
+  root.append(labels);
+  // Size each label's background to its text, now that the text is laid out.
+  for (const lg of labels.children) {
+    const text = lg.querySelector("text");
+    const box = text.getBBox();
+    const rect = lg.querySelector("rect");
+    setAttrs(rect, { x: box.x - 4, y: box.y - 2, width: box.width + 8, height: box.height + 4 });
+  }
+}
+
+// Where each edge leaves its source and enters its target: a box's edges are spread evenly
+// down its side, in the order of the boxes at their other ends, so they neither meet nor cross
+// at the box.
+function edgePorts(at, h) {
+  const out = {};
+  const inn = {};
+  const spread = (groups, result, other) => {
+    for (const list of Object.values(groups)) {
+      list.sort((p, q) => at[other(p.e)].y - at[other(q.e)].y || p.i - q.i);
+      list.forEach((p, k) => {
+        result[p.i] = p.y + (h * (k + 1)) / (list.length + 1);
+      });
+    }
+  };
+  const bySource = {};
+  const byTarget = {};
+  graph.edges.forEach((e, i) => {
+    (bySource[e.source] = bySource[e.source] || []).push({ e, i, y: at[e.source].y });
+    (byTarget[e.target] = byTarget[e.target] || []).push({ e, i, y: at[e.target].y });
+  });
+  spread(bySource, out, (e) => e.target);
+  spread(byTarget, inn, (e) => e.source);
+  return { out, in: inn };
+}
+
+function bezier(p0, p1, p2, p3, t) {
+  const u = 1 - t;
+  return u * u * u * p0 + 3 * u * u * t * p1 + 3 * u * t * t * p2 + t * t * t * p3;
+}
+
+function updateNodeStats(components) {
+  for (const c of components) {
+    const node = document.getElementById(`stat-${c.id}`);
+    if (!node) continue;
+    if (c.kind.includes("spout") && c.kind !== "transactional spout") {
+      node.textContent = c.kind === "checkpoint spout"
+        ? "drives the checkpoints"
+        : `emitted ${fmtInt(c.emitted)} · acked ${fmtInt(c.acked)}`;
+    } else {
+      const failed = c.failed ? ` · failed ${fmtInt(c.failed)}` : "";
+      node.textContent = `executed ${fmtInt(c.executed)}${failed}`;
+    }
+  }
+}
+
+// ---------------------------------------------------------------- the figures
+function render(s) {
+  document.title = `${s.topology} · statefulbolts`;
+  setText("topology-name", s.topology);
+  setText("kind", s.kind);
+  const state = $("state");
+  state.textContent = s.state;
+  state.className = `badge ${s.state}`;
+  $("stale").hidden = !s.stale;
+  setText("updated", `updated ${fmtClock(s.at)}`);
+  const fatal = $("fatal");
+  fatal.hidden = !s.error;
+  fatal.textContent = s.error ? `The topology stopped: ${s.error}` : "";
+  renderCards(s);
+  // Sections are rebuilt only when their figures changed: an idle topology's page stays still.
+  whenChanged("components", s.components, () => {
+    renderComponents(s.components);
+    updateNodeStats(s.components);
+  });
+  whenChanged("transactions", s.transactions, () => renderTransactions(s.transactions));
+  whenChanged("recoveries", [s.recoveries, s.recovery_counts], () => renderRecoveries(s));
+  whenChanged("errors", s.errors, () => renderErrors(s.errors));
+}
+
+const drawn = new Map();
+
+function whenChanged(section, data, draw) {
+  const key = JSON.stringify(data);
+  if (drawn.get(section) === key) return;
+  draw();
+  drawn.set(section, key);
+}
+
+function renderCards(s) {
+  setText("phase", s.phase);
+  setText("committed-txid", s.committed_txid === null ? "none" : s.committed_txid);
+  setText("tx-counts", `${fmtInt(s.committed)} commits · ${fmtInt(s.failed_transactions)} failed`);
+  if (s.kind === "transactional") {
+    const active = Object.keys((s.status && s.status.active) || {});
+    setText("pending-label", "Active txids");
+    setText("pending", active.length);
+    setText("pending-sub", active.length ? `txids ${active.join(", ")}` : "none in flight");
+  } else {
+    setText("pending-label", "Pending tuple trees");
+    setText("pending", fmtInt(s.pending_trees));
+    setText("pending-sub", `awaiting commit: ${fmtInt((s.status || {}).awaiting_commit)}`);
+  }
+  const b = s.backend;
+  const backend = $("backend");
+  backend.textContent = b.down ? "DOWN" : "ok";
+  backend.className = `value ${b.down ? "bad" : "good"}`;
+  setText("backend-sub", `${fmtInt(b.errors)} errors · outage ${fmtSeconds(b.outage_seconds)}`);
+  const lags = Object.entries(s.spout_lag);
+  setText("lag", lags.length ? fmtInt(lags.reduce((sum, [, v]) => sum + v, 0)) : "–");
+  setText("lag-sub", lags.length ? lags.map(([k, v]) => `${k}: ${fmtInt(v)}`).join(" · ") : "no spout reports a lag");
+  setText("uptime", fmtSeconds(s.uptime_seconds));
+  const spark = $("spark-ui");
+  if (s.spark_ui) {
+    spark.replaceChildren("Spark UI: ", el("a", { href: s.spark_ui, target: "_blank", rel: "noopener" }, s.spark_ui));
+  } else {
+    spark.textContent = "Spark UI: disabled (spark.ui.enabled = false)";
+  }
+}
+
+function renderComponents(components) {
+  const body = $("components").tBodies[0];
+  body.replaceChildren();
+  for (const c of components) {
+    const latency = fmtLatency(c.latency_ms);
+    body.append(el("tr", { "data-component": c.id, "data-parallelism": c.parallelism },
+      el("td", { class: "action" }, c.id),
+      el("td", {}, c.kind),
+      el("td", { class: "num" }, c.parallelism === null ? "–" : c.parallelism),
+      el("td", { class: "num" }, fmtInt(c.executed)),
+      el("td", { class: "num" }, fmtInt(c.emitted)),
+      el("td", { class: "num" }, fmtInt(c.acked)),
+      el("td", { class: `num${c.failed ? " fail" : ""}` }, fmtInt(c.failed)),
+      el("td", { class: "num" }, fmtInt(c.replayed)),
+      el("td", { class: `num${c.errors ? " fail" : ""}` }, fmtInt(c.errors)),
+      el("td", { class: "num" }, latency)));
+  }
+}
+
+function renderTransactions(txs) {
+  drawTimeline(txs.slice(0, TIMELINE_BARS).reverse());
+  const body = $("transactions").tBodies[0];
+  body.replaceChildren();
+  for (const t of txs.slice(0, 25)) {
+    const action = t.action || "BATCH";
+    const outcome = t.ok ? "ok" : "failed";
+    const phases = Object.entries(t.phases || {}).map(([k, v]) => `${k} ${fmtSeconds(v)}`).join(", ");
+    body.append(el("tr", { "data-txid": t.txid, "data-action": action, "data-outcome": outcome, class: t.ok ? null : "failed" },
+      el("td", { class: "num" }, t.txid),
+      el("td", { class: "action" }, action + (t.recovery ? " (recovery)" : "")),
+      el("td", { class: "num", title: phases || null }, fmtSeconds(t.seconds)),
+      el("td", { class: "num" }, fmtInt(t.tuples)),
+      el("td", { class: "num" }, fmtInt(t.acked)),
+      el("td", { class: "num" }, fmtInt(t.failed)),
+      el("td", { class: t.ok ? "ok" : "fail", title: t.error || null }, t.ok ? "ok" : `failed: ${t.error || ""}`),
+      el("td", { class: "muted" }, fmtClock(t.at))));
+  }
+  setText("tx-note", txs.length ? `the last ${Math.min(txs.length, TIMELINE_BARS)}, oldest on the left` : "none yet");
+}
+
+function drawTimeline(txs) {
+  const root = $("timeline");
+  root.replaceChildren();
+  const width = Math.max(400, root.parentElement.clientWidth - 4);
+  const height = 110;
+  const base = height - 18;
+  root.setAttribute("width", width);
+  root.setAttribute("height", height);
+  root.setAttribute("viewBox", `0 0 ${width} ${height}`);
+  root.append(svg("line", { x1: 0, y1: base, x2: width, y2: base, stroke: "#dfe3ea" }));
+  const longest = Math.max(0.001, ...txs.map((t) => t.seconds));
+  const step = width / TIMELINE_BARS;
+  txs.forEach((t, i) => {
+    const action = t.action || "BATCH";
+    const barHeight = Math.max(3, (base - 8) * Math.sqrt(t.seconds / longest));
+    const x = i * step + 2;
+    const bar = svg("rect", {
+      x, y: base - barHeight, width: step - 4, height: barHeight, rx: 2,
+      fill: t.ok ? (ACTION_COLORS[action] || "#7d8799") : FAILED_COLOR,
+      "data-txid": t.txid,
+      "data-action": action,
+    });
+    bar.append(svg("title", {}, `${action}(${t.txid}) ${t.ok ? "ok" : "FAILED"} in ${fmtSeconds(t.seconds)}, ${t.tuples} tuples`));
+    root.append(bar);
+    if (txs.length <= 30 || i % 5 === 0) {
+      root.append(svg("text", { x: x + (step - 4) / 2, y: height - 4, "text-anchor": "middle", "font-size": 10, fill: "#6b7385" }, t.txid));
+    }
+  });
+  root.append(svg("text", { x: width - 4, y: 12, "text-anchor": "end", "font-size": 11, fill: "#6b7385" }, `tallest: ${fmtSeconds(longest)} (height ∝ √duration)`));
+  const legend = $("legend");
+  const seen = new Set(txs.map((t) => t.action || "BATCH"));
+  legend.replaceChildren();
+  for (const [action, color] of Object.entries(ACTION_COLORS)) {
+    if (!seen.has(action)) continue;
+    legend.append(el("span", {}, swatch(color), action));
+  }
+  if (txs.some((t) => !t.ok)) legend.append(el("span", {}, swatch(FAILED_COLOR), "failed"));
+}
+
+function swatch(color) {
+  const s = el("span", { class: "swatch" });
+  s.style.background = color;
+  return s;
+}
+
+function renderRecoveries(s) {
+  const body = $("recoveries").tBodies[0];
+  body.replaceChildren();
+  for (const r of s.recoveries.slice(0, 15)) {
+    body.append(el("tr", { "data-kind": r.kind, "data-txid": r.txid },
+      el("td", { class: "muted" }, fmtClock(r.at)),
+      el("td", { class: "action" }, r.kind),
+      el("td", { class: "num" }, r.txid),
+      el("td", { class: r.ok ? "ok" : "fail" }, r.ok ? "ok" : "failed"),
+      el("td", { class: "cause", title: r.cause || null }, r.cause || "")));
+  }
+  $("no-recoveries").hidden = s.recoveries.length > 0;
+  const counts = Object.entries(s.recovery_counts).map(([k, v]) => `${k} ${v}`).join(" · ");
+  setText("recovery-counts", counts);
+}
+
+// Whether each error's traceback is open, as the reader left it; the newest starts open.
+const tracebackOpen = new Map();
+
+function renderErrors(errors) {
+  const root = $("errors");
+  root.replaceChildren();
+  errors.slice(0, 10).forEach((e, i) => {
+    const where = [
+      e.kind,
+      e.component && `component ${e.component}`,
+      e.task !== null && e.task !== undefined && `task ${e.task}`,
+      e.txid !== null && e.txid !== undefined && `txid ${e.txid}`,
+    ].filter(Boolean).join(" · ");
+    const item = el("div", { class: "error", "data-kind": e.kind },
+      el("div", { class: "where" }, `${fmtClock(e.at)} · ${where}`),
+      el("div", { class: "text" }, e.text));
+    if (e.traceback) {
+      const key = `${e.at}|${e.text}`;
+      if (!tracebackOpen.has(key)) tracebackOpen.set(key, i === 0);
+      const details = el("details", { open: tracebackOpen.get(key) },
+        el("summary", {}, "traceback"), el("pre", { class: "traceback" }, e.traceback));
+      details.addEventListener("toggle", () => tracebackOpen.set(key, details.open));
+      item.append(details);
+    }
+    root.append(item);
+  });
+  $("no-errors").hidden = errors.length > 0;
+}
+
+// ---------------------------------------------------------------- polling
+async function getJson(path) {
+  const response = await fetch(path, { cache: "no-store" });
+  if (!response.ok) throw new Error(`${path}: HTTP ${response.status}`);
+  return response.json();
+}
+
+async function refresh() {
+  try {
+    if (graph === null) {
+      graph = await getJson("api/topology");
+      drawTopology();
+      drawn.delete("components"); // the boxes' figures are drawn with the table
+    }
+    render(await getJson("api/snapshot"));
+    $("offline").hidden = true;
+  } catch (err) {
+    $("offline").hidden = false;
+  }
+}
+
+refresh();
+setInterval(refresh, REFRESH_MS);
