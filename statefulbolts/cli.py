@@ -6,6 +6,7 @@
     statefulbolts checkpoint status --conf FILE --topology NAME
                       [--topology-module MODULE:FUNCTION] [--json]
     statefulbolts transactional status --conf FILE --id TRANSACTIONAL_ID [--json]
+    statefulbolts state dump|get|export|import|verify ...   (see statefulbolts.state._cli)
 
 ``FUNCTION`` is called with no arguments and returns a ``StormTopology`` or a
 ``TransactionalTopology`` (or their builders). The topology runs until it is idle (the default
@@ -41,6 +42,7 @@ from statefulbolts.errors import (
     TopologyError,
     TopologyFailedError,
 )
+from statefulbolts.state._cli import add_state_commands
 from statefulbolts.topology import StormTopology, TopologyBuilder
 from statefulbolts.transactional import TransactionalTopology
 
@@ -350,6 +352,7 @@ def _parser() -> argparse.ArgumentParser:
     tx_status.add_argument("--id", required=True, help="the transactional id")
     tx_status.add_argument("--json", action="store_true", help="one JSON document")
     tx_status.set_defaults(func=_cmd_transactional_status)
+    add_state_commands(sub)
     return parser
 
 

@@ -53,10 +53,14 @@ def say(event: str, **fields: Any) -> None:
 
 
 def spark_conf(
-    executor_memory: str, executor_python: str | None = None, ui_port: int | None = None
+    executor_memory: str,
+    executor_python: str | None = None,
+    ui_port: int | None = None,
+    java_options: str | None = None,
 ) -> dict[str, str]:
     """Everything on loopback; executors import this checkout with this venv's Python, or
-    run ``executor_python`` with no path of ours; the driver's UI on ``ui_port`` if given."""
+    run ``executor_python`` with no path of ours; the driver's UI on ``ui_port`` if given;
+    ``java_options`` for the driver's and the executors' JVMs."""
     conf = {
         "spark.driver.host": LOOPBACK,
         "spark.driver.bindAddress": LOOPBACK,
@@ -74,6 +78,9 @@ def spark_conf(
         conf["spark.pyspark.python"] = executor_python
     if ui_port is not None:
         conf.update({"spark.ui.enabled": "true", "spark.ui.port": str(ui_port)})
+    if java_options:
+        conf["spark.driver.extraJavaOptions"] = java_options
+        conf["spark.executor.extraJavaOptions"] = java_options
     return conf
 
 
@@ -97,6 +104,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--executor-python", help="executors' Python, with no path of ours")
     parser.add_argument("--probe", action="store_true", help="report what executors see")
     parser.add_argument("--ui-port", type=int, help="serve the driver's UI; report its jobs")
+    parser.add_argument("--java-options", help="for the driver's and executors' JVMs")
     args = parser.parse_args(argv)
     os.environ.setdefault("SPARK_LOCAL_IP", LOOPBACK)
     if args.executor_python:
@@ -113,7 +121,9 @@ def main(argv: list[str] | None = None) -> int:
     cluster = LocalCluster(
         master=args.master,
         app_name="statefulbolts-cluster-test",
-        spark_conf=spark_conf(args.executor_memory, args.executor_python, args.ui_port),
+        spark_conf=spark_conf(
+            args.executor_memory, args.executor_python, args.ui_port, args.java_options
+        ),
     )
     try:
         spark = cluster.spark

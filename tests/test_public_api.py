@@ -16,6 +16,8 @@ PACKAGES = [
     "providers",
     "recovery",
     "statefulbolts.transactional",
+    "statefulbolts.ui",
+    "statefulbolts.state",
     "providers.redis",
 ]
 # Names a package resolves lazily through its module ``__getattr__`` (they import the runtime,
@@ -139,6 +141,8 @@ def test_unknown_attribute_raises_attribute_error():
         "import statefulbolts.testing",
         "import statefulbolts.transactional",
         "import recovery",
+        "import statefulbolts.ui",
+        "import statefulbolts.state",
     ],
 )
 def test_importing_does_not_load_pyspark(statement):

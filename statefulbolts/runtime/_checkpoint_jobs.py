@@ -72,9 +72,10 @@ class CheckpointJobs:
             CheckpointTaskProgram(action, txid, self._faults),
             inputs,
             txid,
-            f"{self._name} {name}({txid}) {tuples} tuples",
+            f"{tuples} tuples",
             ackers=ackers,
             images=self._images(),
+            action=name,
         )
         return spec, cp_root
 

@@ -22,7 +22,7 @@ Example (what a protocol driver does):
 
     engine = Engine(spark, topology, "wc", conf, max_jobs=1)
     layout = engine.plan.layout(engine.plan.bolts())
-    spec = JobSpec(layout, program, inputs, txid=3, description="PREPARE(3)", action="PREPARE")
+    spec = JobSpec(layout, program, inputs, txid=3, description="120 tuples", action="PREPARE")
     result = engine.submit(spec).result()  # a JobResult
 """
 
@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import concurrent.futures
 import logging
-import re
 import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -66,8 +65,8 @@ class JobSpec:
     provider's state to the tasks under whose roots (``<state_root>/<component>-<task>``) the
     namespaces are; ``None`` when the job touches no driver-owned state. ``group`` is the key
     ``Engine.cancel`` cancels the job by (default: the topology name). ``action`` names the
-    protocol step (``PREPARE``, ``COMMIT``, ...) for Spark's UI; when it is ``None`` it is read
-    from a ``description`` that follows the runners' ``ACTION(id) detail`` form.
+    protocol step (``PREPARE``, ``COMMIT``, ...) and ``attempt`` the batch attempt, if any, for
+    Spark's UI; ``description`` is free text shown after them (``120 tuples``).
     """
 
     layout: JobLayout
@@ -81,7 +80,8 @@ class JobSpec:
     state_root: str = ""
     # The leading values every tuple of the job shares (``ExecutionPlan.lead`` of them).
     lead: tuple[Any, ...] = ()
-    action: str | None = None
+    action: str = "JOB"
+    attempt: int | None = None
 
 
 class JobLabels(NamedTuple):
@@ -92,35 +92,25 @@ class JobLabels(NamedTuple):
     tag: str
 
 
-# The runners' descriptions: "[<topology> ]ACTION(<txid or txid:attempt>)[ detail]".
-_DESCRIBED = re.compile(r"(?P<action>[A-Z][A-Z_+]*)\((?P<arg>[^)]*)\)(?P<rest>.*)", re.DOTALL)
-
-
 def job_labels(topology: str, spec: JobSpec) -> JobLabels:
     """The Spark job group, description and tag of ``spec`` in topology ``topology``.
 
     Example:
-        >>> labels = job_labels("wc", JobSpec(None, None, [], 3, "wc PREPARE(3) 120 tuples"))
+        >>> spec = JobSpec(None, None, [], 3, "120 tuples", action="PREPARE")
+        >>> labels = job_labels("wc", spec)
         >>> labels.group, labels.description, labels.tag
         ('wc/PREPARE/txid=3', 'wc: PREPARE txid=3 (120 tuples)', 'wc')
-        >>> job_labels("wc", JobSpec(None, None, [], 3, "wc COMMIT(3:2)", group="wc-3:2"))[:2]
+        >>> spec = JobSpec(None, None, [], 3, "", group="wc-3:2", action="COMMIT", attempt=2)
+        >>> job_labels("wc", spec)[:2]
         ('wc/COMMIT/txid=3/attempt=2', 'wc: COMMIT txid=3 attempt=2')
     """
-    action, attempt, detail = spec.action, "", spec.description.strip()
-    found = _DESCRIBED.search(spec.description)
-    if found is not None:
-        arg, prefix = found.group("arg"), f"{spec.txid}:"
-        attempt = arg[len(prefix) :] if arg.startswith(prefix) else ""
-        if action is None or action == found.group("action"):
-            action, detail = found.group("action"), found.group("rest").strip()
-    action = action or "JOB"
-    group = f"{topology}/{action}/txid={spec.txid}"
-    description = f"{topology}: {action} txid={spec.txid}"
-    if attempt:
-        group += f"/attempt={attempt}"
-        description += f" attempt={attempt}"
-    if detail:
-        description += f" ({detail})"
+    group = f"{topology}/{spec.action}/txid={spec.txid}"
+    description = f"{topology}: {spec.action} txid={spec.txid}"
+    if spec.attempt is not None:
+        group += f"/attempt={spec.attempt}"
+        description += f" attempt={spec.attempt}"
+    if spec.description:
+        description += f" ({spec.description})"
     return JobLabels(group, description, _tag(spec.group or topology))
 
 
@@ -195,7 +185,8 @@ class Engine:
         )
         if len(spec.lead) != self.plan.lead:
             msg = (
-                f"job {spec.description!r} gives {len(spec.lead)} leading values; its "
+                f"job {job_labels(self.name, spec).description!r} gives {len(spec.lead)} "
+                "leading values; its "
                 f"topology's tuples have {self.plan.lead}"
             )
             raise ValueError(msg)

@@ -179,8 +179,10 @@ def application_session(task_max_failures: int = 4) -> Any:
     Otherwise, under ``spark-submit``, one is created from the configuration it gave
     (``--master``, ``--conf``, ``--name``), never overriding it: the runtime adds only what
     ``build_session`` would add for that master and that is not set already (loopback binding
-    for local masters, ``spark.task.maxFailures``). A local master's workers run this Python
-    unless ``PYSPARK_PYTHON`` says otherwise; other masters' executors run
+    for local masters, ``spark.task.maxFailures``). So a local master's UI is off unless
+    ``--conf spark.ui.enabled=true``: its JVM, started by ``spark-submit``, binds the UI to
+    every interface unless ``SPARK_LOCAL_IP`` was set for it. A local master's workers run this
+    Python unless ``PYSPARK_PYTHON`` says otherwise; other masters' executors run
     ``spark.pyspark.python`` / ``PYSPARK_PYTHON`` (Spark's default: ``python3``).
 
     Raises:
@@ -202,8 +204,12 @@ def application_session(task_max_failures: int = 4) -> Any:
             "LocalCluster(master)"
         )
         raise ConfigError(msg)
-    given = dict(SparkConf().getAll())  # spark-submit's, from its JVM
-    master = given.get("spark.master", "local[*]")
+    SparkContext._ensure_initialized()  # connect to spark-submit's JVM, whose conf we read
+    given = dict(SparkConf().getAll())
+    master = given.get("spark.master")
+    if not master:
+        msg = "spark-submit gave no master (spark.master): pass --master URL to spark-submit"
+        raise ConfigError(msg)
     if is_local(master):  # workers on this machine: this Python, unless told otherwise
         os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     builder = SparkSession.builder

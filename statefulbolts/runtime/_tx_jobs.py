@@ -113,10 +113,12 @@ class TransactionalJobs:
             program,
             inputs,
             attempt.transaction_id,
-            f"{self._name} {phase}({attempt})",
+            "",
             group=f"{self._name}-{attempt}",
             state_root=self.root,
             lead=(attempt,),
+            action=phase,
+            attempt=attempt.attempt_id,
         )
 
     def _images(self) -> dict[str, bytes]:
