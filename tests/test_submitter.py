@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import os
+import random
 import signal
 import subprocess
 import sys
@@ -38,6 +39,9 @@ from statefulbolts.submitter import check_supervise, cluster_for_run
 ROOT = Path(__file__).resolve().parent.parent
 # Endless input in small transactions.
 ENDLESS = {"topology.max.spout.pending": 200, "topology.state.checkpoint.interval.ms": 100}
+# The kill tests stop the topology this long after its first commit: varied by
+# STATEFULBOLTS_SEED (loops run it with many seeds, so the stop lands in different phases).
+STOP_DELAY = random.Random(os.environ.get("STATEFULBOLTS_SEED", "0")).uniform(0.0, 0.8)
 
 
 def _after_first_commit(action: Any) -> tuple[Any, threading.Event]:
@@ -50,6 +54,7 @@ def _after_first_commit(action: Any) -> tuple[Any, threading.Event]:
 
     def run() -> None:
         if committed.wait(240):
+            time.sleep(STOP_DELAY)
             action()
 
     threading.Thread(target=run, daemon=True).start()
