@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 import topologies as topo
 
-from statefulbolts import TopologyBuilder, TopologyFailedError
+from statefulbolts import Bolt, Fields, TopologyBuilder, TopologyFailedError
 
 pytestmark = pytest.mark.spark
 
@@ -344,3 +344,51 @@ def test_spout_error_names_its_task_id(cluster: Any) -> None:
     err, task_id = _stray_spout(cluster)
     assert err.task == task_id
     assert f"spout 'src' task {task_id} " in str(err), str(err)
+
+
+class _ReportsOddValues(Bolt):
+    """Relays every value; for an odd one it raises, catches and reports the error first."""
+
+    def prepare(self, conf: Any, context: Any, collector: Any) -> None:
+        self.collector = collector
+
+    def execute(self, tuple: Any) -> None:  # noqa: A002
+        value = tuple.get_value(0)
+        if value % 2:
+            try:
+                _check_even(value)
+            except ValueError as exc:
+                self.collector.report_error(exc)
+        self.collector.emit([value], anchors=[tuple])
+        self.collector.ack(tuple)
+
+    def declare_output_fields(self, declarer: Any) -> None:
+        declarer.declare(Fields("value"))
+
+
+def _check_even(value: int) -> None:
+    if value % 2:
+        msg = f"{value} is odd"
+        raise ValueError(msg)
+
+
+def test_a_reported_error_that_was_raised_keeps_its_traceback_for_the_dashboard(
+    cluster: Any,
+) -> None:
+    n = 10
+    name = topo.new_key("reported")
+    handle = cluster.submit_topology(name, CONF, topo.through(name, n, _ReportsOddValues()))
+    try:
+        handle.await_idle(TIMEOUT)
+        reported = [e for e in handle.runner.stats.error_log if e.kind == "reported"]
+        counters = handle.metrics()["components"]["middle"]
+    finally:
+        handle.kill()
+    # Reporting fails nothing: every value went through, each odd one reported once.
+    assert counters["errors"] == n // 2
+    assert sorted(e.text.split(": ", 1)[-1] for e in reported) == sorted(
+        f"ValueError: {v} is odd" for v in range(1, n, 2)
+    )
+    for e in reported:
+        assert e.component == "middle" and e.traceback is not None
+        assert "in _check_even" in e.traceback and "raise ValueError(msg)" in e.traceback

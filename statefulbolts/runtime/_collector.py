@@ -242,7 +242,11 @@ class TaskCollector(OutputCollector):
     def report_error(self, error: BaseException) -> None:
         """Keep the error; it is logged by the driver and counted in metrics."""
         text = "".join(traceback.format_exception_only(type(error), error)).strip()
-        self.errors.append(ReportedError(self.comp, self.task, exception_types(error), text))
+        trace = None
+        if error.__traceback__ is not None:  # raised, caught, then reported: say where
+            trace = "".join(traceback.format_exception(type(error), error, error.__traceback__))
+        types = exception_types(error)
+        self.errors.append(ReportedError(self.comp, self.task, types, text, trace))
 
 
 class _TaskBasicCollector(BasicOutputCollector):

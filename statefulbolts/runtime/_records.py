@@ -82,6 +82,8 @@ class ReportedError(NamedTuple):
     task: int
     types: tuple[str, ...]
     text: str  # ``Type: message``, as Python prints the exception
+    # The formatted traceback, when the exception was raised before it was reported.
+    traceback: str | None = None
 
     def is_a(self, cls: type[BaseException]) -> bool:
         """Whether the reported exception was an instance of ``cls``."""

@@ -16,7 +16,8 @@ What is kept:
 - errors: the text of each reported error (``errors``) and, in ``error_log``, the last
   ``_LOG`` errors of any kind with where they happened and, when the driver has it, the
   Python traceback (a task that failed its job: Spark hands the worker's traceback back; a
-  ``report_error`` from a task carries only ``Type: message``, see ``ReportedError``);
+  ``report_error`` from a task carries the exception's own traceback when it had been raised,
+  see ``ReportedError``);
 - recoveries: every transaction the protocol ran to recover (``TransactionInfo.recovery``: the
   checkpoint spout's ROLLBACK, INITSTATE, or a COMMIT rolled forward) and every failed
   transaction (kind ``RETRY``: the protocol tries it again, unless it gives up).
@@ -318,7 +319,7 @@ class Stats:
             task = plan.task_ids[e.comp][e.task]
             text = f"component {names[e.comp]!r} task {task}: {e.text}"
             log.warning("txid %s: %s", txid, text)
-            self.error(names[e.comp], text, task=task, txid=txid)
+            self.error(names[e.comp], text, task=task, txid=txid, traceback=e.traceback)
         return errors
 
     def add_reports(self, result: JobResult, names: list[str]) -> None:
