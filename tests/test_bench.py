@@ -32,7 +32,8 @@ def test_wordcount_bench_reports_exact_runs_and_their_ratios() -> None:
     report = json.loads(result.stdout)
     assert report["words"] >= 20000
     runs = report["runs"]
-    assert set(runs) == {"baseline", "memory"}
+    assert set(runs) == {"baseline", "same_shape", "memory"}
+    assert report["vocab"] > 1000  # the Zipf corpus, not the examples' 94 words
     for run in runs.values():
         assert run["exact"] is True
         assert len(run["all_seconds"]) == 2
@@ -40,6 +41,9 @@ def test_wordcount_bench_reports_exact_runs_and_their_ratios() -> None:
         assert run["words_per_sec"] == round(report["words"] / run["seconds"])
     assert report["ratio_memory_vs_baseline"] == round(
         runs["memory"]["words_per_sec"] / runs["baseline"]["words_per_sec"], 3
+    )
+    assert report["ratio_memory_vs_same_shape"] == round(
+        runs["memory"]["words_per_sec"] / runs["same_shape"]["words_per_sec"], 3
     )
     per_round = report["ratio_memory_vs_baseline_per_round"]
     assert len(per_round) == 2
