@@ -268,15 +268,16 @@ def main(argv: list[str] | None = None) -> int:
         }
 
     warm = sentences_for(min(args.words // 5, 200_000))
-    baseline(sc, warm, args.parallelism)
+    baseline(sc, [sentence(i) for i in range(warm)], args.parallelism)
     shapes = ["tuples", "combine"] if args.shape == "both" else [args.shape]
     for shape in shapes:
         run(spark, warm, args, {"topology.max.spout.pending": 2}, f"warmup-{shape}", shape)
 
     runs: dict[str, Any] = {}
     rounds: list[dict[str, float]] = []
+    sentences = [sentence(i) for i in range(n)]  # the same input as the spout's partitions
     for i in range(args.repeat):
-        base = baseline(sc, n, args.parallelism)
+        base = baseline(sc, sentences, args.parallelism)
         this_round = {"baseline": base["seconds"]}
         _keep(runs, "baseline", {"seconds": base["seconds"], "exact": base["counts"] == expected})
         configs = [(s, p, q) for s in shapes for p in providers for q in pendings]
