@@ -21,6 +21,7 @@ from statefulbolts.collectors import Anchors, BasicOutputCollector, OutputCollec
 from statefulbolts.errors import TopologyError
 from statefulbolts.runtime._plan import ExecutionPlan, Router, stable_hash
 from statefulbolts.runtime._records import ReportedError, TupleBatch, id_column
+from statefulbolts.runtime._stats import format_traceback
 from statefulbolts.runtime._task_errors import exception_types
 from statefulbolts.tuples import DEFAULT_STREAM, Tuple
 
@@ -242,9 +243,8 @@ class TaskCollector(OutputCollector):
     def report_error(self, error: BaseException) -> None:
         """Keep the error; it is logged by the driver and counted in metrics."""
         text = "".join(traceback.format_exception_only(type(error), error)).strip()
-        trace = None
-        if error.__traceback__ is not None:  # raised, caught, then reported: say where
-            trace = "".join(traceback.format_exception(type(error), error, error.__traceback__))
+        # Raised, caught, then reported: say where.
+        trace = format_traceback(error) if error.__traceback__ is not None else None
         types = exception_types(error)
         self.errors.append(ReportedError(self.comp, self.task, types, text, trace))
 

@@ -183,15 +183,14 @@ class Engine:
             state_root=spec.state_root,
             lead=spec.lead,
         )
+        labels = job_labels(self.name, spec)
         if len(spec.lead) != self.plan.lead:
             msg = (
-                f"job {job_labels(self.name, spec).description!r} gives {len(spec.lead)} "
-                "leading values; its "
+                f"job {labels.description!r} gives {len(spec.lead)} leading values; its "
                 f"topology's tuples have {self.plan.lead}"
             )
             raise ValueError(msg)
         sc, blob = self.sc, self._blob
-        labels = job_labels(self.name, spec)
         # Always set: a pool thread keeps its job group and tags from one job to the next.
         sc.setJobGroup(labels.group, labels.description, interruptOnCancel=True)
         sc.clearJobTags()
