@@ -209,7 +209,9 @@ class Engine:
         rdd = sc.parallelize([(s, first[s]) for s in range(n0)], n0)
         rdd = rdd.mapPartitionsWithIndex(stage(0), preservesPartitioning=False)
         for k in range(1, layout.depth):
-            rdd = rdd.partitionBy(len(layout.stages[k]), _identity).mapPartitionsWithIndex(stage(k))
+            if not layout.narrow[k - 1]:  # a narrow boundary: Spark pipelines k - 1 and k
+                rdd = rdd.partitionBy(len(layout.stages[k]), _identity)
+            rdd = rdd.mapPartitionsWithIndex(stage(k))
         if spec.ackers > 0:
             parts = rdd.partitionBy(spec.ackers, _identity).mapPartitions(reduce_acks).collect()
             return merge_results(parts)

@@ -8,8 +8,12 @@ job, components are grouped into stages: a component's stage is one more than th
 among its sources in the job (a component fed only from outside the job is in stage 0). One
 Spark stage runs one job stage; its partitions ("slots") are the tasks of its components.
 Between two stages, a ``partitionBy`` on the slot index moves each emitted tuple to its
-destination task. Tuples bound for a later stage or for a component outside the job, and the
-side records every task produces, ride along ("carry") through the stages in between, so one
+destination task, unless the boundary is *narrow* (``JobLayout.narrow``): a component fed only
+by the component of the stage before, with as many tasks, through groupings that keep a tuple
+on its task index (``Route.local``). Then task i's output is task i's input, Spark pipelines
+both in one task (no shuffle, no serialization), and Storm's "none grouping runs in the thread
+of its source" comes true. Tuples bound for a later stage or for a component outside the job,
+and the side records every task produces, ride along ("carry") through the stages in between, so one
 job is one linear chain of stages; what is bound outside the job comes back with its result.
 
 Everything here is plain Python and is pickled to the tasks.
@@ -60,6 +64,10 @@ class Route:
     kind: GroupingKind
     positions: tuple[int, ...]  # field positions, for fields grouping
     n_tasks: int
+    # A none or local-or-shuffle grouping between components of equal parallelism: task i
+    # sends every tuple to task i (Storm lets a none grouping run in its source's thread; a
+    # task's own index is the most local task there is), which lets a job chain the two.
+    local: bool = False
 
 
 class ExecutionPlan:
@@ -113,7 +121,11 @@ class ExecutionPlan:
                             "attempt): group by another field"
                         )
                         raise TopologyError(msg)
-                    consumers.append(Route(d, grouping.kind, positions, self.parallelism[d]))
+                    local = (
+                        grouping.kind in _CHAINABLE and self.parallelism[d] == self.parallelism[c]
+                    )
+                    n = self.parallelism[d]
+                    consumers.append(Route(d, grouping.kind, positions, n, local))
                 consumers.sort(key=lambda r: r.dest)
                 self.routes[(c, self.stream_index[c][name])] = tuple(consumers)
 
@@ -125,8 +137,13 @@ class ExecutionPlan:
         """``(comp, task)`` for every task of a component."""
         return [(comp, t) for t in range(self.parallelism[comp])]
 
-    def layout(self, components: Iterable[int]) -> JobLayout:
-        """A job over every task of ``components``, staged by their sources within the job."""
+    def layout(self, components: Iterable[int], chain: bool = False) -> JobLayout:
+        """A job over every task of ``components``, staged by their sources within the job.
+
+        With ``chain``, a boundary between two stages is narrow where it can be (see the module
+        docstring): only for protocols where a task that fails its batch on purpose need not
+        stop every task of the next stage (the job's outcome is a failure all the same).
+        """
         members = set(components)
         stage: dict[int, int] = {}
         for c in [c for c in sorted(members) if self.is_spout[c]] + self.topological:
@@ -138,7 +155,20 @@ class ExecutionPlan:
             [pair for c in sorted(stage) if stage[c] == k for pair in self.tasks(c)]
             for k in range(depth)
         ]
-        return JobLayout(len(self.component_ids), stages)
+        narrow = [chain and self._chains(stages[k], stages[k + 1]) for k in range(depth - 1)]
+        return JobLayout(len(self.component_ids), stages, narrow)
+
+    def _chains(self, before: Sequence[tuple[int, int]], after: Sequence[tuple[int, int]]) -> bool:
+        """Whether task i of one stage can feed task i of the next without a shuffle."""
+        comps = {c for c, _ in before}
+        nexts = {c for c, _ in after}
+        if len(comps) != 1 or len(nexts) != 1:
+            return False
+        (a,), (c,) = comps, nexts
+        if self.sources[c] != {a} or self.parallelism[a] != self.parallelism[c]:
+            return False
+        routes = [r for s in range(len(self.streams[a])) for r in self.routes[(a, s)]]
+        return all(r.local for r in routes if r.dest == c)
 
     def flat_layout(self, tasks: Sequence[tuple[int, int]]) -> JobLayout:
         """A job of one stage over exactly ``tasks``, whatever their sources."""
@@ -155,7 +185,9 @@ class ExecutionPlan:
 
 
 # Grouping codes for the hot path (enum comparisons cost an attribute lookup per emit).
-_SHUFFLE, _FIELDS, _ALL, _GLOBAL = range(4)
+_SHUFFLE, _FIELDS, _ALL, _GLOBAL, _LOCAL = range(5)
+# Groupings that promise no particular task: between components of equal parallelism, ``local``.
+_CHAINABLE = frozenset({GroupingKind.NONE, GroupingKind.LOCAL_OR_SHUFFLE})
 _CODE = {
     GroupingKind.SHUFFLE: _SHUFFLE,
     GroupingKind.NONE: _SHUFFLE,
@@ -179,9 +211,10 @@ class Router:
         self._table: dict[int, list[list[Any]]] = {}
         for (c, stream), routes in plan.routes.items():
             if c == comp:
-                # [code, dest, n_tasks, positions, round-robin counter]
+                # [code, dest, n_tasks, positions, round-robin counter (local: the task)]
                 self._table[stream] = [
-                    [_CODE[r.kind], r.dest, r.n_tasks, r.positions, task] for r in routes
+                    [_LOCAL if r.local else _CODE[r.kind], r.dest, r.n_tasks, r.positions, task]
+                    for r in routes
                 ]
         self._rr = task
 
@@ -200,6 +233,8 @@ class Router:
                 i = route[4]
                 route[4] = i + 1
                 out.append((dest, i % n))
+            elif code == _LOCAL:
+                out.append((dest, route[4]))
             elif code == _ALL:
                 out.extend((dest, t) for t in range(n))
             else:
@@ -233,12 +268,29 @@ class JobLayout:
     first), of a record bound for task ``task`` of component ``dest``: that task's own slot
     when it runs in the next stage, otherwise a slot spread by destination, which carries the
     record on (to a later stage, or, for a component outside the job, to the job's result).
+    ``narrow[k]`` says that stages k and k + 1 are chained: slot i's output stays in slot i, so
+    a record bound for a stage reached through narrow boundaries only is keyed to its task's
+    own slot there from the start.
     """
 
-    def __init__(self, n_components: int, stages: Sequence[Sequence[tuple[int, int]]]) -> None:
+    def __init__(
+        self,
+        n_components: int,
+        stages: Sequence[Sequence[tuple[int, int]]],
+        narrow: Sequence[bool] = (),
+    ) -> None:
         self.stages: tuple[tuple[tuple[int, int], ...], ...] = tuple(
             tuple(slots) for slots in stages
         )
+        self.narrow: tuple[bool, ...] = tuple(narrow) or (False,) * max(len(self.stages) - 1, 0)
+        if len(self.narrow) != max(len(self.stages) - 1, 0):
+            msg = f"{len(self.narrow)} boundaries given for {len(self.stages)} stages"
+            raise ValueError(msg)
+        # The last stage reachable from stage k through narrow boundaries only.
+        self._chained_to = list(range(len(self.stages)))
+        for k in range(len(self.stages) - 2, -1, -1):
+            if self.narrow[k]:
+                self._chained_to[k] = self._chained_to[k + 1]
         self.stage_of: list[int | None] = [None] * n_components
         for k, slots in enumerate(self.stages):
             for comp, _ in slots:
@@ -261,6 +313,9 @@ class JobLayout:
     def key_for(self, stage: int, dest: int, task: int) -> int:
         """The partition in stage ``stage + 1`` of a record bound for ``(dest, task)``."""
         nxt = stage + 1
-        if self.stage_of[dest] == nxt:
+        at = self.stage_of[dest]
+        if at == nxt:
             return self._slot_of[nxt][(dest, task)]
+        if at is not None and nxt < at <= self._chained_to[nxt]:
+            return self._slot_of[at][(dest, task)]  # the same slot all along the chain
         return (dest * 7919 + task) % len(self.stages[nxt])

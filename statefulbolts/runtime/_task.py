@@ -329,6 +329,14 @@ def _feed(
             execute(t)
 
 
+def _bound_next(job: TaskJob, stage: int, out: dict[int, list[Any]]) -> Iterator[int]:
+    """The keys of ``out`` that hold a tuple for a task of the next stage."""
+    stage_of = job.layout.stage_of
+    for key, records in out.items():
+        if any(type(r) is TupleBatch and stage_of[r.dest] == stage + 1 for r in records):
+            yield key
+
+
 def _output(
     job: TaskJob,
     collector: TaskCollector,
@@ -350,6 +358,14 @@ def _output(
     key_for = job.layout.key_for
     for b in itertools.chain(collector.records(), into.carry):
         out.setdefault(home if final else key_for(stage, b.dest, b.dest_task), []).append(b)
+    if (
+        not final
+        and job.layout.narrow[stage]
+        and any(k != slot for k in _bound_next(job, stage, out))
+    ):
+        # Nothing moves across a narrow boundary: a tuple keyed elsewhere would be lost.
+        msg = f"stage {stage} slot {slot} sent tuples across a narrow boundary to another slot"
+        raise RuntimeError(msg)
     acks = into.acks
     for root, x in left.items():
         acks[root] = acks.get(root, 0) ^ x

@@ -58,8 +58,10 @@ class TransactionalJobs:
             plan.index[c] for c in topology.processing_phase if plan.index[c] != self.spout
         )
         self._emit_layout = plan.flat_layout(plan.tasks(self.spout))
-        self._fused_layout = plan.layout({self.spout} | self.processing_components)
-        self._processing_layout = plan.layout(self.processing_components)
+        # The processing phase chains what it can (``JobLayout.narrow``): a task failing its
+        # batch fails the attempt whatever the next stage does. The commit phase does not.
+        self._fused_layout = plan.layout({self.spout} | self.processing_components, chain=True)
+        self._processing_layout = plan.layout(self.processing_components, chain=True)
         self._commit_layout = plan.layout(commit)
 
     def emit(self, attempt: TransactionAttempt, order: EmitOrder) -> JobSpec:

@@ -1,0 +1,173 @@
+"""Chained stages: a none or local-or-shuffle grouping between components of equal parallelism.
+
+Task i then feeds task i (``Route.local``), and a job chains the two stages (``JobLayout.narrow``):
+Spark runs them as one stage, without a shuffle. The plan tests need no Spark; the end-to-end
+test runs a transactional word count whose processing phase chains its emitters to the bolt
+that splits the sentences, and reads the stages of its jobs from Spark's status tracker.
+"""
+
+from __future__ import annotations
+
+import collections
+from typing import Any
+
+import pytest
+import topologies as topo
+
+from statefulbolts import (
+    BaseTransactionalBolt,
+    BasicBolt,
+    Committer,
+    Fields,
+    LocalCluster,
+    MemoryTransactionalSpout,
+    Spout,
+    TopologyBuilder,
+    TransactionalMap,
+    TransactionalTopologyBuilder,
+)
+from statefulbolts.runtime._plan import ExecutionPlan, Router
+
+
+class _Words(Spout):
+    def next_tuple(self) -> None:
+        """Never called."""
+
+    def declare_output_fields(self, declarer: Any) -> None:
+        declarer.declare(Fields("word"))
+
+
+class _Pass(BasicBolt):
+    def execute(self, tuple: Any, collector: Any) -> None:  # noqa: A002
+        collector.emit(tuple.values)
+
+    def declare_output_fields(self, declarer: Any) -> None:
+        declarer.declare(Fields("word"))
+
+
+def _plan(d_parallelism: int = 3) -> ExecutionPlan:
+    """spout(2) -none-> a(2) -local_or_shuffle-> b(2) -fields-> c(2) -none-> d(n)."""
+    builder = TopologyBuilder()
+    builder.set_spout("spout", _Words(), 2)
+    builder.set_bolt("a", _Pass(), 2).none_grouping("spout")
+    builder.set_bolt("b", _Pass(), 2).local_or_shuffle_grouping("a")
+    builder.set_bolt("c", _Pass(), 2).fields_grouping("b", Fields("word"))
+    builder.set_bolt("d", _Pass(), d_parallelism).none_grouping("c")
+    return ExecutionPlan(builder.create_topology())
+
+
+def test_only_task_keeping_groupings_of_equal_parallelism_chain() -> None:
+    plan = _plan()
+    layout = plan.layout(plan.bolts(), chain=True)
+    names = [{plan.component_ids[c] for c, _ in stage} for stage in layout.stages]
+    assert names == [{"a"}, {"b"}, {"c"}, {"d"}]
+    # a -> b chains; b -> c is a fields grouping; c -> d changes the parallelism.
+    assert layout.narrow == (True, False, False)
+    assert plan.layout(plan.bolts()).narrow == (False, False, False)
+    assert plan.layout(plan.bolts(), chain=True).narrow[2] is False
+    assert _plan(d_parallelism=2).layout(plan.bolts(), chain=True).narrow == (True, False, True)
+
+
+def test_a_local_route_keeps_the_task_index_and_others_round_robin() -> None:
+    plan = _plan()
+    a, b, d = plan.index["a"], plan.index["b"], plan.index["d"]
+    for task in (0, 1):
+        router = Router(plan, a, task)
+        assert {router.targets(a, 0, ["w"])[0] for _ in range(5)} == {(b, task)}
+    c = plan.index["c"]
+    router = Router(plan, c, 0)
+    assert {router.targets(c, 0, ["w"])[0] for _ in range(6)} == {(d, t) for t in range(3)}
+
+
+def test_a_record_for_a_chained_stage_starts_in_its_task_slot() -> None:
+    plan = _plan()
+    b = plan.index["b"]
+    chained = plan.layout(plan.bolts(), chain=True)
+    plain = plan.layout(plan.bolts())
+    # Bound for b (stage 1) from outside the job: it rides a's slot of the same task index,
+    # since nothing moves between a and b.
+    assert [chained.key_for(-1, b, t) for t in (0, 1)] == [0, 1]
+    assert [plain.key_for(-1, b, t) for t in (0, 1)] == [(b * 7919 + t) % 2 for t in (0, 1)]
+
+
+# ---------------------------------------------------------------- end to end on Spark
+
+
+class _Split(BasicBolt):
+    """Splits a sentence; each word goes on with the emitter task it came from."""
+
+    def prepare(self, conf: Any, context: Any) -> None:
+        self.task = context.this_task_index
+
+    def execute(self, tuple: Any, collector: Any) -> None:  # noqa: A002
+        for word in tuple.values[1].split():
+            collector.emit([tuple.values[0], word, f"{tuple.source_task}->{self.task}"])
+
+    def declare_output_fields(self, declarer: Any) -> None:
+        declarer.declare(Fields("id", "word", "edge"))
+
+
+class _CountCommitter(BaseTransactionalBolt, Committer):
+    """Counts words and the emitter-to-splitter edges the words took, exactly once."""
+
+    def prepare(self, conf: Any, context: Any, collector: Any, id: Any) -> None:  # noqa: A002
+        self.attempt, self.counts = id, collections.Counter()
+        self.task = context.this_task_index
+        self.map = TransactionalMap(context.backing_map())
+
+    def execute(self, tuple: Any) -> None:  # noqa: A002
+        self.counts[tuple.values[1]] += 1
+        self.counts[f"{tuple.values[2]}@{self.task}"] += 1  # a key of this task's map only
+
+    def finish_batch(self) -> None:
+        keys = list(self.counts)
+        updaters = [lambda old, n=self.counts[k]: (old or 0) + n for k in keys]
+        self.map.multi_update(self.attempt, keys, updaters)
+
+    def declare_output_fields(self, declarer: Any) -> None:
+        """Emits nothing."""
+
+
+@pytest.mark.spark
+@pytest.mark.parametrize("pending", [1, 3])
+def test_transactional_processing_chains_emitters_to_splitters(spark: Any, pending: int) -> None:
+    sentences = {p: [[f"w{p} w{i % 3} shared"] for i in range(20)] for p in range(4)}
+    spout = MemoryTransactionalSpout(sentences, ["sentence"], 7)
+    tid = topo.new_key("chain")
+    b = TransactionalTopologyBuilder(tid, "spout", spout, 2)
+    b.set_bolt("split", _Split(), 2).none_grouping("spout")
+    b.set_committer_bolt("count", _CountCommitter(), 2).fields_grouping("split", Fields("word"))
+    cluster = LocalCluster(spark=spark)
+    conf = {"topology.max.spout.pending": pending, "topology.state.checkpoint.interval.ms": 50}
+    topology = b.build_topology()
+    emitters = topology.topology.task_ids("spout")
+    handle = cluster.submit_topology(tid, conf, topology)
+    try:
+        handle.await_idle(240)
+        counts = handle.read_state("count")
+    finally:
+        handle.kill()
+    rows = [row[0] for part in sentences.values() for row in part]
+    words = collections.Counter(w for sentence in rows for w in sentence.split())
+    edges = {k: v for k, v in counts.items() if "->" in k}
+    assert {k: v for k, v in counts.items() if "->" not in k} == words
+    # Every word went from emitter task i to splitter task i, and both tasks carried some.
+    assert {k.split("@")[0] for k in edges} == {f"{emitters[0]}->0", f"{emitters[1]}->1"}
+    assert sum(edges.values()) == sum(words.values())
+    # The job that ran the splitters had no shuffle before them: one Spark stage.
+    tracker = spark.sparkContext.statusTracker()
+    action = "EMIT+PROCESS" if pending == 1 else "PROCESS"
+    runs = [tracker.getJobInfo(j) for j in _all_job_ids(tracker, tid, action)]
+    stages = {len(info.stageIds) for info in runs if info is not None}
+    assert stages == {1}, stages
+
+
+def _all_job_ids(tracker: Any, tid: str, action: str) -> list[int]:
+    """The ids of every job of topology ``tid`` that ran ``action`` (one group per txid)."""
+    found: list[int] = []
+    for txid in range(1, 50):
+        for attempt in range(1, 60):  # attempt ids count from 1 over the whole run
+            group = f"{tid}/{action}/txid={txid}/attempt={attempt}"
+            found += tracker.getJobIdsForGroup(group)
+    assert found, f"no {action} job of {tid} in Spark's status tracker"
+    return found
