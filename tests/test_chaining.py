@@ -111,7 +111,8 @@ class _CountCommitter(BaseTransactionalBolt, Committer):
     """Counts words and the emitter-to-splitter edges the words took, exactly once."""
 
     def prepare(self, conf: Any, context: Any, collector: Any, id: Any) -> None:  # noqa: A002
-        self.attempt, self.counts = id, collections.Counter()
+        self.attempt = id
+        self.counts: collections.Counter[str] = collections.Counter()
         self.task = context.this_task_index
         self.map = TransactionalMap(context.backing_map())
 
