@@ -10,9 +10,12 @@ around its tuples is this protocol's decision, written here and nowhere else:
    earlier attempt of this task prepared (``State.supersede_prepared``), so a Spark retry cannot
    count the transaction twice. It returns where data tuples go: the user's bolt itself when the
    executor would only pass them on.
-2. ``control``: each ``$checkpoint`` tuple, after every data tuple, through the executor (the
+2. ``before_data``: a stateful task hints its state with the keys its tuples will likely read,
+   the values of the field its input is grouped on (``KeyValueState.prefetch``, ``_prefetch``):
+   a store a round trip away reads them all at once instead of one ``get`` at a time.
+3. ``control``: each ``$checkpoint`` tuple, after every data tuple, through the executor (the
    barrier, the hooks, the state step, the forward).
-3. ``finish``: at the end of a PREPARE a stateful task releases its held acks (the driver holds
+4. ``finish``: at the end of a PREPARE a stateful task releases its held acks (the driver holds
    the spout acks until COMMIT succeeds, because the task does not live until then). Fault
    hooks, when a test configured them, fire here: right after a state prepared or committed.
 
@@ -25,10 +28,11 @@ Example:
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from checkpoint._prefetch import BatchLike, PlanLike, grouped_keys
 from checkpoint._state import Action
 from checkpoint.executor import StatefulBoltExecutor
 from checkpoint.forwarder import CheckpointTupleForwarder
@@ -144,6 +148,17 @@ class CheckpointTask:
         if isinstance(bolt, CheckpointTupleForwarder):
             return bolt.bolt.execute  # a forwarder passes data straight on
         return bolt.execute
+
+    def before_data(self, plan: PlanLike, batches: Sequence[BatchLike]) -> None:
+        """Before the first data tuple: give the state the keys the tuples are grouped on.
+
+        Only a stateful task, once its state is ready for the transaction (``prepare``). What
+        the state does with the hint is its business (``KeyValueState.prefetch``); it never
+        changes what the bolt reads.
+        """
+        bolt = self.bolt
+        if batches and isinstance(bolt, StatefulBoltExecutor) and bolt.initialized:
+            bolt.state.prefetch(grouped_keys(plan, batches))
 
     def control(self, tuple_: Tuple) -> None:
         """A ``$checkpoint`` tuple: the barrier and the action, through the executor."""

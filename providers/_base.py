@@ -144,6 +144,20 @@ class KeyValueState(State):
         """``get`` of each key, in order; a store may read them all in one round trip."""
         return [self.get(key, default) for key in keys]
 
+    def prefetch(self, keys: Iterable[Any]) -> None:
+        """A hint: ``get`` of many of ``keys`` is likely to follow, so read them ahead, together.
+
+        It changes nothing any read returns, only what reads cost: a store a round trip away may
+        fetch the committed values of all ``keys`` at once and answer the ``get`` calls that
+        follow from memory, as if each had been read singly (a key never asked for after
+        costs nothing more). The runtime calls it before a stateful task's tuples, with the
+        distinct values of the field its input is grouped on.
+
+        ``keys`` may be lazy and long. The default does nothing and does not iterate it, so a
+        state whose reads are local pays nothing for the hint.
+        """
+        return None  # a hint: ignoring it is always correct
+
     @abstractmethod
     def __iter__(self) -> Iterator[tuple[Any, Any]]:
         """Yield ``(key, value)`` for every live key once, deleted keys hidden."""

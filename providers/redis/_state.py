@@ -17,7 +17,7 @@ from providers._config import parse_provider_config
 from providers._layered import LayeredKeyValueState
 from providers._resolve import resolve_serializers
 from providers._serializers import Serializer
-from providers.errors import ProviderConfigError, StateTransactionError
+from providers.errors import ProviderConfigError, StateSerializationError, StateTransactionError
 from providers.redis._clients import (
     BACKEND_ERRORS,
     address_of,
@@ -105,6 +105,12 @@ class RedisKeyValueState(LayeredKeyValueState):
         # delta as Redis holds it; committed reads. All three hold payloads (the value
         # serializer's bytes), None for a deletion (pending, prepared) or a missing key (cache):
         # envelopes exist only on the wire, so a get or a put never packs or unpacks one.
+        # The cache holds committed payloads this object read (get, get_many, prefetch,
+        # iteration) and is kept equal to the committed hash: a commit through this object
+        # writes what it applied into it, a replace_stored or a commit of a delta this object
+        # did not prepare (after supersede_prepared) empties it, and a rollback leaves the
+        # committed hash, so the cache, as it is. No other object writes the hash while this
+        # one lives (one task per namespace); a new task gets a new object, an empty cache.
         self._prepared: dict[bytes, bytes | None] = {}
         self._cache: dict[bytes, bytes | None] = {}
         self._committed_txid: int | None = None
@@ -176,14 +182,40 @@ class RedisKeyValueState(LayeredKeyValueState):
     def _stored_many(self, ekeys: list[bytes]) -> list[bytes | None]:
         """``_stored`` of each key; the committed ones not cached yet in one ``HMGET``."""
         prepared, cache = self._prepared, self._cache
-        missing = [k for k in ekeys if k not in prepared and k not in cache]
-        for start in range(0, len(missing), _MGET_CHUNK):
-            chunk = missing[start : start + _MGET_CHUNK]
-            with self._backend("get"):
+        self._read_committed([k for k in ekeys if k not in prepared and k not in cache])
+        return [prepared[k] if k in prepared else cache[k] for k in ekeys]
+
+    def _read_committed(self, ekeys: list[bytes], step: str = "get") -> None:
+        """Cache the committed payload of each key (``None``: absent), ``_MGET_CHUNK`` per HMGET."""
+        cache, ns = self._cache, self.namespace
+        for start in range(0, len(ekeys), _MGET_CHUNK):
+            chunk = ekeys[start : start + _MGET_CHUNK]
+            with self._backend(step):
                 raws = self._client.hmget(self.committed_key, chunk)
             for ekey, raw in zip(chunk, raws, strict=True):
-                cache[ekey] = None if raw is None else unwrap(raw, self.namespace)
-        return [prepared[k] if k in prepared else cache[k] for k in ekeys]
+                cache[ekey] = None if raw is None else unwrap(raw, ns)
+
+    def prefetch(self, keys: Iterable[Any]) -> None:
+        """Read ahead the committed values of ``keys``: one ``HMGET`` per 10,000 keys not known.
+
+        Not known: neither written by this object (pending or prepared) nor in its read cache.
+        What comes back, values and absences alike, goes to the read cache, where ``get``
+        finds it as if it had read the key itself; so a key prefetched and then written, or
+        committed, or rolled back reads exactly as one read singly (see ``_cache`` in
+        ``__init__``). A key the key serializer refuses is skipped: its ``get`` raises, as ever.
+        """
+        pending, prepared, cache = self._pending, self._prepared, self._cache
+        wanted: dict[bytes, None] = {}
+        for key in keys:
+            try:
+                ekey = self._encode_key(key)
+            except StateSerializationError:
+                continue  # a hint only: the bolt's own get of the key reports the error
+            if ekey not in pending and ekey not in prepared and ekey not in cache:
+                wanted[ekey] = None
+        if wanted:
+            self._read_committed(list(wanted), "prefetch")
+            log.debug("state %s: prefetched %s keys", self.namespace, len(wanted))
 
     def __iter__(self) -> Iterator[tuple[Any, Any]]:
         """Pending writes, then the prepared delta, then ``HSCAN`` of committed; each key once.

@@ -234,6 +234,9 @@ def _execute(
     executor = job.program.executor(spec, info)
     collect_young = YoungGarbage()
     execute = executor.prepare(job.conf, context, collector)
+    before_data = getattr(executor, "before_data", None)  # a protocol's optional step
+    if before_data is not None:
+        before_data(plan, into.data)
     fields, comp_ids, streams, widths = plan.fields, plan.component_ids, plan.streams, plan.widths
     task_ids = plan.task_ids
     deliver, compact = collector.ledger.deliver, collector.ledger.compact
