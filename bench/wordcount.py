@@ -5,6 +5,8 @@
     python bench/wordcount.py --vocab 0              # the examples' 16-sentence corpus (94 words)
     python bench/wordcount.py --provider redis --json  # adds a Redis run (starts redis-server)
     python bench/wordcount.py --provider redis --repeat 3  # best of 3, providers alternating
+    python bench/wordcount.py --state-keys 1000000   # over 1M keys of committed state
+    python bench/wordcount.py --no-emit              # a count bolt that emits nothing
 
 The input is ``bench/zipf.py``'s seeded Zipf corpus: 10-word sentences over ``--vocab``
 pseudo-words whose frequencies follow Zipf's law, as real text does. Two baselines run on the
@@ -13,6 +15,17 @@ same local[2] SparkSession after a warm-up, over the same sentences: ``baseline`
 by word, count in each partition with no map-side combine: what the topology does, minus the
 framework). Each keeps its fastest of ``--repeat`` runs. ``ratio`` = framework words/s /
 baseline words/s.
+
+As in issue 13, the count bolt emits ``(word, count)`` after each update, anchored, to a sink
+bolt that does nothing else (``local_or_shuffle_grouping``, so a runtime that chains tasks keeps
+it in the counting task), and ``same_shape`` emits the pair too, to a sink stage in the same
+partition; ``--no-emit`` drops both (a count bolt that is a sink, and the plain count).
+
+``--state-keys N`` seeds the committed state with N filler keys before each framework run
+(``bench/_state.py``: through the providers' stored-image API, split over the counter tasks,
+with the checkpoint spout's ``COMMITTED``), so its transactions touch the corpus's words on top
+of a big state. After each run every counter namespace is read back: the words' counts exact and
+the N filler keys still there, unchanged (N + vocabulary keys in all).
 """
 
 from __future__ import annotations
@@ -29,10 +42,11 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from bench import _state  # noqa: E402
 from bench.zipf import zipf_sentences  # noqa: E402
 from examples.corpus import sentence, words  # noqa: E402
 from examples.wordcount import SentenceSpout, SplitSentence, WordCount  # noqa: E402
-from statefulbolts import Fields, StormTopology, TopologyBuilder  # noqa: E402
+from statefulbolts import BasicBolt, Fields, StormTopology, TopologyBuilder  # noqa: E402
 
 
 def sentences_for(total_words: int) -> int:
@@ -71,12 +85,41 @@ class ListSpout(SentenceSpout):
         self.collector.emit([self.corpus[i]], message_id=i)
 
 
-def build(corpus: list[str], parallelism: int) -> StormTopology:
-    """The stateful word count over ``corpus``."""
+class EmittingWordCount(WordCount):
+    """The word count that also emits ``(word, count)`` after each update, as issue 13 has it."""
+
+    def execute(self, tuple: Any) -> None:  # noqa: A002
+        """Add one to the word's count, emit the new count anchored to the word, ack."""
+        word = tuple.get_value(0)
+        count = self.counts.get(word, 0) + 1
+        self.counts.put(word, count)
+        self.collector.emit([word, count], anchors=tuple)
+        self.collector.ack(tuple)
+
+    def declare_output_fields(self, declarer: Any) -> None:
+        """``word``, ``count``."""
+        declarer.declare(Fields("word", "count"))
+
+
+class Sink(BasicBolt):
+    """Takes the counts and does nothing else (acked for it by ``BasicBolt``)."""
+
+    def execute(self, tuple: Any, collector: Any) -> None:  # noqa: A002
+        """Nothing."""
+
+    def declare_output_fields(self, declarer: Any) -> None:
+        """No output."""
+
+
+def build(corpus: list[str], parallelism: int, emit: bool = True) -> StormTopology:
+    """The stateful word count over ``corpus``; with ``emit``, counts go on to a sink bolt."""
     builder = TopologyBuilder()
     builder.set_spout("sentences", ListSpout(corpus), 1)
     builder.set_bolt("split", SplitSentence(), parallelism).shuffle_grouping("sentences")
-    builder.set_bolt("count", WordCount(), parallelism).fields_grouping("split", Fields("word"))
+    counter = EmittingWordCount() if emit else WordCount()
+    builder.set_bolt(_state.COUNTER, counter, parallelism).fields_grouping("split", Fields("word"))
+    if emit:
+        builder.set_bolt("sink", Sink(), parallelism).local_or_shuffle_grouping(_state.COUNTER)
     return builder.create_topology()
 
 
@@ -100,17 +143,45 @@ def _count_each(pairs: Any) -> Any:
     return iter(counts.items())
 
 
-def same_shape(sc: Any, corpus: list[str], parallelism: int) -> dict[str, Any]:
-    """The topology's shape as a plain RDD job: split, partition by word, count per partition."""
+# What _count_emitting yields: an emitted (word, count), or at the end an entry of the counts.
+_EMITTED, _FINAL = 0, 1
+
+
+def _count_emitting(pairs: Any) -> Any:
+    counts: dict[str, int] = {}
+    for word, _ in pairs:  # one increment and one emitted pair per occurrence, as the bolt
+        count = counts.get(word, 0) + 1
+        counts[word] = count
+        yield _EMITTED, (word, count)
+    for item in counts.items():
+        yield _FINAL, item
+
+
+def _sink(records: Any) -> Any:
+    """The sink stage: takes every emitted pair, passes on only the final counts."""
+    for kind, item in records:
+        if kind == _FINAL:
+            yield item
+
+
+def same_shape(sc: Any, corpus: list[str], parallelism: int, emit: bool = True) -> dict[str, Any]:
+    """The topology's shape as a plain RDD job: split, partition by word, count per partition.
+
+    With ``emit``, each update also yields its ``(word, count)`` to a sink stage that Spark runs
+    in the same Python process, right after the count (as a chained sink bolt would).
+    """
     started = time.perf_counter()
-    counts = dict(
+    partitioned = (
         sc.parallelize(corpus, parallelism)
         .flatMap(words)
         .map(lambda w: (w, None))
         .partitionBy(parallelism)
-        .mapPartitions(_count_each)
-        .collect()
     )
+    if emit:
+        counted = partitioned.mapPartitions(_count_emitting).mapPartitions(_sink)
+    else:
+        counted = partitioned.mapPartitions(_count_each)
+    counts = dict(counted.collect())
     return {"seconds": time.perf_counter() - started, "counts": counts}
 
 
@@ -121,9 +192,21 @@ def framework(
     conf: dict[str, Any],
     name: str,
     progress: bool,
+    *,
+    expected: dict[str, int],
+    emit: bool = True,
+    state_keys: int = 0,
+    redis: Any = None,
 ) -> dict[str, Any]:
-    """The stateful word count topology, from submit to idle."""
+    """The stateful word count topology, from submit to idle, over ``state_keys`` seeded keys.
+
+    The seeding (before) and the check of the state against ``expected`` (after) are not
+    timed; the state is emptied afterwards (``bench/_state.py``). With ``redis`` (the bench's
+    ``RedisProcess``), the commands the server processed while the topology ran are counted.
+    """
     from statefulbolts import LocalCluster
+
+    seed_seconds = _state.seed(conf, name, state_keys, parallelism)
 
     def show(info: Any) -> None:
         if progress:
@@ -135,20 +218,65 @@ def framework(
             )
 
     cluster = LocalCluster(spark=spark)
+    topology = build(corpus, parallelism, emit)
+    commands = redis.command_count() if redis is not None else 0
     started = time.perf_counter()
-    handle = cluster.submit_topology(name, conf, build(corpus, parallelism), on_transaction=show)
-    handle.await_idle(3600)
-    seconds = time.perf_counter() - started
-    counts = handle.read_state("count")
-    metrics = handle.metrics()
-    handle.kill()
+    handle = cluster.submit_topology(name, conf, topology, on_transaction=show)
+    try:
+        handle.await_idle(3600)
+        seconds = time.perf_counter() - started
+        if redis is not None:
+            commands = redis.command_count() - commands
+        metrics = handle.metrics()
+    finally:
+        handle.kill()
+    check = _state.check(conf, name, parallelism, expected, state_keys)
+    _state.drop(conf, name, parallelism)
     txs = metrics["transactions"]
-    return {
+    data = [t for t in txs if t["action"] == "PREPARE"]
+    if redis is not None:
+        extra = {
+            "redis_commands": commands,
+            "redis_commands_per_transaction": round(commands / max(len(txs), 1), 1),
+        }
+    else:
+        extra = {}
+    return extra | {
         "seconds": seconds,
-        "counts": counts,
+        "exact": check["exact"],
+        "check": check,
+        "state_keys": state_keys,
+        "seed_seconds": round(seed_seconds, 3),
         "transactions": len(txs),
+        "prepares": len(data),
+        "prepare_seconds_each": round(sum(t["seconds"] for t in data) / max(len(data), 1), 3),
+        "commit_seconds_each": round(
+            sum(t["seconds"] for t in txs if t["action"] == "COMMIT") / max(len(data), 1), 3
+        ),
         "prepare_seconds": round(sum(t["seconds"] for t in txs if t["action"] == "PREPARE"), 3),
         "commit_seconds": round(sum(t["seconds"] for t in txs if t["action"] == "COMMIT"), 3),
+    }
+
+
+def describe_check(name: str, run: dict[str, Any]) -> str:
+    """One line on a run's state check, for a person."""
+    check = run["check"]
+    if check["exact"]:
+        return f"{name}: state exact ({check['state_keys']} keys)"
+    return (
+        f"{name}: STATE WRONG: {check['state_keys']} keys (expected "
+        f"{check['expected_state_keys']}), {check['wrong_words']} words wrong, "
+        f"{check['wrong_seeds']} filler keys wrong; e.g. {check['examples']}"
+    )
+
+
+def redis_conf(port: int) -> dict[str, Any]:
+    """The Redis provider on ``127.0.0.1:port`` (the bench's own server)."""
+    # A generous timeout: emptying a seeded state deletes a hash of millions of fields at once.
+    pool = {"host": "127.0.0.1", "port": port, "timeout": 60_000}
+    return {
+        "topology.state.provider": "providers.redis.RedisKeyValueStateProvider",
+        "topology.state.provider.config": json.dumps({"jedisPoolConfig": pool}),
     }
 
 
@@ -163,6 +291,15 @@ def main(argv: list[str] | None = None) -> int:
         "--vocab", type=int, default=10_000, help="Zipf vocabulary size (0: the examples' corpus)"
     )
     parser.add_argument("--seed", type=int, default=0, help="the Zipf corpus's seed")
+    parser.add_argument(
+        "--state-keys", type=int, default=0, help="filler keys committed before each run"
+    )
+    parser.add_argument(
+        "--emit",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="the count bolt emits (word, count) to a sink bolt (default: yes, as issue 13)",
+    )
     parser.add_argument("--json", action="store_true")
     parser.add_argument(
         "--repeat", type=int, default=1, help="framework runs per provider; the fastest counts"
@@ -182,9 +319,19 @@ def main(argv: list[str] | None = None) -> int:
     # the JVM's JIT, which otherwise compiles the shuffle path during the first measured seconds
     # (a streaming job runs for hours; its steady state is the figure worth having).
     warm = corpus[: len(corpus) * min(args.words // 5, 200_000) // max(total, 1)]
+    warm_expected = dict(collections.Counter(w for text in warm for w in words(text)))
     baseline(sc, warm, args.parallelism)
-    same_shape(sc, warm, args.parallelism)
-    framework(spark, warm, args.parallelism, base_conf, "warmup", False)
+    same_shape(sc, warm, args.parallelism, args.emit)
+    framework(
+        spark,
+        warm,
+        args.parallelism,
+        base_conf,
+        "warmup",
+        False,
+        expected=warm_expected,
+        emit=args.emit,
+    )
 
     runs: dict[str, Any] = {}
     confs = {"memory": base_conf}
@@ -193,12 +340,7 @@ def main(argv: list[str] | None = None) -> int:
         from bench._redis import start_redis
 
         server = start_redis()
-        confs["redis"] = base_conf | {
-            "topology.state.provider": "providers.redis.RedisKeyValueStateProvider",
-            "topology.state.provider.config": json.dumps(
-                {"jedisPoolConfig": {"host": "127.0.0.1", "port": server.port}}
-            ),
-        }
+        confs["redis"] = base_conf | redis_conf(server.port)
     # On a shared machine one run is noise: alternate the providers (order flipped every round,
     # a fresh topology name each time) and keep each one's fastest run.
     order = list(confs)
@@ -207,8 +349,11 @@ def main(argv: list[str] | None = None) -> int:
     round_ratios: list[float] = []
     for i in range(args.repeat):
         # The baselines get the same best-of-repeat treatment.
-        for label, job in (("baseline", baseline), ("same_shape", same_shape)):
-            base = job(sc, corpus, args.parallelism)
+        for label in ("baseline", "same_shape"):
+            if label == "baseline":
+                base = baseline(sc, corpus, args.parallelism)
+            else:
+                base = same_shape(sc, corpus, args.parallelism, args.emit)
             best_base = runs.get(label)
             base_run = {
                 "seconds": base["seconds"],
@@ -225,24 +370,28 @@ def main(argv: list[str] | None = None) -> int:
                 round_base = base["seconds"]
         for kind in order if i % 2 == 0 else order[::-1]:
             name = f"bench-{kind}" if args.repeat == 1 else f"bench-{kind}-{i}"
-            before = server.command_count() if server and kind == "redis" else 0
-            res = framework(spark, corpus, args.parallelism, confs[kind], name, not args.json)
-            run = {k: v for k, v in res.items() if k != "counts"}
-            run["exact"] = res["counts"] == expected
-            if server and kind == "redis":
-                commands = server.command_count() - before
-                run["redis_commands"] = commands
-                run["redis_commands_per_transaction"] = round(
-                    commands / max(res["transactions"], 1), 1
-                )
+            run = framework(
+                spark,
+                corpus,
+                args.parallelism,
+                confs[kind],
+                name,
+                not args.json,
+                expected=expected,
+                emit=args.emit,
+                state_keys=args.state_keys,
+                redis=server if kind == "redis" else None,
+            )
             best = runs.get(kind)
-            all_seconds = [*(best["all_seconds"] if best else []), round(res["seconds"], 3)]
+            all_seconds = [*(best["all_seconds"] if best else []), round(run["seconds"], 3)]
             exact = run["exact"] and (best["exact"] if best else True)
             if best is None or run["seconds"] < best["seconds"]:
                 best = run
             runs[kind] = best | {"all_seconds": all_seconds, "exact": exact}
+            if not run["exact"] or not args.json:
+                print(describe_check(name, run), file=sys.stderr, flush=True)
             if kind == "memory":
-                round_ratios.append(round(round_base / res["seconds"], 3))
+                round_ratios.append(round(round_base / run["seconds"], 3))
     if server is not None:
         server.stop()
     for kind in runs:
@@ -257,6 +406,8 @@ def main(argv: list[str] | None = None) -> int:
         "parallelism": args.parallelism,
         "master": sc.master,
         "interval_ms": args.interval,
+        "emit": args.emit,
+        "state_keys": args.state_keys,
         "runs": runs,
         "ratio_memory_vs_baseline": round(
             runs["memory"]["words_per_sec"] / runs["baseline"]["words_per_sec"], 3
