@@ -35,7 +35,10 @@ Round trips: a process's first state on a server loads the scripts (one pipeline
 constructing a state is one (a script loads ``ns$txid`` and the prepared delta);
 ``prepare_commit``, ``commit`` and ``rollback`` are one script each, whatever the number of keys;
 ``get`` is at most one ``HGET`` per distinct key per state object (hits and misses are cached, and
-the cache follows commits). Writes only touch memory until ``prepare_commit``. A state object
+the cache follows commits), and usually none: before a stateful task's tuples the runtime hands the
+state the distinct values its input is fields-grouped on (``prefetch``), read with one ``HMGET``
+per 10,000 keys, so a keyed aggregation costs a handful of round trips per task and transaction
+whatever its number of keys. Writes only touch memory until ``prepare_commit``. A state object
 assumes it is the only writer of its namespace while it lives, which the checkpoint protocol
 guarantees (one task per namespace). Connection pools are shared per process and per config.
 
