@@ -12,9 +12,10 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import AbstractContextManager
 from typing import Any
 
-from providers.redis._codec import TOMBSTONE, unwrap, wrap
+import providers.redis._scripts as _scripts
+from providers.redis._codec import TOMBSTONE, parse_txid, unwrap, wrap
 
-__all__ = ["IMAGE_PAGE", "scan_hash", "stage_image"]
+__all__ = ["IMAGE_PAGE", "StoredImageReads", "replace_image", "scan_hash", "stage_image"]
 
 # Fields per HSCAN page, and per HSET, when a namespace is read or written whole.
 IMAGE_PAGE = 1000
@@ -81,3 +82,73 @@ def _hset_pages(client: Any, key: str, envelopes: Iterable[tuple[bytes, bytes]])
             page = {}
     if page:
         client.hset(key, mapping=page)
+
+
+def replace_image(
+    client: Any,
+    keys: tuple[str, str, str],
+    image: tuple[
+        int | None, Iterable[tuple[bytes, bytes]], int | None, Mapping[bytes, bytes | None]
+    ],
+    backend: Callable[[str], AbstractContextManager[None]],
+) -> None:
+    """Replace a namespace's ``(committed, prepare, txid)`` keys by ``image``, atomically.
+
+    ``image`` is ``(committed txid, committed pairs, prepared txid, prepared delta)``.
+
+    Steps:
+        1. Stage the new image beside the namespace (``stage_image``). If this fails, the
+           namespace is untouched.
+        2. One script (``REPLACE``) swaps the staged keys in and the old ones out, atomically;
+           a retry of it after a lost reply finds nothing staged and does nothing.
+    """
+    committed_key, prepare_key, txid_key = keys
+    committed_txid, committed, prepared_txid, prepared = image
+    with backend("replace (staging)"):
+        staged = stage_image(
+            client, committed_key, committed_txid, committed, prepared_txid, prepared
+        )
+    with backend("replace"):
+        client.register_script(_scripts.REPLACE)(
+            keys=[committed_key, prepare_key, txid_key, *staged]
+        )
+
+
+class StoredImageReads:
+    """The stored-image reads of ``RedisKeyValueState`` (``KeyValueState``'s optional part)."""
+
+    _client: Any
+    _values: Any
+    namespace: str
+    committed_key: str
+    prepare_key: str
+    txid_key: str
+    _backend: Callable[[str], AbstractContextManager[None]]
+    _encode_key: Callable[[Any], bytes]
+
+    def stored_txids(self) -> tuple[int | None, int | None]:
+        """``commit`` and ``prepare`` of ``ns$txid``, read now (one ``HMGET``)."""
+        with self._backend("txid read"):
+            commit, prepare = self._client.hmget(self.txid_key, ["commit", "prepare"])
+        return parse_txid(commit), parse_txid(prepare)
+
+    def scan_committed(self) -> Iterator[tuple[bytes, bytes]]:
+        """The committed hash, ``HSCAN`` page by page (a field twice if written meanwhile)."""
+        scan = scan_hash(
+            self._client, self.committed_key, IMAGE_PAGE, self.namespace, self._backend, "scan"
+        )
+        yield from ((k, v) for k, v in scan if v is not None)  # no tombstone is ever committed
+
+    def scan_prepared(self) -> Iterator[tuple[bytes, bytes | None]]:
+        """The prepared delta ``ns$prepare``, tombstones as ``None``."""
+        yield from scan_hash(
+            self._client, self.prepare_key, IMAGE_PAGE, self.namespace, self._backend, "scan"
+        )
+
+    def get_committed(self, key: Any, default: Any = None) -> Any:
+        """The committed value of ``key`` (one ``HGET``), whatever is prepared or pending."""
+        ekey = self._encode_key(key)
+        with self._backend("get"):
+            raw = self._client.hget(self.committed_key, ekey)
+        payload = None if raw is None else unwrap(raw, self.namespace)
+        return default if payload is None else self._values.deserialize(payload)

@@ -27,7 +27,7 @@ from providers.redis._clients import (
     overriding_client,
 )
 from providers.redis._codec import TOMBSTONE, parse_txid, unwrap, wire
-from providers.redis._image import IMAGE_PAGE, scan_hash, stage_image
+from providers.redis._image import StoredImageReads, replace_image, scan_hash
 
 __all__ = ["RedisKeyValueState", "RedisKeyValueStateProvider"]
 
@@ -63,7 +63,7 @@ def _glob_escape(text: str) -> str:
     return re.sub(r"([*?\[\]\\])", r"\\\1", text)
 
 
-class RedisKeyValueState(LayeredKeyValueState):
+class RedisKeyValueState(StoredImageReads, LayeredKeyValueState):
     """A ``KeyValueState`` in Redis, with the same contract as ``InMemoryKeyValueState``.
 
     Example:
@@ -105,12 +105,9 @@ class RedisKeyValueState(LayeredKeyValueState):
         # delta as Redis holds it; committed reads. All three hold payloads (the value
         # serializer's bytes), None for a deletion (pending, prepared) or a missing key (cache):
         # envelopes exist only on the wire, so a get or a put never packs or unpacks one.
-        # The cache holds committed payloads this object read (get, get_many, prefetch,
-        # iteration) and is kept equal to the committed hash: a commit through this object
-        # writes what it applied into it, a replace_stored or a commit of a delta this object
-        # did not prepare (after supersede_prepared) empties it, and a rollback leaves the
-        # committed hash, so the cache, as it is. No other object writes the hash while this
-        # one lives (one task per namespace); a new task gets a new object, an empty cache.
+        # The cache (reads, prefetches) follows the committed hash: a commit writes what it
+        # applied in, replace_stored or a superseding commit empties it; no other object writes
+        # the hash while this one lives (one task per namespace).
         self._prepared: dict[bytes, bytes | None] = {}
         self._cache: dict[bytes, bytes | None] = {}
         self._committed_txid: int | None = None
@@ -196,13 +193,10 @@ class RedisKeyValueState(LayeredKeyValueState):
                 cache[ekey] = None if raw is None else unwrap(raw, ns)
 
     def prefetch(self, keys: Iterable[Any]) -> None:
-        """Read ahead the committed values of ``keys``: one ``HMGET`` per 10,000 keys not known.
+        """Read ahead the committed values of ``keys`` not known: one ``HMGET`` per 10,000.
 
-        Not known: neither written by this object (pending or prepared) nor in its read cache.
-        What comes back, values and absences alike, goes to the read cache, where ``get``
-        finds it as if it had read the key itself; so a key prefetched and then written, or
-        committed, or rolled back reads exactly as one read singly (see ``_cache`` in
-        ``__init__``). A key the key serializer refuses is skipped: its ``get`` raises, as ever.
+        Values and absences go to the read cache, where ``get`` finds them as if it had read
+        each key singly. A key the key serializer refuses is skipped (its ``get`` raises).
         """
         pending, prepared, cache = self._pending, self._prepared, self._cache
         wanted: dict[bytes, None] = {}
@@ -351,34 +345,7 @@ class RedisKeyValueState(LayeredKeyValueState):
         """Keep the read cache equal to Redis after ``applied`` reached the committed hash."""
         self._cache.update(applied)
 
-    # -- the stored image (see KeyValueState; the Redis side is in _image)
-    def stored_txids(self) -> tuple[int | None, int | None]:
-        """``commit`` and ``prepare`` of ``ns$txid``, read now (one ``HMGET``)."""
-        with self._backend("txid read"):
-            commit, prepare = self._client.hmget(self.txid_key, ["commit", "prepare"])
-        return parse_txid(commit), parse_txid(prepare)
-
-    def scan_committed(self) -> Iterator[tuple[bytes, bytes]]:
-        """The committed hash, ``HSCAN`` page by page (a field twice if written meanwhile)."""
-        scan = scan_hash(
-            self._client, self.committed_key, IMAGE_PAGE, self.namespace, self._backend, "scan"
-        )
-        yield from ((k, v) for k, v in scan if v is not None)  # no tombstone is ever committed
-
-    def scan_prepared(self) -> Iterator[tuple[bytes, bytes | None]]:
-        """The prepared delta ``ns$prepare``, tombstones as ``None``."""
-        yield from scan_hash(
-            self._client, self.prepare_key, IMAGE_PAGE, self.namespace, self._backend, "scan"
-        )
-
-    def get_committed(self, key: Any, default: Any = None) -> Any:
-        """The committed value of ``key`` (one ``HGET``), whatever is prepared or pending."""
-        ekey = self._encode_key(key)
-        with self._backend("get"):
-            raw = self._client.hget(self.committed_key, ekey)
-        payload = None if raw is None else unwrap(raw, self.namespace)
-        return default if payload is None else self._values.deserialize(payload)
-
+    # -- the stored image (see KeyValueState; reading it is ``_image.StoredImageReads``)
     def replace_stored(
         self,
         committed_txid: int | None,
@@ -388,24 +355,15 @@ class RedisKeyValueState(LayeredKeyValueState):
     ) -> None:
         """Replace the namespace's keys: committed hash, prepared delta, transaction record.
 
-        Steps:
-            1. Stage the new image beside the namespace (``_image.stage_image``). If this
-               fails, the namespace is untouched.
-            2. One script (``REPLACE``) swaps the staged keys in and the old ones out,
-               atomically; a retry of it after a lost reply finds nothing staged and does
-               nothing.
+        Staged beside the namespace, then swapped in by one script (``_image.replace_image``);
+        if staging fails, the namespace is untouched.
         """
         if prepared and prepared_txid is None:
             msg = f"state {self.namespace!r}: a prepared delta needs a prepared txid"
             raise StateTransactionError(msg)
-        with self._backend("replace (staging)"):
-            staged = stage_image(
-                self._client, self.committed_key, committed_txid, committed, prepared_txid, prepared
-            )
-        with self._backend("replace"):
-            self._client.register_script(_scripts.REPLACE)(
-                keys=[self.committed_key, self.prepare_key, self.txid_key, *staged]
-            )
+        keys = (self.committed_key, self.prepare_key, self.txid_key)
+        image = (committed_txid, committed, prepared_txid, prepared)
+        replace_image(self._client, keys, image, self._backend)
         self._pending, self._fresh, self._cache = {}, {}, {}
         self._prepared = {} if prepared_txid is None else dict(prepared)
         self._committed_txid, self._prepared_txid = committed_txid, prepared_txid
