@@ -13,7 +13,7 @@ and one call that replaces the whole image. See "The stored image" in ``KeyValue
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Collection, Hashable, Iterable, Iterator, Mapping
 from typing import Any, ClassVar
 
 
@@ -274,6 +274,10 @@ class DriverOwnedStateProvider(StateProvider):
     back what the task's state did to it (``take_changes`` in the task, ``apply_changes`` on the
     driver) once the whole transaction has succeeded. Providers backed by a shared store (Redis,
     a file) do not implement this: their tasks talk to the store directly.
+
+    With ``image_version`` (optional) the runtime ships an image whole only when a task process
+    has no current copy of it: a process keeps its copy between tasks, and catches up by
+    replaying the change logs the driver applied since (``apply_changes``, task side).
     """
 
     driver_owned: ClassVar[bool] = True
@@ -294,13 +298,37 @@ class DriverOwnedStateProvider(StateProvider):
     def apply_changes(self, namespace: str, changes: bytes) -> None:
         """Replay changes taken in a task onto the driver's image (driver side)."""
 
-    def begin_task(self, root: str, images: Mapping[str, bytes]) -> None:
+    def image_version(self, namespace: str) -> Hashable | None:
+        """A mark of this process's image of ``namespace`` that changes whenever the image does.
+
+        Any change counts: a replayed change log, a state's prepare, commit or rollback, an
+        ``import_image``, a ``replace_stored``, the namespace dropped and made again. Two calls
+        return equal marks only if the image did not change in between.
+
+        The runtime uses it to keep images in the task processes between jobs (Spark reuses
+        its Python workers) and ship only what changed since: on the driver, to notice a change
+        that did not come from a task's change log (then every kept copy is stale); in a task,
+        to check that the copy it kept is still the one the last task left. A provider that
+        returns marks must honour ``begin_task``'s ``keep``.
+
+        The default returns ``None``: cannot tell, so each job ships every image whole.
+        """
+        return None
+
+    def begin_task(
+        self, root: str, images: Mapping[str, bytes], keep: Collection[str] = ()
+    ) -> None:
         """Task side: install ``images``, the state under ``root`` this task may use.
 
         "Under ``root``" is ``root`` itself and every namespace below it (``root/...``). A task
         process is reused: what an earlier task left under ``root`` is not this task's to read.
         A provider that can should forget it and record the changes of every namespace under
         ``root``, shipped or new (see ``end_task``); the default installs the images.
+
+        ``keep`` names namespaces under ``root`` whose image in this process the caller vouches
+        for (the runtime passes it only to a provider whose ``image_version`` gives marks): they
+        stay as they are, and record their changes from now on as shipped ones do. The default
+        forgets nothing, so it keeps them anyway.
         """
         for namespace, image in images.items():
             self.import_image(namespace, image)

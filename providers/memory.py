@@ -15,8 +15,9 @@ pending prepare (Storm's is empty); state is not durable across a driver restart
 
 from __future__ import annotations
 
+import itertools
 import threading
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Collection, Iterable, Iterator, Mapping
 from typing import Any
 
 import msgpack
@@ -31,6 +32,10 @@ __all__ = ["InMemoryKeyValueState", "InMemoryKeyValueStateProvider"]
 
 _Delta = dict[bytes, bytes | None]
 
+# Marks of image changes (``image_version``), unique in the process: an image dropped and made
+# anew never repeats a mark its predecessor had.
+_marks = itertools.count(1)
+
 
 class _Image:
     """What the store keeps for one namespace."""
@@ -41,6 +46,7 @@ class _Image:
         "committed_txid",
         "prepared",
         "prepared_txid",
+        "mark",
         "rollbacks",
         "tracking",
     )
@@ -58,6 +64,7 @@ class _Image:
         # image, so a long-lived driver state (the checkpoint spout's) would grow a log forever.
         self.changes: list[list[Any]] = []
         self.tracking = False
+        self.mark = next(_marks)  # a new one at every change of the content (``changed``)
 
     def has_record(self) -> bool:
         """Whether a state of this namespace ever prepared, committed or rolled back."""
@@ -68,6 +75,9 @@ class _Image:
     def record(self, op: list[Any]) -> None:
         if self.tracking:
             self.changes.append(op)
+
+    def changed(self) -> None:
+        self.mark = next(_marks)
 
     def dump(self) -> bytes:
         return msgpack.packb(
@@ -85,6 +95,7 @@ class _Image:
 
     # The mutating steps, shared by live states and by replaying changes on the driver.
     def do_prepare(self, txid: int, writes: _Delta) -> None:
+        self.changed()
         if self.prepared is not None and self.prepared_txid == txid:
             self.prepared.update(writes)
         else:
@@ -92,6 +103,7 @@ class _Image:
         self.prepared_txid = txid
 
     def do_commit(self, txid: int) -> None:
+        self.changed()
         for key, value in (self.prepared or {}).items():
             if value is None:
                 self.committed.pop(key, None)
@@ -101,6 +113,7 @@ class _Image:
         self.prepared, self.prepared_txid = None, None
 
     def do_commit_writes(self, writes: _Delta) -> None:
+        self.changed()
         for key, value in writes.items():
             if value is None:
                 self.committed.pop(key, None)
@@ -110,6 +123,7 @@ class _Image:
             self.committed_txid = -1
 
     def do_rollback(self) -> None:
+        self.changed()
         self.prepared, self.prepared_txid = None, None
         self.rollbacks += 1
 
@@ -283,6 +297,7 @@ class InMemoryKeyValueState(LayeredKeyValueState):
             raise StateTransactionError(msg)
         new_committed = dict(committed)
         image = self._image
+        image.changed()
         image.committed, image.committed_txid = new_committed, committed_txid
         image.prepared = None if prepared_txid is None else dict(prepared)
         image.prepared_txid = prepared_txid
@@ -378,20 +393,38 @@ class InMemoryKeyValueStateProvider(DriverOwnedStateProvider):
         return msgpack.packb(ops, use_bin_type=True)
 
     def apply_changes(self, namespace: str, changes: bytes) -> None:
-        """Replay a task's change log onto this process's image."""
+        """Replay a task's change log onto this process's image.
+
+        On the driver, a finished task's log; in a task, before its states are made, a log the
+        driver applied since the image this process kept (a replay is never recorded as the
+        task's own change).
+        """
         image = self._image(namespace)
         image.replay(msgpack.unpackb(changes, raw=False))
         image.changes.clear()
 
-    def begin_task(self, root: str, images: Mapping[str, bytes]) -> None:
+    def image_version(self, namespace: str) -> int:
+        """The mark of this process's image of ``namespace`` (0: none); see the base class."""
+        with self._lock:
+            image = self._store.get(namespace)
+            return 0 if image is None else image.mark
+
+    def begin_task(
+        self, root: str, images: Mapping[str, bytes], keep: Collection[str] = ()
+    ) -> None:
         """Task side: forget what an earlier task left under ``root``, install ``images``.
 
-        Until ``end_task``, every namespace under ``root`` records its changes, including one
-        the task creates (a committer's first map).
+        Images named in ``keep`` stay (unless ``images`` has them too). Until ``end_task``,
+        every namespace under ``root`` records its changes, including one the task creates (a
+        committer's first map).
         """
         with self._lock:
             for name in [n for n in self._store if under(n, root)]:
-                del self._store[name]
+                if name in keep and name not in images:
+                    kept = self._store[name]
+                    kept.tracking, kept.changes = True, []
+                else:
+                    del self._store[name]
             self._tasks.add(root)
         for namespace, image in images.items():
             self.import_image(namespace, image)

@@ -9,8 +9,10 @@
   the DAG: forwarders have no state and no hooks, so skipping them changes nothing but the cost
   (one stage instead of one per level).
 
-A driver-owned provider's state goes with every job of a checkpointed topology: each stateful
-task restarts from it, and the driver applies what the tasks did once the job succeeded.
+A driver-owned provider's state goes with every job of a checkpointed topology (as
+``ImageShipper`` descriptors: what changed since a worker's copy, see ``_images``): each
+stateful task restarts from it, and the driver applies what the tasks did once the job
+succeeded.
 """
 
 from __future__ import annotations
@@ -18,8 +20,8 @@ from __future__ import annotations
 from typing import Any
 
 from checkpoint import Action, CheckpointTaskProgram
-from providers import DriverOwnedStateProvider, StateProvider
 from statefulbolts.runtime._engine import JobSpec
+from statefulbolts.runtime._images import ImageShipper, ShippedImage
 from statefulbolts.runtime._ledger import RootLedger
 from statefulbolts.runtime._plan import ExecutionPlan, JobLayout
 from statefulbolts.runtime._records import TupleBatch
@@ -38,13 +40,13 @@ class CheckpointJobs:
         topology: StormTopology,
         plan: ExecutionPlan,
         ledger: RootLedger,
-        provider: StateProvider | None,
+        images: ImageShipper | None,
         *,
         ackers: int,
         faults: Any = None,
     ) -> None:
         self._name, self._topology, self._plan, self._ledger = name, topology, plan, ledger
-        self._provider = provider if isinstance(provider, DriverOwnedStateProvider) else None
+        self._shipper = images
         self._ackers, self._faults = ackers, faults
         self.spout: SpoutTask | None = None  # the checkpoint spout's task, once it opened
 
@@ -111,13 +113,11 @@ class CheckpointJobs:
             per_task.append(batches)
         return per_task, root
 
-    def _images(self) -> dict[str, bytes] | None:
+    def _images(self) -> dict[str, bytes | ShippedImage] | None:
         """The driver-owned state of every stateful task, shipped with its job."""
-        provider = self._provider
-        if provider is None:
+        if self._shipper is None:
             return None
         names = self._plan.component_ids
-        return {
-            ns: provider.export_image(ns)
-            for ns in (f"{self._name}/{names[c]}-{t}" for c, t in self._plan.stateful_tasks())
-        }
+        return self._shipper.ship(
+            f"{self._name}/{names[c]}-{t}" for c, t in self._plan.stateful_tasks()
+        )

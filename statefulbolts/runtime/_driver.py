@@ -115,6 +115,8 @@ class CheckpointRunner(TopologyRunner):
         self._owned = self.provider if isinstance(self.provider, DriverOwnedStateProvider) else None
         self.engine = Engine(spark, topology, name, self.conf, faults=self.faults)
         self.plan = self.engine.plan
+        owned = self._owned
+        self.images = None if owned is None else self.engine.image_shipper(owned)
         self.ledger = RootLedger(
             timeout_secs=self.tc.message_timeout_secs, timeouts=self.tc.enable_message_timeouts
         )
@@ -123,7 +125,7 @@ class CheckpointRunner(TopologyRunner):
             topology,
             self.plan,
             self.ledger,
-            self.provider,
+            self.images,
             ackers=self.tc.acker_partitions,
             faults=self.faults,
         )
@@ -297,7 +299,7 @@ class CheckpointRunner(TopologyRunner):
             self._job_failed(job, exc, seconds)
             return
         result = job.future.result()
-        errors = self.stats.take_reports(result, self.plan, job.txid, self._owned, log)
+        errors = self.stats.take_reports(result, self.plan, job.txid, self.images, log)
         ok = job.cp_root is None or (
             job.cp_root not in result.fails and not result.acks.get(job.cp_root, 0)
         )

@@ -35,8 +35,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
-from providers import add_extlib_to_path
+from providers import DriverOwnedStateProvider, add_extlib_to_path
 from statefulbolts.errors import TopologyError
+from statefulbolts.runtime._images import ImageShipper, ShippedImage
 from statefulbolts.runtime._plan import ExecutionPlan, JobLayout
 from statefulbolts.runtime._program import TaskJob, TaskProgram
 from statefulbolts.runtime._records import JobResult
@@ -63,10 +64,11 @@ class JobSpec:
     data; a record for a task of a later stage is carried there). ``ackers`` > 0 reduces the
     acks over that many Spark partitions, 0 on the driver. ``images`` ships a driver-owned
     provider's state to the tasks under whose roots (``<state_root>/<component>-<task>``) the
-    namespaces are; ``None`` when the job touches no driver-owned state. ``group`` is the key
-    ``Engine.cancel`` cancels the job by (default: the topology name). ``action`` names the
-    protocol step (``PREPARE``, ``COMMIT``, ...) and ``attempt`` the batch attempt, if any, for
-    Spark's UI; ``description`` is free text shown after them (``120 tuples``).
+    namespaces are (``ImageShipper.ship``: descriptors, or whole images); ``None`` when the job
+    touches no driver-owned state. ``group`` is the key ``Engine.cancel`` cancels the job by
+    (default: the topology name). ``action`` names the protocol step (``PREPARE``, ``COMMIT``,
+    ...) and ``attempt`` the batch attempt, if any, for Spark's UI; ``description`` is free
+    text shown after them (``120 tuples``).
     """
 
     layout: JobLayout
@@ -75,7 +77,7 @@ class JobSpec:
     txid: int
     description: str
     ackers: int = 0
-    images: Mapping[str, bytes] | None = None
+    images: Mapping[str, bytes | ShippedImage] | None = None
     group: str | None = None
     state_root: str = ""
     # The leading values every tuple of the job shares (``ExecutionPlan.lead`` of them).
@@ -151,12 +153,22 @@ class Engine:
             raise TopologyError(msg) from exc
         self._blob = self.sc.broadcast(blob)
         self._released = False
+        self._shippers: list[ImageShipper] = []
         self._pool = concurrent.futures.ThreadPoolExecutor(
             max_jobs, thread_name_prefix=f"sb-{name}-job"
         )
         _ship_extlib(self.sc, conf)
         if not is_local(self.sc.master):
             _ship_code(self.sc, blob, conf)
+
+    def image_shipper(self, provider: DriverOwnedStateProvider) -> ImageShipper:
+        """A new ``ImageShipper`` of ``provider``'s images for this topology's jobs.
+
+        Its broadcasts go when the engine closes.
+        """
+        shipper = ImageShipper(self.sc, provider)
+        self._shippers.append(shipper)
+        return shipper
 
     def submit(self, spec: JobSpec) -> concurrent.futures.Future[JobResult]:
         """Start ``spec`` on the engine's threads; the future holds its ``JobResult``."""
@@ -226,11 +238,13 @@ class Engine:
             self.sc.cancelJobsWithTag(_tag(group))
 
     def close(self, wait: bool = True) -> None:
-        """Stop taking jobs and drop the topology's broadcast (its JVM blocks, a temp file)."""
+        """Stop taking jobs and drop the topology's broadcasts (JVM blocks, temp files)."""
         self._pool.shutdown(wait=wait)
         if self._released:
             return
         self._released = True
+        for shipper in self._shippers:
+            shipper.close()
         if self.sc._jsc is None:  # the SparkContext was stopped, and its broadcasts with it
             return
         self._blob.destroy()

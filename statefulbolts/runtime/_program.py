@@ -19,6 +19,7 @@ from typing import Any, NamedTuple, Protocol
 
 from statefulbolts.context import TopologyContext
 from statefulbolts.runtime._collector import TaskCollector
+from statefulbolts.runtime._images import ShippedImage
 from statefulbolts.runtime._plan import ExecutionPlan, JobLayout
 from statefulbolts.topology import ComponentSpec
 from statefulbolts.tuples import Tuple
@@ -90,9 +91,10 @@ class TaskJob:
     conf: Mapping[str, Any]
     txid: int
     ackers: int
-    # A driver-owned provider's state: namespace -> image, for the tasks under whose roots they
-    # are; ``None`` when the job uses no driver-owned state.
-    images: dict[str, bytes] | None = None
+    # A driver-owned provider's state: namespace -> image (whole, or a ``ShippedImage`` a
+    # worker resolves against the copy it kept), for the tasks under whose roots they are;
+    # ``None`` when the job uses no driver-owned state.
+    images: dict[str, bytes | ShippedImage] | None = None
     faults: Any = None
     # The leading values every tuple of the job shares, not shipped (``ExecutionPlan.lead``).
     lead: tuple[Any, ...] = ()

@@ -33,14 +33,14 @@ import time
 import traceback
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
-from providers import DriverOwnedStateProvider
 from statefulbolts.runtime._plan import ExecutionPlan
 from statefulbolts.runtime._records import JobResult, ReportedError
 
 __all__ = [
     "DURATION_BUCKETS",
+    "ChangeSink",
     "DurationHistogram",
     "ErrorRecord",
     "RecoveryRecord",
@@ -50,6 +50,14 @@ __all__ = [
     "format_traceback",
     "worker_traceback",
 ]
+
+
+class ChangeSink(Protocol):
+    """Where the state changes a job's tasks report go on the driver."""
+
+    def apply_changes(self, namespace: str, changes: bytes) -> None:
+        """Apply one task's change log of ``namespace``."""
+
 
 # Transactions kept for ``metrics()``; the oldest half goes when there are more.
 _KEEP = 10_000
@@ -300,13 +308,14 @@ class Stats:
         result: JobResult,
         plan: ExecutionPlan,
         txid: int,
-        provider: DriverOwnedStateProvider | None,
+        provider: ChangeSink | None,
         log: logging.Logger,
     ) -> list[ReportedError]:
         """Take in what a job's tasks reported; return their errors.
 
-        Their state changes go to ``provider`` (a driver-owned one), their metrics to the
-        counters; their errors are logged and kept.
+        Their state changes go to ``provider`` (a driver-owned provider, or the run's
+        ``ImageShipper`` of one), their metrics to the counters; their errors are logged and
+        kept.
         """
         names = plan.component_ids
         if provider is not None:

@@ -27,6 +27,8 @@ from typing import Any, NamedTuple
 
 from statefulbolts.context import TopologyContext
 from statefulbolts.runtime._collector import TaskCollector
+from statefulbolts.runtime._held_images import finish_images, install_images
+from statefulbolts.runtime._images import ShippedImage
 from statefulbolts.runtime._program import TaskInfo, TaskJob
 from statefulbolts.runtime._records import (
     Aborted,
@@ -183,15 +185,19 @@ def _held(job: TaskJob, collector: TaskCollector) -> int:
 
 
 def _begin_state(job: TaskJob, spec: ComponentSpec, task: int) -> str | None:
-    """Hand a driver-owned provider the state shipped for this task; return the task's root."""
+    """Hand a driver-owned provider the state shipped for this task; return the task's root.
+
+    A shipped image may be a descriptor: this worker's kept copy is then used, caught up, or
+    replaced by the snapshot (``_held_images``).
+    """
     if job.images is None:
         return None
-    from providers import DriverOwnedStateProvider, get_provider, under
+    from providers import DriverOwnedStateProvider, get_provider
 
     root = f"{job.state_root or job.topology_name}/{spec.id}-{task}"
     provider = get_provider(job.conf)
     assert isinstance(provider, DriverOwnedStateProvider)  # noqa: S101 - the driver checked
-    provider.begin_task(root, {ns: i for ns, i in job.images.items() if under(ns, root)})
+    install_images(provider, root, _shipped(job, root))
     return root
 
 
@@ -203,8 +209,16 @@ def _end_state(job: TaskJob, root: str | None) -> tuple[tuple[str, bytes], ...]:
 
     provider = get_provider(job.conf)
     assert isinstance(provider, DriverOwnedStateProvider)  # noqa: S101
-    shipped = [ns for ns in job.images or {} if ns.startswith(root)]
-    return tuple(sorted(provider.end_task(root, shipped).items()))
+    shipped = _shipped(job, root)
+    changes = provider.end_task(root, list(shipped))
+    finish_images(provider, shipped, changes)
+    return tuple(sorted(changes.items()))
+
+
+def _shipped(job: TaskJob, root: str) -> dict[str, bytes | ShippedImage]:
+    from providers import under
+
+    return {ns: image for ns, image in (job.images or {}).items() if under(ns, root)}
 
 
 def _execute(

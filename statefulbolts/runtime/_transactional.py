@@ -131,7 +131,6 @@ class TransactionalRunner(TopologyRunner):
         self.max_pending = self.tc.max_spout_pending or 1
         self.provider = get_provider(self.conf)
         owned = self.provider if isinstance(self.provider, DriverOwnedStateProvider) else None
-        self._owned = owned
         self.engine = Engine(
             spark,
             topology.topology,
@@ -142,8 +141,9 @@ class TransactionalRunner(TopologyRunner):
             lead=1,  # every tuple's first value is its batch's attempt: not shipped
         )
         self.plan = self.engine.plan
+        self.images = None if owned is None else self.engine.image_shipper(owned)
         self.jobs = TransactionalJobs(
-            name, topology, self.plan, self.conf, self.provider, self.faults
+            name, topology, self.plan, self.conf, self.provider, self.faults, self.images
         )
         self._failures = FailureGate(name, self.tc, self.clock, self._stop, log)
         self._live: dict[int, _Batch] = {}
@@ -277,7 +277,7 @@ class TransactionalRunner(TopologyRunner):
             self._failed(batch, cause, component, task, outage, worker_traceback(exc))
             return
         result = future.result()
-        owned = self._owned if phase == "committing" else None
+        owned = self.images if phase == "committing" else None
         errors = self.stats.take_reports(result, self.plan, batch.txid, owned, log)
         if result.aborted:
             self._failed(batch, *self._why_aborted(result, errors))

@@ -9,7 +9,8 @@
    stages, fed with what the emitters sent them; what they send to the commit phase comes back.
 3. **Commit**: the commit-phase components in stages, fed with everything the emitters and the
    processing phase sent them; committers use maps in the state provider under
-   ``$transactional/<id>/<component>-<task>`` (a driver-owned provider's go with the job).
+   ``$transactional/<id>/<component>-<task>`` (a driver-owned provider's go with the job, as
+   ``ImageShipper`` descriptors).
 
 When only one txid may be active (``topology.max.spout.pending`` 1) no emission ever waits for
 another's metas, so 1 and 2 are one job (``emit_and_process``): the emitters are its first stage
@@ -22,8 +23,9 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from providers import DriverOwnedStateProvider, StateProvider
+from providers import StateProvider
 from statefulbolts.runtime._engine import JobSpec
+from statefulbolts.runtime._images import ImageShipper, ShippedImage
 from statefulbolts.runtime._plan import ExecutionPlan, JobLayout
 from statefulbolts.runtime._records import TupleBatch
 from statefulbolts.transactional._attempt import TransactionAttempt
@@ -44,9 +46,10 @@ class TransactionalJobs:
         conf: Mapping[str, Any],
         provider: StateProvider,
         faults: Any = None,
+        images: ImageShipper | None = None,
     ) -> None:
         self._name, self._topology, self._plan, self._conf = name, topology, plan, conf
-        self._owned = provider if isinstance(provider, DriverOwnedStateProvider) else None
+        self._shipper = images
         self._provider = provider
         self._faults = faults
         self.tid = topology.transactional_id
@@ -85,7 +88,7 @@ class TransactionalJobs:
             attempt, self.tid, StateMaps(self._conf), committing=True, hooks=self._faults
         )
         spec = self._spec(attempt, self._commit_layout, program, to_commit, "COMMIT")
-        if self._owned is None:
+        if self._shipper is None:
             return spec
         return JobSpec(**{**spec.__dict__, "images": self._images()})
 
@@ -123,12 +126,12 @@ class TransactionalJobs:
             attempt=attempt.attempt_id,
         )
 
-    def _images(self) -> dict[str, bytes]:
+    def _images(self) -> dict[str, bytes | ShippedImage]:
         """A driver-owned provider's state of every commit-phase task (its maps)."""
-        provider = self._owned
-        assert provider is not None  # noqa: S101
+        shipper = self._shipper
+        assert shipper is not None  # noqa: S101
         names = self._plan.component_ids
         found: list[str] = []
         for comp in sorted(self.commit_components):
             found += self._provider.namespaces(self._conf, f"{self.root}/{names[comp]}-") or []
-        return {ns: provider.export_image(ns) for ns in found}
+        return shipper.ship(found)
