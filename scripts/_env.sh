@@ -32,10 +32,10 @@ fi
 stamp_of() { cat pyproject.toml */__init__.py 2>/dev/null | sha1sum | cut -c1-12; }
 STAMP=".venv/.installed-$(stamp_of)"
 if [ ! -f "$STAMP" ]; then
-    echo "==> preparing .venv (the package with its redis and test extras)" >&2
+    echo "==> preparing .venv (the package with its redis, test and bench extras)" >&2
     [ -x .venv/bin/python ] || "$PY" -m venv .venv
     .venv/bin/python -m pip install -q --upgrade pip >/dev/null
-    .venv/bin/python -m pip install -q -e ".[redis,test]"
+    .venv/bin/python -m pip install -q -e ".[redis,test,bench]"
     rm -f .venv/.installed-*
     touch "$STAMP"
 fi

@@ -94,3 +94,36 @@ def test_transactional_bench_reports_both_shapes_exact_with_their_ratios() -> No
         / runs["combine-memory-pending1"]["words_per_sec"],
         3,
     )
+
+
+def test_scale_bench_sweeps_state_and_parallelism_exactly_and_draws_its_plots(
+    tmp_path: Path,
+) -> None:
+    args = ["--words", "20000", "--sizes", "1000,5000", "--parallelisms", "1,2", "--rounds", "1"]
+    result = subprocess.run(
+        [sys.executable, "bench/scale.py", *args, "--plots", str(tmp_path), "--json"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    report = json.loads(result.stdout)
+    assert report["exact"] is True and report["wrong"] == []
+    runs = report["runs"]
+    # Every provider at every state size (2 tasks per bolt), and every parallelism (first size).
+    sizes = {(r["provider"], r["state_keys"]) for r in runs if r["parallelism"] == 2}
+    assert sizes == {(p, n) for p in ("memory", "redis") for n in (1000, 5000)}
+    assert {(r["provider"], r["parallelism"]) for r in runs} >= {("memory", 1), ("redis", 1)}
+    for run in runs:
+        assert run["exact"] is True
+        assert 0 < run["ratio_same_shape"]
+        assert run["peak_rss"]["driver_mb"] > 0 and run["peak_rss"]["python_worker_max_mb"] > 0
+    pngs = sorted(p.name for p in tmp_path.glob("*.png"))
+    assert pngs == [
+        "scale-rss-vs-state.png",
+        "scale-throughput-vs-parallelism.png",
+        "scale-throughput-vs-state.png",
+    ]
+    assert all((tmp_path / name).stat().st_size > 10_000 for name in pngs)
