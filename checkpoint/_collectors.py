@@ -24,6 +24,12 @@ class AnchoringOutputCollector(OutputCollector):
         # Anchored emits, acks and fails pass through unchanged: callers that always anchor
         # may go straight to the delegate (see ``statefulbolts.collectors.anchored_target``).
         self.anchored_target: OutputCollector | None = delegate
+        # A delegate that can refuse unanchored emits itself (the runtime's task collector,
+        # with this same error) takes them directly: one Python frame less per emit.
+        refuse = getattr(delegate, "refuse_unanchored", None)
+        if refuse is not None:
+            refuse()
+            self.emit = delegate.emit  # type: ignore[method-assign]
 
     def emit(
         self, values: Sequence[Any], anchors: Anchors = None, stream: str = DEFAULT_STREAM

@@ -276,3 +276,70 @@ def test_a_basic_bolt_task_over_many_chunks_settles_exactly():
     assert not [r for r in records if isinstance(r, AckLedger | Fails)]
     (metrics,) = [r.metrics for r in records if isinstance(r, TaskReport)]
     assert (metrics.executed, metrics.acked, metrics.emitted) == (n, n, 2 * n)
+
+
+class Count(Bolt):
+    def prepare(self, conf: Any, context: Any, collector: Any) -> None:
+        """Never called."""
+
+    def execute(self, tuple: Any) -> None:  # noqa: A002
+        """Never called."""
+
+    def declare_output_fields(self, declarer: Any) -> None:
+        declarer.declare(Fields("word", "count"))
+
+
+def count_plan(sink_tasks: int = 2) -> ExecutionPlan:
+    """lines -> split -> count x2 (fields) -> sink (local or shuffle), ``sink_tasks`` tasks."""
+    builder = TopologyBuilder()
+    builder.set_spout("lines", Lines())
+    builder.set_bolt("split", Split()).shuffle_grouping("lines")
+    builder.set_bolt("count", Count(), 2).fields_grouping("split", Fields("word"))
+    builder.set_bolt("sink", Inspect(), sink_tasks).local_or_shuffle_grouping("count")
+    return ExecutionPlan(builder.create_topology())
+
+
+def test_a_stream_into_one_task_takes_the_fixed_fast_path_with_the_general_batches() -> None:
+    plan = count_plan()
+    comp, sink = plan.index["count"], plan.index["sink"]
+    fast, general = task_collector(plan, comp), task_collector(plan, comp)
+    general._fixed = {}  # every emit takes the general path
+    two_trees = Tuple(["a"], Fields("word"), "split", 1, "default", ((11, 1), (12, 1)))
+    for collector in (fast, general):
+        for i in range(20):
+            collector.emit([f"w{i % 3}", i], parent())
+        collector.emit(["w0", 99], two_trees)  # two trees: the general path, both roots
+    assert fast.batches == general.batches
+    assert fast.emitted == general.emitted == 21
+    ((key, (vals, roots, more)),) = fast.batches.items()
+    assert key == (sink, 0, 0)  # task 0 of count feeds task 0 of the sink (local route)
+    assert vals[:3] == [["w0", 0], ["w1", 1], ["w2", 2]] and list(roots[:20]) == [11] * 20
+    assert more == {20: (12,)}
+    assert fast._fixed["default"][1] is not None  # the fast path was armed after one emit
+    with pytest.raises(TopologyError, match=r"emitted 1 values on stream 'default'"):
+        fast.emit(["w0"], parent())
+
+
+def test_no_fixed_fast_path_into_several_tasks() -> None:
+    plan = count_plan(sink_tasks=3)  # unequal parallelism: a round robin over three tasks
+    collector = task_collector(plan, plan.index["count"])
+    assert collector._fixed == {}
+    for i in range(6):
+        collector.emit([f"w{i}", i], parent())
+    assert {dtask for (_, dtask, _) in collector.batches} == {0, 1, 2}
+
+
+def test_a_stateful_bolts_collector_hands_emits_to_the_task_collector_which_refuses_unanchored():
+    from statefulbolts import TopologyContext
+
+    plan = split_plan()
+    collector = task_collector(plan, plan.index["split"])
+    context = TopologyContext(split_topology(), "t", "split", 0)
+    tracking = AckTrackingOutputCollector(collector, context)
+    assert tracking.emit == collector.emit  # no frame of its own in between
+    tracking.emit(["storm"], parent())
+    assert collector.emitted == 1
+    with pytest.raises(UnanchoredEmitError, match=r"bolt 'split' task \d+ emitted \['x'\]"):
+        tracking.emit(["x"])
+    tracking.emit(["untracked"], [])  # an explicit empty list is the deliberate untracked emit
+    assert collector.emitted == 2

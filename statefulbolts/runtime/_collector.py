@@ -18,7 +18,7 @@ from typing import Any
 
 from statefulbolts.acker import DeliveryLedger, id_base
 from statefulbolts.collectors import Anchors, BasicOutputCollector, OutputCollector
-from statefulbolts.errors import TopologyError
+from statefulbolts.errors import TopologyError, UnanchoredEmitError
 from statefulbolts.runtime._plan import ExecutionPlan, Router, stable_hash
 from statefulbolts.runtime._records import ReportedError, TupleBatch, id_column
 from statefulbolts.runtime._stats import format_traceback
@@ -79,6 +79,14 @@ class TaskCollector(OutputCollector):
                 for name, s in self._streams.items()
                 if s in self._memo and self._widths[s] == 1
             }
+        # Streams whose every tuple goes to one task (``Router.single_target``), by name: the
+        # width and, once the first emit made it, the batch; the fast path appends to it.
+        self._fixed: dict[str, tuple[int, list[Any] | None]] = {}
+        if data_free is None:
+            for name, s in self._streams.items():
+                if s != self._cp_stream and self._router.single_target(s) is not None:
+                    self._fixed[name] = (self._widths[s], None)
+        self._anchored_only = False  # ``refuse_unanchored``
         self.ledger = DeliveryLedger(id_base(txid, comp, task))
         # Acks only keep the tuple (the ledger's own list methods); ``settle`` does the rest.
         self.ack = self.ledger.ack  # type: ignore[method-assign,assignment]
@@ -136,6 +144,15 @@ class TaskCollector(OutputCollector):
                 batch[0].append(value)
                 batch[1].append(anchors._root)
                 return
+        # The other fast path: a stream into one task (a count emitted on to a sink), anchored
+        # to one tree, once its batch exists.
+        fixed = self._fixed.get(stream)
+        if fixed is not None and type(anchors) is Tuple and anchors._more is None:
+            width, to = fixed
+            if to is not None and len(values) == width:
+                to[0].append(values[0] if width == 1 else list(values))
+                to[1].append(anchors._root)
+                return
         self._emit(values, anchors, stream)
 
     @property
@@ -162,8 +179,23 @@ class TaskCollector(OutputCollector):
         dest_of = self._dest_of
         return [ids[d][t] for d, t in (dest_of[id(b)] for b in self._emit(values, None, stream))]
 
+    def refuse_unanchored(self) -> None:
+        """From now on an emit with ``anchors=None`` raises ``UnanchoredEmitError``.
+
+        For a bolt of a stateful topology, where every emit must be anchored (an explicit empty
+        list is the deliberate untracked emit): its collector hands emits straight here.
+        """
+        self._anchored_only = True
+
     def _emit(self, values: Sequence[Any], anchors: Anchors, stream: str) -> Sequence[list[Any]]:
         """The general path of ``emit``; returns the batches the tuple went to."""
+        if anchors is None and self._anchored_only:
+            msg = (
+                f"bolt {self._name!r} task {self._task_id} emitted {list(values)!r} on stream "
+                f"{stream!r} without anchors; bolts in a stateful topology must emit anchored "
+                "tuples: pass anchors=<input tuple>"
+            )
+            raise UnanchoredEmitError(msg)
         s = self._streams.get(stream)
         if s is None or len(values) != self._widths[s]:
             raise self._bad_emit(values, stream)
@@ -183,6 +215,8 @@ class TaskCollector(OutputCollector):
             targets: Sequence[list[Any]] = (entry[0],)
         else:
             targets = [self._batch(d, t, s) for d, t in self._router.targets(self.comp, s, values)]
+            if stream in self._fixed:
+                self._fixed[stream] = (self._widths[s], targets[0])  # for ``emit``'s fast path
         if s != self._cp_stream:
             self._emits += 1
         if not targets:

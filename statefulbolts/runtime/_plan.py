@@ -253,6 +253,22 @@ class Router:
             if len(routes) == 1 and routes[0][0] == _SHUFFLE
         }
 
+    def single_target(self, stream: int) -> tuple[int, int] | None:
+        """``(dest, task)`` when every tuple of ``stream`` goes to that one task, whatever it is.
+
+        One consumer, by a local route (the emitting task's own index), a global grouping, or
+        any grouping but all into a one-task consumer.
+        """
+        routes = self._table.get(stream, ())
+        if len(routes) != 1:
+            return None
+        code, dest, n = routes[0][0], routes[0][1], routes[0][2]
+        if code == _LOCAL:
+            return dest, routes[0][4]
+        if code == _GLOBAL or n == 1:
+            return dest, 0
+        return None
+
     def single_field_route(self, stream: int) -> tuple[int, int, int] | None:
         """``(dest, position, n_tasks)`` when ``stream`` has one consumer, by one field."""
         routes = self._table.get(stream, ())
