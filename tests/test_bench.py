@@ -11,6 +11,7 @@ import statistics
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -127,3 +128,47 @@ def test_scale_bench_sweeps_state_and_parallelism_exactly_and_draws_its_plots(
         "scale-throughput-vs-state.png",
     ]
     assert all((tmp_path / name).stat().st_size > 10_000 for name in pngs)
+
+
+def _bench_json(*argv: str) -> dict[str, Any]:
+    """Run a bench script with ``--json``; its report."""
+    result = subprocess.run(
+        [sys.executable, *argv, "--json"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    report: dict[str, Any] = json.loads(result.stdout)
+    return report
+
+
+def test_latency_bench_reports_percentiles_the_stage_breakdown_and_its_floor() -> None:
+    report = _bench_json(
+        "bench/latency.py", "--rates", "500", "--seconds", "3", "--baseline-repeat", "3"
+    )
+    assert report["interval_ms"] == 100
+    assert report["baseline_ms"]["one_stage"] > 0 and report["baseline_ms"]["two_stage"] > 0
+    (run,) = report["runs"]
+    assert run["emitted"] == run["acked"] == 1500 and run["failed_calls"] == 0
+    assert run["sustained"] is True
+    latency = run["latency_ms"]
+    assert 0 < latency["p50"] <= latency["p90"] <= latency["p99"] <= latency["max"]
+    stages = run["stages_ms"]
+    assert {"buffer", "prepare", "to_commit"} <= set(stages)
+    assert 0.9 < sum(s["share"] for s in stages.values() if isinstance(s, dict)) < 1.1
+
+
+def test_soak_bench_counts_exactly_and_samples_rss_into_a_plot(tmp_path: Path) -> None:
+    report = _bench_json(
+        "bench/soak.py", "--minutes", "0.3", "--rate", "500", "--vocab", "20000",
+        "--sample-secs", "1", "--out", str(tmp_path),
+    )  # fmt: skip
+    assert report["exact"] is True and report["mismatched"] == []
+    assert report["emitted"] == report["acked"] == 9000
+    assert report["words_counted"] == report["words_expected"] == 90000
+    assert report["growth"]
+    assert {p.name for p in tmp_path.iterdir()} >= {"soak.csv", "soak.json", "soak.png"}
+    assert (tmp_path / "soak.png").stat().st_size > 10_000
