@@ -8,6 +8,7 @@ server.stop()
 
 from __future__ import annotations
 
+import json
 import shutil
 import socket
 import subprocess
@@ -17,6 +18,16 @@ from pathlib import Path
 from typing import Any
 
 HOST = "127.0.0.1"
+
+
+def redis_conf(port: int) -> dict[str, Any]:
+    """The topology config of the Redis provider on ``127.0.0.1:port`` (the bench's server)."""
+    # A generous timeout: emptying a seeded state deletes a hash of millions of fields at once.
+    pool = {"host": HOST, "port": port, "timeout": 60_000}
+    return {
+        "topology.state.provider": "providers.redis.RedisKeyValueStateProvider",
+        "topology.state.provider.config": json.dumps({"jedisPoolConfig": pool}),
+    }
 
 
 def _free_port() -> int:

@@ -739,15 +739,10 @@ def main(argv: list[str] | None = None) -> int:
     conf: dict[str, Any] = {"topology.state.checkpoint.interval.ms": args.interval}
     server = None
     if args.provider == "redis":
-        from bench._redis import start_redis
+        from bench._redis import redis_conf, start_redis
 
         server = start_redis()
-        conf |= {
-            "topology.state.provider": "providers.redis.RedisKeyValueStateProvider",
-            "topology.state.provider.config": json.dumps(
-                {"jedisPoolConfig": {"host": "127.0.0.1", "port": server.port}}
-            ),
-        }
+        conf |= redis_conf(server.port)
     try:
         print("warming up", file=sys.stderr, flush=True)
         empty_jobs(sc, args.parallelism, 10)

@@ -51,13 +51,13 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from bench._redis import redis_conf  # noqa: E402
 from bench._rss import RssSampler  # noqa: E402
 from bench.wordcount import (  # noqa: E402
     baseline,
     corpus_for,
     describe_check,
     framework,
-    redis_conf,
     same_shape,
 )
 from examples.corpus import words  # noqa: E402

@@ -389,15 +389,10 @@ def run(args: argparse.Namespace) -> dict[str, Any]:  # noqa: C901 - one linear 
     conf: dict[str, Any] = {"topology.state.checkpoint.interval.ms": args.interval}
     server = None
     if args.provider == "redis":
-        from bench._redis import start_redis
+        from bench._redis import redis_conf, start_redis
 
         server = start_redis()
-        conf |= {
-            "topology.state.provider": "providers.redis.RedisKeyValueStateProvider",
-            "topology.state.provider.config": json.dumps(
-                {"jedisPoolConfig": {"host": "127.0.0.1", "port": server.port}}
-            ),
-        }
+        conf |= redis_conf(server.port)
     spark = build_session(args.master, "statefulbolts-bench-soak")
     name = f"soak-{time.time_ns()}"
     stream = ZipfStream(args.vocab, args.seed)

@@ -270,16 +270,6 @@ def describe_check(name: str, run: dict[str, Any]) -> str:
     )
 
 
-def redis_conf(port: int) -> dict[str, Any]:
-    """The Redis provider on ``127.0.0.1:port`` (the bench's own server)."""
-    # A generous timeout: emptying a seeded state deletes a hash of millions of fields at once.
-    pool = {"host": "127.0.0.1", "port": port, "timeout": 60_000}
-    return {
-        "topology.state.provider": "providers.redis.RedisKeyValueStateProvider",
-        "topology.state.provider.config": json.dumps({"jedisPoolConfig": pool}),
-    }
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--words", type=int, default=1_000_000)
@@ -337,7 +327,7 @@ def main(argv: list[str] | None = None) -> int:
     confs = {"memory": base_conf}
     server = None
     if args.provider == "redis":
-        from bench._redis import start_redis
+        from bench._redis import redis_conf, start_redis
 
         server = start_redis()
         confs["redis"] = base_conf | redis_conf(server.port)

@@ -97,12 +97,10 @@ def test_transactional_bench_reports_both_shapes_exact_with_their_ratios() -> No
     )
 
 
-def test_scale_bench_sweeps_state_and_parallelism_exactly_and_draws_its_plots(
-    tmp_path: Path,
-) -> None:
-    args = ["--words", "20000", "--sizes", "1000,5000", "--parallelisms", "1,2", "--rounds", "1"]
+def _bench_json(*argv: str) -> dict[str, Any]:
+    """Run a bench script with ``--json``; its report."""
     result = subprocess.run(
-        [sys.executable, "bench/scale.py", *args, "--plots", str(tmp_path), "--json"],
+        [sys.executable, *argv, "--json"],
         cwd=ROOT,
         capture_output=True,
         text=True,
@@ -110,7 +108,15 @@ def test_scale_bench_sweeps_state_and_parallelism_exactly_and_draws_its_plots(
         check=False,
     )
     assert result.returncode == 0, result.stderr[-2000:]
-    report = json.loads(result.stdout)
+    report: dict[str, Any] = json.loads(result.stdout)
+    return report
+
+
+def test_scale_bench_sweeps_state_and_parallelism_exactly_and_draws_its_plots(
+    tmp_path: Path,
+) -> None:
+    args = ["--words", "20000", "--sizes", "1000,5000", "--parallelisms", "1,2", "--rounds", "1"]
+    report = _bench_json("bench/scale.py", *args, "--plots", str(tmp_path))
     assert report["exact"] is True and report["wrong"] == []
     runs = report["runs"]
     # Every provider at every state size (2 tasks per bolt), and every parallelism (first size).
@@ -128,21 +134,6 @@ def test_scale_bench_sweeps_state_and_parallelism_exactly_and_draws_its_plots(
         "scale-throughput-vs-state.png",
     ]
     assert all((tmp_path / name).stat().st_size > 10_000 for name in pngs)
-
-
-def _bench_json(*argv: str) -> dict[str, Any]:
-    """Run a bench script with ``--json``; its report."""
-    result = subprocess.run(
-        [sys.executable, *argv, "--json"],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=600,
-        check=False,
-    )
-    assert result.returncode == 0, result.stderr[-2000:]
-    report: dict[str, Any] = json.loads(result.stdout)
-    return report
 
 
 def test_latency_bench_reports_percentiles_the_stage_breakdown_and_its_floor() -> None:
