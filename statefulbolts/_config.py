@@ -12,7 +12,7 @@ import json
 import warnings
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -41,6 +41,10 @@ class TopologyConfig(BaseModel):
     max_spout_pending: int | None = Field(None, ge=0, alias="topology.max.spout.pending")
     enable_message_timeouts: bool = Field(True, alias="topology.enable.message.timeouts")
     max_transaction_retries: int = Field(5, ge=1, alias="topology.max.transaction.retries")
+    # Where a transactional batch's commit phase runs (``TransactionalJobs.commit_here``).
+    transactional_commit_location: Literal["auto", "driver", "executors"] = Field(
+        "auto", alias="topology.transactional.commit.location"
+    )
     task_max_failures: int = Field(4, ge=1, alias="topology.spark.task.max.failures")
     extlib_dir: str | None = Field(None, alias="topology.state.extlib.dir")
     debug: bool = Field(False, alias="topology.debug")
@@ -88,6 +92,7 @@ class Config(dict[str, Any]):
     TOPOLOGY_MAX_SPOUT_PENDING = "topology.max.spout.pending"
     TOPOLOGY_ENABLE_MESSAGE_TIMEOUTS = "topology.enable.message.timeouts"
     TOPOLOGY_MAX_TRANSACTION_RETRIES = "topology.max.transaction.retries"
+    TOPOLOGY_TRANSACTIONAL_COMMIT_LOCATION = "topology.transactional.commit.location"
     TOPOLOGY_SPARK_TASK_MAX_FAILURES = "topology.spark.task.max.failures"
     TOPOLOGY_STATE_EXTLIB_DIR = "topology.state.extlib.dir"
     TOPOLOGY_DEBUG = "topology.debug"

@@ -18,8 +18,10 @@ check, from Redis and from the drivers' output:
 ``STATEFULBOLTS_TX_SEED`` (an int, 11 by default) seeds every choice: the txid of the kill points,
 ``topology.max.spout.pending`` of each (1: the emitters run as the first stage of the processing
 job; 3: emission is a job of its own, pipelined; each seed covers both), the moment of the random
-kill, where the workers crash, how far the resubmitted topology got before its kill, and the demo's
-kill plan.
+kill, where the workers crash, how far the resubmitted topology got before its kill, the demo's
+kill plan, and where the kill tests' commits run (``topology.transactional.commit.location``:
+"auto", the executors on Redis, or "driver", where a mid-commit kill is the driver killing
+itself after a committer wrote).
 """
 
 from __future__ import annotations
@@ -61,8 +63,16 @@ def pending_at(point: str) -> int:
     return [1, tx.MAX_PENDING][(SEED + POINTS.index(point) + 1) % 2]
 
 
-def redis_conf(server: Any, pending: int = tx.MAX_PENDING) -> dict[str, Any]:
+def location_at(test: str) -> str:
+    """Where the commits of a kill test run: the executors or the driver, by the seed."""
+    return seeded(f"commit-location/{test}").choice(["auto", "driver"])
+
+
+def redis_conf(
+    server: Any, pending: int = tx.MAX_PENDING, location: str = "auto"
+) -> dict[str, Any]:
     return {
+        "topology.transactional.commit.location": location,
         "topology.state.provider": "providers.redis.RedisKeyValueStateProvider",
         "topology.state.provider.config": {
             "jedisPoolConfig": {"host": server.host, "port": server.port}
@@ -133,7 +143,7 @@ def assert_exact(conf: dict[str, Any], tid: str, commits: list[int]) -> dict[str
 @pytest.mark.parametrize("point", POINTS)
 def test_a_driver_killed_at_a_kill_point_resumes_and_counts_exactly(point, redis_db, tmp_path):
     pending = pending_at(point)
-    conf = redis_conf(redis_db, pending)
+    conf = redis_conf(redis_db, pending, location_at(point))
     err = tmp_path / "drivers.log"
     fault = {"driver": {"point": point, "txid": KILL_TXID}}
     killed_conf = {**conf, tx.LOG_KEY: str(tmp_path / "calls-1.jsonl"), "topology.faults": fault}
@@ -191,7 +201,7 @@ def test_a_driver_killed_at_a_kill_point_resumes_and_counts_exactly(point, redis
 # --------------------------------------------------------------------------- (b) random moment
 def test_a_driver_killed_at_a_random_moment_resumes_and_counts_exactly(redis_db, tmp_path):
     pending = [1, tx.MAX_PENDING][SEED % 2]
-    conf = redis_conf(redis_db, pending)
+    conf = redis_conf(redis_db, pending, location_at("random-moment"))
     err = tmp_path / "drivers.log"
     delay = seeded("random-moment").uniform(0.0, 1.5)
     killed_conf = {**conf, tx.LOG_KEY: str(tmp_path / "calls-1.jsonl")}

@@ -38,6 +38,7 @@ from typing import Any, NamedTuple
 from providers import DriverOwnedStateProvider, add_extlib_to_path
 from statefulbolts.errors import TopologyError
 from statefulbolts.runtime._images import ImageShipper, ShippedImage
+from statefulbolts.runtime._inline import run_inline
 from statefulbolts.runtime._plan import ExecutionPlan, JobLayout
 from statefulbolts.runtime._program import TaskJob, TaskProgram
 from statefulbolts.runtime._records import JobResult
@@ -152,6 +153,7 @@ class Engine:
             msg = f"topology {name!r} cannot be serialized for Spark: {exc}"
             raise TopologyError(msg) from exc
         self._blob = self.sc.broadcast(blob)
+        self._topology = blob  # for the jobs run in this process (``run_here``)
         self._released = False
         self._shippers: list[ImageShipper] = []
         self._pool = concurrent.futures.ThreadPoolExecutor(
@@ -178,30 +180,24 @@ class Engine:
             return done
         return self._pool.submit(self.run, spec)
 
+    def run_here(self, spec: JobSpec) -> concurrent.futures.Future[JobResult]:
+        """Run ``spec``'s tasks in this process, now; the future is done (``_inline``).
+
+        For small jobs on state this process holds; ``spec.images`` must be ``None``.
+        """
+        done: concurrent.futures.Future[JobResult] = concurrent.futures.Future()
+        try:
+            done.set_result(run_inline(self._job(spec), self._topology, spec.inputs))
+        except Exception as exc:  # the job failed, as a Spark job's future would
+            done.set_exception(exc)
+        return done
+
     def run(self, spec: JobSpec) -> JobResult:
         """Run ``spec`` on the calling thread and return its ``JobResult``."""
         if spec.layout.depth == 0:
             return JobResult()
-        job = TaskJob(
-            plan=self.plan,
-            layout=spec.layout,
-            program=spec.program,
-            topology_name=self.name,
-            conf=self.conf,
-            txid=spec.txid,
-            ackers=spec.ackers,
-            images=None if spec.images is None else dict(spec.images),
-            faults=self.faults,
-            state_root=spec.state_root,
-            lead=spec.lead,
-        )
+        job = self._job(spec)
         labels = job_labels(self.name, spec)
-        if len(spec.lead) != self.plan.lead:
-            msg = (
-                f"job {labels.description!r} gives {len(spec.lead)} leading values; its "
-                f"topology's tuples have {self.plan.lead}"
-            )
-            raise ValueError(msg)
         sc, blob = self.sc, self._blob
         # Always set: a pool thread keeps its job group and tags from one job to the next.
         sc.setJobGroup(labels.group, labels.description, interruptOnCancel=True)
@@ -228,6 +224,29 @@ class Engine:
             parts = rdd.partitionBy(spec.ackers, _identity).mapPartitions(reduce_acks).collect()
             return merge_results(parts)
         return merge_results(reduce_acks(rdd.collect()))
+
+    def _job(self, spec: JobSpec) -> TaskJob:
+        """What every task of ``spec`` needs."""
+        if len(spec.lead) != self.plan.lead:
+            description = job_labels(self.name, spec).description
+            msg = (
+                f"job {description!r} gives {len(spec.lead)} leading values; its "
+                f"topology's tuples have {self.plan.lead}"
+            )
+            raise ValueError(msg)
+        return TaskJob(
+            plan=self.plan,
+            layout=spec.layout,
+            program=spec.program,
+            topology_name=self.name,
+            conf=self.conf,
+            txid=spec.txid,
+            ackers=spec.ackers,
+            images=None if spec.images is None else dict(spec.images),
+            faults=self.faults,
+            state_root=spec.state_root,
+            lead=spec.lead,
+        )
 
     def cancel(self, group: str) -> None:
         """Cancel the running jobs started under ``JobSpec.group`` ``group`` (their futures fail).

@@ -362,7 +362,7 @@ def worker_traceback(exc: BaseException) -> str | None:
     text = str(exc)
     start = text.find(_PYTHON_TRACEBACK)
     if start < 0:
-        return None
+        return _inline_traceback(exc)
     lines = []
     for line in text[start:].splitlines():
         if line.startswith("\tat ") or line.startswith("Caused by: "):
@@ -375,3 +375,14 @@ def worker_traceback(exc: BaseException) -> str | None:
 def format_traceback(exc: BaseException) -> str:
     """``exc``'s traceback as Python prints it (with the exceptions it was raised from)."""
     return "".join(traceback.format_exception(exc)).rstrip()
+
+
+def _inline_traceback(exc: BaseException) -> str | None:
+    """The traceback of a task that ran in the driver (``Engine.run_here``): its own."""
+    from statefulbolts.errors import TaskFailedError
+
+    if not isinstance(exc, TaskFailedError) or exc.__traceback__ is None:
+        return None
+    text = "".join(traceback.format_exception(exc))
+    mark = text.find(_TASK_ERROR_MARK)
+    return (text[:mark] if mark >= 0 else text).rstrip()

@@ -99,11 +99,21 @@ def _sort_input(job: TaskJob, comp: int, task: int, items: Iterable[Any]) -> _In
 
 
 def run_task(
-    job: TaskJob, topology_blob: Any, stage: int, slot: int, items: Iterable[Any]
+    job: TaskJob,
+    topology_blob: Any,
+    stage: int,
+    slot: int,
+    items: Iterable[Any],
+    *,
+    in_worker: bool = True,
 ) -> Iterator[tuple[int, list[Any]]]:
-    """Run the task in ``slot`` of ``stage`` over its records; yield keyed output."""
+    """Run the task in ``slot`` of ``stage`` over its records; yield keyed output.
+
+    ``in_worker`` False: the task runs in the driver (``_inline``), whose heap is not frozen.
+    """
     started = time.perf_counter()
-    freeze_long_lived()
+    if in_worker:
+        freeze_long_lived()
     comp, task = job.layout.stages[stage][slot]
     final = stage == job.layout.depth - 1
     n_next = max(job.ackers, 1) if final else len(job.layout.stages[stage + 1])

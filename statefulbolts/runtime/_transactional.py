@@ -143,7 +143,14 @@ class TransactionalRunner(TopologyRunner):
         self.plan = self.engine.plan
         self.images = None if owned is None else self.engine.image_shipper(owned)
         self.jobs = TransactionalJobs(
-            name, topology, self.plan, self.conf, self.provider, self.faults, self.images
+            name,
+            topology,
+            self.plan,
+            self.conf,
+            self.provider,
+            self.faults,
+            self.images,
+            self.tc.transactional_commit_location,
         )
         self._failures = FailureGate(name, self.tc, self.clock, self._stop, log)
         self._live: dict[int, _Batch] = {}
@@ -238,7 +245,12 @@ class TransactionalRunner(TopologyRunner):
                 batch = self._live[command.attempt.transaction_id]
                 batch.phase = "committing"
                 batch.started = time.perf_counter()
-                self._submit(batch, self.jobs.commit(batch.attempt, batch.to_commit))
+                spec = self.jobs.commit(batch.attempt, batch.to_commit)
+                if self.jobs.commit_here:  # done when it returns; ``_step`` takes it next
+                    batch.job_started = time.perf_counter()
+                    batch.future = self.engine.run_here(spec)
+                else:
+                    self._submit(batch, spec)
 
     def _start_emit(self) -> bool:
         """Start the lowest queued emission, unless one runs: t+1 starts where t ended."""

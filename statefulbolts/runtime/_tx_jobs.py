@@ -12,6 +12,11 @@
    ``$transactional/<id>/<component>-<task>`` (a driver-owned provider's go with the job, as
    ``ImageShipper`` descriptors).
 
+A commit job may also run in the driver instead of as a Spark job (``commit_here``, after
+``topology.transactional.commit.location``): with a driver-owned provider ("auto") the maps
+live in the driver anyway, and a commit applies a batch's few updates to them; a Spark job
+for that costs more than the work and ships the maps to the tasks (``Engine.run_here``).
+
 When only one txid may be active (``topology.max.spout.pending`` 1) no emission ever waits for
 another's metas, so 1 and 2 are one job (``emit_and_process``): the emitters are its first stage
 and their tuples go straight to the processing bolts, not through the driver. Only what the
@@ -23,7 +28,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from providers import StateProvider
+from providers import DriverOwnedStateProvider, StateProvider
 from statefulbolts.runtime._engine import JobSpec
 from statefulbolts.runtime._images import ImageShipper, ShippedImage
 from statefulbolts.runtime._plan import ExecutionPlan, JobLayout
@@ -47,6 +52,7 @@ class TransactionalJobs:
         provider: StateProvider,
         faults: Any = None,
         images: ImageShipper | None = None,
+        commit_location: str = "auto",
     ) -> None:
         self._name, self._topology, self._plan, self._conf = name, topology, plan, conf
         self._shipper = images
@@ -66,6 +72,7 @@ class TransactionalJobs:
         self._fused_layout = plan.layout({self.spout} | self.processing_components, chain=True)
         self._processing_layout = plan.layout(self.processing_components, chain=True)
         self._commit_layout = plan.layout(commit)
+        self.commit_here = _commit_here(commit_location, topology, provider, faults)
 
     def emit(self, attempt: TransactionAttempt, order: EmitOrder) -> JobSpec:
         """The emit job of ``attempt``, as ``order`` says."""
@@ -83,12 +90,15 @@ class TransactionalJobs:
         return self._spec(attempt, self._processing_layout, program, emitted, "PROCESS")
 
     def commit(self, attempt: TransactionAttempt, to_commit: Iterable[TupleBatch]) -> JobSpec:
-        """The commit job of ``attempt``, fed with every tuple sent to the commit phase."""
+        """The commit job of ``attempt``, fed with every tuple sent to the commit phase.
+
+        Run in the driver when ``commit_here`` (its maps are the driver's own, not shipped).
+        """
         program = BatchTaskProgram(
             attempt, self.tid, StateMaps(self._conf), committing=True, hooks=self._faults
         )
         spec = self._spec(attempt, self._commit_layout, program, to_commit, "COMMIT")
-        if self._shipper is None:
+        if self._shipper is None or self.commit_here:
             return spec
         return JobSpec(**{**spec.__dict__, "images": self._images()})
 
@@ -135,3 +145,21 @@ class TransactionalJobs:
         for comp in sorted(self.commit_components):
             found += self._provider.namespaces(self._conf, f"{self.root}/{names[comp]}-") or []
         return shipper.ship(found)
+
+
+def _commit_here(
+    where: str, topology: TransactionalTopology, provider: StateProvider, faults: Any
+) -> bool:
+    """Whether the commit phase runs in the driver (``topology.transactional.commit.location``).
+
+    "driver" and "executors" say so. "auto": in the driver when the provider is driver-owned
+    (the maps live there; an in-memory map is never shipped), unless ``topology.faults``
+    injects a fault into a task of the commit phase: an injected crash is a Python worker's
+    crash, and a raise on a task's first Spark attempt expects Spark's retry.
+    """
+    if where != "auto":
+        return where == "driver"
+    if not isinstance(provider, DriverOwnedStateProvider):
+        return False
+    targeted = {fault.component for fault in getattr(faults, "tasks", ())}
+    return not targeted & set(topology.commit_phase)
