@@ -3,9 +3,12 @@
     python bench/transactional.py --json                      # 1,000,000 words, memory and Redis
     python bench/transactional.py --words 200000 --provider memory
     python bench/transactional.py --repeat 3 --pending 1,4   # best of 3 per configuration
+    python bench/transactional.py --commit-location executors  # commits as Spark jobs
 
-The input is ``bench/wordcount.py``'s: the same sentences (a Zipf vocabulary), read by a
-partitioned transactional spout whose meta is a range of sentence numbers. Two shapes
+The input is ``bench/wordcount.py``'s: the same sentences (Zipf over ``--vocab`` words, 10,000
+by default; ``--vocab 0``: the examples' 94-word corpus), read by a partitioned transactional
+spout whose meta is a range of sentence numbers. Each Spark worker makes the Zipf corpus once
+(``bench.zipf.cached_corpus``), so the batches are not shipped from the driver. Two shapes
 (``--shape``): "tuples", where ``split`` emits a tuple per word and a batch bolt counts each
 batch's words after a fields grouping on the word; and "combine", where one batch bolt splits
 and counts (the map-side combine ``reduceByKey`` does), so only per-batch counts cross the
@@ -30,9 +33,9 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.wordcount import baseline, sentences_for  # noqa: E402
+from bench.wordcount import baseline, corpus_for  # noqa: E402
+from bench.zipf import cached_corpus  # noqa: E402
 from examples.corpus import sentence, words  # noqa: E402
-from examples.wordcount import expected_counts  # noqa: E402
 from statefulbolts import (  # noqa: E402
     BaseTransactionalBolt,
     BasicBolt,
@@ -46,10 +49,22 @@ from statefulbolts import (  # noqa: E402
 
 
 class CorpusSpout(PartitionedTransactionalSpout):
-    """Sentences ``0 .. n-1`` split into ``partitions`` contiguous ranges; meta ``[start, n]``."""
+    """Sentences ``0 .. n-1`` split into ``partitions`` contiguous ranges; meta ``[start, n]``.
 
-    def __init__(self, n: int, partitions: int, take_per_batch: int) -> None:
-        self.n, self.partitions, self.take = n, partitions, take_per_batch
+    ``zipf`` ``(count, vocab, seed)``: sentence ``i`` is ``cached_corpus(*zipf)[i]`` (n <=
+    count); ``None``: the examples' corpus.
+    """
+
+    def __init__(
+        self, n: int, partitions: int, take_per_batch: int, zipf: tuple[int, int, int] | None
+    ) -> None:
+        self.n, self.partitions, self.take, self.zipf = n, partitions, take_per_batch, zipf
+
+    def sentences(self) -> Any:
+        """Sentence ``i`` at index ``i``."""
+        if self.zipf is None:
+            return _Cycled()
+        return cached_corpus(*self.zipf)
 
     def bounds(self, p: int) -> tuple[int, int]:
         return p * self.n // self.partitions, (p + 1) * self.n // self.partitions
@@ -84,9 +99,16 @@ class _Emitter(PartitionedTransactionalSpout.Emitter):
         return meta
 
     def emit_partition_batch(self, tx: Any, collector: Any, partition: int, meta: Any) -> None:
-        emit = collector.emit
+        emit, corpus = collector.emit, self.spout.sentences()
         for i in range(meta[0], meta[0] + meta[1]):
-            emit([tx, sentence(i)])
+            emit([tx, corpus[i]])
+
+
+class _Cycled:
+    """The examples' corpus, indexed like a list."""
+
+    def __getitem__(self, i: int) -> str:
+        return sentence(i)
 
 
 class Split(BasicBolt):
@@ -161,14 +183,21 @@ class CommitCounts(BaseTransactionalBolt, Committer):
         """Emits nothing."""
 
 
-def build(n: int, parallelism: int, take: int, tid: str, shape: str) -> TransactionalTopology:
+def build(
+    n: int,
+    parallelism: int,
+    take: int,
+    tid: str,
+    shape: str,
+    zipf: tuple[int, int, int] | None = None,
+) -> TransactionalTopology:
     """The transactional word count over sentences ``0 .. n-1``.
 
     ``shape`` "tuples": split emits a tuple per word, a batch bolt counts them after the shuffle
     on the word. "combine": one batch bolt splits and counts, and only its per-batch counts are
     shuffled to the committer (what ``reduceByKey`` does with its map-side combine).
     """
-    spout = CorpusSpout(n, 2 * parallelism, take)
+    spout = CorpusSpout(n, 2 * parallelism, take, zipf)
     b = TransactionalTopologyBuilder(tid, "sentences", spout, parallelism)
     if shape == "combine":
         b.set_bolt("count", SplitCount(), parallelism).none_grouping("sentences")
@@ -201,7 +230,7 @@ def run(
             )
 
     tid = f"bench-{tag}-{time.time_ns()}"
-    topology = build(n, args.parallelism, args.take, tid, shape)
+    topology = build(n, args.parallelism, args.take, tid, shape, args.zipf)
     cluster = LocalCluster(spark=spark)
     started = time.perf_counter()
     handle = cluster.submit_topology(tid, conf, topology, on_transaction=show)
@@ -241,6 +270,16 @@ def main(argv: list[str] | None = None) -> int:
         default="both",
         help="tuples: a tuple per word through the shuffle; combine: per-batch counts only",
     )
+    parser.add_argument(
+        "--vocab", type=int, default=10_000, help="Zipf vocabulary size (0: the examples' corpus)"
+    )
+    parser.add_argument("--seed", type=int, default=0, help="the Zipf corpus's seed")
+    parser.add_argument(
+        "--commit-location",
+        choices=["auto", "driver", "executors"],
+        default="auto",
+        help="topology.transactional.commit.location of every run",
+    )
     parser.add_argument("--repeat", type=int, default=1, help="runs per configuration; best counts")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)
@@ -249,33 +288,36 @@ def main(argv: list[str] | None = None) -> int:
 
     spark = build_session(args.master, app_name="statefulbolts-bench-tx")
     sc = spark.sparkContext
-    n = sentences_for(args.words)
-    expected = dict(expected_counts(n))
+    sentences = corpus_for(args.words, args.vocab, args.seed)
+    n = len(sentences)
+    args.zipf = (n, args.vocab, args.seed) if args.vocab else None
+    expected = dict(collections.Counter(w for text in sentences for w in words(text)))
     total = sum(expected.values())
     providers = ["memory", "redis"] if args.provider == "both" else [args.provider]
     pendings = [int(p) for p in args.pending.split(",")]
     server = None
-    confs: dict[str, dict[str, Any]] = {"memory": {}}
+    where = {"topology.transactional.commit.location": args.commit_location}
+    confs: dict[str, dict[str, Any]] = {"memory": where}
     if "redis" in providers:
         from bench._redis import start_redis
 
         server = start_redis()
         confs["redis"] = {
+            **where,
             "topology.state.provider": "providers.redis.RedisKeyValueStateProvider",
             "topology.state.provider.config": json.dumps(
                 {"jedisPoolConfig": {"host": "127.0.0.1", "port": server.port}}
             ),
         }
 
-    warm = sentences_for(min(args.words // 5, 200_000))
-    baseline(sc, [sentence(i) for i in range(warm)], args.parallelism)
+    warm = n * min(args.words // 5, 200_000) // max(total, 1)
+    baseline(sc, sentences[:warm], args.parallelism)
     shapes = ["tuples", "combine"] if args.shape == "both" else [args.shape]
     for shape in shapes:
         run(spark, warm, args, {"topology.max.spout.pending": 2}, f"warmup-{shape}", shape)
 
     runs: dict[str, Any] = {}
     rounds: list[dict[str, float]] = []
-    sentences = [sentence(i) for i in range(n)]  # the same input as the spout's partitions
     for i in range(args.repeat):
         base = baseline(sc, sentences, args.parallelism)
         this_round = {"baseline": base["seconds"]}
@@ -343,6 +385,8 @@ def _summary(
         "sentences": n,
         "parallelism": args.parallelism,
         "take_per_batch": args.take,
+        "vocab": args.vocab,
+        "commit_location": args.commit_location,
         "master": sc.master,
         "runs": runs,
         "ratios": ratios,

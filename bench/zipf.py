@@ -13,6 +13,7 @@ pseudo-words, distinct and deterministic for a seed, so a run is the same in eve
 
 from __future__ import annotations
 
+import functools
 import itertools
 import random
 
@@ -44,3 +45,9 @@ def zipf_sentences(
     drawn = rng.choices(words, cum_weights=weights, k=count * words_per_sentence)
     k = words_per_sentence
     return [" ".join(drawn[i * k : (i + 1) * k]) for i in range(count)]
+
+
+@functools.lru_cache(maxsize=2)
+def cached_corpus(count: int, vocab: int, seed: int = 0) -> tuple[str, ...]:
+    """``zipf_sentences(count, vocab, seed)``, made once per process (a Spark worker's too)."""
+    return tuple(zipf_sentences(count, vocab, seed))
