@@ -343,3 +343,24 @@ def test_a_stateful_bolts_collector_hands_emits_to_the_task_collector_which_refu
         tracking.emit(["x"])
     tracking.emit(["untracked"], [])  # an explicit empty list is the deliberate untracked emit
     assert collector.emitted == 2
+
+
+def test_emit_to_fast_paths_give_the_ids_batches_and_counts_of_the_general_path() -> None:
+    # count -> sink: a stream into one task (fixed); split -> inspect: fields on one field.
+    plan = count_plan()
+    routes = [(plan.index["count"], ["w0", 1], ["w1", 2]), (plan.index["split"], ["w0"], ["w1"])]
+    for comp, first, second in routes:
+        fast, general = task_collector(plan, comp), task_collector(plan, comp)
+        general._fixed, general._memo_by_name = {}, {}  # every emit takes the general path
+        ids = {}
+        for collector in (fast, general):
+            ids[id(collector)] = [
+                collector.emit_to(list(values)) for values in [first, second, first] * 4
+            ]
+        assert ids[id(fast)] == ids[id(general)]
+        assert fast.batches == general.batches
+        assert fast.emitted == general.emitted == 12
+        # Untracked, as emit_to's tuples are: every root is 0.
+        assert all(set(batch[1]) == {0} for batch in fast.batches.values())
+        with pytest.raises(TopologyError, match=r"emitted \d values on stream 'default'"):
+            fast.emit_to([*first, "extra"])

@@ -82,10 +82,18 @@ class TaskCollector(OutputCollector):
         # Streams whose every tuple goes to one task (``Router.single_target``), by name: the
         # width and, once the first emit made it, the batch; the fast path appends to it.
         self._fixed: dict[str, tuple[int, list[Any] | None]] = {}
+        # ``emit_to``'s fast paths: the fixed streams' task ids; the fields-grouped streams by
+        # name, (width, field position, the memo's cache).
+        self._fixed_ids: dict[str, int] = {}
+        self._memo_by_name: dict[str, tuple[int, int, dict[str, tuple[list[Any], str]]]] = {}
         if data_free is None:
             for name, s in self._streams.items():
-                if s != self._cp_stream and self._router.single_target(s) is not None:
+                target = self._router.single_target(s)
+                if s != self._cp_stream and target is not None:
                     self._fixed[name] = (self._widths[s], None)
+                    self._fixed_ids[name] = plan.task_ids[target[0]][target[1]]
+                if s in self._memo:
+                    self._memo_by_name[name] = (self._widths[s], self._memo[s][0], self._memo[s][1])
         self._anchored_only = False  # ``refuse_unanchored``
         self.ledger = DeliveryLedger(id_base(txid, comp, task))
         # Acks only keep the tuple (the ledger's own list methods); ``settle`` does the rest.
@@ -175,6 +183,26 @@ class TaskCollector(OutputCollector):
 
     def emit_to(self, values: Sequence[Any], stream: str = DEFAULT_STREAM) -> list[int]:
         """Emit one unanchored tuple; return the global task ids it was sent to."""
+        # The fast paths of ``emit`` (a batch bolt's and an emitter's every emit comes here):
+        # a stream into one task whose batch exists, and a fields-grouped value routed before.
+        if not self._anchored_only:
+            fixed = self._fixed.get(stream)
+            if fixed is not None:
+                width, to = fixed
+                if to is not None and len(values) == width:
+                    to[0].append(values[0] if width == 1 else list(values))
+                    to[1].append(0)
+                    return [self._fixed_ids[stream]]
+            memo = self._memo_by_name.get(stream)
+            if memo is not None and len(values) == memo[0]:
+                value = values[memo[1]]
+                entry = memo[2].get(value) if type(value) is str else None
+                if entry is not None:
+                    batch = entry[0]
+                    batch[0].append(entry[1] if memo[0] == 1 else list(values))
+                    batch[1].append(0)
+                    dest, task = self._dest_of[id(batch)]
+                    return [self._task_ids[dest][task]]
         ids = self._task_ids
         dest_of = self._dest_of
         return [ids[d][t] for d, t in (dest_of[id(b)] for b in self._emit(values, None, stream))]
