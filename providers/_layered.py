@@ -73,7 +73,7 @@ class LayeredKeyValueState(KeyValueState):
         self._values: Serializer = value_serializer or MsgpackSerializer()
         self._pending: dict[bytes, bytes | None] = {}
         self._fresh: dict[str, Any] = {}
-        self._key_cache: dict[str, bytes] = {}
+        self._key_cache: dict[Any, bytes] = {}
         self._fast = is_plain_msgpack(self._keys) and is_plain_msgpack(self._values)
 
     @abstractmethod
@@ -82,7 +82,8 @@ class LayeredKeyValueState(KeyValueState):
 
     def _encode_key(self, key: Any) -> bytes:
         """The key as stored; ``StateSerializationError`` names the state and the key."""
-        plain = type(key) is str
+        # A str, or a one-str tuple (how a transactional map keys its entries), is cached.
+        plain = type(key) is str or (type(key) is tuple and len(key) == 1 and type(key[0]) is str)
         if plain:
             cached = self._key_cache.get(key)
             if cached is not None:
