@@ -3,6 +3,7 @@
 from checkpoint._base import BaseStatefulBoltExecutor
 from checkpoint._collectors import AckTrackingOutputCollector, AnchoringOutputCollector
 from checkpoint._state import Action, CheckPointState, TxPhase
+from checkpoint.driver_commit import commit_hooks
 from checkpoint.executor import StatefulBoltExecutor
 from checkpoint.forwarder import CheckpointTupleForwarder
 from checkpoint.spout import TX_STATE_KEY, CheckpointSpout
@@ -22,4 +23,5 @@ __all__ = [
     "StatefulBoltExecutor",
     "TaskHooks",
     "TxPhase",
+    "commit_hooks",
 ]

@@ -315,6 +315,19 @@ class DriverOwnedStateProvider(StateProvider):
         """
         return None
 
+    def commit_changes(self, namespace: str, txid: int) -> bytes | None:
+        """Driver side: the change log a task's ``state.commit(txid)`` of ``namespace`` makes.
+
+        For a COMMIT the driver can take itself (no user code runs in it): the runtime applies
+        the log with ``apply_changes``, as if a task had returned it, and ships it on to the
+        task processes that keep the image. ``None``: the commit changes nothing (``txid`` is
+        the committed one). Raises ``StateTransactionError`` when the state's own
+        ``commit(txid)`` would (nothing prepared for ``txid``).
+
+        The default raises ``NotImplementedError``: COMMITs then run as tasks.
+        """
+        raise NotImplementedError
+
     def begin_task(
         self, root: str, images: Mapping[str, bytes], keep: Collection[str] = ()
     ) -> None:

@@ -112,6 +112,18 @@ class _Image:
         self.committed_txid = txid
         self.prepared, self.prepared_txid = None, None
 
+    def commit_op(self, namespace: str, txid: int) -> list[Any] | None:
+        """The change ``commit(txid)`` makes (``None``: already committed), or why it cannot."""
+        if self.prepared_txid == txid:
+            return ["commit", txid]
+        if self.prepared_txid is None and self.committed_txid == txid:
+            return None  # a retried COMMIT of what is already committed
+        msg = (
+            f"state {namespace!r}: cannot commit txid {txid}; prepared txid is "
+            f"{self.prepared_txid}, committed txid is {self.committed_txid}"
+        )
+        raise StateTransactionError(msg)
+
     def do_commit_writes(self, writes: _Delta) -> None:
         self.changed()
         for key, value in writes.items():
@@ -250,17 +262,10 @@ class InMemoryKeyValueState(LayeredKeyValueState):
             image.do_commit_writes(writes)
             image.record(["commit_writes", writes])
             return
-        if image.prepared_txid == txid:
+        op = image.commit_op(self.namespace, txid)
+        if op is not None:
             image.do_commit(txid)
-            image.record(["commit", txid])
-            return
-        if image.prepared_txid is None and image.committed_txid == txid:
-            return  # a retried COMMIT of what is already committed
-        msg = (
-            f"state {self.namespace!r}: cannot commit txid {txid}; prepared txid is "
-            f"{image.prepared_txid}, committed txid is {image.committed_txid}"
-        )
-        raise StateTransactionError(msg)
+            image.record(op)
 
     # -- the stored image (see KeyValueState)
     def stored_txids(self) -> tuple[int | None, int | None]:
@@ -402,6 +407,11 @@ class InMemoryKeyValueStateProvider(DriverOwnedStateProvider):
         image = self._image(namespace)
         image.replay(msgpack.unpackb(changes, raw=False))
         image.changes.clear()
+
+    def commit_changes(self, namespace: str, txid: int) -> bytes | None:
+        """The change log of ``commit(txid)`` on the driver's image of ``namespace``."""
+        op = self._image(namespace).commit_op(namespace, txid)
+        return None if op is None else msgpack.packb([op], use_bin_type=True)
 
     def image_version(self, namespace: str) -> int:
         """The mark of this process's image of ``namespace`` (0: none); see the base class."""

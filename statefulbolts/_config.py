@@ -36,6 +36,10 @@ class TopologyConfig(BaseModel):
         None, alias="topology.state.provider.config"
     )
     checkpoint_interval_ms: int = Field(1000, gt=0, alias="topology.state.checkpoint.interval.ms")
+    # Whether a COMMIT without user code is done by the driver (``CheckpointJobs.commit_here``).
+    state_commit_location: Literal["auto", "executors"] = Field(
+        "auto", alias="topology.state.commit.location"
+    )
     message_timeout_secs: float = Field(30, gt=0, alias="topology.message.timeout.secs")
     acker_executors: int | None = Field(None, ge=0, alias="topology.acker.executors")
     max_spout_pending: int | None = Field(None, ge=0, alias="topology.max.spout.pending")
@@ -87,6 +91,7 @@ class Config(dict[str, Any]):
     TOPOLOGY_STATE_PROVIDER = "topology.state.provider"
     TOPOLOGY_STATE_PROVIDER_CONFIG = "topology.state.provider.config"
     TOPOLOGY_STATE_CHECKPOINT_INTERVAL = "topology.state.checkpoint.interval.ms"
+    TOPOLOGY_STATE_COMMIT_LOCATION = "topology.state.commit.location"
     TOPOLOGY_MESSAGE_TIMEOUT_SECS = "topology.message.timeout.secs"
     TOPOLOGY_ACKER_EXECUTORS = "topology.acker.executors"
     TOPOLOGY_MAX_SPOUT_PENDING = "topology.max.spout.pending"

@@ -101,7 +101,12 @@ def test_every_transaction_job_carries_its_group_and_description(spark: Any) -> 
     builder = TopologyBuilder()
     builder.set_spout("words", Words(300))
     builder.set_bolt("labels", SeenLabels(), 2).shuffle_grouping("words")
-    conf = {"topology.max.spout.pending": 100, "topology.state.checkpoint.interval.ms": 100}
+    conf = {
+        "topology.max.spout.pending": 100,
+        "topology.state.checkpoint.interval.ms": 100,
+        # Every action a Spark job, COMMIT included (by default the driver commits itself).
+        "topology.state.commit.location": "executors",
+    }
     with LocalCluster(spark=spark) as cluster:
         handle = cluster.submit_topology("lbl", conf, builder.create_topology())
         handle.await_idle(240)

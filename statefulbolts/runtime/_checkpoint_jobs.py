@@ -13,19 +13,28 @@ A driver-owned provider's state goes with every job of a checkpointed topology (
 ``ImageShipper`` descriptors: what changed since a worker's copy, see ``_images``): each
 stateful task restarts from it, and the driver applies what the tasks did once the job
 succeeded.
+
+A COMMIT that runs no user code (``checkpoint.commit_hooks`` finds no ``pre_commit``) is no job
+at all under ``topology.state.commit.location`` "auto" (``commit_here``): the driver commits
+every stateful task's state through the provider, a driver-owned one by applying the change log
+a task would have returned (``commit_changes``), so the workers' kept images follow.
 """
 
 from __future__ import annotations
 
+import concurrent.futures
+from collections.abc import Mapping
 from typing import Any
 
-from checkpoint import Action, CheckpointTaskProgram
+from checkpoint import Action, CheckpointTaskProgram, commit_hooks
+from providers import DriverOwnedStateProvider, StateFactory, StateProvider
 from statefulbolts.runtime._engine import JobSpec
 from statefulbolts.runtime._images import ImageShipper, ShippedImage
 from statefulbolts.runtime._ledger import RootLedger
 from statefulbolts.runtime._plan import ExecutionPlan, JobLayout
-from statefulbolts.runtime._records import TupleBatch
+from statefulbolts.runtime._records import JobResult, TupleBatch
 from statefulbolts.runtime._spouts import SpoutTask
+from statefulbolts.runtime._task_errors import encode_task_error
 from statefulbolts.topology import CHECKPOINT_STREAM_ID, StormTopology
 
 __all__ = ["CheckpointJobs"]
@@ -44,11 +53,16 @@ class CheckpointJobs:
         *,
         ackers: int,
         faults: Any = None,
+        provider: StateProvider | None = None,
+        conf: Mapping[str, Any] | None = None,
+        commit_location: str = "auto",
     ) -> None:
         self._name, self._topology, self._plan, self._ledger = name, topology, plan, ledger
         self._shipper = images
         self._ackers, self._faults = ackers, faults
+        self._provider, self._conf = provider, conf or {}
         self.spout: SpoutTask | None = None  # the checkpoint spout's task, once it opened
+        self.commits_here = _commits_here(commit_location, topology, provider, faults)
 
     def job(
         self, txid: int, action: Action | None, records: list[TupleBatch], tuples: int
@@ -80,6 +94,44 @@ class CheckpointJobs:
             action=name,
         )
         return spec, cp_root
+
+    def commit_here(self, txid: int) -> tuple[concurrent.futures.Future[JobResult], int]:
+        """COMMIT(txid) done by the driver, no job (see the module docstring).
+
+        The future is done: an empty result (every state committed), or the error of the first
+        state that could not commit, encoded as its task's would be.
+        """
+        plan, faults, done = self._plan, self._faults, concurrent.futures.Future[JobResult]()
+        root = self._ledger.new_root()  # the checkpoint tuple's, as the job would have had
+        try:
+            for c, t in plan.stateful_tasks():
+                cid = plan.component_ids[c]
+                try:
+                    self._commit_one(f"{self._name}/{cid}-{t}", txid)
+                except Exception as exc:
+                    spec = self._topology.component(cid)
+                    task_id = plan.task_ids[c][t]
+                    raise encode_task_error(exc, cid, task_id, txid, spec.user_class) from exc
+                if faults is not None:
+                    faults.on_task_committed(cid, t, txid)
+        except Exception as exc:  # as a failed Spark job's future holds it
+            done.set_exception(exc)
+            return done, root
+        done.set_result(JobResult())
+        return done, root
+
+    def _commit_one(self, namespace: str, txid: int) -> None:
+        provider = self._provider
+        if isinstance(provider, DriverOwnedStateProvider):
+            changes = provider.commit_changes(namespace, txid)
+            if changes is None:
+                return
+            if self._shipper is not None:
+                self._shipper.apply_changes(namespace, changes)
+            else:
+                provider.apply_changes(namespace, changes)
+            return
+        StateFactory.get_state(namespace, self._conf).commit(txid)
 
     def _add_checkpoint(
         self, inputs: list[list[Any]], layout: JobLayout, txid: int, action: Action
@@ -121,3 +173,23 @@ class CheckpointJobs:
         return self._shipper.ship(
             f"{self._name}/{names[c]}-{t}" for c, t in self._plan.stateful_tasks()
         )
+
+
+def _commits_here(
+    where: str, topology: StormTopology, provider: StateProvider | None, faults: Any
+) -> bool:
+    """Whether COMMITs are done by the driver (``topology.state.commit.location``).
+
+    "executors": never. "auto": when the topology has stateful bolts, none of them has a
+    ``pre_commit`` (``checkpoint.commit_hooks``), ``topology.faults`` injects nothing into a
+    stateful task (an injected crash is a worker's), and the provider can commit from here
+    (a driver-owned one must give the change log, ``commit_changes``).
+    """
+    if where != "auto" or provider is None or commit_hooks(topology):
+        return False
+    stateful = {cid for cid in topology.components if topology.component(cid).is_stateful}
+    if not stateful or {fault.component for fault in getattr(faults, "tasks", ())} & stateful:
+        return False
+    if isinstance(provider, DriverOwnedStateProvider):
+        return type(provider).commit_changes is not DriverOwnedStateProvider.commit_changes
+    return True

@@ -128,6 +128,9 @@ class CheckpointRunner(TopologyRunner):
             self.images,
             ackers=self.tc.acker_partitions,
             faults=self.faults,
+            provider=self.provider,
+            conf=self.conf,
+            commit_location=self.tc.state_commit_location,
         )
         try:
             self.spouts = SpoutTasks(
@@ -286,8 +289,12 @@ class CheckpointRunner(TopologyRunner):
     def _submit(self, txid: int, action: Action | None) -> None:
         carries = action is None or action.carries_data
         records, roots = self.spouts.take() if carries else ([], [])
-        spec, cp_root = self.jobs.job(txid, action, records, len(roots))
-        future = self.engine.submit(spec)
+        cp_root: int | None
+        if action is Action.COMMIT and self.jobs.commits_here:
+            future, cp_root = self.jobs.commit_here(txid)
+        else:
+            spec, cp_root = self.jobs.job(txid, action, records, len(roots))
+            future = self.engine.submit(spec)
         recovering = self.cp is not None and self.cp.recovering
         self._job = _Job(txid, action, roots, time.perf_counter(), future, cp_root, recovering)
 

@@ -1,0 +1,221 @@
+"""A COMMIT without user code is done by the driver: no Spark job (``checkpoint.driver_commit``).
+
+``topology.state.commit.location`` "auto" (the default) commits every stateful task's state from
+the driver when no stateful bolt has a ``pre_commit`` of its own, no injected task fault targets
+a stateful bolt, and the provider can (a driver-owned one gives the change log a task would
+have, ``commit_changes``). The word counts stay exact on memory and Redis, no COMMIT job reaches
+Spark, and the workers' kept images follow the driver's commits (no extra snapshots).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import msgpack
+import pytest
+import topologies as topo
+
+from checkpoint import commit_hooks
+from examples.wordcount import SentenceSpout, SplitSentence, WordCount, expected_counts
+from providers import InMemoryKeyValueStateProvider, get_provider
+from providers.errors import StateTransactionError
+from recovery.faults import FaultPlan
+from statefulbolts import Fields, TopologyBuilder
+from statefulbolts.errors import TaskFailedError
+from statefulbolts.runtime._checkpoint_jobs import CheckpointJobs, _commits_here
+from statefulbolts.runtime._ledger import RootLedger
+from statefulbolts.runtime._plan import ExecutionPlan
+from statefulbolts.runtime._task_errors import decode_task_error
+
+TIMEOUT = 240
+SENTENCES = 400
+KEY = "topology.state.commit.location"
+
+
+class HookedCount(WordCount):
+    """The word count's bolt with a ``pre_commit`` that logs where and for which txid it ran."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+
+    def pre_commit(self, txid: int) -> None:
+        with open(self.path, "a", encoding="utf-8") as f:
+            f.write(json.dumps({"pid": os.getpid(), "txid": txid}) + "\n")
+
+
+def wordcount(count: Any = None) -> Any:
+    builder = TopologyBuilder()
+    builder.set_spout("sentences", SentenceSpout(SENTENCES), 1)
+    builder.set_bolt("split", SplitSentence(), 2).shuffle_grouping("sentences")
+    builder.set_bolt("count", count or WordCount(), 2).fields_grouping("split", Fields("word"))
+    return builder.create_topology()
+
+
+def redis_provider_conf(port: int = 1) -> dict[str, Any]:
+    return {
+        "topology.state.provider": "providers.redis.RedisKeyValueStateProvider",
+        "topology.state.provider.config": json.dumps(
+            {"jedisPoolConfig": {"host": "127.0.0.1", "port": port}}
+        ),
+    }
+
+
+# ---------------------------------------------------------------- the decision, no Spark
+
+
+def test_commit_hooks_lists_the_stateful_bolts_with_a_pre_commit_of_their_own() -> None:
+    assert commit_hooks(wordcount()) == []
+    assert commit_hooks(wordcount(HookedCount("/nonexistent"))) == ["count"]
+
+
+def test_auto_commits_in_the_driver_only_without_hooks_faults_or_a_provider_that_cannot() -> None:
+    memory, redis = get_provider({}), get_provider(redis_provider_conf())
+    plain = wordcount()
+    assert _commits_here("auto", plain, memory, None) is True
+    assert _commits_here("auto", plain, redis, None) is True
+    assert _commits_here("executors", plain, memory, None) is False
+    assert _commits_here("auto", wordcount(HookedCount("/nonexistent")), memory, None) is False
+    on_count = FaultPlan.from_conf(
+        {"topology.faults": {"tasks": [{"component": "count", "task": 1, "kind": "crash"}]}}
+    )
+    on_split = FaultPlan.from_conf(
+        {"topology.faults": {"tasks": [{"component": "split", "task": 1, "kind": "crash"}]}}
+    )
+    assert _commits_here("auto", plain, memory, on_count) is False
+    assert _commits_here("auto", plain, memory, on_split) is True
+
+
+def test_the_memory_providers_commit_log_is_what_a_task_commit_would_return() -> None:
+    provider = InMemoryKeyValueStateProvider()
+    ns = topo.new_key("commit-log")
+    state = provider.new_state(ns, {})
+    state.put("cat", 2)
+    state.prepare_commit(4)
+    changes = provider.commit_changes(ns, 4)
+    assert changes is not None and msgpack.unpackb(changes) == [["commit", 4]]
+    assert provider.new_state(ns, {}).get_committed("cat") is None  # not applied by asking
+    provider.apply_changes(ns, changes)
+    assert provider.new_state(ns, {}).get_committed("cat") == 2
+    assert provider.commit_changes(ns, 4) is None  # committed already: a retried COMMIT
+    with pytest.raises(StateTransactionError, match=r"cannot commit txid 5; prepared txid is"):
+        provider.commit_changes(ns, 5)
+    InMemoryKeyValueStateProvider.drop(ns)
+
+
+def test_a_state_that_cannot_commit_fails_the_commit_naming_its_task() -> None:
+    name = topo.new_key("cannot")
+    topology = wordcount()
+    plan = ExecutionPlan(topology)
+    jobs = CheckpointJobs(
+        name,
+        topology,
+        plan,
+        RootLedger(timeout_secs=30),
+        None,
+        ackers=0,
+        provider=get_provider({}),
+    )
+    assert jobs.commits_here
+    future, root = jobs.commit_here(7)  # nothing was ever prepared
+    assert isinstance(root, int)
+    exc = future.exception()
+    assert isinstance(exc, TaskFailedError)
+    error = decode_task_error(exc)
+    assert error is not None and error.is_a(StateTransactionError)
+    assert error.component == "count" and error.txid == 7
+    assert error.task == topology.task_ids("count")[0]
+    assert "cannot commit txid 7" in error.message
+    InMemoryKeyValueStateProvider.drop(f"{name}/")
+
+
+# ---------------------------------------------------------------- on Spark
+
+
+def commit_jobs(spark: Any, name: str, txids: list[int]) -> list[int]:
+    tracker = spark.sparkContext.statusTracker()
+    return [j for t in txids for j in tracker.getJobIdsForGroup(f"{name}/COMMIT/txid={t}")]
+
+
+def prepare_jobs(spark: Any, name: str, txids: list[int]) -> list[int]:
+    tracker = spark.sparkContext.statusTracker()
+    return [j for t in txids for j in tracker.getJobIdsForGroup(f"{name}/PREPARE/txid={t}")]
+
+
+def run(cluster: Any, name: str, topology: Any, conf: dict[str, Any]) -> tuple[Any, list[int]]:
+    conf = {
+        "topology.state.checkpoint.interval.ms": 50,
+        "topology.max.spout.pending": 40,
+        **conf,
+    }
+    handle = cluster.submit_topology(name, conf, topology)
+    handle.await_idle(TIMEOUT)
+    commits = [
+        t["txid"] for t in handle.metrics()["transactions"] if t["action"] == "COMMIT" and t["ok"]
+    ]
+    return handle, commits
+
+
+@pytest.mark.spark
+@pytest.mark.parametrize("location", ["auto", "executors"])
+def test_memory_counts_stay_exact_and_auto_runs_no_commit_job(
+    spark: Any, cluster: Any, location: str
+) -> None:
+    name = topo.new_key("drvcommit")
+    # Committed filler keys: a snapshot the transactions' change logs never outgrow.
+    provider = InMemoryKeyValueStateProvider()
+    for task in range(2):
+        state = provider.new_state(f"{name}/count-{task}", {})
+        for i in range(task, 20_000, 2):
+            state.put(f"seed-{i}", i)
+        state.commit()
+    handle, commits = run(cluster, name, wordcount(), {KEY: location})
+    counts = handle.read_state("count")
+    assert len(counts) == 20_000 + len(expected_counts(SENTENCES))
+    assert {w: counts[w] for w in expected_counts(SENTENCES)} == dict(expected_counts(SENTENCES))
+    snapshots = handle.runner.images.snapshots
+    handle.kill()
+    InMemoryKeyValueStateProvider.drop(f"{name}/")
+    assert len(commits) >= 3
+    assert len(prepare_jobs(spark, name, commits)) >= len(commits)
+    if location == "auto":
+        assert commit_jobs(spark, name, commits) == []
+    else:
+        assert len(commit_jobs(spark, name, commits)) == len(commits)
+    # The driver's commits reach the workers as change logs: one snapshot per namespace.
+    assert snapshots == 2
+
+
+@pytest.mark.spark
+@pytest.mark.redis
+def test_redis_counts_stay_exact_with_the_driver_committing(
+    spark: Any, cluster: Any, redis_db: Any
+) -> None:
+    name = topo.new_key("drvcommit-redis")
+    conf = redis_provider_conf(redis_db.port)
+    handle, commits = run(cluster, name, wordcount(), conf)
+    assert handle.read_state("count") == dict(expected_counts(SENTENCES))
+    handle.kill()
+    assert len(commits) >= 3 and commit_jobs(spark, name, commits) == []
+    # Storm's layout after the commits: the committed hash holds the counts, nothing prepared.
+    client = redis_db.client()
+    assert client.exists(f"{name}/count-0") and not client.exists(f"{name}/count-0$prepare")
+
+
+@pytest.mark.spark
+def test_a_bolt_with_a_pre_commit_hook_commits_in_tasks_with_its_hook(
+    spark: Any, cluster: Any, tmp_path: Path
+) -> None:
+    name = topo.new_key("hooked")
+    path = tmp_path / "hooks.jsonl"
+    handle, commits = run(cluster, name, wordcount(HookedCount(str(path))), {})
+    assert handle.read_state("count") == dict(expected_counts(SENTENCES))
+    handle.kill()
+    InMemoryKeyValueStateProvider.drop(f"{name}/")
+    calls = [json.loads(line) for line in path.read_text().splitlines()]
+    # Each task's hook once per COMMIT, in a Spark worker.
+    assert sorted(c["txid"] for c in calls) == sorted(commits * 2)
+    assert os.getpid() not in {c["pid"] for c in calls}
+    assert len(commit_jobs(spark, name, commits)) == len(commits)
