@@ -39,8 +39,11 @@ class SplitWords(BasicBolt):
         declarer.declare(Fields("word"))
 
 
-class CountWords(StatefulBolt):
-    """Counts words in managed state and logs its hook calls to the hooks file."""
+class CountWordsNoCommitHook(StatefulBolt):
+    """Counts words in managed state and logs its hook calls (but has no ``pre_commit``).
+
+    Without a ``pre_commit`` its COMMITs are done by the driver (``checkpoint.driver_commit``).
+    """
 
     def prepare(self, conf: Mapping[str, Any], context: Any, collector: Any) -> None:
         self.collector = collector
@@ -69,20 +72,30 @@ class CountWords(StatefulBolt):
     def pre_prepare(self, txid: int) -> None:
         self._log("pre_prepare", txid)
 
-    def pre_commit(self, txid: int) -> None:
-        self._log("pre_commit", txid)
-
     def pre_rollback(self) -> None:
         self._log("pre_rollback")
 
 
-def wordcount() -> StormTopology:
+class CountWords(CountWordsNoCommitHook):
+    """Counts words in managed state and logs its hook calls to the hooks file."""
+
+    def pre_commit(self, txid: int) -> None:
+        self._log("pre_commit", txid)
+
+
+def wordcount(count: StatefulBolt | None = None) -> StormTopology:
     """The Redis word count: stream and server from the config, counts in the state provider."""
     builder = TopologyBuilder()
     builder.set_spout("sentences", RedisStreamSpout(batch=100), 1)
     builder.set_bolt("split", SplitWords(), PARALLELISM).shuffle_grouping("sentences")
-    builder.set_bolt("count", CountWords(), PARALLELISM).fields_grouping("split", Fields("word"))
+    counter = count or CountWords()
+    builder.set_bolt("count", counter, PARALLELISM).fields_grouping("split", Fields("word"))
     return builder.create_topology()
+
+
+def wordcount_driver_commit() -> StormTopology:
+    """The same word count, its bolt without ``pre_commit``: the driver does its COMMITs."""
+    return wordcount(CountWordsNoCommitHook())
 
 
 def child_env() -> dict[str, str]:

@@ -62,10 +62,10 @@ def write_conf(path: Path, conf: dict[str, Any]) -> Path:
 
 
 def run_driver(
-    conf: Path, name: str, *extra: str, timeout: float = RUN_TIMEOUT
+    conf: Path, name: str, *extra: str, timeout: float = RUN_TIMEOUT, topology: str = TOPOLOGY
 ) -> tuple[int, list[dict[str, Any]], str]:
     """Run the CLI driver in its own process group; return (status, JSON events, stderr)."""
-    cmd = [sys.executable, "-m", "statefulbolts.cli", "run", TOPOLOGY, "--conf", str(conf)]
+    cmd = [sys.executable, "-m", "statefulbolts.cli", "run", topology, "--conf", str(conf)]
     cmd += ["--name", name, "--json", *extra]
     return run_driver_process(cmd, ROOT, timeout)
 
@@ -184,5 +184,50 @@ def test_driver_killed_then_restarted_recovers(point, redis_db, tmp_path):
     assert not exact - counts, "a committed count is below the exact count: data lost"
     assert not excess, f"{sum(excess.values())} words counted twice after a {point} kill"
     assert counts == exact
+    assert client.keys(f"{name}/*$prepare") == []
+    assert pending_count(url, stream, name) == 0
+
+
+@pytest.mark.parametrize("point", ["after-committing-saved", "mid-commit"])
+def test_a_driver_killed_in_its_own_commit_recovers(point, redis_db, tmp_path):
+    """The count bolt has no ``pre_commit``: the driver commits the states itself, and dies
+    before (``after-committing-saved``) or after the first of them (``mid-commit``: the kill
+    point fires in the driver, which kills itself)."""
+    topology = "tests.recovery_topologies:wordcount_driver_commit"
+    url, client = redis_db.url, redis_db.client(decode_responses=True)
+    name, stream = f"wcd-{point}", f"sentences-d-{point}"
+    load_stream(url, stream, (sentence(i) for i in range(SENTENCES)))
+    conf = base_conf(url, redis_db.port, stream, tmp_path / "hooks-1.jsonl")
+    fault = {"driver": {"point": point, "txid": KILL_TXID}}
+    conf_1 = write_conf(tmp_path / "killed.json", {**conf, "topology.faults": fault})
+
+    status, events, err = run_driver(conf_1, name, topology=topology)
+    assert status == KILLED, f"driver exited {status}, not killed:\n{err[-3000:]}"
+    if point == "mid-commit":
+        assert f"mid-commit of txid {KILL_TXID}" in err
+    saved = checkpoint_status(conf, name)
+    assert saved.checkpoint == CheckPointState(KILL_TXID, TxPhase.COMMITTING)
+    committed = {t.task: t.committed_txid for t in saved.tasks}
+    if point == "mid-commit":  # the first task's state committed K, in the driver
+        assert committed[0] == KILL_TXID
+    else:
+        assert committed == {0: KILL_TXID - 1, 1: KILL_TXID - 1}
+    # No COMMIT ran as tasks: no task logged a commit hook (the bolt has none).
+    assert all(line["call"][0] != "pre_commit" for line in read_hooks(tmp_path / "hooks-1.jsonl"))
+
+    conf_2 = write_conf(
+        tmp_path / "restart.json", {**conf, "recovery.hooks.file": str(tmp_path / "hooks-2.jsonl")}
+    )
+    status, events, err = run_driver(conf_2, name, topology=topology)
+    assert status == 0, err[-3000:]
+    after = transactions(events)
+    assert after[:3] == [
+        ("COMMIT", KILL_TXID, True),
+        ("INITSTATE", KILL_TXID, True),
+        ("PREPARE", KILL_TXID + 1, True),
+    ]
+    assert all(ok for _, _, ok in after)
+    counts = committed_counts(conf, name)
+    assert counts == expected_counts(SENTENCES)
     assert client.keys(f"{name}/*$prepare") == []
     assert pending_count(url, stream, name) == 0
