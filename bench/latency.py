@@ -4,7 +4,7 @@
     python bench/latency.py --rates 1000,10000 --seconds 30 --json
     python bench/latency.py --provider redis             # Redis state (own redis-server)
     python bench/latency.py --no-spark-ui                # skip Spark's per-job / stage figures
-    python bench/latency.py --rates 1000,10000 --what-if-driver-commit   # an experiment, below
+    python bench/latency.py --rates 1000,10000 --commit-location executors  # COMMIT as a job
 
 It takes about 2 to 3 minutes with the defaults on 2 cores (a rate the topology cannot keep up
 with drains its backlog before the next rate starts), about 70 s for ``--rates 1000,10000``.
@@ -44,11 +44,10 @@ measured in the same session after warm-up: an empty one-stage Python job and an
 two-stage (shuffled) Python job, the floor any batch Spark runs pays (a tuple needs at least a
 two-stage PREPARE and a one-stage COMMIT).
 
-``--what-if-driver-commit`` is an experiment, not the runtime's behaviour: the bench's wrapper
-answers every COMMIT without a Spark job, by committing each stateful task's namespace in the
-driver's own in-memory store (where PREPARE's changes already are) and handing the driver an
-empty result at once; bolt ``pre_commit`` hooks are skipped (``WordCount`` has none). It
-measures what removing the COMMIT job would give.
+``--commit-location`` sets ``topology.state.commit.location``: "auto" (the default) lets the
+driver do each COMMIT itself, no Spark job (``WordCount`` has no ``pre_commit``); "executors"
+runs every COMMIT as a job, as before that existed. A driver COMMIT is stamped like a job
+(submitted, started and done at the driver's call), so the breakdown keeps its five parts.
 
 The counts are checked against a plain Python count of what the spout emitted: they must be
 exact (exit status 1 otherwise).
@@ -59,7 +58,6 @@ from __future__ import annotations
 import argparse
 import array
 import collections
-import concurrent.futures
 import json
 import math
 import os
@@ -249,28 +247,19 @@ class JobClock:
     _by_key: dict[tuple[str, int], JobStamp] = field(default_factory=dict)
     _local: threading.local = field(default_factory=threading.local)
 
-    def attach(self, engine: Any, driver_commit: Callable[[int], None] | None = None) -> None:
+    def attach(self, engine: Any, jobs: Any = None) -> None:
         """Wrap ``engine.submit`` and ``engine.run`` on this instance only.
 
-        With ``driver_commit`` (the ``--what-if-driver-commit`` experiment) a COMMIT runs no
-        Spark job: ``driver_commit(txid)`` commits on the driver and the job's future is
-        completed at once with an empty result.
+        With ``jobs`` (the runner's ``CheckpointJobs``) a COMMIT the driver does itself
+        (``commit_here``, no Spark job) is stamped too: submitted and started when the driver
+        calls it, done when it returns.
         """
-        from statefulbolts.runtime._records import JobResult
-
         submit, run = engine.submit, engine.run
 
         def stamped_submit(spec: Any) -> Any:
             stamp = JobStamp(spec.action, spec.txid, time.perf_counter())
             self.jobs.append(stamp)
             self._by_key[(spec.action, spec.txid)] = stamp
-            if driver_commit is not None and spec.action == "COMMIT":
-                stamp.started = time.perf_counter()
-                driver_commit(spec.txid)
-                future: concurrent.futures.Future[Any] = concurrent.futures.Future()
-                future.set_result(JobResult())
-                stamp.done = time.perf_counter()
-                return future
             future = submit(spec)
             future.add_done_callback(lambda _f: setattr(stamp, "done", time.perf_counter()))
             return future
@@ -285,6 +274,19 @@ class JobClock:
                 stamp.tasks = len(result.reports)
             return result
 
+        if jobs is not None:
+            commit_here = jobs.commit_here
+
+            def stamped_commit(txid: int) -> Any:
+                stamp = JobStamp("COMMIT", txid, time.perf_counter())
+                stamp.started = stamp.submitted
+                self.jobs.append(stamp)
+                self._by_key[("COMMIT", txid)] = stamp
+                found = commit_here(txid)
+                stamp.done = time.perf_counter()
+                return found
+
+            jobs.commit_here = stamped_commit
         engine.submit = stamped_submit
         engine.run = stamped_run
 
@@ -514,7 +516,7 @@ def run_rate(
     )
     try:
         runner: Any = handle.runner  # a CheckpointRunner: its engine runs every job
-        clock.attach(runner.engine, _driver_commit(runner) if args.what_if_driver_commit else None)
+        clock.attach(runner.engine, runner.jobs)
         live = REGISTRY[name]
         live.arm()
         started = time.perf_counter()
@@ -585,30 +587,6 @@ def run_rate(
     return result
 
 
-def _driver_commit(runner: Any) -> Callable[[int], None]:
-    """What-if: COMMIT(t) done by the driver on its own store (driver-owned provider only).
-
-    What a COMMIT job's tasks do, minus the job: ``state.commit(t)`` on every stateful task's
-    namespace (the driver's image already holds the delta PREPARE(t) prepared: the driver
-    applied the tasks' changes when PREPARE ended). The bolts' ``pre_commit`` hooks are not
-    called: valid for bolts that do not override it, as ``WordCount`` does not.
-    """
-    from providers import DriverOwnedStateProvider
-
-    provider = runner.provider
-    if not isinstance(provider, DriverOwnedStateProvider):
-        msg = "--what-if-driver-commit needs a driver-owned provider (the in-memory one)"
-        raise SystemExit(msg)
-    plan = runner.plan
-    namespaces = [f"{runner.name}/{plan.component_ids[c]}-{t}" for c, t in plan.stateful_tasks()]
-
-    def commit(txid: int) -> None:
-        for ns in namespaces:
-            provider.new_state(ns, runner.conf).commit(txid)
-
-    return commit
-
-
 def with_ratios(run: dict[str, Any], floor: dict[str, float]) -> None:
     """Add latency / baseline ratios: to the empty 2-stage job, and to the 2+1-stage floor."""
     two = floor["two_stage"] * 1000
@@ -627,8 +605,7 @@ def print_summary(result: dict[str, Any]) -> None:
         f"{result['interval_ms']} ms, provider {result['provider']}, vocab {result['vocab']}, "
         f"{result['seconds']} s per rate"
     )
-    if result.get("what_if_driver_commit"):
-        print("WHAT-IF EXPERIMENT: COMMIT done on the driver, without a Spark job")
+    print(f"COMMIT: topology.state.commit.location {result['commit_location']}")
     print(
         f"baseline (median of {result['baseline_repeat']} warm empty Python jobs): one stage "
         f"{floor['one_stage']:.1f} ms, two stages (shuffle) {floor['two_stage']:.1f} ms; "
@@ -719,10 +696,10 @@ def main(argv: list[str] | None = None) -> int:
         "--no-spark-ui", dest="spark_ui", action="store_false", help="no Spark REST figures"
     )
     parser.add_argument(
-        "--what-if-driver-commit",
-        action="store_true",
-        help="experiment, not the runtime's behaviour: COMMIT done on the driver, no Spark job "
-        "(in-memory state, bolts without pre_commit); the counts are still checked",
+        "--commit-location",
+        choices=["auto", "executors"],
+        default="auto",
+        help="topology.state.commit.location: auto (the driver commits, no job), executors",
     )
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)
@@ -736,7 +713,10 @@ def main(argv: list[str] | None = None) -> int:
     spark = build_session(args.master, "statefulbolts-bench-latency", spark_conf)
     sc = spark.sparkContext
     corpus = CycledCorpus(zipf_sentences(args.sentences, args.vocab, args.seed))
-    conf: dict[str, Any] = {"topology.state.checkpoint.interval.ms": args.interval}
+    conf: dict[str, Any] = {
+        "topology.state.checkpoint.interval.ms": args.interval,
+        "topology.state.commit.location": args.commit_location,
+    }
     server = None
     if args.provider == "redis":
         from bench._redis import redis_conf, start_redis
@@ -771,7 +751,7 @@ def main(argv: list[str] | None = None) -> int:
         "parallelism": args.parallelism,
         "interval_ms": args.interval,
         "provider": args.provider,
-        "what_if_driver_commit": args.what_if_driver_commit,
+        "commit_location": args.commit_location,
         "vocab": args.vocab,
         "seconds": args.seconds,
         "baseline_repeat": args.baseline_repeat,
