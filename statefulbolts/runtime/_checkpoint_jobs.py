@@ -183,7 +183,9 @@ def _commits_here(
     "executors": never. "auto": when the topology has stateful bolts, none of them has a
     ``pre_commit`` (``checkpoint.commit_hooks``), ``topology.faults`` injects nothing into a
     stateful task (an injected crash is a worker's), and the provider can commit from here
-    (a driver-owned one must give the change log, ``commit_changes``).
+    (a driver-owned one must give the change log, ``commit_changes``). Any other provider can:
+    Spark runs a task wherever it likes, so a namespace must be reachable from every process
+    of the application, and the driver already keeps the checkpoint spout's state there.
     """
     if where != "auto" or provider is None or commit_hooks(topology):
         return False
