@@ -4,6 +4,7 @@
     python bench/transactional.py --words 200000 --provider memory
     python bench/transactional.py --repeat 3 --pending 1,4   # best of 3 per configuration
     python bench/transactional.py --commit-location executors  # commits as Spark jobs
+    python bench/transactional.py --shape combine --wait-ms 50  # a 50 ms remote call per batch
 
 The input is ``bench/wordcount.py``'s: the same sentences (Zipf over ``--vocab`` words, 10,000
 by default; ``--vocab 0``: the examples' 94-word corpus), read by a partitioned transactional
@@ -147,6 +148,9 @@ class SplitCount(BaseTransactionalBolt):
     distinct words per task cross the shuffle, not every word.
     """
 
+    def __init__(self, wait_ms: float = 0.0) -> None:
+        self.wait_ms = wait_ms
+
     def prepare(self, conf: Any, context: Any, collector: Any, id: Any) -> None:  # noqa: A002
         self.collector, self.attempt = collector, id
         self.counts: collections.Counter[str] = collections.Counter()
@@ -155,6 +159,8 @@ class SplitCount(BaseTransactionalBolt):
         self.counts.update(words(tuple.values[1]))
 
     def finish_batch(self) -> None:
+        if self.wait_ms:  # a remote call per batch (``--wait-ms``): time, not CPU
+            time.sleep(self.wait_ms / 1000)
         emit, attempt = self.collector.emit, self.attempt
         for word, n in self.counts.items():
             emit([attempt, word, n])
@@ -190,6 +196,7 @@ def build(
     tid: str,
     shape: str,
     zipf: tuple[int, int, int] | None = None,
+    wait_ms: float = 0.0,
 ) -> TransactionalTopology:
     """The transactional word count over sentences ``0 .. n-1``.
 
@@ -200,7 +207,7 @@ def build(
     spout = CorpusSpout(n, 2 * parallelism, take, zipf)
     b = TransactionalTopologyBuilder(tid, "sentences", spout, parallelism)
     if shape == "combine":
-        b.set_bolt("count", SplitCount(), parallelism).none_grouping("sentences")
+        b.set_bolt("count", SplitCount(wait_ms), parallelism).none_grouping("sentences")
     else:
         b.set_bolt("split", Split(), parallelism).none_grouping("sentences")
         b.set_bolt("count", BatchWordCount(), parallelism).fields_grouping("split", Fields("word"))
@@ -230,7 +237,7 @@ def run(
             )
 
     tid = f"bench-{tag}-{time.time_ns()}"
-    topology = build(n, args.parallelism, args.take, tid, shape, args.zipf)
+    topology = build(n, args.parallelism, args.take, tid, shape, args.zipf, args.wait_ms)
     cluster = LocalCluster(spark=spark)
     started = time.perf_counter()
     handle = cluster.submit_topology(tid, conf, topology, on_transaction=show)
@@ -274,6 +281,13 @@ def main(argv: list[str] | None = None) -> int:
         "--vocab", type=int, default=10_000, help="Zipf vocabulary size (0: the examples' corpus)"
     )
     parser.add_argument("--seed", type=int, default=0, help="the Zipf corpus's seed")
+    parser.add_argument(
+        "--wait-ms",
+        type=float,
+        default=0.0,
+        help="combine shape: each counting task waits this long per batch, as for a remote "
+        "call (what pipelining can overlap on a busy machine)",
+    )
     parser.add_argument(
         "--commit-location",
         choices=["auto", "driver", "executors"],
@@ -387,6 +401,7 @@ def _summary(
         "take_per_batch": args.take,
         "vocab": args.vocab,
         "commit_location": args.commit_location,
+        "wait_ms": args.wait_ms,
         "master": sc.master,
         "runs": runs,
         "ratios": ratios,
