@@ -31,9 +31,9 @@ def commit_hooks(topology: StormTopology) -> list[str]:
         >>> from statefulbolts import TopologyBuilder
         >>> from examples.wordcount import SentenceSpout, SplitSentence, WordCount
         >>> builder = TopologyBuilder()
-        >>> builder.set_spout("s", SentenceSpout(10))
-        >>> builder.set_bolt("split", SplitSentence()).shuffle_grouping("s")
-        >>> builder.set_bolt("count", WordCount()).fields_grouping("split", ["word"])
+        >>> _ = builder.set_spout("s", SentenceSpout(10))
+        >>> _ = builder.set_bolt("split", SplitSentence()).shuffle_grouping("s")
+        >>> _ = builder.set_bolt("count", WordCount()).fields_grouping("split", ["word"])
         >>> commit_hooks(builder.create_topology())
         []
     """

@@ -105,6 +105,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--probe", action="store_true", help="report what executors see")
     parser.add_argument("--ui-port", type=int, help="serve the driver's UI; report its jobs")
     parser.add_argument("--java-options", help="for the driver's and executors' JVMs")
+    parser.add_argument("--commit-location", default="auto", help="topology.state.commit.location")
     args = parser.parse_args(argv)
     os.environ.setdefault("SPARK_LOCAL_IP", LOOPBACK)
     if args.executor_python:
@@ -116,6 +117,7 @@ def main(argv: list[str] | None = None) -> int:
             "topology.max.spout.pending": args.pending,
             "topology.state.checkpoint.interval.ms": args.interval_ms,
             "topology.message.timeout.secs": 120,
+            "topology.state.commit.location": args.commit_location,
         },
     )
     cluster = LocalCluster(
@@ -151,6 +153,7 @@ def main(argv: list[str] | None = None) -> int:
         say(
             "done",
             transactions=len(txs),
+            commits=sum(1 for t in txs if t["action"] == "COMMIT"),
             failed_transactions=sum(1 for t in txs if not t["ok"]),
             components=metrics["components"],
             executors=executor_count(spark),

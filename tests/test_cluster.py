@@ -67,6 +67,8 @@ def test_worker_machine_dies_mid_run_and_counts_stay_exact(
             "--sentences", str(SENTENCES),
             "--name", NAME,
             "--pending", "300",
+            # COMMIT jobs too (not done by the driver), so jobs run back to back (see below).
+            "--commit-location", "executors",
         ],
         tmp_path / "driver.log",
     )  # fmt: skip
