@@ -141,6 +141,11 @@ class FaultPlan:
             raise ConfigError(msg) from exc
         return cls(tasks, point, txid, os.getpid(), once_file)
 
+    @property
+    def task_components(self) -> frozenset[str]:
+        """The components whose tasks this plan injects faults into."""
+        return frozenset(fault.component for fault in self.tasks)
+
     # ---------------------------------------------------------------- task side
     def on_tuple(self, component: str, task: int, txid: int, attempt: int, n: int) -> None:
         """Called in the task before it executes its n-th data tuple (and once with n = 0)."""

@@ -28,6 +28,7 @@ from typing import Any
 
 from checkpoint import Action, CheckpointTaskProgram, commit_hooks
 from providers import DriverOwnedStateProvider, StateFactory, StateProvider
+from recovery.faults import FaultPlan
 from statefulbolts.runtime._engine import JobSpec
 from statefulbolts.runtime._images import ImageShipper, ShippedImage
 from statefulbolts.runtime._ledger import RootLedger
@@ -101,24 +102,29 @@ class CheckpointJobs:
         The future is done: an empty result (every state committed), or the error of the first
         state that could not commit, encoded as its task's would be.
         """
-        plan, faults, done = self._plan, self._faults, concurrent.futures.Future[JobResult]()
+        done = concurrent.futures.Future[JobResult]()
         root = self._ledger.new_root()  # the checkpoint tuple's, as the job would have had
         try:
-            for c, t in plan.stateful_tasks():
-                cid = plan.component_ids[c]
-                try:
-                    self._commit_one(f"{self._name}/{cid}-{t}", txid)
-                except Exception as exc:
-                    spec = self._topology.component(cid)
-                    task_id = plan.task_ids[c][t]
-                    raise encode_task_error(exc, cid, task_id, txid, spec.user_class) from exc
-                if faults is not None:
-                    faults.on_task_committed(cid, t, txid)
+            self._commit_all(txid)
         except Exception as exc:  # as a failed Spark job's future holds it
             done.set_exception(exc)
-            return done, root
-        done.set_result(JobResult())
+        else:
+            done.set_result(JobResult())
         return done, root
+
+    def _commit_all(self, txid: int) -> None:
+        plan, faults = self._plan, self._faults
+        for c, t in plan.stateful_tasks():
+            cid = plan.component_ids[c]
+            try:
+                self._commit_one(f"{self._name}/{cid}-{t}", txid)
+            except Exception as exc:
+                spec = self._topology.component(cid)
+                raise encode_task_error(
+                    exc, cid, plan.task_ids[c][t], txid, spec.user_class
+                ) from exc
+            if faults is not None:
+                faults.on_task_committed(cid, t, txid)
 
     def _commit_one(self, namespace: str, txid: int) -> None:
         provider = self._provider
@@ -176,7 +182,10 @@ class CheckpointJobs:
 
 
 def _commits_here(
-    where: str, topology: StormTopology, provider: StateProvider | None, faults: Any
+    where: str,
+    topology: StormTopology,
+    provider: StateProvider | None,
+    faults: FaultPlan | None,
 ) -> bool:
     """Whether COMMITs are done by the driver (``topology.state.commit.location``).
 
@@ -190,7 +199,7 @@ def _commits_here(
     if where != "auto" or provider is None or commit_hooks(topology):
         return False
     stateful = {cid for cid in topology.components if topology.component(cid).is_stateful}
-    if not stateful or {fault.component for fault in getattr(faults, "tasks", ())} & stateful:
+    if not stateful or (faults is not None and faults.task_components & stateful):
         return False
     if isinstance(provider, DriverOwnedStateProvider):
         return type(provider).commit_changes is not DriverOwnedStateProvider.commit_changes

@@ -383,6 +383,6 @@ def _inline_traceback(exc: BaseException) -> str | None:
 
     if not isinstance(exc, TaskFailedError) or exc.__traceback__ is None:
         return None
-    text = "".join(traceback.format_exception(exc))
+    text = format_traceback(exc)
     mark = text.find(_TASK_ERROR_MARK)
     return (text[:mark] if mark >= 0 else text).rstrip()

@@ -29,6 +29,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from providers import DriverOwnedStateProvider, StateProvider
+from recovery.faults import FaultPlan
 from statefulbolts.runtime._engine import JobSpec
 from statefulbolts.runtime._images import ImageShipper, ShippedImage
 from statefulbolts.runtime._plan import ExecutionPlan, JobLayout
@@ -148,7 +149,10 @@ class TransactionalJobs:
 
 
 def _commit_here(
-    where: str, topology: TransactionalTopology, provider: StateProvider, faults: Any
+    where: str,
+    topology: TransactionalTopology,
+    provider: StateProvider,
+    faults: FaultPlan | None,
 ) -> bool:
     """Whether the commit phase runs in the driver (``topology.transactional.commit.location``).
 
@@ -161,5 +165,4 @@ def _commit_here(
         return where == "driver"
     if not isinstance(provider, DriverOwnedStateProvider):
         return False
-    targeted = {fault.component for fault in getattr(faults, "tasks", ())}
-    return not targeted & set(topology.commit_phase)
+    return faults is None or not faults.task_components & topology.commit_phase
