@@ -48,7 +48,7 @@ class BaseStatefulBoltExecutor(Bolt):
         tasks: set[int] = set()
         for source in context.this_sources:
             if source.stream_id == CHECKPOINT_STREAM_ID:
-                tasks.update(context.component_tasks(source.component_id))
+                tasks.update(context.sending_tasks(source))
         self._input_tasks = frozenset(tasks)
 
     @property

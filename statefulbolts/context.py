@@ -65,6 +65,17 @@ class TopologyContext:
         """The inputs of this component (``$checkpoint`` inputs included), with groupings."""
         return {i.source: i.grouping for i in self.topology.inputs(self.this_component_id)}
 
+    def sending_tasks(self, source: GlobalStreamId) -> list[int]:
+        """The tasks of ``source``'s component whose tuples on that input can reach this task.
+
+        All of them, unless the input's grouping chains (``Grouping.chains``): then the one
+        with this task's index.
+        """
+        tasks = self.component_tasks(source.component_id)
+        if self.this_sources[source].chains(len(tasks), len(self.this_component_tasks)):
+            return [tasks[self.this_task_index]]
+        return tasks
+
     def component_output_fields(self, component_id: str, stream_id: str = "default") -> Fields:
         """The fields ``component_id`` declared for ``stream_id``."""
         return self.topology.component(component_id).outputs[stream_id]

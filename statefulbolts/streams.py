@@ -25,6 +25,9 @@ class GroupingKind(enum.Enum):
     LOCAL_OR_SHUFFLE = "local_or_shuffle"
 
 
+_CHAINABLE = frozenset({GroupingKind.NONE, GroupingKind.LOCAL_OR_SHUFFLE})
+
+
 @dataclass(frozen=True)
 class GlobalStreamId:
     """A stream of a component."""
@@ -39,6 +42,19 @@ class Grouping:
 
     kind: GroupingKind
     fields: tuple[str, ...] = ()
+
+    def chains(self, source_tasks: int, tasks: int) -> bool:
+        """Whether this grouping sends task i's tuples to the consumer's task i, and only there.
+
+        So do a none and a local-or-shuffle grouping between components of equal parallelism:
+        they promise no particular task, Storm lets a none grouping run in its source's thread,
+        and a task's own index is the most local there is.
+
+        Example:
+            >>> Grouping(GroupingKind.NONE).chains(2, 2), Grouping(GroupingKind.NONE).chains(2, 3)
+            (True, False)
+        """
+        return self.kind in _CHAINABLE and source_tasks == tasks
 
 
 @dataclass(frozen=True)

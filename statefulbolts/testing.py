@@ -378,7 +378,9 @@ class RecordingState(KeyValueState):
 def checkpoint_barrier(context: TopologyContext, action: Any, txid: int) -> list[Tuple]:
     """A complete barrier: one ``$checkpoint`` tuple ``(txid, action)`` per input task.
 
-    The input tasks are every task that sends ``context``'s component checkpoints, in task order.
+    The input tasks are every task that sends ``context``'s task checkpoints, in task order:
+    every task of each source, or, along a chain, the one with this task's index
+    (``TopologyContext.sending_tasks``).
 
     Example:
         >>> context = make_context("count", sources={"a": 1, "b": 2})
@@ -389,7 +391,7 @@ def checkpoint_barrier(context: TopologyContext, action: Any, txid: int) -> list
         (task, source.component_id)
         for source in context.this_sources
         if source.stream_id == CHECKPOINT_STREAM_ID
-        for task in context.component_tasks(source.component_id)
+        for task in context.sending_tasks(source)
     )
     return [checkpoint_tuple(action, txid, component, task) for task, component in tasks]
 

@@ -359,7 +359,7 @@ class TopologyBuilder:
                     from_id = CHECKPOINT_COMPONENT_ID if src in self._spouts else src
                     gsid = GlobalStreamId(from_id, CHECKPOINT_STREAM_ID)
                     if all(i.source != gsid for i in inputs):
-                        inputs.append(InputSpec(gsid, Grouping(GroupingKind.ALL)))
+                        inputs.append(InputSpec(gsid, self._barrier_grouping(src, cid)))
             specs[cid] = self._spec(cid, streams, inputs, executor)
         if stateful:
             specs[CHECKPOINT_COMPONENT_ID] = ComponentSpec(
@@ -370,6 +370,20 @@ class TopologyBuilder:
                 outputs=types.MappingProxyType({CHECKPOINT_STREAM_ID: CHECKPOINT_FIELDS}),
             )
         return StormTopology(specs)
+
+    def _barrier_grouping(self, src: str, cid: str) -> Grouping:
+        """How ``cid`` gets ``src``'s checkpoints: from every task, or along a chain.
+
+        Storm sends a bolt's checkpoint to every downstream task. Where each data input from
+        ``src`` chains (``Grouping.chains``: task i feeds task i only), task i's checkpoint
+        alone follows all the data task i can get, so the barrier chains too: the runtime
+        can then run both bolts in one Spark task, with no shuffle between them.
+        """
+        p = self._parallelism
+        data = [i for i in self._inputs[cid] if i.source.component_id == src]
+        if src not in self._spouts and all(i.grouping.chains(p[src], p[cid]) for i in data):
+            return Grouping(GroupingKind.LOCAL_OR_SHUFFLE)
+        return Grouping(GroupingKind.ALL)
 
     def _check_input(
         self, cid: str, inp: InputSpec, outputs: Mapping[str, Mapping[str, Fields]]

@@ -9,6 +9,7 @@ that splits the sentences, and reads the stages of its jobs from Spark's status 
 from __future__ import annotations
 
 import collections
+import re
 from typing import Any
 
 import pytest
@@ -26,7 +27,13 @@ from statefulbolts import (
     TransactionalMap,
     TransactionalTopologyBuilder,
 )
+from checkpoint import CheckpointTupleForwarder
+from statefulbolts.components import BasicBoltExecutor
+from statefulbolts.context import TopologyContext
 from statefulbolts.runtime._plan import ExecutionPlan, Router
+from statefulbolts.streams import GlobalStreamId, GroupingKind
+from statefulbolts.testing import RecordingCollector, checkpoint_barrier, checkpoint_tuple
+from statefulbolts.topology import CHECKPOINT_STREAM_ID
 
 
 class _Words(Spout):
@@ -88,6 +95,94 @@ def test_a_record_for_a_chained_stage_starts_in_its_task_slot() -> None:
     # since nothing moves between a and b.
     assert [chained.key_for(-1, b, t) for t in (0, 1)] == [0, 1]
     assert [plain.key_for(-1, b, t) for t in (0, 1)] == [(b * 7919 + t) % 2 for t in (0, 1)]
+
+
+# ------------------------------------------------- the checkpoint barrier along a chain
+
+
+def _checkpoint_grouping(topology: Any, bolt: str, source: str) -> GroupingKind:
+    (grouping,) = [
+        i.grouping.kind
+        for i in topology.inputs(bolt)
+        if i.source == GlobalStreamId(source, CHECKPOINT_STREAM_ID)
+    ]
+    return grouping
+
+
+def test_a_checkpoint_barrier_follows_a_chain_and_the_stages_fuse() -> None:
+    topology = topo.chained_wordcount(10)
+    # Storm sends a bolt's checkpoint to every downstream task; along a chain it goes to the
+    # task with the same index, the only one the data can reach.
+    assert _checkpoint_grouping(topology, "count", "split") is GroupingKind.ALL
+    assert _checkpoint_grouping(topology, "seen", "count") is GroupingKind.LOCAL_OR_SHUFFLE
+    assert _checkpoint_grouping(topology, "relay", "seen") is GroupingKind.LOCAL_OR_SHUFFLE
+    plan = ExecutionPlan(topology)
+    layout = plan.layout(plan.bolts(), chain=True)
+    names = [{plan.component_ids[c] for c, _ in stage} for stage in layout.stages]
+    assert names == [{"split"}, {"count"}, {"seen"}, {"relay"}]
+    assert layout.narrow == (False, True, True)
+    # Each task of ``seen`` waits for the checkpoint of its own ``count`` task only.
+    count_ids = topology.task_ids("count")
+    for task in (0, 1):
+        context = TopologyContext(topology, "t", "seen", task)
+        assert context.sending_tasks(GlobalStreamId("count", CHECKPOINT_STREAM_ID)) == [
+            count_ids[task]
+        ]
+        assert [cp.source_task for cp in checkpoint_barrier(context, "PREPARE", 3)] == [
+            count_ids[task]
+        ]
+    # The driver's data-free actions (COMMIT, ROLLBACK, INITSTATE) take the same path.
+    seen, count = plan.index["seen"], plan.index["count"]
+    cp = plan.checkpoint_stream[count]
+    assert cp is not None
+    assert [list(plan.sending_tasks(count, cp, seen, t)) for t in (0, 1)] == [[0], [1]]
+    split, c = plan.index["split"], plan.checkpoint_stream[plan.index["split"]]
+    assert c is not None
+    assert list(plan.sending_tasks(split, c, count, 1)) == [0, 1]
+
+
+def test_a_barrier_waits_for_the_chained_task_only() -> None:
+    topology = topo.chained_wordcount(10)
+    context = TopologyContext(topology, "t", "relay", 1)
+    forwarder = CheckpointTupleForwarder(BasicBoltExecutor(topo.Relay()))
+    out = RecordingCollector()
+    forwarder.prepare({}, context, out)
+    seen_ids = topology.task_ids("seen")
+    # A checkpoint from the other task of ``seen`` is no part of this task's barrier...
+    forwarder.execute(checkpoint_tuple("PREPARE", 0, "seen", seen_ids[0]))
+    assert [e.stream for e in out.emitted] == []
+    # ...its own task's completes it.
+    forwarder.execute(checkpoint_tuple("PREPARE", 0, "seen", seen_ids[1]))
+    assert [(e.stream, e.values) for e in out.emitted] == [(CHECKPOINT_STREAM_ID, [0, "PREPARE"])]
+
+
+@pytest.mark.parametrize(
+    ("case", "kind"),
+    [
+        ("fields", GroupingKind.ALL),  # data may come from any task
+        ("unequal", GroupingKind.ALL),  # no chain between unequal parallelism
+        ("mixed", GroupingKind.ALL),  # one stream chains, the other does not
+        ("none", GroupingKind.LOCAL_OR_SHUFFLE),
+        ("both", GroupingKind.LOCAL_OR_SHUFFLE),  # two streams, both chained
+    ],
+)
+def test_a_barrier_chains_only_where_all_the_data_does(case: str, kind: GroupingKind) -> None:
+    builder = TopologyBuilder()
+    builder.set_spout("spout", _Words(), 2)
+    builder.set_bolt("a", topo.ThresholdRouter("m"), 2).shuffle_grouping("spout")
+    b = builder.set_bolt("b", topo.Tally(), 3 if case == "unequal" else 2)
+    if case == "fields":
+        b.fields_grouping("a", Fields("value"), "low")
+    else:
+        b.none_grouping("a", "low")
+    if case == "mixed":
+        b.fields_grouping("a", Fields("value"), "high")
+    elif case == "both":
+        b.local_or_shuffle_grouping("a", "high")
+    topology = builder.create_topology()
+    assert _checkpoint_grouping(topology, "b", "a") is kind
+    plan = ExecutionPlan(topology)
+    assert plan.layout(plan.bolts(), chain=True).narrow == (kind is GroupingKind.LOCAL_OR_SHUFFLE,)
 
 
 # ---------------------------------------------------------------- end to end on Spark
@@ -172,3 +267,78 @@ def _all_job_ids(tracker: Any, tid: str, action: str) -> list[int]:
             found += tracker.getJobIdsForGroup(group)
     assert found, f"no {action} job of {tid} in Spark's status tracker"
     return found
+
+
+def _expected_words(sentences: int) -> collections.Counter[str]:
+    from examples.corpus import sentence, words
+
+    return collections.Counter(w for i in range(sentences) for w in words(sentence(i)))
+
+
+@pytest.mark.spark
+def test_a_chained_checkpointed_word_count_is_exact_in_two_stages(spark: Any) -> None:
+    name = topo.new_key("cp-chain")
+    cluster = LocalCluster(spark=spark)
+    conf = {"topology.state.checkpoint.interval.ms": 50, "topology.max.spout.pending": 40}
+    handle = cluster.submit_topology(name, conf, topo.chained_wordcount(200))
+    try:
+        handle.await_idle(240)
+        counts, seen = handle.read_state("count"), handle.read_state("seen")
+        txs = [t for t in handle.metrics()["transactions"] if t["action"] == "PREPARE"]
+    finally:
+        handle.kill()
+    expected = _expected_words(200)
+    assert counts == dict(expected)
+    # ``seen`` task i got exactly the pairs of ``count`` task i: each word under one task, with
+    # one pair per occurrence, and both tasks carried some.
+    by_word: dict[str, list[tuple[str, int]]] = collections.defaultdict(list)
+    for key, n in seen.items():
+        task, word = key.split("|")
+        by_word[word].append((task, n))
+    assert {w: [n for _, n in v] for w, v in by_word.items()} == {
+        w: [n] for w, n in expected.items()
+    }
+    assert {t for v in by_word.values() for t, _ in v} == {"0", "1"}
+    # Every PREPARE ran as two Spark stages: the split, then count + seen + relay in one.
+    tracker = spark.sparkContext.statusTracker()
+    stages = set()
+    for tx in txs:
+        for job in tracker.getJobIdsForGroup(f"{name}/PREPARE/txid={tx['txid']}"):
+            info = tracker.getJobInfo(job)
+            if info is not None:
+                stages.add(len(info.stageIds))
+    assert len(txs) >= 3, txs
+    assert stages == {2}, stages
+
+
+@pytest.mark.spark
+@pytest.mark.parametrize("store", ["memory", pytest.param("redis", marks=pytest.mark.redis)])
+def test_a_chained_task_failing_its_job_rolls_back_and_replays_exactly(
+    spark: Any, store: str, request: pytest.FixtureRequest, tmp_path: Any
+) -> None:
+    # ``seen`` raises on one word in every Spark attempt of the first job carrying it: Spark
+    # retries the fused task (count re-runs too), then the transaction fails, rolls back
+    # through the chained barriers and is replayed.
+    from outage_topologies import redis_conf
+
+    match = re.fullmatch(r"local\[[^,\]]+,(\d+)\]", spark.sparkContext.master)
+    failures = int(match.group(1)) if match else 1
+    target = "the"
+    seen = topo.FailJobOnce(target, str(tmp_path / "job.log"), failures)
+    name = topo.new_key(f"cp-chain-fail-{store}")
+    conf = {"topology.state.checkpoint.interval.ms": 50, "topology.max.spout.pending": 40}
+    if store == "redis":
+        conf |= redis_conf(request.getfixturevalue("redis_db").port)
+    cluster = LocalCluster(spark=spark)
+    handle = cluster.submit_topology(name, conf, topo.chained_wordcount(200, seen=seen))
+    try:
+        handle.await_idle(240)
+        counts, seen_counts = handle.read_state("count"), handle.read_state("seen")
+        actions = [t["action"] for t in handle.metrics()["transactions"]]
+    finally:
+        handle.kill()
+    expected = dict(_expected_words(200))
+    assert target in expected
+    assert counts == expected
+    assert seen_counts == expected  # one (word, count) pair per occurrence, none twice
+    assert "ROLLBACK" in actions, actions

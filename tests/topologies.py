@@ -664,6 +664,29 @@ def stateful_chain(key: str, n: int) -> StormTopology:
     return builder.create_topology()
 
 
+def chained_wordcount(
+    sentences: int, parallelism: int = 2, seen: StatefulBolt | None = None
+) -> StormTopology:
+    """A word count whose counter chains into two bolts (one Spark stage after the split).
+
+    sentences -> split -shuffle-> ``count`` (stateful ``Tally``, emits ``(word, count)``)
+    -local_or_shuffle-> ``seen`` (stateful ``Tally`` keyed ``<task>|<word>``, emits on)
+    -none-> ``relay`` (a ``BasicBolt``: a forwarder). Equal parallelism throughout, so task i
+    of ``count`` feeds task i of ``seen`` and of ``relay``, checkpoints included. ``seen``
+    may be another bolt (it gets ``(value, count)`` pairs).
+    """
+    builder = TopologyBuilder()
+    builder.set_spout("sentences", SentenceSpout(sentences), 1)
+    builder.set_bolt("split", SplitSentence(), parallelism).shuffle_grouping("sentences")
+    builder.set_bolt("count", Tally(emit=True), parallelism).fields_grouping(
+        "split", Fields("word")
+    )
+    seen = seen or Tally("value", by_task=True, emit=True)
+    builder.set_bolt("seen", seen, parallelism).local_or_shuffle_grouping("count")
+    builder.set_bolt("relay", Relay(), parallelism).none_grouping("seen")
+    return builder.create_topology()
+
+
 def hooks(key: str, n: int, burst: int, log_dir: str, parallelism: int = 2) -> StormTopology:
     """Bursts of numbers into a ``HookRecorder`` (shuffle grouping)."""
     builder = TopologyBuilder()

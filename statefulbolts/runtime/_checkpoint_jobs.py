@@ -166,7 +166,7 @@ class CheckpointJobs:
                 src = plan.index[inp.source.component_id]
                 s = plan.checkpoint_stream[src]
                 assert s is not None  # noqa: S101 - every source declares $checkpoint
-                for src_task in range(plan.parallelism[src]):
+                for src_task in plan.sending_tasks(src, s, c, t):
                     batches.append(TupleBatch(c, t, src, src_task, s, [vals], [root], None))
             per_task.append(batches)
         return per_task, root

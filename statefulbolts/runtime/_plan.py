@@ -121,13 +121,17 @@ class ExecutionPlan:
                             "attempt): group by another field"
                         )
                         raise TopologyError(msg)
-                    local = (
-                        grouping.kind in _CHAINABLE and self.parallelism[d] == self.parallelism[c]
-                    )
+                    local = grouping.chains(self.parallelism[c], self.parallelism[d])
                     n = self.parallelism[d]
                     consumers.append(Route(d, grouping.kind, positions, n, local))
                 consumers.sort(key=lambda r: r.dest)
                 self.routes[(c, self.stream_index[c][name])] = tuple(consumers)
+
+    def sending_tasks(self, src: int, stream: int, dest: int, task: int) -> Sequence[int]:
+        """The tasks of ``src`` whose tuples on ``stream`` can reach task ``task`` of ``dest``."""
+        if any(r.local for r in self.routes[(src, stream)] if r.dest == dest):
+            return (task,)
+        return range(self.parallelism[src])
 
     def bolts(self) -> list[int]:
         """Every bolt's index, each after all of its sources."""
@@ -186,8 +190,6 @@ class ExecutionPlan:
 
 # Grouping codes for the hot path (enum comparisons cost an attribute lookup per emit).
 _SHUFFLE, _FIELDS, _ALL, _GLOBAL, _LOCAL = range(5)
-# Groupings that promise no particular task: between components of equal parallelism, ``local``.
-_CHAINABLE = frozenset({GroupingKind.NONE, GroupingKind.LOCAL_OR_SHUFFLE})
 _CODE = {
     GroupingKind.SHUFFLE: _SHUFFLE,
     GroupingKind.NONE: _SHUFFLE,
