@@ -9,12 +9,15 @@ that splits the sentences, and reads the stages of its jobs from Spark's status 
 from __future__ import annotations
 
 import collections
+import os
+import random
 import re
 from typing import Any
 
 import pytest
 import topologies as topo
 
+from checkpoint import CheckpointTupleForwarder
 from statefulbolts import (
     BaseTransactionalBolt,
     BasicBolt,
@@ -27,7 +30,6 @@ from statefulbolts import (
     TransactionalMap,
     TransactionalTopologyBuilder,
 )
-from checkpoint import CheckpointTupleForwarder
 from statefulbolts.components import BasicBoltExecutor
 from statefulbolts.context import TopologyContext
 from statefulbolts.runtime._plan import ExecutionPlan, Router
@@ -311,6 +313,18 @@ def test_a_chained_checkpointed_word_count_is_exact_in_two_stages(spark: Any) ->
     assert stages == {2}, stages
 
 
+# Fault loops vary the target word, the interval and the pending limit by seed.
+SEED = int(os.environ.get("STATEFULBOLTS_FAULT_SEED", "0"))
+
+
+def _seeded_conf(seed: int) -> dict[str, Any]:
+    rng = random.Random(seed)
+    return {
+        "topology.state.checkpoint.interval.ms": rng.choice([20, 50, 100]),
+        "topology.max.spout.pending": rng.choice([1, 10, 40]),
+    }
+
+
 @pytest.mark.spark
 @pytest.mark.parametrize("store", ["memory", pytest.param("redis", marks=pytest.mark.redis)])
 def test_a_chained_task_failing_its_job_rolls_back_and_replays_exactly(
@@ -323,10 +337,11 @@ def test_a_chained_task_failing_its_job_rolls_back_and_replays_exactly(
 
     match = re.fullmatch(r"local\[[^,\]]+,(\d+)\]", spark.sparkContext.master)
     failures = int(match.group(1)) if match else 1
-    target = "the"
+    expected = dict(_expected_words(200))
+    target = random.Random(SEED).choice(sorted(expected))
     seen = topo.FailJobOnce(target, str(tmp_path / "job.log"), failures)
     name = topo.new_key(f"cp-chain-fail-{store}")
-    conf = {"topology.state.checkpoint.interval.ms": 50, "topology.max.spout.pending": 40}
+    conf = _seeded_conf(SEED)
     if store == "redis":
         conf |= redis_conf(request.getfixturevalue("redis_db").port)
     cluster = LocalCluster(spark=spark)
@@ -337,8 +352,53 @@ def test_a_chained_task_failing_its_job_rolls_back_and_replays_exactly(
         actions = [t["action"] for t in handle.metrics()["transactions"]]
     finally:
         handle.kill()
-    expected = dict(_expected_words(200))
-    assert target in expected
     assert counts == expected
     assert seen_counts == expected  # one (word, count) pair per occurrence, none twice
     assert "ROLLBACK" in actions, actions
+
+
+@pytest.mark.spark
+def test_a_python_worker_killed_in_a_fused_stage_is_retried_exactly(spark: Any) -> None:
+    # The first attempt of ``seen`` task 1 kills its Python worker mid-stage: count task 1,
+    # fused with it, dies too, and Spark's retry runs both again from their images.
+    at = random.Random(SEED).randrange(1, 60)
+    conf = {
+        **_seeded_conf(SEED + 1),
+        "topology.faults": {
+            "tasks": [
+                {
+                    "component": "seen",
+                    "task": 1,
+                    "at_tuple": at,
+                    "kind": "crash",
+                    "attempts": "first",
+                }
+            ]
+        },
+    }
+    name = topo.new_key("cp-chain-crash")
+    cluster = LocalCluster(spark=spark)
+    handle = cluster.submit_topology(name, conf, topo.chained_wordcount(200))
+    try:
+        handle.await_idle(240)
+        counts, seen = handle.read_state("count"), handle.read_state("seen")
+        txs = handle.metrics()["transactions"]
+    finally:
+        handle.kill()
+    expected = _expected_words(200)
+    assert counts == dict(expected)
+    per_word: collections.Counter[str] = collections.Counter()
+    for key, n in seen.items():
+        per_word[key.split("|")[1]] += n
+    assert per_word == expected
+    assert all(t["ok"] for t in txs)  # Spark's retry inside the job was enough
+    # And the crash happened: a PREPARE job's fused stage lost a task.
+    tracker = spark.sparkContext.statusTracker()
+    lost = 0
+    for tx in txs:
+        for job in tracker.getJobIdsForGroup(f"{name}/{tx['action']}/txid={tx['txid']}"):
+            info = tracker.getJobInfo(job)
+            for stage in info.stageIds if info is not None else ():
+                stage_info = tracker.getStageInfo(stage)
+                lost += stage_info.numFailedTasks if stage_info is not None else 0
+    assert lost >= 1
