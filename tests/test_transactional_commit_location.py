@@ -1,13 +1,13 @@
 """Where a transactional batch's commit phase runs: ``topology.transactional.commit.location``.
 
-"auto" runs it in the driver when the provider is driver-owned (in-memory maps live there), on
-the executors otherwise; "driver" and "executors" force it. The committers log their process
-id, so each test sees where they ran; Spark's status tracker shows whether COMMIT jobs ran.
+"auto" runs it in the driver (unless ``topology.faults`` injects a fault into a commit-phase
+task), for in-memory and Redis maps alike; "driver" and "executors" force it. The committers
+log their process id, so each test sees where they ran; Spark's status tracker shows whether
+COMMIT jobs ran.
 """
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 from typing import Any
@@ -16,7 +16,6 @@ import pytest
 import topologies as topo
 import tx_topologies as tx
 
-from providers import get_provider
 from statefulbolts import (
     MemoryTransactionalSpout,
     TopologyFailedError,
@@ -82,36 +81,27 @@ def expected() -> dict[str, int]:
 # ---------------------------------------------------------------- the decision
 
 
-def test_auto_is_the_driver_for_a_driver_owned_provider_the_executors_for_redis() -> None:
+def test_auto_is_the_driver_for_every_provider() -> None:
     topology = words_topology("decide", tx.Log("/nonexistent"))
-    memory = get_provider({})
-    redis = get_provider(
-        {
-            "topology.state.provider": "providers.redis.RedisKeyValueStateProvider",
-            "topology.state.provider.config": json.dumps({"jedisPoolConfig": {"port": 1}}),
-        }
-    )
-    assert _commit_here("auto", topology, memory, None) is True
-    assert _commit_here("auto", topology, redis, None) is False
-    assert _commit_here("driver", topology, redis, None) is True
-    assert _commit_here("executors", topology, memory, None) is False
+    assert _commit_here("auto", topology, None) is True
+    assert _commit_here("driver", topology, None) is True
+    assert _commit_here("executors", topology, None) is False
 
 
 def test_auto_keeps_a_commit_phase_with_injected_task_faults_on_the_executors() -> None:
     from recovery.faults import FaultPlan
 
     topology = words_topology("decide", tx.Log("/nonexistent"))
-    memory = get_provider({})
     on_commit = FaultPlan.from_conf(
         {"topology.faults": {"tasks": [{"component": "commit", "task": 0, "kind": "raise"}]}}
     )
     on_count = FaultPlan.from_conf(
         {"topology.faults": {"tasks": [{"component": "count", "task": 0, "kind": "crash"}]}}
     )
-    assert _commit_here("auto", topology, memory, on_commit) is False
-    assert _commit_here("auto", topology, memory, on_count) is True
+    assert _commit_here("auto", topology, on_commit) is False
+    assert _commit_here("auto", topology, on_count) is True
     # Said outright, the driver it is: the user asked for it.
-    assert _commit_here("driver", topology, memory, on_commit) is True
+    assert _commit_here("driver", topology, on_commit) is True
 
 
 def test_a_wrong_location_names_the_key_and_the_allowed_values() -> None:
@@ -125,13 +115,31 @@ def test_a_wrong_location_names_the_key_and_the_allowed_values() -> None:
 
 
 @pytest.mark.parametrize(
-    ("location", "in_driver"), [(None, True), ("driver", True), ("executors", False)]
+    ("store", "location", "in_driver"),
+    [
+        ("memory", None, True),
+        ("memory", "driver", True),
+        ("memory", "executors", False),
+        pytest.param("redis", None, True, marks=pytest.mark.redis),
+        pytest.param("redis", "executors", False, marks=pytest.mark.redis),
+    ],
 )
 def test_the_commit_runs_where_the_location_says_and_counts_stay_exact(
-    spark: Any, cluster: Any, tmp_path: Path, location: str | None, in_driver: bool
+    spark: Any,
+    cluster: Any,
+    tmp_path: Path,
+    store: str,
+    location: str | None,
+    in_driver: bool,
+    request: pytest.FixtureRequest,
 ) -> None:
-    log, tid = tx.Log(tmp_path), topo.new_key("where")
-    handle = run(cluster, tid, words_topology(tid, log), conf(location, pending=2))
+    from outage_topologies import redis_conf
+
+    log, tid = tx.Log(tmp_path), topo.new_key(f"where-{store}")
+    config = conf(location, pending=2)
+    if store == "redis":
+        config |= redis_conf(request.getfixturevalue("redis_db").port)
+    handle = run(cluster, tid, words_topology(tid, log), config)
     assert handle.read_state("commit") == expected()
     pids = committer_pids(tmp_path)
     assert pids, "no committer finished a batch"

@@ -20,8 +20,8 @@ check, from Redis and from the drivers' output:
 job; 3: emission is a job of its own, pipelined; each seed covers both), the moment of the random
 kill, where the workers crash, how far the resubmitted topology got before its kill, the demo's
 kill plan, and where the kill tests' commits run (``topology.transactional.commit.location``:
-"auto", the executors on Redis, or "driver", where a mid-commit kill is the driver killing
-itself after a committer wrote).
+"auto", the driver, where a mid-commit kill is the driver killing itself after a committer
+wrote, or "executors", where it is a committer's Python worker).
 """
 
 from __future__ import annotations
@@ -64,8 +64,8 @@ def pending_at(point: str) -> int:
 
 
 def location_at(test: str) -> str:
-    """Where the commits of a kill test run: the executors or the driver, by the seed."""
-    return seeded(f"commit-location/{test}").choice(["auto", "driver"])
+    """Where the commits of a kill test run: the driver ("auto") or the executors, by the seed."""
+    return seeded(f"commit-location/{test}").choice(["auto", "executors"])
 
 
 def redis_conf(

@@ -517,25 +517,39 @@ def _monitored(server: Any, action: Callable[[], Any]) -> tuple[list[str], list[
 
 
 @pytest.mark.redis
-def test_each_redis_multi_put_is_one_script_call(redis_db: Any) -> None:
+def test_each_redis_multi_put_is_one_transaction(redis_db: Any) -> None:
     backing = RedisBackingMap(redis_db.url, "wc:", owner="count-0")
-    OpaqueMap(backing).multi_update(1, ["A", "K"], [add(10), add(20)])  # loads the script
+    OpaqueMap(backing).multi_update(1, ["A", "K"], [add(10), add(20)])
     OpaqueMap(backing).multi_update(2, ["A", "K", "N"], [add(5), add(7), add(1)])
-    # The hole's repair: two new values, two restored keys (N deleted) and the record.
+    # The hole's repair: two new values, two restored keys (N deleted) and the record, all in
+    # one MULTI/EXEC: one MSET, one DEL.
     sent, scripted = _monitored(
         redis_db, lambda: OpaqueMap(backing).multi_update(2, ["A", "B"], [add(3), add(1)])
     )
-    assert sent == ["GET", "MGET", "EVALSHA"]
-    assert scripted == ["SET wc:A", "SET wc:B", "SET wc:K", "DEL wc:N", "SET wc:\\xfecount-0"]
+    assert sent == ["GET", "MGET", "MULTI", "MSET", "DEL", "EXEC"]
+    assert scripted == []
     assert OpaqueMap(backing).multi_get(["A", "B", "K", "N"]) == [13, 1, 20, None]
     tx = TransactionalMap(RedisBackingMap(redis_db.client(), "tx:"))
     assert tx.multi_get(["a"]) == [None]  # connects
-    sent, scripted = _monitored(
+    sent, _ = _monitored(
         redis_db, lambda: tx.multi_update(1, ["a", "b", "c"], [add(1), add(2), add(3)])
     )
-    assert sent == ["MGET", "EVALSHA"]
-    assert scripted == ["SET tx:a", "SET tx:b", "SET tx:c"]
+    assert sent == ["MGET", "MULTI", "MSET", "EXEC"]
+    assert tx.multi_get(["a", "b", "c"]) == [1, 2, 3]
     backing.close()
+
+
+def test_a_redis_multi_put_names_the_value_msgpack_refuses() -> None:
+    import fakeredis
+
+    backing = RedisBackingMap(fakeredis.FakeRedis(), "wc:", owner="count-0")
+    backing.multi_put(["ok"], [[1, 1]])
+    with pytest.raises(StateSerializationError, match=r"the value of key 'bad'.*object"):
+        backing.multi_put(["a", "bad", "c"], [[2, 1], [2, object()], [2, 3]])
+    assert backing.multi_get(["ok", "a", "bad", "c"]) == [[1, 1], None, None, None]
+    # A key given twice keeps its last value; None deletes.
+    backing.multi_put(["ok", "ok", "x", "x"], [[3, 3], None, None, [3, 4]])
+    assert backing.multi_get(["ok", "x"]) == [None, [3, 4]]
 
 
 @pytest.mark.redis

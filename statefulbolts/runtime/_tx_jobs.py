@@ -28,7 +28,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from providers import DriverOwnedStateProvider, StateProvider
+from providers import StateProvider
 from recovery.faults import FaultPlan
 from statefulbolts.runtime._engine import JobSpec
 from statefulbolts.runtime._images import ImageShipper, ShippedImage
@@ -73,7 +73,7 @@ class TransactionalJobs:
         self._fused_layout = plan.layout({self.spout} | self.processing_components, chain=True)
         self._processing_layout = plan.layout(self.processing_components, chain=True)
         self._commit_layout = plan.layout(commit)
-        self.commit_here = _commit_here(commit_location, topology, provider, faults)
+        self.commit_here = _commit_here(commit_location, topology, faults)
 
     def emit(self, attempt: TransactionAttempt, order: EmitOrder) -> JobSpec:
         """The emit job of ``attempt``, as ``order`` says."""
@@ -148,21 +148,16 @@ class TransactionalJobs:
         return shipper.ship(found)
 
 
-def _commit_here(
-    where: str,
-    topology: TransactionalTopology,
-    provider: StateProvider,
-    faults: FaultPlan | None,
-) -> bool:
+def _commit_here(where: str, topology: TransactionalTopology, faults: FaultPlan | None) -> bool:
     """Whether the commit phase runs in the driver (``topology.transactional.commit.location``).
 
-    "driver" and "executors" say so. "auto": in the driver when the provider is driver-owned
-    (the maps live there; an in-memory map is never shipped), unless ``topology.faults``
-    injects a fault into a task of the commit phase: an injected crash is a Python worker's
-    crash, and a raise on a task's first Spark attempt expects Spark's retry.
+    "driver" and "executors" say so. "auto": in the driver, whatever the provider (the driver
+    keeps the coordinator's state in it, so it reaches it; an in-memory map lives there), as
+    a commit phase is short and strictly one batch at a time, where a Spark job's own cost
+    (tens of ms) would be most of it; unless ``topology.faults`` injects a fault into a task
+    of the commit phase: an injected crash is a Python worker's crash, and a raise on a
+    task's first Spark attempt expects Spark's retry.
     """
     if where != "auto":
         return where == "driver"
-    if not isinstance(provider, DriverOwnedStateProvider):
-        return False
     return faults is None or not faults.task_components & topology.commit_phase
