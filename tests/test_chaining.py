@@ -227,8 +227,13 @@ class _CountCommitter(BaseTransactionalBolt, Committer):
 
 
 @pytest.mark.spark
-@pytest.mark.parametrize("pending", [1, 3])
-def test_transactional_processing_chains_emitters_to_splitters(spark: Any, pending: int) -> None:
+@pytest.mark.parametrize(
+    ("pending", "location", "action"),
+    [(1, "auto", "EMIT+PROCESS"), (3, "auto", "PROCESS"), (3, "executors", "PROCESS")],
+)
+def test_transactional_processing_chains_emitters_to_splitters(
+    spark: Any, pending: int, location: str, action: str
+) -> None:
     sentences = {p: [[f"w{p} w{i % 3} shared"] for i in range(20)] for p in range(4)}
     spout = MemoryTransactionalSpout(sentences, ["sentence"], 7)
     tid = topo.new_key("chain")
@@ -236,7 +241,11 @@ def test_transactional_processing_chains_emitters_to_splitters(spark: Any, pendi
     b.set_bolt("split", _Split(), 2).none_grouping("spout")
     b.set_committer_bolt("count", _CountCommitter(), 2).fields_grouping("split", Fields("word"))
     cluster = LocalCluster(spark=spark)
-    conf = {"topology.max.spout.pending": pending, "topology.state.checkpoint.interval.ms": 50}
+    conf = {
+        "topology.max.spout.pending": pending,
+        "topology.state.checkpoint.interval.ms": 50,
+        "topology.transactional.commit.location": location,
+    }
     topology = b.build_topology()
     emitters = topology.topology.task_ids("spout")
     handle = cluster.submit_topology(tid, conf, topology)
@@ -254,7 +263,6 @@ def test_transactional_processing_chains_emitters_to_splitters(spark: Any, pendi
     assert sum(edges.values()) == sum(words.values())
     # The job that ran the splitters had no shuffle before them: one Spark stage.
     tracker = spark.sparkContext.statusTracker()
-    action = "EMIT+PROCESS" if pending == 1 else "PROCESS"
     runs = [tracker.getJobInfo(j) for j in _all_job_ids(tracker, tid, action)]
     stages = {len(info.stageIds) for info in runs if info is not None}
     assert stages == {1}, stages

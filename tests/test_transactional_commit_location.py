@@ -207,3 +207,38 @@ def test_an_error_in_a_driver_commit_stops_the_topology_naming_the_committer(
     # The driver's own traceback, down to the user's finish_batch.
     assert all("_BrokenCommitter" in (e.traceback or "") for e in failed), failed[0].traceback
     assert all("KeyError" in (e.traceback or "") for e in failed)
+
+
+# ---------------------------------------------------------------- pipelining
+
+
+@pytest.mark.parametrize("pending", [1, 3])
+def test_the_next_batch_is_processed_while_the_driver_commits(
+    cluster: Any, tmp_path: Path, pending: int
+) -> None:
+    # Each commit takes 0.4 s in the driver. Pipelined, the step that takes t's commit first
+    # starts t+1's job (emitters and processing bolts) on the executors; at pending 1 the next
+    # txid only starts once t committed.
+    log, tid = tx.Log(tmp_path), topo.new_key(f"overlap-{pending}")
+    spout = MemoryTransactionalSpout(DATA, ["word"], 2)
+    b = TransactionalTopologyBuilder(tid, "spout", spout, 2)
+    b.set_bolt("ones", tx.Ones(), 2).shuffle_grouping("spout")
+    b.set_bolt("count", tx.Recorder(log), 2).fields_grouping("ones", ["word"])
+    committer = tx.CountCommitter(log, sleep=0.4)
+    b.set_committer_bolt("commit", committer, 1).fields_grouping("count", ["key"])
+    handle = run(cluster, tid, b.build_topology(), conf(None, pending=pending))
+    assert handle.read_state("commit") == expected()
+    commits = {
+        e["txid"]: (e["t"], f["t"])
+        for e in tx.events(tmp_path, kind="prepare", component="commit")
+        for f in tx.events(tmp_path, kind="finish", component="commit", attempt=e["attempt"])
+    }
+    starts = {e["txid"]: e["t"] for e in tx.events(tmp_path, kind="prepare", component="count")}
+    data_txids = sorted(t for t in commits if t + 1 in starts)
+    assert len(data_txids) >= 3, commits
+    overlapped = [t for t in data_txids if commits[t][0] < starts[t + 1] < commits[t][1]]
+    if pending == 1:
+        assert overlapped == []
+        assert all(starts[t + 1] >= commits[t][1] for t in data_txids)
+    else:
+        assert overlapped, (commits, starts)

@@ -33,6 +33,7 @@ import random
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -100,6 +101,25 @@ def stored_partition_metas(status: Any) -> dict[tuple[int, int], Any]:
         for t, meta in metas.items()
         if t >= status.current_txid
     }
+
+
+def emitted_beyond_currtx(status: dict[str, Any]) -> bool:
+    """Whether an active txid above ``currtx`` is past its emission (its metas are stored)."""
+    current = status.get("current_txid")
+    return current is not None and any(
+        int(t) > current and a["phase"] in ("processing", "processed")
+        for t, a in (status.get("active") or {}).items()
+    )
+
+
+def wait_for(condition: Any, timeout: float) -> bool:
+    """Poll ``condition`` every 2 ms until it holds (True) or ``timeout`` seconds pass."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if condition():
+            return True
+        time.sleep(0.002)
+    return False
 
 
 def max_stored_txid(conf: dict[str, Any], tid: str) -> int:
@@ -294,6 +314,9 @@ def test_a_killed_topology_started_again_resumes_at_currtx_replaying_stored_meta
         on_transaction=on_transaction,
     )  # fmt: skip
     assert committed.wait(RUN_TIMEOUT), f"{enough} commits did not come"
+    # Kill once a txid beyond the one being committed has emitted (its partition metas are
+    # stored) and cannot commit before the kill: the restart must replay it from them.
+    assert wait_for(lambda: emitted_beyond_currtx(first.status()), RUN_TIMEOUT)
     first.kill()
     commits_1 = [t["txid"] for t in first.metrics()["transactions"] if t["ok"]]
 

@@ -220,9 +220,11 @@ def test_a_tuple_without_the_attempt_first_is_refused_naming_the_component(
 # ---------------------------------------------------------------- failures
 
 
+@pytest.mark.parametrize("location", ["executors", "auto"])
 def test_failed_batches_in_processing_and_emitting_replay_identically(
-    cluster: Any, tmp_path: Path
+    cluster: Any, tmp_path: Path, location: str
 ) -> None:
+    # Commits as Spark jobs or in the driver (auto): at pending 3 each emission is a job.
     log = tx.Log(tmp_path)
     fail = tx.FailOnce(tmp_path, txids=[1, 2])
     spout = MemoryTransactionalSpout(STORM_DATA, ["word"], 3)
@@ -230,7 +232,8 @@ def test_failed_batches_in_processing_and_emitting_replay_identically(
     b.set_bolt("ones", tx.Ones(), 2).shuffle_grouping("spout")
     b.set_bolt("partial", tx.Recorder(log, fail=fail), 2).fields_grouping("ones", ["word"])
     b.set_committer_bolt("count", tx.CountCommitter(log), 2).fields_grouping("partial", ["key"])
-    handle = run(cluster, b.build_topology(), conf(pending=3))
+    location_conf = {"topology.transactional.commit.location": location}
+    handle = run(cluster, b.build_topology(), conf(pending=3, **location_conf))
     assert handle.read_state("count") == tx.total(STORM_DATA)
     failures = [t for t in handle.metrics()["transactions"] if not t["ok"]]
     assert {t["action"] for t in failures} >= {"EMIT", "PROCESS"}

@@ -29,7 +29,7 @@ through the ``Engine`` (``TransactionalJobs``). A step of its loop:
    apart (``Pacing``); the topology is idle when the last committed batch was empty and
    nothing is active.
 
-Up to ``max.spout.pending`` processing jobs run at once; commit jobs one at a time, in order.
+Up to ``max.spout.pending`` processing jobs run at once; commits one at a time, in order.
 """
 
 from __future__ import annotations
@@ -101,6 +101,7 @@ class _Batch:
     to_commit: list[TupleBatch] = field(default_factory=list)
     job_started: float = 0.0
     phases: dict[str, float] = field(default_factory=dict)
+    fused: bool = False  # its emitters run as the first stage of its processing job
 
     @property
     def txid(self) -> int:
@@ -254,7 +255,7 @@ class TransactionalRunner(TopologyRunner):
 
     def _start_emit(self) -> bool:
         """Start the lowest queued emission, unless one runs: t+1 starts where t ended."""
-        if any(b.phase == "emitting" for b in self._live.values()):
+        if any(b.phase == "emitting" or b.fused for b in self._live.values()):
             return False
         queued = [b for b in self._live.values() if b.phase == "queued"]
         if not queued:
@@ -264,7 +265,10 @@ class TransactionalRunner(TopologyRunner):
         order = self._metas.order(batch.txid, batch.meta, batch.committed)
         order = dataclasses.replace(order, spout=self.topology.spout)
         if self.max_pending == 1:
-            batch.phase = "processing"
+            # Above 1, each emission is a job of its own, so t+1's emission runs while t is
+            # processed, as Storm emits a txid's batch when the txid starts (a spout whose
+            # partitions grow then shows the new rows in the same txids as Storm's).
+            batch.phase, batch.fused = "processing", True
             self._submit(batch, self.jobs.emit_and_process(batch.attempt, order))
             if self.faults is not None:
                 self.faults.on_driver(KillPoint.DURING_PROCESSING, batch.txid)
@@ -297,9 +301,10 @@ class TransactionalRunner(TopologyRunner):
         if phase == "emitting":
             self._emitted(batch, result)
         elif phase == "processing":
-            if self.max_pending == 1:  # the emitters ran in this job (``_start_emit``)
+            if batch.fused:  # the emitters ran in this job (``_start_emit``)
                 self._take_emission(batch, result)
                 batch.to_commit = []
+                batch.fused = False  # its emission is over: the next one may start
             self._processed(batch, result)
         else:
             self._committed(batch)
@@ -385,6 +390,8 @@ class TransactionalRunner(TopologyRunner):
         """Fail the attempt: drop it and every later active txid; the coordinator replays."""
         assert self._coordinator is not None and self._metas is not None  # noqa: S101
         phase = {"emitting": "EMIT", "processing": "PROCESS"}.get(batch.phase, "COMMIT")
+        if batch.fused:
+            phase = "EMIT+PROCESS"  # as its job is labelled
         log.warning("%s(%s) failed (%s): %s", phase, batch.attempt, component or "spark", cause)
         seconds = time.perf_counter() - batch.started
         info = TransactionInfo(
@@ -417,7 +424,10 @@ class TransactionalRunner(TopologyRunner):
                 "transactional_id": self.topology.transactional_id,
                 "current_txid": coord.curr if coord is not None else None,
                 "active": {
-                    str(t): {"attempt": str(b.attempt), "phase": b.phase}
+                    str(t): {
+                        "attempt": str(b.attempt),
+                        "phase": "emitting+processing" if b.fused else b.phase,
+                    }
                     for t, b in sorted(self._live.items())
                 },
             }
