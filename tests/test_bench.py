@@ -144,7 +144,11 @@ def test_latency_bench_reports_percentiles_the_stage_breakdown_and_its_floor() -
     assert report["baseline_ms"]["one_stage"] > 0 and report["baseline_ms"]["two_stage"] > 0
     (run,) = report["runs"]
     assert run["emitted"] == run["acked"] == 1500 and run["failed_calls"] == 0
-    assert run["sustained"] is True
+    # Whether 500/s is sustained depends on the machine and what else runs on it: the verdict
+    # must follow from the figures it is made of (up to their rounding).
+    achieved, acked = run["achieved_per_sec"], run["acked_per_sec"]
+    kept_up = run["planned_tuples"] == run["emitted"] and achieved >= 485 and acked >= 450
+    assert run["sustained"] is kept_up or min(abs(achieved - 485), abs(acked - 450)) < 0.1
     latency = run["latency_ms"]
     assert 0 < latency["p50"] <= latency["p90"] <= latency["p99"] <= latency["max"]
     stages = run["stages_ms"]
