@@ -22,7 +22,9 @@ through the ``Engine`` (``TransactionalJobs``). A step of its loop:
    where t's emission ended. With ``max.spout.pending`` 1 the emission is the first stage of
    the processing job (``TransactionalJobs.emit_and_process``): no other txid can wait for
    its metas, so the batch need not come back to the driver in between. Its partitioned metas
-   are then stored when that job ends, still before any commit.
+   are then stored when that job ends, still before any commit. Above 1, t+1's emission runs
+   while t is processed, as Storm emits a txid's batch when the txid starts (a spout whose
+   partitions grow shows the new rows in the same txids as in Storm).
 3. Poll the coordinator (``sync``): it commits ``currtx`` when it is processed and starts new
    txids while fewer than ``topology.max.spout.pending`` are active. After a batch that emitted
    nothing committed, the active txids drain and new ones start one at a time, an interval
@@ -265,9 +267,6 @@ class TransactionalRunner(TopologyRunner):
         order = self._metas.order(batch.txid, batch.meta, batch.committed)
         order = dataclasses.replace(order, spout=self.topology.spout)
         if self.max_pending == 1:
-            # Above 1, each emission is a job of its own, so t+1's emission runs while t is
-            # processed, as Storm emits a txid's batch when the txid starts (a spout whose
-            # partitions grow then shows the new rows in the same txids as Storm's).
             batch.phase, batch.fused = "processing", True
             self._submit(batch, self.jobs.emit_and_process(batch.attempt, order))
             if self.faults is not None:
@@ -365,17 +364,9 @@ class TransactionalRunner(TopologyRunner):
         )
         self._failures.succeeded()
         seconds = time.perf_counter() - batch.started
-        self.stats.record(
-            TransactionInfo(
-                batch.txid,
-                "COMMIT",
-                batch.tuples,
-                seconds,
-                True,
-                batch.tuples,
-                phases=dict(batch.phases),
-            )
-        )
+        phases = dict(batch.phases)
+        n = batch.tuples
+        self.stats.record(TransactionInfo(batch.txid, "COMMIT", n, seconds, True, n, phases=phases))
         self._execute(commands)
 
     def _failed(
