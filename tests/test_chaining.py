@@ -11,7 +11,6 @@ from __future__ import annotations
 import collections
 import os
 import random
-import re
 from typing import Any
 
 import pytest
@@ -343,8 +342,7 @@ def test_a_chained_task_failing_its_job_rolls_back_and_replays_exactly(
     # through the chained barriers and is replayed.
     from outage_topologies import redis_conf
 
-    match = re.fullmatch(r"local\[[^,\]]+,(\d+)\]", spark.sparkContext.master)
-    failures = int(match.group(1)) if match else 1
+    failures = topo.task_max_failures(spark)
     expected = dict(_expected_words(200))
     target = random.Random(SEED).choice(sorted(expected))
     seen = topo.FailJobOnce(target, str(tmp_path / "job.log"), failures)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import collections
-import re
 from pathlib import Path
 from typing import Any
 
@@ -56,17 +55,10 @@ def test_first_attempt_fault_is_retried_by_spark_and_counts_stay_exact(
     assert rec.fails == collections.Counter()
 
 
-def _task_max_failures(cluster: Any) -> int:
-    """F of the session's ``local[N,F]`` master: how many attempts Spark gives a task."""
-    match = re.fullmatch(r"local\[[^,\]]+,(\d+)\]", cluster.spark.sparkContext.master)
-    assert match, cluster.spark.sparkContext.master
-    return int(match.group(1))
-
-
 def test_job_failing_for_good_rolls_back_and_replays_exactly(cluster: Any, tmp_path: Path) -> None:
     """Every Spark attempt of PREPARE(1) raises: ROLLBACK(1), INITSTATE(0), PREPARE(1) again."""
     n, burst, target = 40, 20, 30
-    failures = _task_max_failures(cluster)
+    failures = topo.task_max_failures(cluster.spark)
     log = tmp_path / "job.log"
     name = topo.new_key("job-fails")
     bolt = topo.FailJobOnce(target, str(log), failures)

@@ -216,9 +216,9 @@ def test_an_error_in_a_driver_commit_stops_the_topology_naming_the_committer(
 def test_the_next_batch_is_processed_while_the_driver_commits(
     cluster: Any, tmp_path: Path, pending: int
 ) -> None:
-    # Each commit takes 0.4 s in the driver. Pipelined, the step that takes t's commit first
-    # starts t+1's job (emitters and processing bolts) on the executors; at pending 1 the next
-    # txid only starts once t committed.
+    # Each commit takes 0.4 s in the driver. Pipelined (pending 3), later txids are emitted and
+    # processed on the executors while the driver commits t; at pending 1 the next txid only
+    # starts once t committed.
     log, tid = tx.Log(tmp_path), topo.new_key(f"overlap-{pending}")
     spout = MemoryTransactionalSpout(DATA, ["word"], 2)
     b = TransactionalTopologyBuilder(tid, "spout", spout, 2)

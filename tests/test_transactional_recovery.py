@@ -33,12 +33,12 @@ import random
 import subprocess
 import sys
 import threading
-import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 import tx_recovery_topologies as tx
+from ui_topologies import wait_for
 
 from examples.transactional_crash import KINDS, Run, check, expected, run_child, stored_maps
 from statefulbolts import cli
@@ -110,16 +110,6 @@ def emitted_beyond_currtx(status: dict[str, Any]) -> bool:
         int(t) > current and a["phase"] in ("processing", "processed")
         for t, a in (status.get("active") or {}).items()
     )
-
-
-def wait_for(condition: Any, timeout: float) -> bool:
-    """Poll ``condition`` every 2 ms until it holds (True) or ``timeout`` seconds pass."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if condition():
-            return True
-        time.sleep(0.002)
-    return False
 
 
 def max_stored_txid(conf: dict[str, Any], tid: str) -> int:
@@ -316,7 +306,7 @@ def test_a_killed_topology_started_again_resumes_at_currtx_replaying_stored_meta
     assert committed.wait(RUN_TIMEOUT), f"{enough} commits did not come"
     # Kill once a txid beyond the one being committed has emitted (its partition metas are
     # stored) and cannot commit before the kill: the restart must replay it from them.
-    assert wait_for(lambda: emitted_beyond_currtx(first.status()), RUN_TIMEOUT)
+    wait_for(lambda: emitted_beyond_currtx(first.status()), RUN_TIMEOUT, "a txid past currtx")
     first.kill()
     commits_1 = [t["txid"] for t in first.metrics()["transactions"] if t["ok"]]
 

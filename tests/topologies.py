@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import collections
 import os
+import re
 import threading
 import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -742,6 +743,13 @@ def through(key: str, n: int, middle: Bolt) -> StormTopology:
 
 
 # ------------------------------------------------------------------------------- driver helpers
+
+
+def task_max_failures(spark: Any) -> int:
+    """F of the session's ``local[N,F]`` master: how many attempts Spark gives a task."""
+    match = re.fullmatch(r"local\[[^,\]]+,(\d+)\]", spark.sparkContext.master)
+    assert match, spark.sparkContext.master
+    return int(match.group(1))
 
 
 def image(topology_name: str, component: str, task: int) -> tuple[int | None, int | None]:

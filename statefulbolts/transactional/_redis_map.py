@@ -29,9 +29,9 @@ Round trips: ``multi_get`` is one ``MGET``; ``get_record`` one ``GET``; ``multi_
 ``MULTI`` / ``MSET`` / ``DEL`` / ``EXEC`` pipeline, atomic because Redis runs a transaction
 alone and applies none of it if the connection drops before ``EXEC`` (or a command is refused
 when queued). A native ``MSET`` of 10,000 keys beats a script calling ``SET`` per key.
-Connection and server errors raise ``StateBackendError`` naming host:port,
-the step and the map. With ``hiredis`` installed (the ``redis`` extra brings it) redis-py
-parses replies in C, which makes an ``MGET`` of thousands of values several times cheaper.
+Connection and server errors raise ``StateBackendError`` naming host:port, the step and the
+map. With ``hiredis`` installed (the ``redis`` extra brings it) redis-py parses replies in C,
+which makes an ``MGET`` of thousands of values several times cheaper.
 """
 
 from __future__ import annotations
