@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gc
+import pickle
 from collections.abc import Iterator
 from typing import Any
 
@@ -56,3 +57,29 @@ def test_below_the_limit_nothing_is_collected(gc_off: None) -> None:
     assert gc.get_count()[0] >= before
     assert young.limit == _YOUNG_LIMIT
     assert _worker._YOUNG_LIMIT < _QUIET_YOUNG_LIMIT
+
+
+@pytest.mark.parametrize("on", [False, True])
+def test_reading_a_broadcast_leaves_the_collector_as_it_was(tmp_path: Any, on: bool) -> None:
+    # A broadcast as a Spark worker sees it: a path to the pickled value, read on first use.
+    # PySpark's own read turns the collector on whatever it was; a task reads images while
+    # its hot loop runs with the collector off.
+    from pyspark.core.broadcast import Broadcast
+
+    path = tmp_path / "image"
+    path.write_bytes(pickle.dumps(b"an image"))
+    ref = Broadcast(path=str(path))
+    was = gc.isenabled()
+    try:
+        _collector(on)
+        assert _worker.broadcast_value(ref) == b"an image"
+        assert gc.isenabled() is on
+    finally:
+        _collector(was)
+
+
+def _collector(on: bool) -> None:
+    if on:
+        gc.enable()
+    else:
+        gc.disable()

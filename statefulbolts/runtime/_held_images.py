@@ -30,6 +30,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from statefulbolts.runtime._images import Delta, ShippedImage, digest
+from statefulbolts.runtime._worker import broadcast_value
 
 if TYPE_CHECKING:
     from providers import DriverOwnedStateProvider
@@ -137,7 +138,7 @@ def _read(ref: Any) -> bytes:
     PySpark's ``Broadcast`` keeps the value it loaded for as long as the JVM keeps the
     broadcast registered in this worker; the image made from a snapshot is all we need.
     """
-    value = ref.value
+    value = broadcast_value(ref)
     if getattr(ref, "_path", None) is not None:  # read from a file: it can be read again
         vars(ref).pop("_value", None)
     assert isinstance(value, bytes)  # noqa: S101 - ImageShipper broadcasts bytes

@@ -39,7 +39,7 @@ from statefulbolts.runtime._records import (
     TupleBatch,
 )
 from statefulbolts.runtime._task_errors import encode_task_error
-from statefulbolts.runtime._worker import YoungGarbage, freeze_long_lived
+from statefulbolts.runtime._worker import YoungGarbage, broadcast_value, freeze_long_lived
 from statefulbolts.topology import ComponentSpec, StormTopology
 from statefulbolts.tuples import Fields, Tuple
 
@@ -51,7 +51,7 @@ _CHUNK = 1 << 15
 
 
 def _load_topology(blob: Any) -> StormTopology:
-    data = blob.value if hasattr(blob, "value") else blob
+    data = broadcast_value(blob) if hasattr(blob, "value") else blob
     topology = pickle.loads(data)  # noqa: S301 - our own cloudpickled topology
     assert isinstance(topology, StormTopology)  # noqa: S101
     return topology
