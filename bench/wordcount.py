@@ -7,6 +7,8 @@
     python bench/wordcount.py --provider redis --repeat 3  # best of 3, providers alternating
     python bench/wordcount.py --state-keys 1000000   # over 1M keys of committed state
     python bench/wordcount.py --no-emit              # a count bolt that emits nothing
+    python bench/wordcount.py --state-keys 10000000 --max-spout-pending 10000 --interval 100
+                                                     # per-transaction cost over 10M keys
 
 The input is ``bench/zipf.py``'s seeded Zipf corpus: 10-word sentences over ``--vocab``
 pseudo-words whose frequencies follow Zipf's law, as real text does. Two baselines run on the
@@ -14,7 +16,8 @@ same local[2] SparkSession after a warm-up, over the same sentences: ``baseline`
 ``reduceByKey``: Spark's best, with its map-side combine) and ``same_shape`` (split, partition
 by word, count in each partition with no map-side combine: what the topology does, minus the
 framework). Each keeps its fastest of ``--repeat`` runs. ``ratio`` = framework words/s /
-baseline words/s.
+baseline words/s, of the best runs, and per round (each run against the baselines of its own
+round, which saw the same machine) with the median of those.
 
 As in issue 13, the count bolt emits ``(word, count)`` after each update, anchored, to a sink
 bolt that does nothing else (``local_or_shuffle_grouping``, so a runtime that chains tasks keeps
@@ -25,7 +28,10 @@ partition; ``--no-emit`` drops both (a count bolt that is a sink, and the plain 
 (``bench/_state.py``: through the providers' stored-image API, split over the counter tasks,
 with the checkpoint spout's ``COMMITTED``), so its transactions touch the corpus's words on top
 of a big state. After each run every counter namespace is read back: the words' counts exact and
-the N filler keys still there, unchanged (N + vocabulary keys in all).
+the N filler keys still there, unchanged (N + vocabulary keys in all). With
+``--max-spout-pending`` a transaction carries at most that many sentences (10,000 sentences of
+the default corpus touch some 8,000 of its words), and each run reports the median cost of its
+checkpoint transactions (PREPARE + COMMIT): what a transaction costs over a state of N keys.
 """
 
 from __future__ import annotations
@@ -234,6 +240,9 @@ def framework(
     _state.drop(conf, name, parallelism)
     txs = metrics["transactions"]
     data = [t for t in txs if t["action"] == "PREPARE"]
+    # One checkpoint transaction's cost: its PREPARE plus its COMMIT (by txid).
+    commits = {t["txid"]: t["seconds"] for t in txs if t["action"] == "COMMIT"}
+    per_tx = [t["seconds"] + commits.get(t["txid"], 0.0) for t in data]
     if redis is not None:
         extra = {
             "redis_commands": commands,
@@ -254,6 +263,8 @@ def framework(
             sum(t["seconds"] for t in txs if t["action"] == "COMMIT") / max(len(data), 1), 3
         ),
         "prepare_seconds": round(sum(t["seconds"] for t in txs if t["action"] == "PREPARE"), 3),
+        "transaction_seconds_median": round(statistics.median(per_tx), 3) if per_tx else None,
+        "tuples_per_prepare_median": statistics.median(t["tuples"] for t in data) if data else 0,
         "commit_seconds": round(sum(t["seconds"] for t in txs if t["action"] == "COMMIT"), 3),
     }
 
@@ -290,6 +301,12 @@ def main(argv: list[str] | None = None) -> int:
         default=True,
         help="the count bolt emits (word, count) to a sink bolt (default: yes, as issue 13)",
     )
+    parser.add_argument(
+        "--max-spout-pending",
+        type=int,
+        default=0,
+        help="topology.max.spout.pending (0: unset); caps the sentences one transaction carries",
+    )
     parser.add_argument("--json", action="store_true")
     parser.add_argument(
         "--repeat", type=int, default=1, help="framework runs per provider; the fastest counts"
@@ -303,7 +320,9 @@ def main(argv: list[str] | None = None) -> int:
     corpus = corpus_for(args.words, args.vocab, args.seed)
     expected = dict(collections.Counter(w for text in corpus for w in words(text)))
     total = sum(expected.values())
-    base_conf = {"topology.state.checkpoint.interval.ms": args.interval}
+    base_conf: dict[str, Any] = {"topology.state.checkpoint.interval.ms": args.interval}
+    if args.max_spout_pending:
+        base_conf["topology.max.spout.pending"] = args.max_spout_pending
 
     # Warm both paths up on a fifth of the input (at most 200,000 words): Python workers, and
     # the JVM's JIT, which otherwise compiles the shuffle path during the first measured seconds
@@ -337,6 +356,10 @@ def main(argv: list[str] | None = None) -> int:
     # Each round's own memory/baseline ratio too: on a host whose speed drifts between rounds,
     # the two runs of one round saw the same machine.
     round_ratios: list[float] = []
+    # Per round: each provider's ratio to that round's same-shape job, and Redis to memory.
+    shape_ratios: dict[str, list[float]] = {kind: [] for kind in order}
+    round_seconds: dict[str, float] = {}
+    redis_ratios: list[float] = []
     for i in range(args.repeat):
         # The baselines get the same best-of-repeat treatment.
         for label in ("baseline", "same_shape"):
@@ -358,6 +381,8 @@ def main(argv: list[str] | None = None) -> int:
             runs[label] = base_run
             if label == "baseline":
                 round_base = base["seconds"]
+            else:
+                round_shape = base["seconds"]
         for kind in order if i % 2 == 0 else order[::-1]:
             name = f"bench-{kind}" if args.repeat == 1 else f"bench-{kind}-{i}"
             run = framework(
@@ -374,14 +399,26 @@ def main(argv: list[str] | None = None) -> int:
             )
             best = runs.get(kind)
             all_seconds = [*(best["all_seconds"] if best else []), round(run["seconds"], 3)]
+            tx_medians = [
+                *(best["transaction_seconds_medians"] if best else []),
+                run["transaction_seconds_median"],
+            ]
             exact = run["exact"] and (best["exact"] if best else True)
             if best is None or run["seconds"] < best["seconds"]:
                 best = run
-            runs[kind] = best | {"all_seconds": all_seconds, "exact": exact}
+            runs[kind] = best | {
+                "all_seconds": all_seconds,
+                "transaction_seconds_medians": tx_medians,
+                "exact": exact,
+            }
             if not run["exact"] or not args.json:
                 print(describe_check(name, run), file=sys.stderr, flush=True)
             if kind == "memory":
                 round_ratios.append(round(round_base / run["seconds"], 3))
+            shape_ratios[kind].append(round(round_shape / run["seconds"], 3))
+            round_seconds[kind] = run["seconds"]
+        if "redis" in round_seconds:
+            redis_ratios.append(round(round_seconds["memory"] / round_seconds["redis"], 3))
     if server is not None:
         server.stop()
     for kind in runs:
@@ -408,10 +445,15 @@ def main(argv: list[str] | None = None) -> int:
     )
     result["ratio_memory_vs_baseline_per_round"] = round_ratios
     result["ratio_memory_vs_baseline_median_round"] = statistics.median(round_ratios)
+    for kind, ratios in shape_ratios.items():
+        result[f"ratio_{kind}_vs_same_shape_per_round"] = ratios
+        result[f"ratio_{kind}_vs_same_shape_median_round"] = statistics.median(ratios)
     if "redis" in runs:
         result["ratio_redis_vs_memory"] = round(
             runs["redis"]["words_per_sec"] / runs["memory"]["words_per_sec"], 3
         )
+        result["ratio_redis_vs_memory_per_round"] = redis_ratios
+        result["ratio_redis_vs_memory_median_round"] = statistics.median(redis_ratios)
     spark.stop()
     if args.json:
         print(json.dumps(result, indent=2))
@@ -421,13 +463,19 @@ def main(argv: list[str] | None = None) -> int:
                 f"{name:>10}: {run['seconds']:7.2f}s  {run['words_per_sec']:>9} words/s  "
                 f"exact={run['exact']}"
             )
-        print(f"ratio memory/same_shape: {result['ratio_memory_vs_same_shape']} (best runs)")
+        print(
+            f"ratio memory/same_shape: {result['ratio_memory_vs_same_shape']} (best runs), "
+            f"{result['ratio_memory_vs_same_shape_median_round']} (median of the rounds' ratios)"
+        )
         print(
             f"ratio memory/baseline: {result['ratio_memory_vs_baseline']} (best runs), "
             f"{result['ratio_memory_vs_baseline_median_round']} (median of the rounds' ratios)"
         )
         if "ratio_redis_vs_memory" in result:
-            print(f"ratio redis/memory:    {result['ratio_redis_vs_memory']}")
+            print(
+                f"ratio redis/memory:    {result['ratio_redis_vs_memory']} (best runs), "
+                f"{result['ratio_redis_vs_memory_median_round']} (median of the rounds' ratios)"
+            )
     ok = all(run["exact"] for run in runs.values())
     return 0 if ok else 1
 

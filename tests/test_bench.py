@@ -22,7 +22,19 @@ ROOT = Path(__file__).resolve().parent.parent
 
 def test_wordcount_bench_reports_exact_runs_and_their_ratios() -> None:
     result = subprocess.run(
-        [sys.executable, "bench/wordcount.py", "--words", "20000", "--repeat", "2", "--json"],
+        [
+            sys.executable,
+            "bench/wordcount.py",
+            "--words",
+            "20000",
+            "--repeat",
+            "2",
+            "--max-spout-pending",
+            "500",
+            "--interval",
+            "100",
+            "--json",
+        ],
         cwd=ROOT,
         capture_output=True,
         text=True,
@@ -49,7 +61,17 @@ def test_wordcount_bench_reports_exact_runs_and_their_ratios() -> None:
     per_round = report["ratio_memory_vs_baseline_per_round"]
     assert len(per_round) == 2
     assert report["ratio_memory_vs_baseline_median_round"] == statistics.median(per_round)
-    assert runs["memory"]["transactions"] >= 3  # INITSTATE, PREPARE, COMMIT at least
+    # Each round's ratio to that round's same-shape job, from the seconds both runs took.
+    shape_rounds = report["ratio_memory_vs_same_shape_per_round"]
+    assert report["ratio_memory_vs_same_shape_median_round"] == statistics.median(shape_rounds)
+    pairs = zip(runs["same_shape"]["all_seconds"], runs["memory"]["all_seconds"], strict=True)
+    assert shape_rounds == pytest.approx([shape / mine for shape, mine in pairs], rel=0.02)
+    # 2,000 sentences at most 500 in flight: several transactions, each a median figure.
+    memory = runs["memory"]
+    assert memory["prepares"] >= 4
+    assert 0 < memory["tuples_per_prepare_median"] <= 500
+    assert len(memory["transaction_seconds_medians"]) == 2
+    assert all(0 < s < memory["seconds"] for s in memory["transaction_seconds_medians"])
 
 
 def test_transactional_bench_reports_both_shapes_exact_with_their_ratios() -> None:
