@@ -30,7 +30,7 @@ with the checkpoint spout's ``COMMITTED``), so its transactions touch the corpus
 of a big state. After each run every counter namespace is read back: the words' counts exact and
 the N filler keys still there, unchanged (N + vocabulary keys in all). With
 ``--max-spout-pending`` a transaction carries at most that many sentences (10,000 sentences of
-the default corpus touch some 8,000 of its words), and each run reports the median cost of its
+the default corpus touch some 8,500 of its words), and each run reports the median cost of its
 checkpoint transactions (PREPARE + COMMIT): what a transaction costs over a state of N keys.
 """
 
