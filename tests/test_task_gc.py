@@ -4,12 +4,20 @@ from __future__ import annotations
 
 import gc
 import pickle
+import weakref
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, ClassVar
 
 import pytest
+from pyspark import cloudpickle
 
+from checkpoint import CheckpointTaskProgram
+from statefulbolts import Bolt, Fields, Spout, TopologyBuilder
 from statefulbolts.runtime import _worker
+from statefulbolts.runtime._plan import ExecutionPlan
+from statefulbolts.runtime._program import TaskJob
+from statefulbolts.runtime._records import TupleBatch
+from statefulbolts.runtime._task import run_task
 from statefulbolts.runtime._worker import _QUIET_YOUNG_LIMIT, _YOUNG_LIMIT, YoungGarbage
 
 
@@ -83,3 +91,55 @@ def _collector(on: bool) -> None:
         gc.enable()
     else:
         gc.disable()
+
+
+class _Marker:
+    """An emitted value whose lifetime a weak reference can watch."""
+
+
+class _KeepsContext(Bolt):
+    """Keeps its context, as bolts often do: a cycle bolt -> context -> topology -> bolt."""
+
+    made: ClassVar[list[weakref.ref[_Marker]]] = []
+
+    def prepare(self, conf: Any, context: Any, collector: Any) -> None:
+        self.context, self.collector = context, collector
+
+    def execute(self, tuple: Any) -> None:  # noqa: A002
+        marker = _Marker()
+        _KeepsContext.made.append(weakref.ref(marker))
+        self.collector.emit([marker, 1], anchors=tuple)
+        self.collector.ack(tuple)
+
+    def declare_output_fields(self, declarer: Any) -> None:
+        declarer.declare(Fields("marker", "n"))
+
+
+class _Lines(Spout):
+    def next_tuple(self) -> None:
+        """Never called: the test feeds the task directly."""
+
+    def declare_output_fields(self, declarer: Any) -> None:
+        declarer.declare(Fields("line"))
+
+
+def test_what_a_task_emitted_goes_with_its_output_not_with_the_collector(gc_off: None) -> None:
+    # With the collector off (PySpark's daemon collects only after the task), nothing but the
+    # output may keep the emitted values alive: once it is dropped they are freed at once.
+    builder = TopologyBuilder()
+    builder.set_spout("lines", _Lines())
+    builder.set_bolt("keep", _KeepsContext()).shuffle_grouping("lines")
+    builder.set_bolt("sink", _KeepsContext()).local_or_shuffle_grouping("keep")
+    topology = builder.create_topology()
+    plan = ExecutionPlan(topology)
+    job = TaskJob(plan, plan.layout(plan.bolts()), CheckpointTaskProgram(None, 0), "t", {}, 0, 0)
+    lines, keep = plan.index["lines"], plan.index["keep"]
+    slot = job.layout.key_for(0, keep, 0)
+    batch = TupleBatch(keep, 0, lines, 0, 0, ["a", "b", "c"], [5, 6, 7], None)
+    _KeepsContext.made = []
+    out = list(run_task(job, cloudpickle.dumps(topology), 0, slot, [(slot, [batch])]))
+    emitted = [r for _, records in out for r in records if type(r) is TupleBatch]
+    assert [type(v[0]) for b in emitted for v in b.values] == [_Marker] * 3
+    assert all(ref() is not None for ref in _KeepsContext.made)
+    del out, emitted
+    assert [ref() for ref in _KeepsContext.made] == [None] * 3

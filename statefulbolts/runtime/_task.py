@@ -385,6 +385,7 @@ def _output(
     key_for = job.layout.key_for
     for b in itertools.chain(collector.records(), into.carry):
         out.setdefault(home if final else key_for(stage, b.dest, b.dest_task), []).append(b)
+    collector.release()
     if (
         not final
         and job.layout.narrow[stage]
