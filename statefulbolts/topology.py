@@ -17,7 +17,7 @@ from __future__ import annotations
 import enum
 import types
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from statefulbolts.components import (
@@ -111,6 +111,20 @@ class StormTopology:
     def has_stateful_bolt(self) -> bool:
         """Whether checkpointing is wired in."""
         return CHECKPOINT_COMPONENT_ID in self._components
+
+    def without_spout_objects(self) -> StormTopology:
+        """This topology with its spouts' user objects left out, for processes that run bolts only.
+
+        Where spouts run in the driver (the checkpoint runtime), a Spark task loads the topology
+        for its bolt: a spout that carries its input (a list of sentences) made every task
+        unpickle that input again.
+        """
+        return StormTopology(
+            {
+                cid: replace(spec, obj=None) if spec.is_spout else spec
+                for cid, spec in self._components.items()
+            }
+        )
 
     def component(self, component_id: str) -> ComponentSpec:
         """The spec of ``component_id``."""

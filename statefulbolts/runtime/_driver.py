@@ -113,7 +113,10 @@ class CheckpointRunner(TopologyRunner):
         self.topology = topology
         self.provider = get_provider(self.conf) if topology.has_stateful_bolt else None
         self._owned = self.provider if isinstance(self.provider, DriverOwnedStateProvider) else None
-        self.engine = Engine(spark, topology, name, self.conf, faults=self.faults)
+        # Spouts run here, in the driver (``_spouts``): tasks get the topology without them.
+        self.engine = Engine(
+            spark, topology, name, self.conf, faults=self.faults, tasks_run_spouts=False
+        )
         self.plan = self.engine.plan
         owned = self._owned
         self.images = None if owned is None else self.engine.image_shipper(owned)

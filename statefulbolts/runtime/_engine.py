@@ -127,7 +127,11 @@ def _identity(key: int) -> int:
 
 
 class Engine:
-    """Runs the jobs of one topology on a SparkContext, up to ``max_jobs`` at a time."""
+    """Runs the jobs of one topology on a SparkContext, up to ``max_jobs`` at a time.
+
+    Tasks load the topology from a broadcast; with ``tasks_run_spouts`` False (spouts run in
+    the driver) it is shipped without its spouts' objects.
+    """
 
     def __init__(
         self,
@@ -139,6 +143,7 @@ class Engine:
         faults: Any = None,
         max_jobs: int = 1,
         lead: int = 0,
+        tasks_run_spouts: bool = True,
     ) -> None:
         from pyspark import cloudpickle
 
@@ -148,7 +153,9 @@ class Engine:
         self.faults = faults
         self.sc = spark.sparkContext
         try:
-            blob = cloudpickle.dumps(topology)
+            blob = cloudpickle.dumps(
+                topology if tasks_run_spouts else topology.without_spout_objects()
+            )
         except Exception as exc:
             msg = f"topology {name!r} cannot be serialized for Spark: {exc}"
             raise TopologyError(msg) from exc
