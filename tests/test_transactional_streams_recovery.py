@@ -193,7 +193,12 @@ def test_a_driver_killed_at_a_point_is_restarted_and_counts_exactly(
     assert not collections.Counter(counts) - collections.Counter(exact), "words counted twice"
     assert counts == exact
     after = transactional_status(conf, tid)
-    assert after.replays == [] and after.current_txid == again[-1] + 1
+    # Idle, the topology still polls its streams: an interval after an empty batch it starts
+    # one txid (Pacing). Between await_idle and kill such probes may have committed (empty: the
+    # streams hold nothing new) and one may have started, its meta stored for a restart to
+    # replay; never two at once.
+    assert after.current_txid >= again[-1] + 1
+    assert after.replays in ([], [after.current_txid])
 
     if opaque:
         return
