@@ -23,11 +23,14 @@ from providers._factory import (
 from providers._resolve import resolve_serializers
 from providers._serializers import MsgpackSerializer, Serializer, encode_value
 from providers.errors import (
+    FATAL_STATE_ERRORS,
     ProviderConfigError,
     ProviderError,
     ProviderNotFoundError,
     StateBackendError,
+    StateBackendRefusedError,
     StatefulBoltsError,
+    StateLostError,
     StateSerializationError,
     StateTransactionError,
 )
@@ -35,6 +38,7 @@ from providers.memory import InMemoryKeyValueState, InMemoryKeyValueStateProvide
 
 __all__ = [
     "DEFAULT_PROVIDER",
+    "FATAL_STATE_ERRORS",
     "SERIALIZER_FIELDS",
     "STATE_PROVIDER_CONFIG_KEY",
     "STATE_PROVIDER_KEY",
@@ -49,7 +53,9 @@ __all__ = [
     "Serializer",
     "State",
     "StateBackendError",
+    "StateBackendRefusedError",
     "StateFactory",
+    "StateLostError",
     "StateProvider",
     "StateSerializationError",
     "StateTransactionError",

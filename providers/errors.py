@@ -9,8 +9,15 @@ it and adds the topology and runtime branches::
     │   ├── ProviderNotFoundError (LookupError)     a dotted name that does not resolve
     │   ├── StateSerializationError (TypeError)     a key or value the serializer cannot encode
     │   ├── StateTransactionError (RuntimeError)    prepare / commit / rollback out of order
-    │   └── StateBackendError (ConnectionError)     the store itself failed (Redis down, ...)
+    │   ├── StateBackendError (ConnectionError)     the store is unavailable: wait it out
+    │   ├── StateBackendRefusedError (RuntimeError) the store answers but refuses (OOM, auth, ...)
+    │   └── StateLostError (RuntimeError)           committed state is not where it should be
     └── (statefulbolts.errors adds the rest)
+
+``StateBackendError`` is the one a runtime waits out (``topology.state.backend.timeout.secs``):
+a connection lost, a timeout, a server still loading. ``StateBackendRefusedError`` and
+``StateLostError`` stop a topology at once (``FATAL_STATE_ERRORS``): waiting does not make a
+full store empty or bring back a flushed one, and going on would write over the evidence.
 """
 
 from __future__ import annotations
@@ -42,3 +49,24 @@ class StateTransactionError(ProviderError, RuntimeError):
 
 class StateBackendError(ProviderError, ConnectionError):
     """The store behind a state (a server, a file) failed or could not be reached."""
+
+
+class StateBackendRefusedError(ProviderError, RuntimeError):
+    """The store answered and refused, for a reason retrying will not fix.
+
+    Out of memory under ``noeviction``, a read-only replica, a key of the wrong type, a wrong
+    password, a missing permission. The message names the cause and the fix.
+    """
+
+
+class StateLostError(ProviderError, RuntimeError):
+    """A namespace's committed state is not the one the protocol expects.
+
+    The store lost committed data (restarted empty, flushed, pointed at another database) or
+    holds a later copy than the checkpoint. The message names the store, the namespace, the
+    txid found and the txid expected. A topology never continues from such a state.
+    """
+
+
+# The provider errors that stop a topology at once instead of being retried or waited out.
+FATAL_STATE_ERRORS: tuple[type[ProviderError], ...] = (StateBackendRefusedError, StateLostError)

@@ -35,6 +35,7 @@ from typing import Any
 
 from checkpoint import Action, CheckpointSpout, TxPhase
 from providers import (
+    FATAL_STATE_ERRORS,
     DriverOwnedStateProvider,
     StateBackendError,
     get_provider,
@@ -334,7 +335,9 @@ class CheckpointRunner(TopologyRunner):
             self._failures.with_backend("recording a failed checkpoint", lambda: cp.fail(txid))
             cause = error.text if error is not None else "a checkpoint tuple was failed"
             outage = error is not None and error.is_a(StateBackendError)
-            self._failures.failed(f"{action.value}({txid})", txid, cause, outage=outage)
+            fatal = error is not None and error.is_a(*FATAL_STATE_ERRORS)
+            what = f"{action.value}({txid})"
+            self._failures.failed(what, txid, cause, outage=outage, fatal=fatal)
             return
         if action.decides_commit:
             if faults is not None:
@@ -367,8 +370,11 @@ class CheckpointRunner(TopologyRunner):
         info.error, info.recovery = cause, job.recovering
         self.stats.record(info, component=component, task=task, traceback=worker_traceback(exc))
         outage = error is not None and error.is_a(StateBackendError)
+        fatal = error is not None and error.is_a(*FATAL_STATE_ERRORS)
         what = f"{name}({job.txid})"
-        self._failures.failed(what, job.txid, cause, component=component, task=task, outage=outage)
+        self._failures.failed(
+            what, job.txid, cause, component=component, task=task, outage=outage, fatal=fatal
+        )
 
     # ----------------------------------------------------------------- the transaction manifest
     def _save_manifest(self, txid: int) -> None:

@@ -12,6 +12,10 @@ Both protocols' drivers keep two runs of failures, with the one policy of ``reco
 
 A success (a commit) ends both runs. ``ready`` says whether the backoff has passed.
 
+A failure that waiting cannot fix (``providers.FATAL_STATE_ERRORS``: the store refused, or
+committed state is lost) stops the topology at once, in a job or in a driver-side state call:
+``failed(..., fatal=True)`` and ``with_backend``.
+
 For dashboards and metrics the gate also counts what it saw of the state backend
 (``backend_errors``, ``outage_seconds``, ``backend_down``): an outage lasts from its first
 failure until the call or commit that ended it, as the driver lived it. Other threads read them
@@ -25,7 +29,7 @@ import threading
 from collections.abc import Callable
 from typing import TypeVar
 
-from providers import StateBackendError
+from providers import FATAL_STATE_ERRORS, StateBackendError
 from recovery.retry import RetryBudget, backend_outage, transaction_retries
 from statefulbolts._config import TopologyConfig
 from statefulbolts.clock import Clock
@@ -106,8 +110,16 @@ class FailureGate:
         component: str | None = None,
         task: int | None = None,
         outage: bool = False,
+        fatal: bool = False,
     ) -> None:
-        """Transaction ``what`` (e.g. ``PREPARE(4)``) failed; back off, or stop the topology."""
+        """Transaction ``what`` (e.g. ``PREPARE(4)``) failed; back off, or stop the topology.
+
+        ``fatal``: the cause is one of ``providers.FATAL_STATE_ERRORS``; stop now, no retry.
+        """
+        if fatal:
+            where = f" in component {component!r} task {task}" if component else ""
+            msg = f"topology {self._name!r} stopped: {what} failed{where}: {cause}"
+            raise TopologyFailedError(msg, component=component, task=task, txid=txid, cause=cause)
         if outage:
             self._wait_for_backend(what, txid, cause)
             return
@@ -154,6 +166,10 @@ class FailureGate:
         while True:
             try:
                 result = call()
+            except FATAL_STATE_ERRORS as exc:
+                cause = f"{type(exc).__name__}: {exc}"
+                msg = f"topology {self._name!r} stopped while {what}: {cause}"
+                raise TopologyFailedError(msg, cause=cause) from exc
             except StateBackendError as exc:
                 failed_here = True
                 delay = self._outage_failed()

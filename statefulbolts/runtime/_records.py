@@ -85,9 +85,9 @@ class ReportedError(NamedTuple):
     # The formatted traceback, when the exception was raised before it was reported.
     traceback: str | None = None
 
-    def is_a(self, cls: type[BaseException]) -> bool:
-        """Whether the reported exception was an instance of ``cls``."""
-        return f"{cls.__module__}.{cls.__qualname__}" in self.types
+    def is_a(self, *classes: type[BaseException]) -> bool:
+        """Whether the reported exception was an instance of any of ``classes``."""
+        return any(f"{cls.__module__}.{cls.__qualname__}" in self.types for cls in classes)
 
 
 class TaskMetrics(NamedTuple):

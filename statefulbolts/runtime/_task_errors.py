@@ -66,9 +66,9 @@ class TaskError:
         """The exception's class name, without its module."""
         return self.types[0].rpartition(".")[2] if self.types else "Exception"
 
-    def is_a(self, cls: type[BaseException]) -> bool:
-        """Whether the task's exception was an instance of ``cls`` (by class name)."""
-        return qualified_name(cls) in self.types
+    def is_a(self, *classes: type[BaseException]) -> bool:
+        """Whether the task's exception was an instance of any of ``classes`` (by class name)."""
+        return any(qualified_name(cls) in self.types for cls in classes)
 
     @property
     def cause(self) -> str:

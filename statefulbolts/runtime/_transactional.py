@@ -45,6 +45,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from providers import (
+    FATAL_STATE_ERRORS,
     DriverOwnedStateProvider,
     KeyValueState,
     StateBackendError,
@@ -289,7 +290,8 @@ class TransactionalRunner(TopologyRunner):
         if exc is not None:
             error, component, task, cause = describe_job_failure(exc)
             outage = error is not None and error.is_a(StateBackendError)
-            self._failed(batch, cause, component, task, outage, worker_traceback(exc))
+            fatal = error is not None and error.is_a(*FATAL_STATE_ERRORS)
+            self._failed(batch, cause, component, task, outage, worker_traceback(exc), fatal)
             return
         result = future.result()
         owned = self.images if phase == "committing" else None
@@ -377,6 +379,7 @@ class TransactionalRunner(TopologyRunner):
         task: int | None,
         outage: bool,
         trace: str | None = None,
+        fatal: bool = False,
     ) -> None:
         """Fail the attempt: drop it and every later active txid; the coordinator replays."""
         assert self._coordinator is not None and self._metas is not None  # noqa: S101
@@ -402,7 +405,13 @@ class TransactionalRunner(TopologyRunner):
         commands = self._coordinator.fail(batch.attempt)
         what = f"{phase}({batch.attempt})"
         self._failures.failed(
-            what, batch.txid, cause, component=component or None, task=task, outage=outage
+            what,
+            batch.txid,
+            cause,
+            component=component or None,
+            task=task,
+            outage=outage,
+            fatal=fatal,
         )
         self._execute(commands)
 
