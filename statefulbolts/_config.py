@@ -57,6 +57,19 @@ class TopologyConfig(BaseModel):
     state_backend_timeout_secs: float = Field(
         300, gt=0, alias="topology.state.backend.timeout.secs"
     )
+    # Key groups of keyed state (``statefulbolts.keygroups``): the most tasks a stateful bolt
+    # may have; a restart with another parallelism redistributes committed state by group.
+    state_max_parallelism: int = Field(
+        128, ge=1, le=32768, alias="topology.state.max.parallelism"
+    )
+    # What a start does when the stored shape of the state differs from the topology's
+    # (``statefulbolts.state.evolve``): ``auto`` changes the stored state (rescale, rename,
+    # migrate), ``refuse`` stops with the command that would.
+    state_evolve: Literal["auto", "refuse"] = Field("auto", alias="topology.state.evolve")
+    # Stored components renamed in the topology: {old id: new id}.
+    state_renames: dict[str, str] = Field(default_factory=dict, alias="topology.state.renames")
+    # Start even though stored state belongs to components the topology no longer has.
+    state_allow_orphaned: bool = Field(False, alias="topology.state.allow.orphaned")
     # The live dashboard and /metrics (``statefulbolts.ui``): off unless a port is given.
     ui_port: int | None = Field(None, ge=0, le=65535, alias="topology.ui.port")
     ui_host: str = Field("127.0.0.1", min_length=1, alias="topology.ui.host")
@@ -104,6 +117,10 @@ class Config(dict[str, Any]):
     TOPOLOGY_NAME = "topology.name"
     TOPOLOGY_FAULTS = "topology.faults"
     TOPOLOGY_STATE_BACKEND_TIMEOUT_SECS = "topology.state.backend.timeout.secs"
+    TOPOLOGY_STATE_MAX_PARALLELISM = "topology.state.max.parallelism"
+    TOPOLOGY_STATE_EVOLVE = "topology.state.evolve"
+    TOPOLOGY_STATE_RENAMES = "topology.state.renames"
+    TOPOLOGY_STATE_ALLOW_ORPHANED = "topology.state.allow.orphaned"
     TOPOLOGY_UI_PORT = "topology.ui.port"
     TOPOLOGY_UI_HOST = "topology.ui.host"
 

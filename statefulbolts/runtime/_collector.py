@@ -19,7 +19,8 @@ from typing import Any
 from statefulbolts.acker import DeliveryLedger, id_base
 from statefulbolts.collectors import Anchors, BasicOutputCollector, OutputCollector
 from statefulbolts.errors import TopologyError, UnanchoredEmitError
-from statefulbolts.runtime._plan import ExecutionPlan, Router, stable_hash
+from statefulbolts.keygroups import stable_hash
+from statefulbolts.runtime._plan import ExecutionPlan, Router
 from statefulbolts.runtime._records import ReportedError, TupleBatch, id_column
 from statefulbolts.runtime._stats import format_traceback
 from statefulbolts.runtime._task_errors import exception_types
@@ -63,13 +64,16 @@ class TaskCollector(OutputCollector):
         self._dest_of: dict[int, tuple[int, int]] = {}
         self._task_ids = plan.task_ids
         # Fields grouping on one str field: remember which batch a value goes to, with the first
-        # str object of that value: (field position, {value: (batch, value)}, dest, n_tasks).
-        self._memo: dict[int, tuple[int, dict[str, tuple[list[Any], str]], int, int]] = {}
+        # str object of that value: (field position, {value: (batch, value)}, dest, the key
+        # group owners of dest's tasks).
+        self._memo: dict[
+            int, tuple[int, dict[str, tuple[list[Any], str]], int, tuple[int, ...]]
+        ] = {}
         for stream in range(len(self._widths)):
             single = self._router.single_field_route(stream)
             if single is not None:
-                dest, pos, n = single
-                self._memo[stream] = (pos, {}, dest, n)
+                dest, pos, owners = single
+                self._memo[stream] = (pos, {}, dest, owners)
         # The same caches by stream name, for the one-field data streams ``emit`` has a fast
         # path for (none in a data-free job, where a data emit is an error).
         self._fast: dict[str, dict[str, tuple[list[Any], str]]] = {}
@@ -237,7 +241,9 @@ class TaskCollector(OutputCollector):
             cache = memo[1]
             entry = cache.get(value)
             if entry is None:
-                entry = (self._batch(memo[2], stable_hash((value,)) % memo[3], s), value)
+                owners = memo[3]
+                task = owners[stable_hash((value,)) % len(owners)]
+                entry = (self._batch(memo[2], task, s), value)
                 if len(cache) < 100_000:
                     cache[value] = entry
             targets: Sequence[list[Any]] = (entry[0],)

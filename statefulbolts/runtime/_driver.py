@@ -46,6 +46,7 @@ from statefulbolts.clock import Clock
 from statefulbolts.collectors import SpoutOutputCollector
 from statefulbolts.context import TopologyContext
 from statefulbolts.errors import TopologyError
+from statefulbolts.keygroups import component_key_groups
 from statefulbolts.runtime._checkpoint_jobs import CheckpointJobs
 from statefulbolts.runtime._engine import Engine
 from statefulbolts.runtime._failures import FailureGate
@@ -114,9 +115,19 @@ class CheckpointRunner(TopologyRunner):
         self.topology = topology
         self.provider = get_provider(self.conf) if topology.has_stateful_bolt else None
         self._owned = self.provider if isinstance(self.provider, DriverOwnedStateProvider) else None
+        stateful = [cid for cid, spec in topology.components.items() if spec.is_stateful]
+        key_groups = component_key_groups(
+            topology.components, self.tc.state_max_parallelism, stateful
+        )
         # Spouts run here, in the driver (``_spouts``): tasks get the topology without them.
         self.engine = Engine(
-            spark, topology, name, self.conf, faults=self.faults, tasks_run_spouts=False
+            spark,
+            topology,
+            name,
+            self.conf,
+            faults=self.faults,
+            tasks_run_spouts=False,
+            key_groups=key_groups,
         )
         self.plan = self.engine.plan
         owned = self._owned

@@ -144,12 +144,13 @@ class Engine:
         max_jobs: int = 1,
         lead: int = 0,
         tasks_run_spouts: bool = True,
+        key_groups: Mapping[str, int] | None = None,
     ) -> None:
         from pyspark import cloudpickle
 
         self.name = name
         self.conf = conf
-        self.plan = ExecutionPlan(topology, lead)
+        self.plan = ExecutionPlan(topology, lead, key_groups)
         self.faults = faults
         self.sc = spark.sparkContext
         try:

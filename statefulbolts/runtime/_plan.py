@@ -21,39 +21,15 @@ Everything here is plain Python and is pickled to the tasks.
 
 from __future__ import annotations
 
-import zlib
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import msgpack
-
 from statefulbolts.errors import TopologyError
+from statefulbolts.keygroups import DEFAULT_KEY_GROUPS, KeyGroups, stable_hash
 from statefulbolts.streams import GlobalStreamId, GroupingKind
 from statefulbolts.topology import CHECKPOINT_STREAM_ID, ExecutorKind, StormTopology
 from statefulbolts.tuples import Fields
-
-
-def stable_hash(values: Sequence[Any]) -> int:
-    """A hash of grouping values that is the same in every process.
-
-    Python's own ``hash`` of ``str`` is salted per process, and tasks run in many processes.
-    """
-    if len(values) == 1:
-        v = values[0]
-        if isinstance(v, str):
-            return zlib.crc32(v.encode("utf-8", "surrogatepass"))
-        if isinstance(v, bool):
-            return int(v)
-        if isinstance(v, int):
-            return v & 0x7FFFFFFFFFFFFFFF
-        if isinstance(v, bytes):
-            return zlib.crc32(v)
-    try:
-        blob = msgpack.packb(list(values), use_bin_type=True)
-    except (TypeError, ValueError):
-        blob = repr(list(values)).encode("utf-8", "surrogatepass")
-    return zlib.crc32(blob)
 
 
 @dataclass(frozen=True)
@@ -68,6 +44,9 @@ class Route:
     # sends every tuple to task i (Storm lets a none grouping run in its source's thread; a
     # task's own index is the most local task there is), which lets a job chain the two.
     local: bool = False
+    # Fields grouping: the owning task of each key group (``KeyGroups.owners``); a tuple goes
+    # to ``owners[stable_hash(values) % len(owners)]``.
+    owners: tuple[int, ...] = ()
 
 
 class ExecutionPlan:
@@ -79,8 +58,16 @@ class ExecutionPlan:
     job's leading values back in front (``fields`` stay the declared ones).
     """
 
-    def __init__(self, topology: StormTopology, lead: int = 0) -> None:
+    def __init__(
+        self,
+        topology: StormTopology,
+        lead: int = 0,
+        key_groups: Mapping[str, int] | None = None,
+    ) -> None:
         self.lead = lead
+        # Key groups per fields-grouped consumer (``component_key_groups``); the default for
+        # any component not named.
+        groups = dict(key_groups or {})
         self.component_ids: list[str] = sorted(topology.components)
         self.index = {cid: i for i, cid in enumerate(self.component_ids)}
         specs = [topology.component(cid) for cid in self.component_ids]
@@ -123,7 +110,11 @@ class ExecutionPlan:
                         raise TopologyError(msg)
                     local = grouping.chains(self.parallelism[c], self.parallelism[d])
                     n = self.parallelism[d]
-                    consumers.append(Route(d, grouping.kind, positions, n, local))
+                    owners: tuple[int, ...] = ()
+                    if grouping.kind is GroupingKind.FIELDS:
+                        count = groups.get(dest_id, max(DEFAULT_KEY_GROUPS, n))
+                        owners = tuple(KeyGroups(count).owners(n))
+                    consumers.append(Route(d, grouping.kind, positions, n, local, owners))
                 consumers.sort(key=lambda r: r.dest)
                 self.routes[(c, self.stream_index[c][name])] = tuple(consumers)
 
@@ -204,7 +195,8 @@ class Router:
     """Chooses destination tasks for one emitting task, as its groupings say.
 
     Shuffle-like groupings go round-robin, starting at the emitting task's index so that tasks
-    spread differently; fields grouping hashes the selected values with ``stable_hash``.
+    spread differently; fields grouping hashes the selected values with ``stable_hash`` into a
+    key group and sends the tuple to the group's owner (``statefulbolts.keygroups``).
     """
 
     __slots__ = ("_table", "_rr")
@@ -213,9 +205,18 @@ class Router:
         self._table: dict[int, list[list[Any]]] = {}
         for (c, stream), routes in plan.routes.items():
             if c == comp:
-                # [code, dest, n_tasks, positions, round-robin counter (local: the task)]
+                # [code, dest, n_tasks, positions, round-robin counter (local: the task),
+                #  key group owners (fields), key groups]
                 self._table[stream] = [
-                    [_LOCAL if r.local else _CODE[r.kind], r.dest, r.n_tasks, r.positions, task]
+                    [
+                        _LOCAL if r.local else _CODE[r.kind],
+                        r.dest,
+                        r.n_tasks,
+                        r.positions,
+                        task,
+                        r.owners,
+                        len(r.owners),
+                    ]
                     for r in routes
                 ]
         self._rr = task
@@ -228,9 +229,10 @@ class Router:
             if code == _FIELDS:
                 positions = route[3]
                 if len(positions) == 1:
-                    out.append((dest, stable_hash((values[positions[0]],)) % n))
+                    h = stable_hash((values[positions[0]],))
                 else:
-                    out.append((dest, stable_hash([values[p] for p in positions]) % n))
+                    h = stable_hash([values[p] for p in positions])
+                out.append((dest, route[5][h % route[6]]))
             elif code == _SHUFFLE:
                 i = route[4]
                 route[4] = i + 1
@@ -271,11 +273,14 @@ class Router:
             return dest, 0
         return None
 
-    def single_field_route(self, stream: int) -> tuple[int, int, int] | None:
-        """``(dest, position, n_tasks)`` when ``stream`` has one consumer, by one field."""
+    def single_field_route(self, stream: int) -> tuple[int, int, tuple[int, ...]] | None:
+        """``(dest, position, key group owners)`` when ``stream`` has one consumer, by one field.
+
+        The value at ``position`` goes to ``owners[stable_hash((value,)) % len(owners)]``.
+        """
         routes = self._table.get(stream, ())
         if len(routes) == 1 and routes[0][0] == _FIELDS and len(routes[0][3]) == 1:
-            return routes[0][1], routes[0][3][0], routes[0][2]
+            return routes[0][1], routes[0][3][0], routes[0][5]
         return None
 
 

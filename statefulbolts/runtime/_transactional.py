@@ -56,6 +56,7 @@ from recovery.faults import KillPoint
 from statefulbolts.clock import Clock
 from statefulbolts.context import TopologyContext
 from statefulbolts.errors import TopologyError
+from statefulbolts.keygroups import component_key_groups
 from statefulbolts.runtime._engine import Engine
 from statefulbolts.runtime._failures import FailureGate
 from statefulbolts.runtime._records import JobResult, TupleBatch
@@ -135,6 +136,9 @@ class TransactionalRunner(TopologyRunner):
         self.max_pending = self.tc.max_spout_pending or 1
         self.provider = get_provider(self.conf)
         owned = self.provider if isinstance(self.provider, DriverOwnedStateProvider) else None
+        key_groups = component_key_groups(
+            topology.topology.components, self.tc.state_max_parallelism, topology.commit_phase
+        )
         self.engine = Engine(
             spark,
             topology.topology,
@@ -143,6 +147,7 @@ class TransactionalRunner(TopologyRunner):
             faults=self.faults,
             max_jobs=self.max_pending + 2,
             lead=1,  # every tuple's first value is its batch's attempt: not shipped
+            key_groups=key_groups,
         )
         self.plan = self.engine.plan
         self.images = None if owned is None else self.engine.image_shipper(owned)
