@@ -2,6 +2,7 @@
 
 from checkpoint._base import BaseStatefulBoltExecutor
 from checkpoint._collectors import AckTrackingOutputCollector, AnchoringOutputCollector
+from checkpoint._expected import check_stored_txids, expected_committed
 from checkpoint._state import Action, CheckPointState, TxPhase
 from checkpoint.driver_commit import commit_hooks
 from checkpoint.executor import StatefulBoltExecutor
@@ -23,5 +24,7 @@ __all__ = [
     "StatefulBoltExecutor",
     "TaskHooks",
     "TxPhase",
+    "check_stored_txids",
     "commit_hooks",
+    "expected_committed",
 ]

@@ -32,6 +32,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from checkpoint._expected import check_stored_txids
 from checkpoint._prefetch import BatchLike, PlanLike, grouped_keys
 from checkpoint._state import Action
 from checkpoint.executor import StatefulBoltExecutor
@@ -139,6 +140,10 @@ class CheckpointTask:
         bolt = self.bolt
         bolt.prepare(conf, context, collector)
         if isinstance(bolt, StatefulBoltExecutor):
+            if self._action is not None:
+                # A store that lost committed state must stop the topology, not restart it
+                # from what is left (``checkpoint._expected``).
+                check_stored_txids(bolt.state, self._action, self._txid)
             if self._action is Action.PREPARE:
                 # This attempt starts from the committed image: a delta an earlier attempt of
                 # this task prepared before it was lost must not be read, and is replaced.

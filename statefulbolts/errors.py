@@ -14,7 +14,8 @@
     ├── StateFileError (ValueError)             a state export file is corrupt, truncated, foreign
     ├── StateToolError (RuntimeError)           the state tool cannot do it (statefulbolts.state)
     │   ├── StateNotFoundError (LookupError)    nothing stored for that topology / component
-    │   └── StateOverwriteError                 an import target already holds state
+    │   ├── StateOverwriteError                 an import target already holds state
+    │   └── StateEvolutionError                 stored state cannot take the topology's shape
     └── TopologyFailedError (RuntimeError)      the runtime gave up (names component, task, txid)
         └── TaskFailedError                     one task's error, carried from a Spark worker
 """
@@ -44,6 +45,7 @@ __all__ = [
     "ReportedFailedException",
     "StateBackendError",
     "StateBackendRefusedError",
+    "StateEvolutionError",
     "StateFileError",
     "StateLostError",
     "StateNotFoundError",
@@ -100,6 +102,13 @@ class StateToolError(StatefulBoltsError, RuntimeError):
 
 class StateNotFoundError(StateToolError, LookupError):
     """Nothing is stored for the topology, transactional id or component asked for."""
+
+
+class StateEvolutionError(StateToolError):
+    """The stored state cannot take the shape the topology asks for; nothing was changed.
+
+    The message names the component, what is stored, what was asked, and the fix.
+    """
 
 
 class StateOverwriteError(StateToolError):

@@ -21,7 +21,7 @@ import topologies as topo
 from checkpoint import commit_hooks
 from examples.wordcount import SentenceSpout, SplitSentence, WordCount, expected_counts
 from providers import InMemoryKeyValueStateProvider, get_provider
-from providers.errors import StateTransactionError
+from providers.errors import StateLostError, StateTransactionError
 from recovery.faults import FaultPlan
 from statefulbolts import Fields, TopologyBuilder
 from statefulbolts.errors import TaskFailedError
@@ -105,7 +105,7 @@ def test_the_memory_providers_commit_log_is_what_a_task_commit_would_return() ->
     InMemoryKeyValueStateProvider.drop(ns)
 
 
-def test_a_state_that_cannot_commit_fails_the_commit_naming_its_task() -> None:
+def test_a_state_that_lost_its_prepared_delta_fails_the_commit_naming_its_task() -> None:
     name = topo.new_key("cannot")
     topology = wordcount()
     plan = ExecutionPlan(topology)
@@ -119,15 +119,16 @@ def test_a_state_that_cannot_commit_fails_the_commit_naming_its_task() -> None:
         provider=get_provider({}),
     )
     assert jobs.commits_here
-    future, root = jobs.commit_here(7)  # nothing was ever prepared
+    future, root = jobs.commit_here(7)  # nothing was ever prepared: the store lost it
     assert isinstance(root, int)
     exc = future.exception()
     assert isinstance(exc, TaskFailedError)
     error = decode_task_error(exc)
-    assert error is not None and error.is_a(StateTransactionError)
+    assert error is not None and error.is_a(StateLostError)
     assert error.component == "count" and error.txid == 7
     assert error.task == topology.task_ids("count")[0]
-    assert "cannot commit txid 7" in error.message
+    assert f"state '{name}/count-0' in memory holds nothing committed" in error.message
+    assert "COMMIT(7), which needs committed txid 6 with txid 7 prepared" in error.message
     InMemoryKeyValueStateProvider.drop(f"{name}/")
 
 

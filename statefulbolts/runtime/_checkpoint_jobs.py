@@ -26,7 +26,7 @@ import concurrent.futures
 from collections.abc import Mapping
 from typing import Any
 
-from checkpoint import Action, CheckpointTaskProgram, commit_hooks
+from checkpoint import Action, CheckpointTaskProgram, check_stored_txids, commit_hooks
 from providers import DriverOwnedStateProvider, StateFactory, StateProvider
 from recovery.faults import FaultPlan
 from statefulbolts.runtime._engine import JobSpec
@@ -128,6 +128,8 @@ class CheckpointJobs:
 
     def _commit_one(self, namespace: str, txid: int) -> None:
         provider = self._provider
+        state = StateFactory.get_state(namespace, self._conf)
+        check_stored_txids(state, Action.COMMIT, txid)  # as a task's COMMIT would
         if isinstance(provider, DriverOwnedStateProvider):
             changes = provider.commit_changes(namespace, txid)
             if changes is None:
@@ -137,7 +139,7 @@ class CheckpointJobs:
             else:
                 provider.apply_changes(namespace, changes)
             return
-        StateFactory.get_state(namespace, self._conf).commit(txid)
+        state.commit(txid)
 
     def _add_checkpoint(
         self, inputs: list[list[Any]], layout: JobLayout, txid: int, action: Action
