@@ -25,7 +25,7 @@ Example:
     >>> try:
     ...     check_stored_txids(InMemoryKeyValueState("lost/count-0"), Action.INITSTATE, 3)
     ... except StateLostError as exc:
-    ...     print(str(exc)[:91])
+    ...     print(str(exc)[:93])
     state 'lost/count-0' in memory holds nothing committed, but the checkpoint is at INITSTATE(3)
 """
 

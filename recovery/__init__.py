@@ -1,5 +1,13 @@
 """Recovery: fault injection, restarting a crashed driver, and reading where a checkpoint stands."""
 
+from recovery.evolve import (
+    EvolutionPlan,
+    EvolutionReport,
+    Wanted,
+    evolve,
+    plan_evolution,
+    wanted_shapes,
+)
 from recovery.faults import FAULTS_KEY, FaultPlan, InjectedFault, KillPoint, TaskFault
 from recovery.manifest import MANIFEST_KEY, SpoutMessages, TransactionManifest
 from recovery.retry import RetryBudget, RetryPolicy, backend_outage, transaction_retries
@@ -26,6 +34,8 @@ __all__ = [
     "MANIFEST_KEY",
     "TIMEOUT_EXIT_CODE",
     "CheckpointStatus",
+    "EvolutionPlan",
+    "EvolutionReport",
     "FaultPlan",
     "InjectedFault",
     "KillPoint",
@@ -37,12 +47,16 @@ __all__ = [
     "TaskFault",
     "TaskStatus",
     "TransactionManifest",
+    "Wanted",
     "backend_outage",
     "checkpoint_status",
+    "evolve",
     "exit_status",
+    "plan_evolution",
     "provider_stateful_tasks",
     "recovery_actions",
     "stateful_tasks",
     "supervise",
     "transaction_retries",
+    "wanted_shapes",
 ]

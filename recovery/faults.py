@@ -66,6 +66,9 @@ class KillPoint(enum.Enum):
     DURING_PROCESSING = "during-processing"  # t's processing job just started
     AFTER_PROCESSED = "after-processed"  # t processed, its commit not started
     AFTER_COMMIT = "after-commit"  # t's commit job succeeded, currtx not yet moved past t
+    # A change of the stored state's shape at start (``recovery.evolve``); "txid" counts steps.
+    EVOLVE_STAGED = "evolve-staged"  # every new namespace staged, the swap recorded, not begun
+    EVOLVE_MID_SWAP = "evolve-mid-swap"  # after target namespace number "txid" was swapped
 
 
 @dataclass(frozen=True)

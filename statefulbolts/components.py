@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Iterable, Mapping
-from typing import TYPE_CHECKING, Any
+from collections.abc import Iterable, Iterator, Mapping
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from statefulbolts.collectors import (
     BasicOutputCollector,
@@ -170,9 +170,48 @@ class StatefulBolt(Bolt):
         ...         self.collector.ack(tuple)
     """
 
+    #: The version of what this bolt stores. Raise it when the stored keys or values change
+    #: meaning; the next start then calls ``migrate_state`` (or ``migrate_states``) on the
+    #: committed state before the bolt sees it, and refuses to start if neither is defined.
+    state_version: ClassVar[int] = 1
+
     @abstractmethod
     def init_state(self, state: KeyValueState) -> None:
         """Receive the state, restored to the last committed checkpoint."""
+
+    def grouping_key(self, state_key: Any) -> Any:
+        """The grouped value(s) ``state_key`` belongs to: the key itself by default.
+
+        A rescale puts each stored key in the task that owns the key group of this value, so
+        it must be the value of the field(s) the bolt is fields-grouped on for the tuples that
+        write the key (a tuple of them, in order, for several fields). Override it when the
+        state is keyed otherwise, e.g. ``"user:clicks"`` for a bolt grouped on ``user``::
+
+            def grouping_key(self, state_key):
+                return state_key.split(":", 1)[0]
+        """
+        return state_key
+
+    def migrate_state(self, key: Any, value: Any, from_version: int) -> tuple[Any, Any] | None:
+        """Rewrite one stored entry of version ``from_version`` for ``state_version``.
+
+        Return the new ``(key, value)``, or ``None`` to drop the entry. Called once per
+        committed key, at the start after ``state_version`` was raised, before any tuple.
+        Not defined by default: define this or ``migrate_states``.
+        """
+        raise NotImplementedError
+
+    def migrate_states(
+        self, items: Iterator[tuple[Any, Any]], from_version: int
+    ) -> Iterable[tuple[Any, Any]]:
+        """Rewrite the whole stored state of version ``from_version`` for ``state_version``.
+
+        ``items`` yields every committed ``(key, value)`` of the component (all its tasks);
+        return (or yield) the entries of the new state. For migrations that need more than one
+        entry at a time. Wins over ``migrate_state`` when both are defined. Not defined by
+        default.
+        """
+        raise NotImplementedError
 
     def pre_prepare(self, txid: int) -> None:  # noqa: B027
         """Called before the state's ``prepare_commit(txid)``."""

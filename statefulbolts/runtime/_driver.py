@@ -40,6 +40,7 @@ from providers import (
     StateBackendError,
     get_provider,
 )
+from recovery.evolve import EvolutionReport, evolve, wanted_shapes
 from recovery.faults import KillPoint
 from recovery.manifest import SpoutMessages, TransactionManifest
 from statefulbolts.clock import Clock
@@ -47,6 +48,7 @@ from statefulbolts.collectors import SpoutOutputCollector
 from statefulbolts.context import TopologyContext
 from statefulbolts.errors import TopologyError
 from statefulbolts.keygroups import component_key_groups
+from statefulbolts.namespaces import topology_prefix
 from statefulbolts.runtime._checkpoint_jobs import CheckpointJobs
 from statefulbolts.runtime._engine import Engine
 from statefulbolts.runtime._failures import FailureGate
@@ -119,6 +121,8 @@ class CheckpointRunner(TopologyRunner):
         key_groups = component_key_groups(
             topology.components, self.tc.state_max_parallelism, stateful
         )
+        self.wanted = wanted_shapes(topology.components, stateful, key_groups, self.conf)
+        self.evolution: EvolutionReport | None = None
         # Spouts run here, in the driver (``_spouts``): tasks get the topology without them.
         self.engine = Engine(
             spark,
@@ -173,9 +177,14 @@ class CheckpointRunner(TopologyRunner):
 
     # ----------------------------------------------------------------- lifecycle
     def _open(self) -> None:
-        """Open the spouts, then the checkpoint spout; if anything fails, close what opened."""
+        """Adapt the stored state, open the spouts, then the checkpoint spout.
+
+        If anything fails, close what opened.
+        """
         opened = False
         try:
+            if self.topology.has_stateful_bolt:
+                self._evolve()
             self.spouts.open()
             opened = True
             if self.topology.has_stateful_bolt:
@@ -185,6 +194,29 @@ class CheckpointRunner(TopologyRunner):
                 self.spouts.close()
             self.engine.close()
             raise
+
+    def _evolve(self) -> None:
+        """Bring the stored state to this topology's shape, or refuse (``recovery.evolve``)."""
+        tc, name = self.tc, self.name
+        command = (
+            f"statefulbolts state evolve --conf <config file> --topology {name} "
+            "--topology-module <module>:<function building the topology>"
+        )
+
+        def run() -> EvolutionReport:
+            return evolve(
+                self.conf,
+                topology_prefix(name),
+                self.wanted,
+                checkpointed=True,
+                renames=tc.state_renames,
+                mode=tc.state_evolve,
+                allow_orphaned=tc.state_allow_orphaned,
+                faults=self.faults,
+                command=command,
+            )
+
+        self.evolution = self._failures.with_backend("adapting the stored state", run)
 
     def _open_checkpoint_spout(self) -> None:
         cp = CheckpointSpout(self.clock)
@@ -416,6 +448,7 @@ class CheckpointRunner(TopologyRunner):
                 "job": (
                     f"{job.action.value if job.action else 'BATCH'}({job.txid})" if job else None
                 ),
+                "state_shape": self.evolution.lines if self.evolution is not None else [],
             }
 
     def read_state(self, component_id: str) -> dict[Any, Any]:

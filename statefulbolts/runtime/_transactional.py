@@ -52,11 +52,13 @@ from providers import (
     StateFactory,
     get_provider,
 )
+from recovery.evolve import EvolutionReport, evolve, wanted_shapes
 from recovery.faults import KillPoint
 from statefulbolts.clock import Clock
 from statefulbolts.context import TopologyContext
 from statefulbolts.errors import TopologyError
 from statefulbolts.keygroups import component_key_groups
+from statefulbolts.namespaces import transactional_prefix
 from statefulbolts.runtime._engine import Engine
 from statefulbolts.runtime._failures import FailureGate
 from statefulbolts.runtime._records import JobResult, TupleBatch
@@ -139,6 +141,10 @@ class TransactionalRunner(TopologyRunner):
         key_groups = component_key_groups(
             topology.topology.components, self.tc.state_max_parallelism, topology.commit_phase
         )
+        self.wanted = wanted_shapes(
+            topology.topology.components, topology.commit_phase, key_groups, self.conf
+        )
+        self.evolution: EvolutionReport | None = None
         self.engine = Engine(
             spark,
             topology.topology,
@@ -171,8 +177,9 @@ class TransactionalRunner(TopologyRunner):
 
     # ----------------------------------------------------------------- lifecycle
     def _open(self) -> None:
-        """Open the spout's coordinator over its stored state; resume where the id stopped."""
+        """Adapt the stored state; open the spout's coordinator; resume where the id stopped."""
         try:
+            self._evolve()
             spout, tid = self.topology.spout, self.topology.transactional_id
             context = TopologyContext(self.topology.topology, self.name, self.topology.spout_id, 0)
             user = spout.get_coordinator(self.conf, context)
@@ -191,6 +198,29 @@ class TransactionalRunner(TopologyRunner):
         except BaseException:
             self.engine.close()
             raise
+
+    def _evolve(self) -> None:
+        """Bring the committers' stored maps to this topology's shape, or refuse."""
+        tc, tid = self.tc, self.topology.transactional_id
+        command = (
+            f"statefulbolts state evolve --conf <config file> --id {tid} "
+            "--topology-module <module>:<function building the topology>"
+        )
+
+        def run() -> EvolutionReport:
+            return evolve(
+                self.conf,
+                transactional_prefix(tid),
+                self.wanted,
+                checkpointed=False,
+                renames=tc.state_renames,
+                mode=tc.state_evolve,
+                allow_orphaned=tc.state_allow_orphaned,
+                faults=self.faults,
+                command=command,
+            )
+
+        self.evolution = self._failures.with_backend("adapting the stored state", run)
 
     def _system_state(self, namespace: str) -> KeyValueState:
         state = StateFactory.get_system_state(namespace, self.conf)
@@ -435,6 +465,7 @@ class TransactionalRunner(TopologyRunner):
                     }
                     for t, b in sorted(self._live.items())
                 },
+                "state_shape": self.evolution.lines if self.evolution is not None else [],
             }
 
     def _failure_gate(self) -> FailureGate:

@@ -35,18 +35,41 @@ from statefulbolts.state._dataframe import state_dataframe
 from statefulbolts.state._format import FORMAT, VERSION, NamespaceInfo, StateFileInfo
 from statefulbolts.state._move import ImportResult, export_state, import_state, read_info
 from statefulbolts.state._read import get_value, iter_state, read_state
+from statefulbolts.state._redistribute import LayoutError, Stage, empty, open_image, stage, swap
+from statefulbolts.state._shape import (
+    ComponentShape,
+    Partitioning,
+    StoredShape,
+    read_shape,
+    serializers_of,
+    shape_namespace,
+    write_shape,
+)
 
 __all__ = [
     "FORMAT",
     "VERSION",
+    "ComponentShape",
     "ImportResult",
+    "LayoutError",
     "NamespaceInfo",
+    "Partitioning",
+    "Stage",
     "StateFileInfo",
+    "StoredShape",
+    "empty",
     "export_state",
     "get_value",
     "import_state",
     "iter_state",
+    "open_image",
     "read_info",
+    "read_shape",
     "read_state",
+    "serializers_of",
+    "shape_namespace",
+    "stage",
     "state_dataframe",
+    "swap",
+    "write_shape",
 ]

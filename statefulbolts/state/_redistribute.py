@@ -9,9 +9,10 @@ crash anywhere leaves something a restart can finish:
    file per target on local disk), route it, and write each target's whole image into its
    *staging* namespace (``<prefix>$evolve/...``) in one ``replace_stored``. The sources are
    not touched: a crash here loses nothing, and the stage is simply done again.
-2. **Swap** (``swap``): replace each target namespace by its staging namespace, empty the
-   namespaces that are no longer used, then the staging ones. Every step is a whole-namespace
-   replace from an intact staging copy, so a crash here is finished by doing the swap again.
+2. **Swap** (``swap``, ``empty``): replace each target namespace by its staging namespace,
+   empty the namespaces that are no longer used, then the staging ones. Every step is a
+   whole-namespace replace from an intact staging copy, so a crash here is finished by doing
+   the swap again.
 
 Which step is under way is the caller's to record (``recovery.evolve`` keeps it in the stored
 shape). Entries move as the store holds them (the serializers' bytes), unless a migration
@@ -40,8 +41,8 @@ from providers import (
     encode_value,
     resolve_serializers,
 )
-from providers._config import parse_provider_config  # noqa: F401 - re-exported below
 from statefulbolts.errors import StateToolError
+from statefulbolts.state._shape import serializers_of
 
 __all__ = [
     "EntryRule",
@@ -49,6 +50,7 @@ __all__ = [
     "Stage",
     "Transform",
     "WholeTransform",
+    "empty",
     "open_image",
     "stage",
     "swap",
@@ -138,7 +140,7 @@ class _Spill:
 def _serializers(conf: Mapping[str, Any], system: bool) -> tuple[Serializer, Serializer]:
     if system:
         return MsgpackSerializer(), MsgpackSerializer()
-    return resolve_serializers(parse_provider_config(conf), conf)
+    return resolve_serializers(dict(serializers_of(conf)), conf)
 
 
 def stage(
@@ -261,25 +263,20 @@ def _rewritten(
             yield task, out[0], out[1]
 
 
-def swap(
-    conf: Mapping[str, Any],
-    *,
-    system: bool,
-    pairs: Sequence[tuple[str, str]],
-    drop: Sequence[str] = (),
-) -> None:
-    """Stage step 2: each ``(staging, target)`` pair's target replaced by its staging copy.
+def swap(conf: Mapping[str, Any], *, system: bool, staging: str, target: str) -> None:
+    """Step 2, for one target: replace ``target`` by the image of ``staging``.
 
-    Then every namespace in ``drop`` is emptied, then the staging ones. Doing it again after a
-    crash gives the same result, as long as the staging namespaces are intact (they are
-    emptied last).
+    Doing it again gives the same result, as long as ``staging`` is intact: empty the staging
+    namespaces (``empty``) only after every target was swapped.
     """
-    for staging_ns, target_ns in pairs:
-        staging = open_image(conf, staging_ns, system)
-        committed_txid, _ = staging.stored_txids()
-        target = open_image(conf, target_ns, system)
-        target.replace_stored(committed_txid, staging.scan_committed(), None, {})
-    for ns in drop:
+    staged = open_image(conf, staging, system)
+    committed_txid, _ = staged.stored_txids()
+    open_image(conf, target, system).replace_stored(
+        committed_txid, staged.scan_committed(), None, {}
+    )
+
+
+def empty(conf: Mapping[str, Any], *, system: bool, namespaces: Iterable[str]) -> None:
+    """Empty each namespace: it holds nothing, and the provider no longer lists it."""
+    for ns in namespaces:
         open_image(conf, ns, system).replace_stored(None, (), None, {})
-    for staging_ns, _ in pairs:
-        open_image(conf, staging_ns, system).replace_stored(None, (), None, {})
