@@ -430,7 +430,11 @@ class _Rule:
 
     @property
     def decodes(self) -> bool:
-        return self.new.partitioning in (Partitioning.KEYED, Partitioning.GLOBAL)
+        keyed = (Partitioning.KEYED, Partitioning.LEGACY)
+        return (
+            self.new.partitioning in (Partitioning.KEYED, Partitioning.GLOBAL)
+            or self.old.partitioning in keyed
+        )
 
     @property
     def unique(self) -> bool:
@@ -457,22 +461,34 @@ class _Rule:
             return legacy_hash(values) % old.parallelism
         return None
 
+    def check(self, source: int, key: Any) -> None:
+        """Raise ``LayoutError`` if the old layout would not have put ``key`` in ``source``."""
+        if self.old.partitioning not in (Partitioning.KEYED, Partitioning.LEGACY):
+            return
+        value = self._value_of(key)
+        expected = self._source_of(value)
+        if expected is not None and expected != source:
+            raise LayoutError(self._misplaced(key, value, source, expected))
+
+    def _value_of(self, key: Any) -> Any:
+        try:
+            return self._group_value(key)
+        except Exception as exc:  # the user's grouping_key on a key it does not expect
+            msg = f"{self.label}: grouping_key({key!r}) raised {type(exc).__name__}: {exc}"
+            raise LayoutError(msg) from exc
+
     def __call__(self, source: int, key: Any) -> Sequence[int]:
         new, old = self.new, self.old
         p = new.parallelism
         if new.partitioning is Partitioning.KEYED:
             if old.partitioning is Partitioning.REPLICATED and source > 0:
                 return ()  # a replica: task 0's copy is the one redistributed
+            value = self._value_of(key)
             try:
-                value = self._group_value(key)
                 h = key_hash(value, new.key_arity)
             except ValueError as exc:
                 msg = f"{self.label}: {exc}"
                 raise LayoutError(msg) from exc
-            if source >= 0:
-                expected = self._source_of(value)
-                if expected is not None and expected != source:
-                    raise LayoutError(self._misplaced(key, value, source, expected))
             groups = KeyGroups(new.key_groups or 1)
             return (groups.owner(groups.group_of_hash(h), p),)
         if new.partitioning is Partitioning.GLOBAL:
@@ -482,7 +498,7 @@ class _Rule:
             if source == 0:
                 targets.extend(range(old.parallelism, p))
             return targets
-        if source < p:
+        if 0 <= source < p:
             return (source,)
         msg = (
             f"{self.label}: task {source} holds state (key {key!r}), and the new parallelism is "
@@ -688,6 +704,7 @@ def _move_component(
             targets=targets,
             rule=rule,
             committed_txid=committed,
+            check=rule.check,
             decode_keys=rule.decodes,
             unique=rule.unique,
             transform=transform,

@@ -27,7 +27,6 @@ child's status.
 from __future__ import annotations
 
 import argparse
-import importlib
 import json
 import logging
 import signal
@@ -36,6 +35,7 @@ from typing import Any
 
 from recovery.supervisor import BAD_INPUT_EXIT_CODE, TIMEOUT_EXIT_CODE
 from statefulbolts._config import Config, load_config_file
+from statefulbolts._load import load_topology
 from statefulbolts.errors import (
     StateBackendError,
     StatefulBoltsError,
@@ -43,37 +43,9 @@ from statefulbolts.errors import (
     TopologyFailedError,
 )
 from statefulbolts.state._cli import add_state_commands
-from statefulbolts.topology import StormTopology, TopologyBuilder
-from statefulbolts.transactional import TransactionalTopology
+from statefulbolts.topology import StormTopology
 
 FAILED_EXIT_CODE = 1
-
-
-def load_topology(spec: str) -> StormTopology | TransactionalTopology:
-    """Import ``module:function`` and call it; it must return a topology or a builder."""
-    module_name, sep, func_name = spec.partition(":")
-    if not sep or not module_name or not func_name:
-        msg = f"expected MODULE:FUNCTION (e.g. examples.wordcount:build), got {spec!r}"
-        raise TopologyError(msg)
-    try:
-        module = importlib.import_module(module_name)
-    except ImportError as exc:
-        msg = f"cannot import module {module_name!r} for {spec!r}: {exc}"
-        raise TopologyError(msg) from exc
-    func = getattr(module, func_name, None)
-    if not callable(func):
-        msg = f"{module_name!r} has no callable {func_name!r}"
-        raise TopologyError(msg)
-    made = func()
-    if isinstance(made, TopologyBuilder):
-        made = made.create_topology()
-    if not isinstance(made, StormTopology | TransactionalTopology):
-        msg = (
-            f"{spec} returned {type(made).__name__}; expected a StormTopology, a "
-            "TransactionalTopology or their builder"
-        )
-        raise TopologyError(msg)
-    return made
 
 
 def exit_code_for(exc: BaseException) -> int:

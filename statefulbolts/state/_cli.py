@@ -34,6 +34,7 @@ from typing import Any, TextIO
 from providers import provider_name
 from statefulbolts._config import Config, load_config_file
 from statefulbolts.errors import StateNotFoundError, StateToolError
+from statefulbolts.state._cli_shape import add_shape_commands
 from statefulbolts.state._format import StateFileInfo
 from statefulbolts.state._move import export_state, import_state, read_info
 from statefulbolts.state._read import Row, get_value, iter_rows
@@ -325,4 +326,5 @@ def add_state_commands(sub: Any) -> argparse.ArgumentParser:
     verify.add_argument("file", metavar="FILE", help="a file `state export` wrote")
     verify.add_argument("--json", action="store_true", help="one JSON document")
     verify.set_defaults(func=_guarded(_cmd_verify))
+    add_shape_commands(st_sub, _guarded)
     return state

@@ -45,6 +45,7 @@ from statefulbolts.errors import StateToolError
 from statefulbolts.state._shape import serializers_of
 
 __all__ = [
+    "EntryCheck",
     "EntryRule",
     "LayoutError",
     "Stage",
@@ -64,8 +65,12 @@ class LayoutError(StateToolError):
     """An entry cannot be placed by the layout asked for; the message says which and why."""
 
 
-# (source task, decoded key) -> the target tasks of the entry (none: dropped).
+# (source task, decoded key) -> the target tasks of the entry (none: dropped); source task -1:
+# the entry came out of a whole-state migration, from no task in particular.
 EntryRule = Callable[[int, Any], Sequence[int]]
+# (source task, decoded key as stored) -> None, or raise LayoutError: the key is not where the
+# source's layout says it must be.
+EntryCheck = Callable[[int, Any], None]
 # (decoded key, decoded value) -> the new (key, value), or None to drop the entry.
 Transform = Callable[[Any, Any], "tuple[Any, Any] | None"]
 # every (key, value) of the component -> the new entries.
@@ -151,6 +156,7 @@ def stage(
     targets: Mapping[int, str],
     rule: EntryRule,
     committed_txid: int | None,
+    check: EntryCheck | None = None,
     decode_keys: bool = True,
     unique: bool = False,
     transform: Transform | None = None,
@@ -163,8 +169,9 @@ def stage(
 
     ``sources`` are ``(task, namespace)`` pairs read in order; ``targets`` maps each target
     task to its staging namespace, every one of which is written (empty if nothing is routed
-    there), with ``committed_txid``. ``rule`` routes each entry; ``decode_keys`` False hands it
-    ``None`` for the key (a rule by source task only costs no decoding). With ``unique`` a key
+    there), with ``committed_txid``. ``check`` sees each entry's key as stored, ``rule`` routes
+    it (after the migration hook, if any); ``decode_keys`` False hands both ``None`` for the key
+    (a rule by source task only costs no decoding). With ``unique`` a key
     routed to one target twice is refused. ``transform`` rewrites each entry, ``whole`` the
     component's entries all together (a migration hook); ``skip`` leaves some keys to the
     caller, which ``extra`` then adds per target, already decoded (a transactional map's
@@ -217,9 +224,11 @@ def stage(
                         key = state.decode_key(ekey) if decode_keys or skip else None
                         if skip is not None and skip(key):
                             continue
+                        if check is not None:
+                            check(task, key)
                         place(task, key, ekey, payload)
             else:
-                for task, key, value in _rewritten(states, transform, whole, skip):
+                for task, key, value in _rewritten(states, transform, whole, skip, check):
                     ekey = keys_codec.serialize(key)
                     payload = encode_value(values_codec, label, key, value)
                     place(task, key, ekey, payload)
@@ -241,6 +250,7 @@ def _rewritten(
     transform: Transform | None,
     whole: WholeTransform | None,
     skip: Callable[[Any], bool] | None,
+    check: EntryCheck | None,
 ) -> Iterator[tuple[int, Any, Any]]:
     """Decoded ``(source task, key, value)`` after the migration hook (task -1: from ``whole``)."""
 
@@ -250,6 +260,8 @@ def _rewritten(
                 key = state.decode_key(ekey)
                 if skip is not None and skip(key):
                     continue
+                if check is not None:
+                    check(task, key)
                 yield task, key, state.decode_value(payload)
 
     if whole is not None:

@@ -1,0 +1,234 @@
+"""Changing a stopped topology's stored state: rescale, rename, drop, or match a topology.
+
+What a start does by itself (``recovery.evolve``), done ahead, with no Spark: the command line's
+``statefulbolts state shape | evolve | rescale | rename | drop``. Stop the topology first:
+nothing here can tell whether a driver is running on the state.
+
+Every function takes the scope as ``prefix`` (``T/`` for a checkpointed topology,
+``$transactional/I/`` for a transactional id; ``statefulbolts.namespaces``) and returns an
+``EvolutionReport`` (``drop``: the namespaces emptied).
+
+Example:
+    >>> from providers.memory import InMemoryKeyValueStateProvider as Memory
+    >>> from statefulbolts.state import ComponentShape
+    >>> keyed = ComponentShape(1, Partitioning.KEYED, key_groups=128, key_arity=1)
+    >>> evolve({}, "doc-offline/", Wanted({"count": keyed}), checkpointed=True).lines
+    ['count: new, parallelism 1, keyed by 1 field in 128 key groups, state version 1']
+    >>> rescale({}, "doc-offline/", "count", 3).lines
+    ['count: parallelism 1 -> 3']
+    >>> drop({}, "doc-offline/")
+    ['doc-offline/$shape']
+    >>> Memory.drop("doc-offline/")
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from providers import get_provider
+from recovery.evolve import EvolutionReport, Wanted, evolve, wanted_shapes
+from statefulbolts import validate_config
+from statefulbolts.errors import StateEvolutionError, StateNotFoundError
+from statefulbolts.keygroups import component_key_groups
+from statefulbolts.namespaces import TaskNamespace
+from statefulbolts.state import Partitioning, StoredShape, empty, read_shape, shape_namespace
+from statefulbolts.topology import StormTopology
+from statefulbolts.transactional import TransactionalTopology
+
+__all__ = [
+    "drop",
+    "evolve_to_topology",
+    "rename",
+    "rescale",
+    "stored_shape",
+    "wanted_of",
+]
+
+
+def _checkpointed(prefix: str) -> bool:
+    return not prefix.startswith("$transactional/")
+
+
+def stored_shape(conf: Mapping[str, Any], prefix: str) -> StoredShape | None:
+    """The shape recorded under ``prefix`` (``None``: none recorded)."""
+    from providers import KeyValueState, StateFactory
+
+    state = StateFactory.get_system_state(shape_namespace(prefix), conf)
+    assert isinstance(state, KeyValueState)  # noqa: S101 - every provider's state is one
+    return read_shape(state)
+
+
+def _recorded(conf: Mapping[str, Any], prefix: str) -> StoredShape:
+    shape = stored_shape(conf, prefix)
+    if shape is None:
+        msg = (
+            f"no stored shape under {prefix!r}: the state was never started by this version (or "
+            "there is none). Start the topology once, or run statefulbolts state evolve with "
+            "--topology-module, which reads the layout off the topology"
+        )
+        raise StateNotFoundError(msg)
+    return shape
+
+
+def wanted_of(
+    conf: Mapping[str, Any], topology: StormTopology | TransactionalTopology
+) -> Wanted:
+    """The shape ``topology`` asks for, as its driver would compute it at start."""
+    tc = validate_config(conf)
+    if isinstance(topology, TransactionalTopology):
+        components, stateful = topology.topology.components, topology.commit_phase
+    else:
+        components = topology.components
+        stateful = frozenset(c for c, s in components.items() if s.is_stateful)
+    groups = component_key_groups(components, tc.state_max_parallelism, stateful)
+    return wanted_shapes(components, stateful, groups, conf)
+
+
+def evolve_to_topology(
+    conf: Mapping[str, Any],
+    prefix: str,
+    topology: StormTopology | TransactionalTopology,
+    *,
+    dry_run: bool = False,
+) -> EvolutionReport:
+    """Bring the stored state to ``topology``'s shape, as its next start would.
+
+    The config's ``topology.state.renames`` and ``topology.state.allow.orphaned`` apply;
+    ``topology.state.evolve`` does not (this is the command it names). With ``dry_run``, only
+    the plan is returned (``EvolutionReport.moved`` empty), nothing is written.
+    """
+    tc = validate_config(conf)
+    wanted = wanted_of(conf, topology)
+    return _run(conf, prefix, wanted, tc.state_renames, tc.state_allow_orphaned, dry_run)
+
+
+def _run(
+    conf: Mapping[str, Any],
+    prefix: str,
+    wanted: Wanted,
+    renames: Mapping[str, str],
+    allow_orphaned: bool,
+    dry_run: bool,
+) -> EvolutionReport:
+    if dry_run:
+        from recovery.evolve import plan_evolution
+
+        plan = plan_evolution(
+            conf,
+            prefix,
+            wanted,
+            checkpointed=_checkpointed(prefix),
+            renames=renames,
+            allow_orphaned=allow_orphaned,
+        )
+        if plan.refusals:
+            raise StateEvolutionError("; ".join(plan.refusals))
+        return EvolutionReport(plan.label, plan.describe())
+    return evolve(
+        conf,
+        prefix,
+        wanted,
+        checkpointed=_checkpointed(prefix),
+        renames=renames,
+        allow_orphaned=allow_orphaned,
+    )
+
+
+def rescale(
+    conf: Mapping[str, Any],
+    prefix: str,
+    component: str,
+    parallelism: int,
+    *,
+    dry_run: bool = False,
+) -> EvolutionReport:
+    """Redistribute ``component``'s committed state over ``parallelism`` tasks.
+
+    Raises:
+        StateNotFoundError: no shape is recorded, or none for ``component``.
+        StateEvolutionError: the state cannot be redistributed (the message says why).
+    """
+    shape = _recorded(conf, prefix)
+    if component not in shape.components:
+        held = ", ".join(sorted(shape.components)) or "none"
+        msg = f"no stored state of component {component!r} under {prefix!r}; stored: {held}"
+        raise StateNotFoundError(msg)
+    old = shape.components[component]
+    if isinstance(parallelism, bool) or not isinstance(parallelism, int) or parallelism < 1:
+        msg = f"parallelism must be a positive int, got {parallelism!r}"
+        raise StateEvolutionError(msg)
+    if old.partitioning is Partitioning.KEYED and old.key_groups and parallelism > old.key_groups:
+        msg = (
+            f"component {component!r} keeps its state in {old.key_groups} key groups: at most "
+            f"{old.key_groups} tasks (topology.state.max.parallelism fixes it when the topology "
+            "starts)"
+        )
+        raise StateEvolutionError(msg)
+    shapes = dict(shape.components)
+    shapes[component] = old.with_parallelism(parallelism)
+    return _run(conf, prefix, Wanted(shapes), {}, False, dry_run)
+
+
+def rename(
+    conf: Mapping[str, Any], prefix: str, old: str, new: str, *, dry_run: bool = False
+) -> EvolutionReport:
+    """Move ``old``'s stored state to component id ``new``.
+
+    Raises:
+        StateNotFoundError: no shape is recorded, or none for ``old``.
+        StateEvolutionError: ``new`` is taken, or not a valid component id.
+    """
+    shape = _recorded(conf, prefix)
+    if old not in shape.components:
+        held = ", ".join(sorted(shape.components)) or "none"
+        msg = f"no stored state of component {old!r} under {prefix!r}; stored: {held}"
+        raise StateNotFoundError(msg)
+    if not new or "/" in new or new.startswith(("$", "__")):
+        msg = f"{new!r} is not a component id (non-empty, no '/', not starting with '$' or '__')"
+        raise StateEvolutionError(msg)
+    shapes = {(new if cid == old else cid): s for cid, s in shape.components.items()}
+    return _run(conf, prefix, Wanted(shapes), {old: new}, False, dry_run)
+
+
+def drop(conf: Mapping[str, Any], prefix: str, component: str | None = None) -> list[str]:
+    """Delete ``component``'s stored state (every task, every map), or everything under ``prefix``.
+
+    Returns the namespaces emptied. The stored shape forgets the component (with no component
+    named, the record goes too). A checkpointed topology dropped whole starts again from nothing.
+
+    Raises:
+        StateNotFoundError: nothing is stored for it.
+    """
+    listed = get_provider(conf).namespaces(conf, prefix)
+    if listed is None:
+        from statefulbolts.errors import StateToolError
+
+        msg = f"the provider cannot list what it holds under {prefix!r}, so nothing was dropped"
+        raise StateToolError(msg)
+    system = not _checkpointed(prefix)
+    if component is None:
+        names = listed
+    else:
+        names = [
+            ns
+            for ns in listed
+            if (parsed := TaskNamespace.parse(prefix, ns)) is not None
+            and parsed.component == component
+        ]
+    if not names:
+        what = prefix if component is None else f"component {component!r} under {prefix!r}"
+        msg = f"nothing is stored for {what}"
+        raise StateNotFoundError(msg)
+    if component is not None:
+        shape = stored_shape(conf, prefix)
+        if shape is not None and component in shape.components:
+            from providers import KeyValueState, StateFactory
+            from statefulbolts.state import write_shape
+
+            remaining = {c: s for c, s in shape.components.items() if c != component}
+            state = StateFactory.get_system_state(shape_namespace(prefix), conf)
+            assert isinstance(state, KeyValueState)  # noqa: S101
+            write_shape(state, StoredShape(remaining, shape.operation))
+    empty(conf, system=system, namespaces=names)
+    return names
