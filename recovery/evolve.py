@@ -371,18 +371,19 @@ def plan_evolution(
                 # A committer task that never wrote has no map: the tasks found may be fewer.
                 tasks = max(tasks, want.parallelism)
             shapes[cid] = _legacy_shape(tasks, want)
-    renamed = {old: new for old, new in (renames or {}).items() if old in shapes}
+    # A mapping applies once the topology has the new id and no longer the old one: it may be
+    # set ahead of the deploy that renames, and stays harmless after it.
+    renamed = {
+        old: new
+        for old, new in (renames or {}).items()
+        if old in shapes and new in wanted.shapes and old not in wanted.shapes
+    }
     refusals: list[str] = []
     for old, new in renamed.items():
         if new in shapes:
             refusals.append(
                 f"{label}: topology.state.renames maps {old!r} to {new!r}, but state of both is "
                 f"stored; drop one first (statefulbolts state drop --component ...)"
-            )
-        elif new not in wanted.shapes:
-            refusals.append(
-                f"{label}: topology.state.renames maps {old!r} to {new!r}, which is not a "
-                "stateful component of the topology"
             )
     by_new = {new: old for old, new in renamed.items() if new not in shapes}
     changes: list[Change] = []
