@@ -282,6 +282,12 @@ class TransactionalRunner(TopologyRunner):
                 self._live[txid] = _Batch(command.attempt, command.metadata, command.committed_txid)
             else:
                 batch = self._live[command.attempt.transaction_id]
+                coordinator = self._coordinator
+                assert coordinator is not None  # noqa: S101 - it gave the command
+                self._failures.with_backend(
+                    f"checking the store before committing txid {batch.txid}",
+                    lambda: coordinator.check_store(batch.txid),  # noqa: B023 - called at once
+                )
                 batch.phase = "committing"
                 batch.started = time.perf_counter()
                 spec = self.jobs.commit(batch.attempt, batch.to_commit)

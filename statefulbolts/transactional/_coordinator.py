@@ -51,7 +51,7 @@ import logging
 from collections.abc import Callable, Iterator
 from typing import Any, NamedTuple, Protocol
 
-from providers import KeyValueState, StateSerializationError
+from providers import KeyValueState, StateLostError, StateSerializationError
 from statefulbolts.errors import ConfigError, FailedException, StatefulBoltsError, TopologyError
 from statefulbolts.transactional._attempt import TransactionAttempt
 from statefulbolts.transactional._txstate import (
@@ -418,6 +418,34 @@ class TransactionalSpoutCoordinator:
                 f"that cannot be stored: {exc}"
             )
             raise StateSerializationError(msg) from exc
+
+    def check_store(self, txid: int) -> None:
+        """Before ``txid`` commits: raise ``StateLostError`` if the store lost this coordinator's.
+
+        The store must still hold ``currtx`` as this coordinator last wrote it (nothing before
+        the first commit) and the meta stored when ``txid`` started. A store restarted empty,
+        flushed or swapped for another holds neither, and committing on would count the batch
+        into maps that lost their history. Two fresh reads (``KeyValueState.get_committed``);
+        a provider without the stored image is not checked.
+        """
+        state = self._state
+        if not state.supports_stored_image:
+            return
+        curr = state.get_committed(CURRTX_KEY)
+        expected = None if self._curr == FIRST_TXID else self._curr
+        meta = state.get_committed(self._metas.key(txid))
+        if curr == expected and meta is not None:
+            return
+        found = f"currtx {curr!r}" + ("" if meta is not None else f" and no meta for txid {txid}")
+        msg = (
+            f"coordinator state {self._metas.namespace!r} in {state.location} holds {found}, "
+            f"but this coordinator committed up to txid {self._curr - 1} and stored txid "
+            f"{txid}'s meta: the store lost committed state (restarted empty, flushed, another "
+            "database?). The topology stops rather than commit into it; restore the store (a "
+            "durable Redis keeps it: appendonly yes), or delete the transactional id's state "
+            "to start over on purpose (statefulbolts state drop --id ...)"
+        )
+        raise StateLostError(msg)
 
     def _load_currtx(self) -> int:
         value = self._state.get(CURRTX_KEY)

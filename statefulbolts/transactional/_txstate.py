@@ -193,9 +193,13 @@ class RotatingTransactionalState:
                 raise TransactionalStateError(msg)
         self._write(deletes=[t for t in self._metas if t < txid], other_puts=extra)
 
+    def key(self, txid: int) -> str:
+        """The state key ``txid``'s meta is stored under."""
+        return f"{self._prefix}{txid:d}"
+
     # -- inside
     def _key(self, txid: int) -> str:
-        return f"{self._prefix}{txid:d}"
+        return self.key(txid)
 
     def _txid_of(self, key: Any) -> int | None:
         """The txid a key stands for, or ``None`` when the key is not one of this store's."""
