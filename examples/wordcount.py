@@ -27,7 +27,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from examples.corpus import sentence, words
-from providers import KeyValueState, StateFactory, provider_name
+from providers import KeyValueState, StateFactory, get_provider, provider_name
 from recovery import checkpoint_status
 from statefulbolts import (
     CHECKPOINT_COMPONENT_ID,
@@ -40,6 +40,7 @@ from statefulbolts import (
     StormTopology,
     TopologyBuilder,
 )
+from statefulbolts.namespaces import TaskNamespace, topology_prefix
 
 
 class SentenceSpout(Spout):
@@ -170,10 +171,19 @@ def _txid(txid: int | None) -> str:
     return "none" if txid is None else str(txid)
 
 
-def committed_counts(conf: Mapping[str, Any], name: str, parallelism: int) -> dict[str, int]:
-    """The counts already committed under ``name`` (an earlier run on a durable store)."""
+def committed_counts(conf: Mapping[str, Any], name: str) -> dict[str, int]:
+    """The counts already committed under ``name`` (an earlier run on a durable store).
+
+    Every task the store holds for ``count``, whatever the parallelism it ran with: a run with
+    another parallelism redistributes them when it starts.
+    """
     counts: dict[str, int] = {}
-    for namespace in state_namespaces(name, parallelism)[:parallelism]:
+    prefix = topology_prefix(name)
+    listed = get_provider(conf).namespaces(conf, prefix) or []
+    found = [
+        ns for ns in listed if (t := TaskNamespace.parse(prefix, ns)) and t.component == "count"
+    ]
+    for namespace in found:
         state = StateFactory.get_state(namespace, conf)
         if not isinstance(state, KeyValueState):
             msg = f"the state provider returned {type(state).__qualname__}, not a KeyValueState"
@@ -212,7 +222,7 @@ def _run(args: argparse.Namespace, spark: Any) -> int:
 
     conf = Config.from_file(args.conf) if args.conf else Config()
     # Before Spark starts: an unreachable store fails here, at once, with the provider's error.
-    before = committed_counts(conf, args.name, args.parallelism)
+    before = committed_counts(conf, args.name)
 
     def progress(info: Any) -> None:
         if not args.json:

@@ -138,3 +138,71 @@ def test_a_refused_change_stops_the_start_and_keeps_the_state(
     again, _ = run(cluster, conf, name, wordcount(2, SENTENCES))
     assert again == dict(expected_counts(SENTENCES) + expected_counts(SENTENCES, SENTENCES))
     assert first == dict(expected_counts(SENTENCES))
+
+
+@pytest.mark.redis
+def test_the_word_count_example_at_parallelism_2_3_1_stays_exact(
+    spark: Any, redis_db: Any, tmp_path: Path, capsys: Any
+) -> None:
+    from examples import wordcount as example
+
+    pool = {"host": "127.0.0.1", "port": redis_db.port}
+    conf = {
+        STATE_PROVIDER_KEY: "providers.redis.RedisKeyValueStateProvider",
+        STATE_PROVIDER_CONFIG_KEY: json.dumps({"jedisPoolConfig": pool}),
+    }
+    path = tmp_path / "redis.json"
+    path.write_text(json.dumps(conf), encoding="utf-8")
+    for runs, parallelism in enumerate((2, 3, 1), start=1):
+        argv = ["--conf", str(path), "--parallelism", str(parallelism), "--sentences", "100"]
+        assert example.main([*argv, "--json"], spark=spark) == 0
+        doc = json.loads(capsys.readouterr().out)
+        assert doc["exact"], doc["mismatched"]
+        assert doc["continued_from_words"] == (runs - 1) * sum(expected_counts(100).values())
+        assert held(conf, "wordcount") == sorted(
+            ["$checkpointspout-0", "$shape", *(f"count-{t}" for t in range(parallelism))]
+        )
+
+
+def _tx_words(data: dict[int, list[list[str]]], parallelism: int) -> Any:
+    from examples.transactional_words import BucketCountUpdater, Bucketize, KeyedCountUpdater
+    from statefulbolts import MemoryTransactionalSpout, TransactionalTopologyBuilder
+
+    spout = MemoryTransactionalSpout(data, ["word"], 20)
+    builder = TransactionalTopologyBuilder("tx-rescale", "spout", spout, 2)
+    builder.set_bolt("count", KeyedCountUpdater(), parallelism).fields_grouping(
+        "spout", Fields("word")
+    )
+    builder.set_bolt("bucketize", Bucketize(10)).none_grouping("count")
+    builder.set_bolt("buckets", BucketCountUpdater(), 2).fields_grouping(
+        "bucketize", Fields("bucket")
+    )
+    return builder.build_topology()
+
+
+def test_a_committer_rescaled_keeps_exactly_once_counts(cluster: Any, conf: dict[str, Any]) -> None:
+    from examples.corpus import sentence, words
+    from examples.transactional_words import expected
+
+    rows = [[w] for i in range(4 * 60) for w in words(sentence(i))]
+    for step, parallelism in enumerate((5, 3, 1, 4), start=1):
+        upto = rows[: len(rows) * step // 4]  # the partitions grow between the runs
+        data = {p: upto[p::4] for p in range(4)}
+        handle = cluster.submit_topology(
+            "tx-rescale", {**conf, "topology.max.spout.pending": 3}, _tx_words(data, parallelism)
+        )
+        try:
+            handle.await_idle(TIMEOUT)
+            counts = {w: v[0] for w, v in handle.read_state("count").items()}
+            buckets = {b: n for b, n in handle.read_state("buckets").items() if n}
+            status = handle.status()
+        finally:
+            handle.kill()
+        want_counts, want_buckets = expected(data, 10)
+        assert counts == want_counts, f"step {step}: parallelism {parallelism}"
+        assert buckets == want_buckets
+        if step > 1:
+            assert "count: parallelism" in " ".join(status["state_shape"])
+        maps = get_provider(conf).namespaces(conf, "$transactional/tx-rescale/count-") or []
+        tasks = {int(ns.rsplit("/", 1)[0].rsplit("-", 1)[1]) for ns in maps}
+        assert tasks <= set(range(parallelism)), maps
