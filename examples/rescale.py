@@ -285,14 +285,14 @@ def demo(args: argparse.Namespace, url: str, workdir: Path) -> int:
         print(json.dumps(doc, indent=2))
         return 0 if ok else 1
     print()
-    print(f"{'step':>4}  {'from':<11} {'to':<12} {'sentences':>9} {'words':>6} "
+    print(f"{'step':>4}  {'from':<14} {'to':<12} {'sentences':>9} {'words':>6} "
           f"{'counted':>7}  {'placed':<6} {'strays':>6}  {'verdict':<7} driver kills")  # fmt: skip
     for r in rows:
         placed = "ok" if not r["misplaced_keys"] else f"{r['misplaced_keys']} off"
         verdict = "exact" if r["ok"] else "WRONG"
         to = f"{r['counter']} x{r['parallelism']}"
         print(
-            f"{r['step']:>4}  {r['rescale'] or 'new':<11} {to:<12} {r['sentences']:>9} "
+            f"{r['step']:>4}  {r['rescale'] or 'new':<14} {to:<12} {r['sentences']:>9} "
             f"{r['words']:>6} {r['counted']:>7}  {placed:<6} {len(r['stray_namespaces']):>6}  "
             f"{verdict:<7} {'; '.join(r['kills'])}"
         )

@@ -18,13 +18,13 @@ Example:
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from checkpoint import TX_STATE_KEY, CheckPointState, TxPhase
 from providers import KeyValueState, StateFactory, get_provider, provider_name
+from statefulbolts.namespaces import TaskNamespace, topology_prefix
 from statefulbolts.topology import CHECKPOINT_COMPONENT_ID, StormTopology
 
 __all__ = [
@@ -35,9 +35,6 @@ __all__ = [
     "recovery_actions",
     "stateful_tasks",
 ]
-
-_TASK_NAMESPACE = re.compile(r"^(?P<component>.+)-(?P<task>\d+)$")
-
 
 @dataclass(frozen=True)
 class TaskStatus:
@@ -131,12 +128,11 @@ def provider_stateful_tasks(conf: Mapping[str, Any], topology_name: str) -> list
 
 def _parse_namespaces(topology_name: str, namespaces: Iterable[str]) -> list[tuple[str, int]]:
     found = set()
+    prefix = topology_prefix(topology_name)
     for ns in namespaces:
-        rest = ns[len(topology_name) + 1 :]
-        m = _TASK_NAMESPACE.match(rest)
-        if m is None or m.group("component") == CHECKPOINT_COMPONENT_ID:
-            continue
-        found.add((m.group("component"), int(m.group("task"))))
+        task = TaskNamespace.parse(prefix, ns)  # the framework's records ($...) are not tasks
+        if task is not None and task.map is None:
+            found.add((task.component, task.task))
     return sorted(found)
 
 

@@ -11,6 +11,11 @@ config names, and reading never changes it.
   id) to a portable, checksummed file (``statefulbolts.state._format``); ``import_state``
   checks the whole file, then writes it into any provider, refusing a target that already
   holds the topology's state unless ``overwrite=True``; ``read_info`` checks a file.
+- The stored shape (``ComponentShape``, ``StoredShape``, ``read_shape``): how a topology's state
+  is laid out (parallelism, key groups, serializers, state version), recorded beside it; and
+  the two steps that move a component's committed state to another layout, resumably
+  (``stage``, ``swap``, ``empty``), which ``recovery.evolve`` runs at start and
+  ``recovery.offline`` on a stopped topology.
 
 The command line is ``statefulbolts state dump | get | export | import | verify``. The
 in-memory provider's state lives in the process that ran the topology, so it can be read and
