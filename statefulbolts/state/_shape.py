@@ -31,7 +31,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from providers import SERIALIZER_FIELDS, STATE_PROVIDER_CONFIG_KEY, KeyValueState
+from providers import (
+    SERIALIZER_FIELDS,
+    STATE_PROVIDER_CONFIG_KEY,
+    KeyValueState,
+    ProviderConfigError,
+)
 from statefulbolts.errors import StateToolError
 from statefulbolts.namespaces import record_namespace
 
@@ -198,7 +203,7 @@ def serializers_of(conf: Mapping[str, Any]) -> tuple[tuple[str, str | None], ...
     """The serializer fields of the provider config in ``conf``, as a shape records them.
 
     Raises:
-        StateToolError: the provider config is not JSON or not an object.
+        ProviderConfigError: the provider config is not JSON or not an object.
     """
     import json
 
@@ -211,12 +216,12 @@ def serializers_of(conf: Mapping[str, Any]) -> tuple[tuple[str, str | None], ...
             data = json.loads(text) if text.strip() else {}
         except json.JSONDecodeError as exc:
             msg = f"{STATE_PROVIDER_CONFIG_KEY} is not valid JSON: {exc}"
-            raise StateToolError(msg) from exc
+            raise ProviderConfigError(msg) from exc
     else:
         data = raw
     if not isinstance(data, Mapping):
         msg = f"{STATE_PROVIDER_CONFIG_KEY} must be a JSON object, got {data!r}"
-        raise StateToolError(msg)
+        raise ProviderConfigError(msg)
     return tuple(
         sorted(
             (name, None if data.get(name) is None else str(data[name]))
