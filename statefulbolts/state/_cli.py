@@ -6,18 +6,21 @@
     statefulbolts state get    --conf FILE (--topology NAME | --id ID) --component C
                                [--map NAME] [--prepared] [--raw] [--json-key] KEY
     statefulbolts state export --conf FILE (--topology NAME | --id ID) --output FILE [--json]
-    statefulbolts state import --conf FILE [--overwrite] [--json] FILE
+    statefulbolts state import --conf FILE (--topology NAME | --id ID) [--overwrite] [--json]
+                               FILE
     statefulbolts state verify [--json] FILE
 
 ``dump`` streams one line per key (JSON lines ``{"task", "key", "value"}``, or CSV
 ``task,key,value`` with strings as they are and anything else as JSON); ``get`` prints one
 key's value as JSON. ``export`` and ``import`` end with where the topology stands (what a
-restart will run), read back from the provider.
+restart will run), read back from the provider. ``import`` writes only into the topology (or
+transactional id) it names, and refuses a file that holds another.
 
 Exit status: 0 done (also when the reader of ``dump`` stops early, as ``head`` does); 1 nothing
 stored (no such topology, component or key) or the store failed; 2 bad input: arguments, config,
-a damaged file, an import target that already holds state (without ``--overwrite``), the
-in-memory provider (its state lives in the driver that ran the topology, not in this process).
+a damaged or foreign file, a file of another topology, an import target that already holds
+state (without ``--overwrite``), the in-memory provider (its state lives in the driver that ran
+the topology, not in this process).
 """
 
 from __future__ import annotations
@@ -205,16 +208,13 @@ def _cmd_export(args: argparse.Namespace) -> int:
 
 def _cmd_import(args: argparse.Namespace) -> int:
     conf = _conf(args)
-    result = import_state(conf, args.file, overwrite=args.overwrite)
+    result = import_state(conf, args.file, overwrite=args.overwrite, **_scope_args(args))
     header = result.info.header
     resume = _resume(conf, header)
     if args.json:
         print(json.dumps({**result.as_dict(), "file": args.file, "resume": resume}))
         return 0
-    scope = Scope.of(
-        header["name"] if header["scope"] == "topology" else None,
-        header["name"] if header["scope"] == "transactional" else None,
-    )
+    scope = Scope.of(args.topology, args.id)
     print(
         f"imported {scope.describe()} into {provider_name(conf)} ({result.location}) from "
         f"{args.file} "
@@ -312,7 +312,7 @@ def add_state_commands(sub: Any) -> argparse.ArgumentParser:
 
     imp = st_sub.add_parser("import", help="a state file into the provider --conf names")
     imp.add_argument("file", metavar="FILE", help="a file `state export` wrote")
-    imp.add_argument("--conf", required=True, help="JSON or YAML file naming the provider")
+    _add_scope(imp, component=False)
     imp.add_argument(
         "--overwrite",
         action="store_true",
