@@ -274,14 +274,15 @@ class StateBackingMap(BackingMap):
         return self._state.get(_RECORD_KEY)
 
 
-def read_backing_state(state: KeyValueState) -> dict[Any, Any]:
-    """The current value of every key a ``StateBackingMap`` over ``state`` holds.
+def read_backing_state(stored: Iterable[tuple[Any, Any]]) -> dict[Any, Any]:
+    """The current value of every key in a ``StateBackingMap``'s stored ``(key, form)`` pairs.
 
-    For reading results (``TopologyHandle.read_state``): a ``[txid, value]`` form gives its
-    value, an opaque ``[txid, curr, prev]`` form its ``curr``; the record is left out.
+    For reading results (``TopologyHandle.read_state``, which passes the state's committed
+    items): a ``[txid, value]`` form gives its value, an opaque ``[txid, curr, prev]`` form its
+    ``curr``; the record is left out.
     """
     values: dict[Any, Any] = {}
-    for key, plain in state:
+    for key, plain in stored:
         if key == _RECORD_KEY or not isinstance(key, list | tuple) or len(key) != 1:
             continue
         if isinstance(plain, list | tuple) and len(plain) in (2, 3):
