@@ -19,14 +19,16 @@ transactional id) it names, and refuses a file that holds another.
 Exit status: 0 done (also when the reader of ``dump`` stops early, as ``head`` does); 1 nothing
 stored (no such topology, component or key) or the store failed; 2 bad input: arguments, config,
 a damaged or foreign file, a file of another topology, an import target that already holds
-state (without ``--overwrite``), the in-memory provider (its state lives in the driver that ran
-the topology, not in this process).
+state (without ``--overwrite``), stored values the configured ``keyClass`` / ``valueClass``
+cannot rebuild, the in-memory provider (its state lives in the driver that ran the topology,
+not in this process).
 """
 
 from __future__ import annotations
 
 import argparse
 import csv
+import dataclasses
 import json
 import os
 import sys
@@ -67,13 +69,27 @@ def _scope_args(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def _json(value: Any, row: Row | None = None) -> str:
-    """``value`` as JSON; what JSON cannot hold (bytes, a set) is an error naming the key."""
+    """``value`` as JSON; what JSON cannot hold (bytes, a set) is an error naming the key.
+
+    A value a ``valueClass`` rebuilt (a dataclass, a pydantic model) is written as its fields.
+    """
     try:
-        return json.dumps(value, ensure_ascii=False)
+        return json.dumps(value, ensure_ascii=False, default=_fields)
     except (TypeError, ValueError) as exc:
         where = "" if row is None else f"namespace {row.namespace!r}, key {row.key!r}: "
         msg = f"{where}a {type(value).__name__} cannot be written as JSON ({exc})"
         raise StateToolError(msg) from exc
+
+
+def _fields(obj: Any) -> Any:
+    """A dataclass's or a pydantic model's fields, for ``json.dumps``; anything else refused."""
+    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        return dataclasses.asdict(obj)
+    dump = getattr(obj, "model_dump", None)
+    if callable(dump):
+        return dump(mode="json")
+    msg = f"Object of type {type(obj).__name__} is not JSON serializable"
+    raise TypeError(msg)
 
 
 def _text(value: Any, row: Row) -> str:
@@ -283,7 +299,10 @@ def _add_scope(parser: argparse.ArgumentParser, component: bool) -> None:
             help="as of the prepared delta: committed values overlaid by a pending transaction",
         )
         parser.add_argument(
-            "--raw", action="store_true", help="a committer map's stored [txid, value] form"
+            "--raw",
+            action="store_true",
+            help="as stored, plain msgpack: a bolt's keys and values without keyClass / "
+            "valueClass, a committer map's [txid, value] form",
         )
 
 
