@@ -32,7 +32,9 @@ twice. Storm and Trident leave this open. ``OpaqueMap`` closes it with a *record
 So a committer must call ``multi_update`` on every commit, with an empty key list if its batch
 is empty: that call is what repairs the keys of a failed attempt. The record is per backing map,
 that is per committer task; each key must be written by one task (fields grouping on the key),
-the same task on every attempt, which the opaque rule needs anyway.
+the same task on every attempt, which the opaque rule needs anyway. Maps over a shared store
+keep one record per owner: ``context.backing_map()`` is the task's own namespace, and a
+``RedisBackingMap`` told no owner takes the committer task using it (``_redis_map``, "Owners").
 
 The record lives in a reserved slot of the backing map, ``get_record()`` and the ``record``
 argument of ``multi_put``, which no key can reach: each backing map documents where it keeps it.
