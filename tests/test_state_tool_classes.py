@@ -102,7 +102,7 @@ def test_a_value_class_that_does_not_fit_is_one_clear_line(
         "'builtins.int' of topology.state.provider.config (TypeError: "
     )
     assert err.endswith(
-        "); it holds {'x': 1, 'y': 2}, a dict. Read it with the provider config that wrote it, "
+        "); it holds {'x': 1, 'y': 2} (dict). Read it with the provider config that wrote it, "
         "or as stored with --raw\n"
     )
     code, out, err_dump = cli(capsys, tmp_path, reader, "dump")
@@ -136,7 +136,7 @@ def test_a_key_class_that_does_not_fit_names_the_stored_key(
         "topology.state.provider.config ("
     )
     assert err.endswith(
-        "); it holds ['storm', 2026], a list. Read it with the provider config that wrote it, "
+        "); it holds ['storm', 2026] (list). Read it with the provider config that wrote it, "
         "or as stored with --raw\n"
     )
     assert err.count("\n") == 1

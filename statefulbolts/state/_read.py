@@ -120,7 +120,7 @@ class _Decoder:
         if plain is _NOT_MSGPACK:
             held = f"{len(data)} bytes that are not msgpack ({_short(data)})"
         else:
-            held = f"{_short(plain)}, a {type(plain).__name__}"
+            held = f"{_short(plain)} ({type(plain).__name__})"
         return self.refused(what, key, held, plain is not _NOT_MSGPACK, exc)
 
     def refused(
@@ -247,7 +247,7 @@ class View:
         except _MISFIT:
             held, readable = "bytes that are not msgpack", False
         else:
-            held, readable = f"{_short(plain)}, a {type(plain).__name__}", True
+            held, readable = f"{_short(plain)} ({type(plain).__name__})", True
         error = _Decoder(conf, state, system).refused("value", key, held, readable, cause)
         raise error from cause
 
