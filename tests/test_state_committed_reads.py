@@ -12,6 +12,8 @@ real redis-server; without Spark, states driven directly on memory, SQLite and R
 from __future__ import annotations
 
 import json
+import os
+import random
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -42,7 +44,10 @@ from statefulbolts.state._read import committed_items
 from statefulbolts.transactional._maps import read_backing_state
 
 TIMEOUT = 240
-SENTENCES = 60
+# Varied by STATEFULBOLTS_SEED in loops: how much the refused transaction carries, how soon.
+_RNG = random.Random(int(os.environ.get("STATEFULBOLTS_SEED", "0")))
+SENTENCES = _RNG.randrange(20, 120)
+INTERVAL_MS = _RNG.choice([20, 50, 100, 200])
 # Committed before the topology runs, under keys no sentence holds.
 SEEDS = ({"seed-a": 100, "seed-b": 200}, {"seed-c": 300})
 
@@ -216,7 +221,7 @@ def test_after_a_prepare_whose_commit_failed_read_state_shows_the_committed_valu
     name = topo.new_key("uncommitted")
     conf = {
         **provider_conf,
-        "topology.state.checkpoint.interval.ms": 50,
+        "topology.state.checkpoint.interval.ms": INTERVAL_MS,
         "topology.max.transaction.retries": 1,
     }
     for task, seeds in enumerate(SEEDS):

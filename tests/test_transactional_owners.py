@@ -12,6 +12,8 @@ batch, and check the counts and the Redis keys exactly.
 
 from __future__ import annotations
 
+import os
+import random
 import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -35,6 +37,10 @@ from statefulbolts.transactional._owner import enter_task, leave_task, running_t
 from statefulbolts.transactional._redis_map import RedisBackingMap
 
 TIMEOUT = 240
+# Varied by STATEFULBOLTS_SEED in loops: how many batches overlap, how often they start.
+_RNG = random.Random(int(os.environ.get("STATEFULBOLTS_SEED", "0")))
+PENDING = _RNG.choice([1, 2, 3])
+INTERVAL_MS = _RNG.choice([20, 50, 100, 200])
 
 
 def add(n: int) -> Callable[[Any], int]:
@@ -191,8 +197,8 @@ def _opaque_counts(cluster: Any, url: str, tmp_path: Path, owner: str | None) ->
             spout.set_disabled(1, False)
 
     conf = {
-        "topology.max.spout.pending": 2,
-        "topology.state.checkpoint.interval.ms": 100,
+        "topology.max.spout.pending": PENDING,
+        "topology.state.checkpoint.interval.ms": INTERVAL_MS,
         "topology.max.transaction.retries": 3,
     }
     handle = cluster.submit_topology(
