@@ -82,9 +82,8 @@ def test_a_word_count_moves_from_sqlite_to_redis_and_goes_on_exactly(
     path = tmp_path / "wc.sbstate"
     cli_export = ["state", "export", "--conf", str(write(tmp_path / "a.json", source))]
     assert main([*cli_export, "--topology", name, "--output", str(path)]) == 0
-    assert (
-        main(["state", "import", "--conf", str(write(tmp_path / "b.json", target)), str(path)]) == 0
-    )
+    cli_import = ["state", "import", "--conf", str(write(tmp_path / "b.json", target))]
+    assert main([*cli_import, "--topology", name, str(path)]) == 0
     out = capsys.readouterr().out
     assert f"  checkpoint: COMMITTED({last}); on restart: INITSTATE({last})" in out.splitlines()
 
@@ -132,7 +131,7 @@ def test_a_topology_stopped_in_committing_moves_from_the_driver_to_sqlite_and_co
     ]
     InMemoryKeyValueStateProvider.drop(f"{name}/")
     target = sqlite_conf(tmp_path / "moved.db")
-    import_state(target, path)
+    import_state(target, path, topology=name)
 
     second = run(cluster, name, target, build(MORE, start=FIRST))
 
@@ -160,7 +159,7 @@ def test_a_transactional_topology_moves_from_the_driver_to_redis_and_goes_on(
     export_state(conf, path, transactional_id=tid)
     InMemoryKeyValueStateProvider.drop(f"$transactional/{tid}/")
     target = {**redis_conf(redis_db.port), **conf}
-    import_state(target, path)
+    import_state(target, path, transactional_id=tid)
     moved = read_state(target, "count", transactional_id=tid)  # [count, count before]
     assert {word: value[0] for word, value in moved.items()} == transactional_words.expected(early)[
         0

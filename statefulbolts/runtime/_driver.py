@@ -452,7 +452,10 @@ class CheckpointRunner(TopologyRunner):
             }
 
     def read_state(self, component_id: str) -> dict[Any, Any]:
-        """The state of a stateful component, merged over its tasks."""
+        """The committed state of a stateful component, merged over its tasks.
+
+        What a transaction prepared and did not commit does not show (``merged_state``).
+        """
         spec = self.topology.component(component_id)
         if not spec.is_stateful:
             msg = f"component {component_id!r} is not a stateful bolt"

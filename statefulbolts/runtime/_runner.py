@@ -31,6 +31,7 @@ from statefulbolts.clock import Clock
 from statefulbolts.errors import TopologyError, TopologyFailedError
 from statefulbolts.runtime._failures import FailureGate
 from statefulbolts.runtime._stats import Stats, StatsSnapshot, TransactionInfo, format_traceback
+from statefulbolts.state._read import committed_items
 
 __all__ = ["Observation", "Progress", "TopologyRunner", "hashable", "merged_state"]
 
@@ -131,7 +132,7 @@ class TopologyRunner(ABC):
 
     @abstractmethod
     def read_state(self, component_id: str) -> dict[Any, Any]:
-        """The committed state a component keeps, merged over its tasks."""
+        """The committed state a component keeps, merged over its tasks (nothing prepared)."""
 
     @abstractmethod
     def _progress(self) -> Progress:
@@ -265,14 +266,23 @@ class TopologyRunner(ABC):
 
 
 def merged_state(conf: Mapping[str, Any], namespaces: Sequence[str]) -> dict[Any, Any]:
-    """The key-value states of ``namespaces`` as one dict (a component's, over its tasks)."""
+    """The committed key-value states of ``namespaces`` as one dict (a component's tasks).
+
+    Committed values only: what a transaction prepared and did not commit (a PREPARE that
+    succeeded, then a COMMIT that failed or never ran) does not show.
+
+    Raises:
+        TopologyError: a namespace's state is not a ``KeyValueState``.
+        StateToolError: the provider's states do not expose their stored image (so committed
+            values cannot be told from prepared ones), or a stored value does not decode.
+    """
     merged: dict[Any, Any] = {}
     for namespace in namespaces:
         state = StateFactory.get_state(namespace, conf)
         if not isinstance(state, KeyValueState):
             msg = f"state {namespace!r} is a {type(state).__qualname__}, not a KeyValueState"
             raise TopologyError(msg)
-        for key, value in state:
+        for key, value in committed_items(state, conf):
             merged[hashable(key)] = value
     return merged
 

@@ -67,6 +67,7 @@ from statefulbolts.runtime._stats import TransactionInfo, worker_traceback
 from statefulbolts.runtime._task_errors import describe_job_failure
 from statefulbolts.runtime._tx_jobs import TransactionalJobs
 from statefulbolts.runtime._tx_pacing import Pacing
+from statefulbolts.state._read import committed_items
 from statefulbolts.transactional._attempt import TransactionAttempt
 from statefulbolts.transactional._coordinator import (
     FIRST_TXID,
@@ -487,7 +488,11 @@ class TransactionalRunner(TopologyRunner):
         return Progress(phase, committed, None)
 
     def read_state(self, component_id: str, name: str = "default") -> dict[Any, Any]:
-        """The current values of a committer's map ``name``, merged over its tasks."""
+        """The committed values of a committer's map ``name``, merged over its tasks.
+
+        Read from each state's committed map (``committed_items``): a write staged and not
+        committed never shows.
+        """
         spec = self.topology.topology.component(component_id)
         prefix = f"{self.jobs.root}/{component_id}-"
         merged: dict[Any, Any] = {}
@@ -495,6 +500,7 @@ class TransactionalRunner(TopologyRunner):
             for task in range(spec.parallelism):
                 namespace = f"{prefix}{task}/{name}"
                 state = self._system_state(namespace)
-                for key, value in read_backing_state(state).items():
+                stored = committed_items(state, self.conf, system=True)
+                for key, value in read_backing_state(stored).items():
                     merged[hashable(key)] = value
         return merged

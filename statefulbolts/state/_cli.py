@@ -6,24 +6,29 @@
     statefulbolts state get    --conf FILE (--topology NAME | --id ID) --component C
                                [--map NAME] [--prepared] [--raw] [--json-key] KEY
     statefulbolts state export --conf FILE (--topology NAME | --id ID) --output FILE [--json]
-    statefulbolts state import --conf FILE [--overwrite] [--json] FILE
+    statefulbolts state import --conf FILE (--topology NAME | --id ID) [--overwrite] [--json]
+                               FILE
     statefulbolts state verify [--json] FILE
 
 ``dump`` streams one line per key (JSON lines ``{"task", "key", "value"}``, or CSV
 ``task,key,value`` with strings as they are and anything else as JSON); ``get`` prints one
 key's value as JSON. ``export`` and ``import`` end with where the topology stands (what a
-restart will run), read back from the provider.
+restart will run), read back from the provider. ``import`` writes only into the topology (or
+transactional id) it names, and refuses a file that holds another.
 
 Exit status: 0 done (also when the reader of ``dump`` stops early, as ``head`` does); 1 nothing
 stored (no such topology, component or key) or the store failed; 2 bad input: arguments, config,
-a damaged file, an import target that already holds state (without ``--overwrite``), the
-in-memory provider (its state lives in the driver that ran the topology, not in this process).
+a damaged or foreign file, a file of another topology, an import target that already holds
+state (without ``--overwrite``), stored values the configured ``keyClass`` / ``valueClass``
+cannot rebuild, the in-memory provider (its state lives in the driver that ran the topology,
+not in this process).
 """
 
 from __future__ import annotations
 
 import argparse
 import csv
+import dataclasses
 import json
 import os
 import sys
@@ -65,13 +70,27 @@ def _scope_args(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def _json(value: Any, row: Row | None = None) -> str:
-    """``value`` as JSON; what JSON cannot hold (bytes, a set) is an error naming the key."""
+    """``value`` as JSON; what JSON cannot hold (bytes, a set) is an error naming the key.
+
+    A value a ``valueClass`` rebuilt (a dataclass, a pydantic model) is written as its fields.
+    """
     try:
-        return json.dumps(value, ensure_ascii=False)
+        return json.dumps(value, ensure_ascii=False, default=_fields)
     except (TypeError, ValueError) as exc:
         where = "" if row is None else f"namespace {row.namespace!r}, key {row.key!r}: "
         msg = f"{where}a {type(value).__name__} cannot be written as JSON ({exc})"
         raise StateToolError(msg) from exc
+
+
+def _fields(obj: Any) -> Any:
+    """A dataclass's or a pydantic model's fields, for ``json.dumps``; anything else refused."""
+    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        return dataclasses.asdict(obj)
+    dump = getattr(obj, "model_dump", None)
+    if callable(dump):
+        return dump(mode="json")
+    msg = f"Object of type {type(obj).__name__} is not JSON serializable"
+    raise TypeError(msg)
 
 
 def _text(value: Any, row: Row) -> str:
@@ -206,16 +225,13 @@ def _cmd_export(args: argparse.Namespace) -> int:
 
 def _cmd_import(args: argparse.Namespace) -> int:
     conf = _conf(args)
-    result = import_state(conf, args.file, overwrite=args.overwrite)
+    result = import_state(conf, args.file, overwrite=args.overwrite, **_scope_args(args))
     header = result.info.header
     resume = _resume(conf, header)
     if args.json:
         print(json.dumps({**result.as_dict(), "file": args.file, "resume": resume}))
         return 0
-    scope = Scope.of(
-        header["name"] if header["scope"] == "topology" else None,
-        header["name"] if header["scope"] == "transactional" else None,
-    )
+    scope = Scope.of(args.topology, args.id)
     print(
         f"imported {scope.describe()} into {provider_name(conf)} ({result.location}) from "
         f"{args.file} "
@@ -284,7 +300,10 @@ def _add_scope(parser: argparse.ArgumentParser, component: bool) -> None:
             help="as of the prepared delta: committed values overlaid by a pending transaction",
         )
         parser.add_argument(
-            "--raw", action="store_true", help="a committer map's stored [txid, value] form"
+            "--raw",
+            action="store_true",
+            help="as stored, plain msgpack: a bolt's keys and values without keyClass / "
+            "valueClass, a committer map's [txid, value] form",
         )
 
 
@@ -313,7 +332,7 @@ def add_state_commands(sub: Any) -> argparse.ArgumentParser:
 
     imp = st_sub.add_parser("import", help="a state file into the provider --conf names")
     imp.add_argument("file", metavar="FILE", help="a file `state export` wrote")
-    imp.add_argument("--conf", required=True, help="JSON or YAML file naming the provider")
+    _add_scope(imp, component=False)
     imp.add_argument(
         "--overwrite",
         action="store_true",

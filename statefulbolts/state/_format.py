@@ -31,6 +31,13 @@ prepared delta (one transaction's writes), which an import holds while it writes
 Integrity: the CRC of each record finds a damaged record and says where; the trailer finds a
 truncated file, a record lost or repeated whole, and anything after it. ``read_info`` checks all
 of it without writing anything; an import runs it first.
+
+Scope: the reader trusts no name in the file. The header's ``scope`` and ``name`` must name a
+topology or a transactional id (``Scope.named``), its ``prefix`` must be exactly theirs (``T/``
+or ``$transactional/<id>/``), and every namespace must be one the scope owns (``Scope.owns``:
+the prefix, then names with no empty, ``.`` or ``..`` part). A file that disagrees is damaged
+or foreign (``StateFileError``), whatever its checksums say: they prove the bytes are the ones
+written, not who wrote them.
 """
 
 from __future__ import annotations
@@ -45,6 +52,7 @@ from typing import Any, BinaryIO
 import msgpack
 
 from statefulbolts.errors import StateFileError, StateToolError
+from statefulbolts.state._scope import Scope
 
 __all__ = [
     "FORMAT",
@@ -249,6 +257,7 @@ class StateFileReader:
         self._digest_before = self._sha.copy()
         self._closed: NamespaceInfo | None = None
         self._header: dict[str, Any] | None = None
+        self._scope: Scope | None = None
         self.info: StateFileInfo | None = None
 
     # -- the frames
@@ -345,8 +354,33 @@ class StateFileReader:
         if missing or not isinstance(header.get("serializers"), dict):
             msg = f"corrupt: the header lacks {', '.join(missing) or 'serializers'}"
             raise self._bad(msg)
+        self._scope = self._scope_of(header)
         self._header = header
         return header
+
+    def _scope_of(self, header: dict[str, Any]) -> Scope:
+        """The header's scope, whose prefix must be the header's ``prefix``, exactly."""
+        try:
+            scope = Scope.named(header["scope"], header["name"])
+        except StateToolError as exc:
+            msg = f"foreign: the header names no scope a state can have: {exc}"
+            raise self._bad(msg) from exc
+        if header["prefix"] != scope.prefix:
+            msg = (
+                f"foreign: the header's prefix {header['prefix']!r} is not the one of its "
+                f"{scope.describe()} ({scope.prefix!r}); the file was altered or not written by "
+                "`statefulbolts state export`, so it is refused"
+            )
+            raise self._bad(msg)
+        return scope
+
+    @property
+    def scope(self) -> Scope:
+        """The topology or transactional id the file holds (after ``header()``)."""
+        if self._scope is None:
+            self.header()
+        assert self._scope is not None  # noqa: S101 - header() set it
+        return self._scope
 
     def namespaces(self) -> Iterator[NamespaceBlock]:
         """Every namespace in file order; after the last, the trailer is checked."""
@@ -366,14 +400,21 @@ class StateFileReader:
             infos.append(self._closed)
 
     def _open(self, record: list[Any]) -> NamespaceBlock:
-        assert self._header is not None  # noqa: S101 - header() ran first
+        scope = self._scope
+        assert scope is not None  # noqa: S101 - header() ran first
         if record[0] != "namespace" or len(record) != 4:
             msg = f"corrupt: expected a namespace or the trailer, got {_short(record)}"
             raise self._bad(msg)
         _, name, committed_txid, prepared_txid = record
-        prefix = self._header["prefix"]
-        if not isinstance(name, str) or not name.startswith(prefix) or name in self._seen:
-            msg = f"corrupt: namespace {name!r} is repeated or not under the header's {prefix!r}"
+        if not isinstance(name, str) or not scope.owns(name):
+            msg = (
+                f"foreign: namespace {_short(name)} is not one of the header's "
+                f"{scope.describe()} (its namespaces are {scope.prefix!r} followed by names "
+                "with no empty, '.' or '..' part), so the file is refused"
+            )
+            raise self._bad(msg)
+        if name in self._seen:
+            msg = f"corrupt: namespace {name!r} is repeated"
             raise self._bad(msg)
         if not (_is_txid(committed_txid) and _is_txid(prepared_txid)):
             msg = f"corrupt: namespace {name!r} has txids {_short(record[2:])}"

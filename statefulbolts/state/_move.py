@@ -8,12 +8,16 @@ rolls that transaction forward after the move as it would have before.
 
 ``import_state`` steps:
     1. Read the whole file and check it (``read_info``): a damaged, truncated or foreign file
-       raises ``StateFileError`` before anything is written.
-    2. Check the target: its serializers must be the file's (a bolt's values are stored in their
-       bytes), and no namespace under the file's prefix may hold state, unless ``overwrite``.
-    3. Read the file again and replace each namespace's stored image in one step per namespace
-       (``KeyValueState.replace_stored``); with ``overwrite``, namespaces under the prefix that
-       the file does not have are emptied, so the target holds exactly what the file holds.
+       raises ``StateFileError`` before anything is written. Foreign includes a header whose
+       prefix is not its scope's and any namespace the scope does not own (``_format``).
+    2. Check the scope: the file's topology (or transactional id) must be the one the caller
+       names; a file of another one is refused, naming both.
+    3. Check the target: its serializers must be the file's (a bolt's values are stored in their
+       bytes), and no namespace of the scope may hold state, unless ``overwrite``.
+    4. Read the file again and replace each namespace's stored image in one step per namespace
+       (``KeyValueState.replace_stored``), each checked again to be the scope's before it is
+       written; with ``overwrite``, the scope's namespaces that the file does not have are
+       emptied, so the target holds exactly what the file holds.
 
 Export and import are offline operations: stop the topology first. An export whose namespace's
 txids change while it is read (a running topology) stops with an error.
@@ -29,7 +33,7 @@ Example:
     >>> export_state({}, path, topology="doc-move").namespaces[0].committed
     1
     >>> Memory.drop("doc-move/")
-    >>> import_state({}, path).info.entries
+    >>> import_state({}, path, topology="doc-move").info.entries
     1
     >>> Memory().new_state("doc-move/count-0", {}).get("storm")
     3
@@ -39,7 +43,6 @@ Example:
 from __future__ import annotations
 
 import datetime
-import json
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -54,7 +57,7 @@ from statefulbolts.errors import (
     StateToolError,
 )
 from statefulbolts.state._format import StateFileInfo, StateFileReader, StateFileWriter
-from statefulbolts.state._scope import Scope, image_state, listed
+from statefulbolts.state._scope import Scope, image_state, listed, serializer_fields
 
 __all__ = ["ImportResult", "export_state", "import_state", "read_info"]
 
@@ -80,19 +83,6 @@ class ImportResult:
         }
 
 
-def _serializers(conf: Mapping[str, Any]) -> dict[str, Any]:
-    """The key / value serializer fields set in the provider config (Storm's names)."""
-    raw = conf.get(STATE_PROVIDER_CONFIG_KEY)
-    if isinstance(raw, str | bytes):
-        try:
-            raw = json.loads(raw) if raw.strip() else {}
-        except json.JSONDecodeError:
-            raw = {}  # the provider reports a broken config in its own words when opened
-    if not isinstance(raw, Mapping):
-        return {}
-    return {k: raw[k] for k in SERIALIZER_FIELDS if raw.get(k) is not None}
-
-
 def export_state(
     conf: Mapping[str, Any],
     path: str | os.PathLike[str],
@@ -116,7 +106,7 @@ def export_state(
         StateBackendError: the store failed.
     """
     scope = Scope.of(topology, transactional_id)
-    names = listed(conf, scope.prefix)
+    names = [n for n in listed(conf, scope.prefix) if scope.owns(n)]
     if not names:
         msg = f"nothing of {scope.describe()} is stored in {provider_name(conf)}"
         raise StateNotFoundError(msg)
@@ -143,7 +133,7 @@ def _write(conf: Mapping[str, Any], scope: Scope, names: list[str], stream: Any)
         "provider": provider_name(conf),
         "location": states[0].location,
         "created_at": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
-        "serializers": _serializers(conf),
+        "serializers": serializer_fields(conf),
     }
     writer = StateFileWriter(stream, header)
     for name, state in zip(names, states, strict=True):
@@ -178,7 +168,12 @@ def read_info(path: str | os.PathLike[str]) -> StateFileInfo:
 
 
 def import_state(
-    conf: Mapping[str, Any], path: str | os.PathLike[str], *, overwrite: bool = False
+    conf: Mapping[str, Any],
+    path: str | os.PathLike[str],
+    *,
+    topology: str | None = None,
+    transactional_id: str | None = None,
+    overwrite: bool = False,
 ) -> ImportResult:
     """Write the state file ``path`` into the provider ``conf`` names (see the module steps).
 
@@ -186,26 +181,36 @@ def import_state(
         conf: the target's config (``topology.state.provider`` and its config); its key and
             value serializer fields must equal the source's, which the file records.
         path: a file ``export_state`` wrote.
-        overwrite: replace what the target holds under the file's prefix (the topology's
-            namespaces); without it, an import into a target holding any refuses.
+        topology: the topology the file must hold; or
+        transactional_id: the transactional id it must hold (name exactly one). Nothing
+            outside that scope is ever written.
+        overwrite: replace what the target holds of the scope (the topology's namespaces);
+            without it, an import into a target holding any refuses.
 
     Raises:
-        StateFileError: the file is damaged, truncated, of another format or version; nothing
-            was written.
+        StateFileError: the file is damaged, truncated, foreign (a prefix or a namespace that
+            is not its scope's), of another format or version; nothing was written.
         StateOverwriteError: the target already holds state of the topology; nothing was
             written.
-        StateToolError: the serializers differ, or a provider the tool cannot write.
+        StateToolError: the file holds another topology or transactional id than the one
+            named (nothing was written), the serializers differ, or a provider the tool
+            cannot write.
         StateBackendError: the store failed (the namespaces written before it stay written).
     """
+    scope = Scope.of(topology, transactional_id)
     info = read_info(path)
     header = info.header
-    scope = Scope.of(
-        header["name"] if header["scope"] == "topology" else None,
-        header["name"] if header["scope"] == "transactional" else None,
-    )
+    held = Scope.named(header["scope"], header["name"])  # read_info checked it
+    if held != scope:
+        msg = (
+            f"state file {str(path)!r} holds the state of {held.describe()}, and the import "
+            f"names {scope.describe()}; nothing was imported. A file imports into the scope it "
+            f"was exported from: name {held.describe()} ({_flag(held)})"
+        )
+        raise StateToolError(msg)
     in_file = [n.name for n in info.namespaces]
     _check_serializers(conf, scope, header, in_file)
-    present = listed(conf, scope.prefix)
+    present = [n for n in listed(conf, scope.prefix) if scope.owns(n)]
     holding = [n for n in sorted(set(in_file) | set(present)) if _holds_state(conf, n)]
     if holding and not overwrite:
         shown = ", ".join(holding[:_SHOWN]) + (", ..." if len(holding) > _SHOWN else "")
@@ -218,8 +223,13 @@ def import_state(
     location = ""
     with Path(path).open("rb") as stream:
         reader = StateFileReader(stream, str(path))
-        reader.header()
+        if reader.header() != header:
+            msg = f"state file {str(path)!r} changed while it was imported; import it again"
+            raise StateFileError(msg)
         for block in reader.namespaces():
+            if not scope.owns(block.name):  # the reader refused it already; never written
+                msg = f"state file {str(path)!r}: {block.name!r} is not of {scope.describe()}"
+                raise StateFileError(msg)
             state = image_state(conf, block.name)
             state.replace_stored(
                 block.committed_txid, block.committed, block.prepared_txid, block.prepared
@@ -232,6 +242,11 @@ def import_state(
     for name in emptied:
         image_state(conf, name).replace_stored(None, (), None, {})
     return ImportResult(info, location, [n for n in holding if n in set(in_file)], emptied)
+
+
+def _flag(scope: Scope) -> str:
+    """The command-line option that names ``scope``."""
+    return f"--topology {scope.name}" if scope.kind == "topology" else f"--id {scope.name}"
 
 
 def _holds_state(conf: Mapping[str, Any], namespace: str) -> bool:
@@ -250,7 +265,7 @@ def _check_serializers(
     """A bolt's values are the source serializers' bytes: the target must decode them alike."""
     if all(scope.is_system(n) for n in names):
         return  # only framework records, always plain msgpack
-    source, target = header["serializers"], _serializers(conf)
+    source, target = header["serializers"], serializer_fields(conf)
     if source != target:
         msg = (
             f"the file's bolt states were written with serializer fields {source or 'none'} "

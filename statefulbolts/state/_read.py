@@ -9,6 +9,14 @@ map a page at a time; the prepared view holds the delta (one transaction's write
 A transactional committer's map stores ``[txid, value]`` (or opaque ``[txid, curr, prev]``)
 under the one-item key ``[key]`` beside a ``"$record"`` slot; the map view shows ``key ->
 value`` (``curr``), as ``TopologyHandle.read_state`` does, and ``raw=True`` the stored form.
+A bolt's state with ``raw=True`` is read as plain msgpack, without the config's ``keyClass``
+and ``valueClass``: what is stored, whatever class it was meant for. A stored key or value the
+configured class cannot rebuild is a ``StateToolError`` naming the namespace, the key, the
+class and what is stored.
+
+``committed_items`` is the one committed read of a state, also behind
+``TopologyHandle.read_state``: a prepared delta (a transaction that prepared and did not
+commit) never shows.
 
 Example:
     >>> from providers.memory import InMemoryKeyValueStateProvider as Memory
@@ -26,14 +34,135 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 from typing import Any, NamedTuple
 
-from statefulbolts.errors import StateToolError
-from statefulbolts.state._scope import Scope, component_tasks, image_state
+import msgpack
 
-__all__ = ["Row", "View", "get_value", "hashable", "iter_rows", "iter_state", "read_state"]
+from providers import STATE_PROVIDER_CONFIG_KEY, KeyValueState, provider_name
+from statefulbolts.errors import StateToolError
+from statefulbolts.state._scope import Scope, component_tasks, image_state, serializer_fields
+
+__all__ = [
+    "Row",
+    "View",
+    "committed_items",
+    "get_value",
+    "hashable",
+    "iter_rows",
+    "iter_state",
+    "read_state",
+]
 
 # The committer map's record slot (statefulbolts.transactional.StateBackingMap's layout).
 _RECORD_KEY = "$record"
 _SKIP: Any = object()
+# What rebuilding a stored key or value with a configured class raises when the class does
+# not fit it (int("x"), a dataclass given the wrong fields, a pydantic validation error, bytes
+# that are not msgpack). I/O errors (StateBackendError is a ConnectionError) are not among them.
+_MISFIT = (TypeError, ValueError, LookupError, AttributeError)
+_SHORT = 80
+
+
+def committed_items(
+    state: KeyValueState, conf: Mapping[str, Any], system: bool = False
+) -> Iterator[tuple[Any, Any]]:
+    """Every committed ``(key, value)`` of ``state``, decoded, streamed.
+
+    Read from the store's committed map (``scan_committed``), so a prepared delta, written by
+    a transaction that prepared and has not committed, never shows. ``conf`` is the config
+    the state was opened with and ``system`` whether it is a system state (plain msgpack),
+    for the message when a stored key or value does not decode.
+
+    Raises:
+        StateToolError: the state does not expose its stored image, so its committed values
+            cannot be told from prepared ones; or a stored key or value does not fit the
+            configured class.
+    """
+    if not state.supports_stored_image:
+        kind = f"{type(state).__module__}.{type(state).__qualname__}"
+        msg = (
+            f"{kind} (provider {provider_name(conf)}) does not expose its stored image "
+            "(scan_committed, decode_key, decode_value, ...; see providers.KeyValueState), so "
+            "its committed values cannot be told from values a transaction prepared and never "
+            "committed, and they are not read through it; implement the stored image in the "
+            "provider"
+        )
+        raise StateToolError(msg)
+    decoder = _Decoder(conf, state, system)
+    for ekey, payload in state.scan_committed():
+        key = decoder.key(ekey)
+        yield key, decoder.value(payload, key)
+
+
+class _Decoder:
+    """A state's ``decode_key`` / ``decode_value``; a stored item they refuse is a clear error."""
+
+    def __init__(self, conf: Mapping[str, Any], state: KeyValueState, system: bool) -> None:
+        self.conf, self.system = conf, system
+        self.namespace = str(getattr(state, "namespace", "?"))
+        self._key, self._value = state.decode_key, state.decode_value
+
+    def key(self, data: bytes) -> Any:
+        try:
+            return self._key(data)
+        except _MISFIT as exc:
+            error = self.misfit("key", None, data, exc)
+            raise error from exc
+
+    def value(self, data: bytes, key: Any) -> Any:
+        try:
+            return self._value(data)
+        except _MISFIT as exc:
+            error = self.misfit("value", key, data, exc)
+            raise error from exc
+
+    def misfit(self, what: str, key: Any, data: bytes, exc: Exception) -> StateToolError:
+        """The error for the stored ``what`` ("key" or "value") ``data`` its decoder refused."""
+        plain = _plain(data)
+        if plain is _NOT_MSGPACK:
+            held = f"{len(data)} bytes that are not msgpack ({_short(data)})"
+        else:
+            held = f"{_short(plain)} ({type(plain).__name__})"
+        return self.refused(what, key, held, plain is not _NOT_MSGPACK, exc)
+
+    def refused(
+        self, what: str, key: Any, held: str, plain: bool, exc: Exception
+    ) -> StateToolError:
+        """The error naming the namespace, the key, the configured class, what is stored, the fix.
+
+        ``held`` says what is stored; ``plain`` whether it reads as plain msgpack (so --raw
+        shows it).
+        """
+        where = f"namespace {self.namespace!r}" + ("" if key is None else f", key {key!r}")
+        fields = {k: v for k, v in serializer_fields(self.conf).items() if k.startswith(what)}
+        if self.system or not fields:
+            decoder = "plain msgpack"
+        else:
+            named = " and ".join(f"{k} {v!r}" for k, v in fields.items())
+            decoder = f"{named} of {STATE_PROVIDER_CONFIG_KEY}"
+        if plain and not self.system:
+            fix = "Read it with the provider config that wrote it, or as stored with --raw"
+        else:
+            fix = "Read it with the provider config (serializer classes) that wrote it"
+        msg = (
+            f"{where}: the stored {what} does not fit {decoder} ({type(exc).__name__}: "
+            f"{exc}); it holds {held}. {fix}"
+        )
+        return StateToolError(msg)
+
+
+_NOT_MSGPACK: Any = object()
+
+
+def _plain(data: bytes) -> Any:
+    """``data`` read as plain msgpack, or ``_NOT_MSGPACK``."""
+    try:
+        return msgpack.unpackb(data, raw=False, strict_map_key=False)
+    except (ValueError, msgpack.UnpackException):
+        return _NOT_MSGPACK
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= _SHORT else text[: _SHORT - 3] + "..."
 
 
 class Row(NamedTuple):
@@ -59,6 +188,10 @@ class View:
         self.scope, self.prepared, self.raw = scope, prepared, raw
         self.map_view = scope.kind == "transactional" and not raw
 
+    def system(self, namespace: str) -> bool:
+        """Whether to read ``namespace`` as plain msgpack: a framework record, or ``raw``."""
+        return self.raw or self.scope.is_system(namespace)
+
     def entry(self, key: Any, value: Any) -> tuple[Any, Any] | Any:
         """``(key, value)`` as shown, or ``_SKIP`` (a committer map's record)."""
         if not self.map_view:
@@ -75,20 +208,48 @@ class View:
 
     def rows(self, conf: Mapping[str, Any], task: int, namespace: str) -> Iterator[Row]:
         """The task's entries in this view, decoded, streamed."""
-        state = image_state(conf, namespace, self.scope.is_system(namespace))
-        decode_key, decode_value = state.decode_key, state.decode_value
-        delta: dict[bytes, bytes | None] = dict(state.scan_prepared()) if self.prepared else {}
+        system = self.system(namespace)
+        state = image_state(conf, namespace, system)
+        if not self.prepared:
+            for key, value in committed_items(state, conf, system):
+                shown = self.entry(key, value)
+                if shown is not _SKIP:
+                    yield Row(task, namespace, *shown)
+            return
+        decoder = _Decoder(conf, state, system)
+        delta: dict[bytes, bytes | None] = dict(state.scan_prepared())
         for ekey, payload in state.scan_committed():
             if ekey in delta:
                 continue
-            shown = self.entry(decode_key(ekey), decode_value(payload))
+            key = decoder.key(ekey)
+            shown = self.entry(key, decoder.value(payload, key))
             if shown is not _SKIP:
                 yield Row(task, namespace, *shown)
         for ekey, maybe in delta.items():
             if maybe is not None:
-                shown = self.entry(decode_key(ekey), decode_value(maybe))
+                key = decoder.key(ekey)
+                shown = self.entry(key, decoder.value(maybe, key))
                 if shown is not _SKIP:
                     yield Row(task, namespace, *shown)
+
+    def get(self, conf: Mapping[str, Any], namespace: str, key: Any) -> Any:
+        """The value stored for ``key`` (already as stored) in this view, or ``None``."""
+        system = self.system(namespace)
+        state = image_state(conf, namespace, system)
+        try:
+            return state.get(key) if self.prepared else state.get_committed(key)
+        except _MISFIT as exc:
+            cause = exc
+        # Say what is stored: the same key read as plain msgpack.
+        plain_state = image_state(conf, namespace, True)
+        try:
+            plain = plain_state.get(key) if self.prepared else plain_state.get_committed(key)
+        except _MISFIT:
+            held, readable = "bytes that are not msgpack", False
+        else:
+            held, readable = f"{_short(plain)} ({type(plain).__name__})", True
+        error = _Decoder(conf, state, system).refused("value", key, held, readable, cause)
+        raise error from cause
 
 
 def iter_rows(
@@ -135,11 +296,15 @@ def iter_state(
         map_name: a committer's map (``context.backing_map(name)``), "default" by default.
         prepared: show the state as of the prepared delta, committed values overlaid by a
             pending transaction's writes and deletions.
-        raw: a committer map's stored form (``[key]`` -> ``[txid, value]``, and the record).
+        raw: read as stored, plain msgpack: a bolt's keys and values without the config's
+            ``keyClass`` / ``valueClass``, a committer map's stored form (``[key]`` ->
+            ``[txid, value]``, and the record).
 
     Raises:
         StateNotFoundError: nothing is stored for the component.
-        StateToolError: a bad argument, or a provider the tool cannot read.
+        StateToolError: a bad argument, a provider the tool cannot read, or a stored key or
+            value the configured class (or serializer) cannot rebuild: the message names the
+            namespace, the key, the class and what is stored.
         StateBackendError: the store failed.
     """
     for row in iter_rows(
@@ -220,8 +385,7 @@ def get_value(
     stored_key = view.stored_key(key)
     found: list[tuple[int, Any]] = []
     for task in component_tasks(conf, scope, component, map_name):
-        state = image_state(conf, task.namespace, scope.is_system(task.namespace))
-        value = state.get(stored_key) if prepared else state.get_committed(stored_key)
+        value = view.get(conf, task.namespace, stored_key)
         if value is None:
             continue
         shown = view.entry(stored_key, value)

@@ -1,25 +1,33 @@
 """Which namespaces a topology, a transactional id or a component owns, and how to open them.
 
 A checkpointed topology ``T`` keeps its state under ``T/``: ``T/<component>-<task>`` per
-stateful task, ``T/$checkpointspout-0`` for the checkpoint spout's saved txid and phase. A
-transactional topology keeps everything under ``$transactional/<id>/``: the coordinator, the
-partitions' metas, and each committer task's maps at
+stateful task, and the framework's records beside them, each named ``T/$<something>``
+(``T/$checkpointspout-0`` for the checkpoint spout's saved txid and phase; no component id
+starts with ``$``). A transactional topology keeps everything under ``$transactional/<id>/``:
+the coordinator, the partitions' metas, and each committer task's maps at
 ``$transactional/<id>/<component>-<task>/<map>``.
 
 A stateful bolt's state is opened with the topology's config, so the user's key and value
-serializers decode it; the framework's own records (the checkpoint spout's, everything
-transactional) are opened as system states (plain msgpack, ``StateFactory.get_system_state``),
-as the runtime writes them.
+serializers decode it; the framework's own records (every ``$`` namespace of a topology,
+everything transactional) are opened as system states (plain msgpack,
+``StateFactory.get_system_state``), as the runtime writes them.
+
+A scope owns a namespace when the namespace is its prefix followed by names with no empty,
+``.`` or ``..`` part: the state tool reads, exports and imports nothing else, whatever a state
+file says.
 """
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from providers import (
+    SERIALIZER_FIELDS,
+    STATE_PROVIDER_CONFIG_KEY,
     DriverOwnedStateProvider,
     KeyValueState,
     StateFactory,
@@ -27,7 +35,6 @@ from providers import (
     provider_name,
 )
 from statefulbolts.errors import StateNotFoundError, StateToolError
-from statefulbolts.topology import CHECKPOINT_COMPONENT_ID
 
 __all__ = [
     "Scope",
@@ -37,9 +44,13 @@ __all__ = [
     "image_state",
     "listed",
     "open_state",
+    "serializer_fields",
 ]
 
 TRANSACTIONAL_ROOT = "$transactional"
+# What starts a framework record's name inside a topology (no component id may).
+RECORD_MARK = "$"
+_KINDS = ("topology", "transactional")
 
 
 @dataclass(frozen=True)
@@ -54,16 +65,39 @@ class Scope:
         """The scope named by exactly one of ``topology`` and ``transactional_id``.
 
         Raises:
-            StateToolError: both or neither were given, or the name is empty or holds a "/".
+            StateToolError: both or neither were given, or the name is not one (see ``named``).
         """
         if (topology is None) == (transactional_id is None):
             msg = "name exactly one of topology and transactional_id"
             raise StateToolError(msg)
-        kind, name = (
-            ("topology", topology) if topology is not None else ("transactional", transactional_id)
-        )
-        if not isinstance(name, str) or not name or "/" in name:
-            msg = f"{kind} name must be a non-empty string without '/', got {name!r}"
+        if topology is not None:
+            return cls.named("topology", topology)
+        return cls.named("transactional", transactional_id)
+
+    @classmethod
+    def named(cls, kind: Any, name: Any) -> Scope:
+        """The scope of ``kind`` ("topology" or "transactional") called ``name``, checked.
+
+        A name is a non-empty string without "/", and not "." or ".." (a path trick, never a
+        topology); a topology may not be called "$transactional", the transactional ids' root.
+
+        Raises:
+            StateToolError: a kind or a name that is not one.
+        """
+        if kind not in _KINDS:
+            msg = f"a scope is a topology or a transactional id, got kind {kind!r}"
+            raise StateToolError(msg)
+        what = "topology" if kind == "topology" else "transactional id"
+        if not isinstance(name, str) or not name or "/" in name or name in (".", ".."):
+            msg = (
+                f"{what} name must be a non-empty string without '/', not '.' or '..'; got {name!r}"
+            )
+            raise StateToolError(msg)
+        if kind == "topology" and name == TRANSACTIONAL_ROOT:
+            msg = (
+                f"a topology cannot be named {TRANSACTIONAL_ROOT!r}: it is where the "
+                "transactional ids keep their state (name one with --id)"
+            )
             raise StateToolError(msg)
         return cls(kind, name)
 
@@ -82,11 +116,22 @@ class Scope:
             else f"transactional id {self.name!r}"
         )
 
+    def owns(self, namespace: str) -> bool:
+        """Whether ``namespace`` is the prefix then names with no empty, "." or ".." part."""
+        if not namespace.startswith(self.prefix):
+            return False
+        rest = namespace[len(self.prefix) :]
+        return bool(rest) and all(part not in ("", ".", "..") for part in rest.split("/"))
+
     def is_system(self, namespace: str) -> bool:
-        """Whether ``namespace`` holds the framework's records (plain msgpack), not a bolt's."""
+        """Whether ``namespace`` holds the framework's records (plain msgpack), not a bolt's.
+
+        Everything of a transactional id; in a topology, every namespace whose first name
+        after the prefix starts with "$" (the checkpoint spout's, and any later record).
+        """
         if self.kind == "transactional":
             return True
-        return namespace[len(self.prefix) :].startswith(f"{CHECKPOINT_COMPONENT_ID}-")
+        return namespace[len(self.prefix) :].startswith(RECORD_MARK)
 
 
 @dataclass(frozen=True)
@@ -121,32 +166,47 @@ def component_tasks(
 ) -> list[TaskNamespace]:
     """Every task namespace of ``component`` in ``scope``, by task index.
 
-    For a transactional id, the committer's map ``map_name``.
+    For a transactional id, the committer's map ``map_name``. The framework's records are
+    not components: a name starting with "$" finds nothing, and they are never listed.
 
     Raises:
         StateNotFoundError: the provider holds no state of that component (the message lists
-            the components it does hold).
+            the components' namespaces it does hold).
         StateToolError: the provider cannot list its namespaces.
     """
     if scope.kind == "topology":
         pattern = re.compile(re.escape(component) + r"-(\d+)")
     else:
         pattern = re.compile(re.escape(component) + r"-(\d+)/" + re.escape(map_name))
-    names = listed(conf, scope.prefix)
+    names = [n for n in listed(conf, scope.prefix) if scope.owns(n)]
     found = []
-    for namespace in names:
-        match = pattern.fullmatch(namespace[len(scope.prefix) :])
-        if match is not None:
-            found.append(TaskNamespace(int(match.group(1)), namespace))
+    if not component.startswith(RECORD_MARK):
+        for namespace in names:
+            match = pattern.fullmatch(namespace[len(scope.prefix) :])
+            if match is not None:
+                found.append(TaskNamespace(int(match.group(1)), namespace))
     if not found:
         what = f"component {component!r}" + (
             f" (map {map_name!r})" if scope.kind == "transactional" else ""
         )
-        held = sorted({n[len(scope.prefix) :] for n in names})
+        held = sorted(
+            {
+                n[len(scope.prefix) :]
+                for n in names
+                if scope.kind == "transactional" or not scope.is_system(n)
+            }
+        )
         shown = ", ".join(held[:10]) + (", ..." if len(held) > 10 else "") if held else "nothing"
+        hint = (
+            f" ({component!r} names one of the framework's records, not a component: no "
+            "component id starts with '$'; `statefulbolts checkpoint status` shows the "
+            "checkpoint)"
+            if component.startswith(RECORD_MARK)
+            else ""
+        )
         msg = (
             f"no state of {what} in {scope.describe()} in {provider_name(conf)}; "
-            f"under {scope.prefix!r} it holds: {shown}"
+            f"under {scope.prefix!r} it holds: {shown}{hint}"
         )
         raise StateNotFoundError(msg)
     return sorted(found, key=lambda t: t.task)
@@ -192,3 +252,16 @@ def driver_owned(conf: Mapping[str, Any]) -> DriverOwnedStateProvider | None:
     """The configured provider if its data lives in the driver process (in memory), else None."""
     provider = get_provider(conf)
     return provider if isinstance(provider, DriverOwnedStateProvider) else None
+
+
+def serializer_fields(conf: Mapping[str, Any]) -> dict[str, Any]:
+    """The key / value serializer fields set in the provider config (Storm's names)."""
+    raw = conf.get(STATE_PROVIDER_CONFIG_KEY)
+    if isinstance(raw, str | bytes):
+        try:
+            raw = json.loads(raw) if raw.strip() else {}
+        except json.JSONDecodeError:
+            raw = {}  # the provider reports a broken config in its own words when opened
+    if not isinstance(raw, Mapping):
+        return {}
+    return {k: raw[k] for k in SERIALIZER_FIELDS if raw.get(k) is not None}

@@ -13,7 +13,8 @@ recognises itself. ``TRANSACTIONAL.md`` in the project's shared docs is the beha
   ``finish_batch`` once per task per attempt), ``Committer``; ``BasicBolt``s work too.
 - Exactly-once writes: ``TransactionalValue``, ``OpaqueValue``, ``TransactionalMap`` and
   ``OpaqueMap`` over a ``BackingMap`` (``context.backing_map()`` in a committer: the topology's
-  state provider; or ``RedisBackingMap``, ``MemoryBackingMap``, ``StateBackingMap``).
+  state provider; or ``RedisBackingMap``, whose opaque record is each committer task's own
+  unless told an owner, ``MemoryBackingMap``, ``StateBackingMap``).
 - ``TransactionalTopologyBuilder(id, spout_id, spout)``: ``set_bolt``, ``set_committer_bolt``,
   ``build_topology()``; submit with ``LocalCluster.submit_topology``.
 

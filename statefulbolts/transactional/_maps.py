@@ -32,7 +32,9 @@ twice. Storm and Trident leave this open. ``OpaqueMap`` closes it with a *record
 So a committer must call ``multi_update`` on every commit, with an empty key list if its batch
 is empty: that call is what repairs the keys of a failed attempt. The record is per backing map,
 that is per committer task; each key must be written by one task (fields grouping on the key),
-the same task on every attempt, which the opaque rule needs anyway.
+the same task on every attempt, which the opaque rule needs anyway. Maps over a shared store
+keep one record per owner: ``context.backing_map()`` is the task's own namespace, and a
+``RedisBackingMap`` told no owner takes the committer task using it (``_redis_map``, "Owners").
 
 The record lives in a reserved slot of the backing map, ``get_record()`` and the ``record``
 argument of ``multi_put``, which no key can reach: each backing map documents where it keeps it.
@@ -274,14 +276,15 @@ class StateBackingMap(BackingMap):
         return self._state.get(_RECORD_KEY)
 
 
-def read_backing_state(state: KeyValueState) -> dict[Any, Any]:
-    """The current value of every key a ``StateBackingMap`` over ``state`` holds.
+def read_backing_state(stored: Iterable[tuple[Any, Any]]) -> dict[Any, Any]:
+    """The current value of every key in a ``StateBackingMap``'s stored ``(key, form)`` pairs.
 
-    For reading results (``TopologyHandle.read_state``): a ``[txid, value]`` form gives its
-    value, an opaque ``[txid, curr, prev]`` form its ``curr``; the record is left out.
+    For reading results (``TopologyHandle.read_state``, which passes the state's committed
+    items): a ``[txid, value]`` form gives its value, an opaque ``[txid, curr, prev]`` form its
+    ``curr``; the record is left out.
     """
     values: dict[Any, Any] = {}
-    for key, plain in state:
+    for key, plain in stored:
         if key == _RECORD_KEY or not isinstance(key, list | tuple) or len(key) != 1:
             continue
         if isinstance(plain, list | tuple) and len(plain) in (2, 3):

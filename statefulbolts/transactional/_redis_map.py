@@ -9,29 +9,47 @@ Redis key                                      holds
 ``prefix`` + ``0xFF`` + msgpack of the key,    the same
 for any other key (int, bytes, tuple, ...)
 ``prefix`` + ``0xFE`` + ``owner``              the record (``BackingMap.get_record``)
+``prefix`` + ``0xFD`` + ``owner``              the task that wrote the record
+                                               (``<component>-<task index>``), when known
 =============================================  ==========================================
 
 The stored form is whatever the map layer hands in: ``[txid, value]`` from ``TransactionalMap``,
 ``[txid, curr, prev]`` from ``OpaqueMap``. So ``prefix + "cat"`` holds msgpack ``[4, 15]``, and a
 ``redis-cli GET`` shows a str key's value where one expects it.
 
-The bytes ``0xFE`` and ``0xFF`` never occur in UTF-8, so the three kinds cannot meet: no ``str``
-key reaches a non-str key or a record, and a non-str key (after ``0xFF``) never reaches a record
-(after ``0xFE``). msgpack has one array type, so a tuple key and the list with the same items are
-one key; ``1``, ``1.0``, ``True``, ``"1"`` and ``b"1"`` are five keys.
+The bytes ``0xFD``, ``0xFE`` and ``0xFF`` never occur in UTF-8, so the kinds cannot meet: no
+``str`` key reaches a non-str key or a record, and a non-str key (after ``0xFF``) never reaches
+a record (after ``0xFE``) or a writer (after ``0xFD``). msgpack has one array type, so a tuple
+key and the list with the same items are one key; ``1``, ``1.0``, ``True``, ``"1"`` and ``b"1"``
+are five keys.
 
-Maps with one prefix and different owners share their keys and keep separate records: give each
-committer task its own owner (for example ``f"{component}-{task}"``). End a prefix with a
-separator (``"counts:"``) so that no two prefixes overlap. On Redis Cluster every key of one
-``multi_put`` must be in one slot: put a hash tag in the prefix (``"{counts}:"``).
+Owners. Maps with one prefix and different owners share their keys and keep separate records,
+and ``OpaqueMap`` needs one record per committer task (see ``_maps``, "the opaque map hole"):
+two tasks writing one owner's record overwrite each other's, and an opaque replay then puts the
+wrong keys back, losing or doubling counts. So by default each task is its own owner:
 
-Round trips: ``multi_get`` is one ``MGET``; ``get_record`` one ``GET``; ``multi_put`` one
-``MULTI`` / ``MSET`` / ``DEL`` / ``EXEC`` pipeline, atomic because Redis runs a transaction
-alone and applies none of it if the connection drops before ``EXEC`` (or a command is refused
-when queued). A native ``MSET`` of 10,000 keys beats a script calling ``SET`` per key.
-Connection and server errors raise ``StateBackendError`` naming host:port, the step and the
-map. With ``hiredis`` installed (the ``redis`` extra brings it) redis-py parses replies in C,
-which makes an ``MGET`` of thousands of values several times cheaper.
+1. ``owner="..."`` or ``context=`` (the ``TopologyContext`` of the committer's ``prepare``; the
+   owner is ``<component>-<task index>``) fix the owner.
+2. Otherwise the owner is the transactional task using the map (``<component>-<task index>``,
+   marked by the runtime while the task runs, ``_owner``), or, used where no task is marked
+   (a thread of the user's), the task the map was made in.
+3. Outside any task (a script, a test), the owner is ``""``.
+
+The record's writer is kept beside it, and a task that reads a record another task of the
+same owner wrote (one fixed ``owner`` in a committer of parallelism 2, say) gets a
+``StateTransactionError`` naming both tasks, before it writes anything.
+
+End a prefix with a separator (``"counts:"``) so that no two prefixes overlap. On Redis Cluster
+every key of one ``multi_put`` must be in one slot: put a hash tag in the prefix
+(``"{counts}:"``).
+
+Round trips: ``multi_get`` is one ``MGET``; ``get_record`` one ``MGET`` (the record and its
+writer); ``multi_put`` one ``MULTI`` / ``MSET`` / ``DEL`` / ``EXEC`` pipeline, atomic because
+Redis runs a transaction alone and applies none of it if the connection drops before ``EXEC``
+(or a command is refused when queued). A native ``MSET`` of 10,000 keys beats a script calling
+``SET`` per key. Connection and server errors raise ``StateBackendError`` naming host:port, the
+step and the map. With ``hiredis`` installed (the ``redis`` extra brings it) redis-py parses
+replies in C, which makes an ``MGET`` of thousands of values several times cheaper.
 """
 
 from __future__ import annotations
@@ -43,8 +61,14 @@ from typing import Any
 
 import msgpack
 
-from providers.errors import ProviderConfigError, StateBackendError, StateSerializationError
+from providers.errors import (
+    ProviderConfigError,
+    StateBackendError,
+    StateSerializationError,
+    StateTransactionError,
+)
 from statefulbolts.transactional._maps import BackingMap, pack_value
+from statefulbolts.transactional._owner import context_owner, running_task
 
 try:
     import redis as redis_py
@@ -59,6 +83,7 @@ log = logging.getLogger(__name__)
 
 _OTHER_KEY = b"\xff"
 _RECORD = b"\xfe"
+_WRITER = b"\xfd"
 
 
 def _address_of(client: Any) -> str:
@@ -76,24 +101,48 @@ class RedisBackingMap(BackingMap):
     A client does not travel to Spark executors: make the map where it is used, in a
     committer's ``prepare``.
 
+    The record's owner (see the module docstring): leave it out in a committer, and each task
+    is its own (``<component>-<task index>``); or give ``context`` (the ``TopologyContext``
+    of ``prepare``) for the same owner wherever the map is used; ``owner`` names one outright.
+
     Example:
         >>> import fakeredis
+        >>> from statefulbolts.testing import make_context
         >>> client = fakeredis.FakeRedis()
-        >>> backing = RedisBackingMap(client, "counts:", owner="count-0")
+        >>> context = make_context("count", task_index=1, parallelism=2)
+        >>> backing = RedisBackingMap(client, "counts:", context=context)
+        >>> backing.owner
+        'count-1'
         >>> backing.multi_put(["cat", 7], [[1, 3], [1, 4]], record=[1, ["cat", 7]])
         >>> backing.multi_get(["cat", 7, "dog"]), backing.get_record()
         ([[1, 3], [1, 4], None], [1, ['cat', 7]])
         >>> sorted(client.keys())
-        [b'counts:cat', b'counts:\xfecount-0', b'counts:\xff\x07']
+        [b'counts:cat', b'counts:\xfdcount-1', b'counts:\xfecount-1', b'counts:\xff\x07']
     """
 
-    def __init__(self, url_or_client: str | Any, prefix: str, *, owner: str = "") -> None:
+    def __init__(
+        self,
+        url_or_client: str | Any,
+        prefix: str,
+        *,
+        owner: str | None = None,
+        context: Any = None,
+    ) -> None:
         if not isinstance(prefix, str):
             msg = f"RedisBackingMap: prefix must be a str; got {prefix!r}"
             raise TypeError(msg)
-        if not isinstance(owner, str):
+        if owner is not None and not isinstance(owner, str):
             msg = f"RedisBackingMap: owner must be a str; got {owner!r}"
             raise TypeError(msg)
+        if owner is not None and context is not None:
+            msg = (
+                "RedisBackingMap: give owner or context, not both (context makes the owner "
+                "'<component>-<task index>')"
+            )
+            raise ValueError(msg)
+        # The task this map is bound to, if any: the context's, else the one running now.
+        self._task = context_owner(context) if context is not None else running_task()
+        self._owner = self._task if context is not None else owner
         self._owns_client = isinstance(url_or_client, str)
         if isinstance(url_or_client, str):
             try:
@@ -112,10 +161,24 @@ class RedisBackingMap(BackingMap):
             raise ProviderConfigError(msg)
         self._client = client
         self.prefix = prefix
-        self.owner = owner
         self._prefix = prefix.encode("utf-8")
-        self._record_key = self._prefix + _RECORD + owner.encode("utf-8")
         self._address = _address_of(client)
+
+    @property
+    def owner(self) -> str:
+        """Whose record this map reads and writes now (see the module docstring, "Owners")."""
+        if self._owner is not None:
+            return self._owner
+        return self._writer() or ""
+
+    def _writer(self) -> str | None:
+        """The task writing through this map now, if known: the running one, else the bound."""
+        return running_task() or self._task
+
+    def _record_keys(self) -> tuple[bytes, bytes]:
+        """The Redis keys of the owner's record and of the task that wrote it."""
+        owner = self.owner.encode("utf-8")
+        return self._prefix + _RECORD + owner, self._prefix + _WRITER + owner
 
     def __repr__(self) -> str:
         return (
@@ -213,7 +276,10 @@ class RedisBackingMap(BackingMap):
     def multi_put(
         self, keys: Sequence[Hashable], values: Sequence[Any], record: Any = None
     ) -> None:
-        """Write the values (``None`` deletes) and the record in one atomic transaction."""
+        """Write the values (``None`` deletes) and the record in one atomic transaction.
+
+        With the record goes the task writing it, when known (else its last writer is cleared).
+        """
         if len(keys) != len(values):
             msg = f"multi_put got {len(keys)} keys and {len(values)} values; give one per key"
             raise ValueError(msg)
@@ -223,7 +289,13 @@ class RedisBackingMap(BackingMap):
         writes = {rkey: data for rkey, data in last.items() if data is not None}
         deletes = [rkey for rkey, data in last.items() if data is None]
         if record is not None:
-            writes[self._record_key] = pack_value(record, f"{self!r}: the record")
+            record_key, writer_key = self._record_keys()
+            writes[record_key] = pack_value(record, f"{self!r}: the record")
+            writer = self._writer()
+            if writer is None:
+                deletes.append(writer_key)
+            else:
+                writes[writer_key] = writer.encode("utf-8")
         if not writes and not deletes:
             return
         with self._backend("multi_put"):
@@ -236,7 +308,26 @@ class RedisBackingMap(BackingMap):
         log.debug("map %s: wrote %s keys", self.prefix, len(writes) + len(deletes))
 
     def get_record(self) -> Any:
-        """The record of this map's owner, or ``None``: one ``GET``."""
+        """The record of this map's owner, or ``None``: one ``MGET`` (the record, its writer).
+
+        Raises:
+            StateTransactionError: another task of the same owner wrote the record: two tasks
+                share one owner, and their records would overwrite each other's.
+        """
+        record_key, writer_key = self._record_keys()
         with self._backend("get_record"):
-            raw = self._client.get(self._record_key)
-        return None if raw is None else self._decode(raw, self._record_key)
+            raw, wrote = self._client.mget([record_key, writer_key])
+        writer = self._writer()
+        if raw is not None and wrote is not None and writer is not None:
+            other = wrote.decode("utf-8", "replace") if isinstance(wrote, bytes) else str(wrote)
+            if other != writer:
+                msg = (
+                    f"{self!r}: the record of owner {self.owner!r} was written by task "
+                    f"{other} and task {writer} uses it too; two tasks under one owner "
+                    "overwrite each other's record, and an opaque replay then restores the "
+                    "wrong keys (counts lost or doubled). Give each task its own owner: leave "
+                    "owner out (each committer task is then '<component>-<task index>') or "
+                    "pass context=context"
+                )
+                raise StateTransactionError(msg)
+        return None if raw is None else self._decode(raw, record_key)

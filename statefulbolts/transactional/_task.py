@@ -35,6 +35,7 @@ from statefulbolts.topology import ComponentSpec
 from statefulbolts.transactional._attempt import TransactionAttempt
 from statefulbolts.transactional._bolts import BatchOutputCollector
 from statefulbolts.transactional._maps import StateBackingMap
+from statefulbolts.transactional._owner import enter_task, leave_task
 from statefulbolts.tuples import DEFAULT_STREAM, Tuple
 
 __all__ = [
@@ -286,7 +287,12 @@ class _Executor:
         """No control tuples in this protocol."""
 
     def cleanup(self) -> None:
-        """Nothing to release."""
+        """The task's user code is done: it no longer owns maps made without an owner."""
+        leave_task()
+
+    def _running(self) -> None:
+        """From here to ``cleanup``, a map made without an owner belongs to this task."""
+        enter_task(self.spec.id, self.task)
 
     def _context(self, context: TopologyContext) -> TransactionalContext:
         p = self.program
@@ -299,6 +305,7 @@ class _BatchTask(_Executor):
     ) -> Callable[[Tuple], None]:
         self.bolt = self.spec.obj  # a fresh copy: this task unpickled the topology
         out = _BatchCollector(collector, self.program.attempt, self.where)
+        self._running()
         self.bolt.prepare(conf, self._context(context), out, self.program.attempt)
         execute: Callable[[Tuple], None] = self.bolt.execute
         return execute
@@ -316,6 +323,7 @@ class _BasicTask(_Executor):
     ) -> Callable[[Tuple], None]:
         self.bolt = BasicBoltExecutor(self.spec.obj)
         out = _BasicCollector(collector, self.program.attempt, self.where)
+        self._running()
         self.bolt.prepare(conf, self._context(context), out)
         return self.bolt.execute
 
@@ -323,7 +331,10 @@ class _BasicTask(_Executor):
         """A BasicBolt has no ``finish_batch``."""
 
     def cleanup(self) -> None:
-        self.bolt.cleanup()
+        try:
+            self.bolt.cleanup()
+        finally:
+            super().cleanup()
 
 
 class _EmitTask(_Executor):
