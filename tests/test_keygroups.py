@@ -127,3 +127,4 @@ def test_component_key_groups_reads_the_component_setting_and_refuses_too_many_t
         component_key_groups(topology.components, 2, stateful={"by-both"})
     # A bolt without state gets one group per task instead.
     assert component_key_groups(topology.components, 2, stateful=set())["by-both"] == 3
+

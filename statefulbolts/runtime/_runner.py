@@ -29,6 +29,7 @@ from recovery.faults import FaultPlan
 from statefulbolts._config import TopologyConfig, validate_config
 from statefulbolts.clock import Clock
 from statefulbolts.errors import TopologyError, TopologyFailedError
+from statefulbolts.namespaces import RECORD_MARK
 from statefulbolts.runtime._failures import FailureGate
 from statefulbolts.runtime._stats import Stats, StatsSnapshot, TransactionInfo, format_traceback
 from statefulbolts.state._read import committed_items
@@ -89,8 +90,17 @@ class TopologyRunner(ABC):
         on_transaction: Callable[[TransactionInfo], None] | None = None,
         faults: FaultPlan | None = None,
     ) -> None:
-        if not isinstance(name, str) or not name or "/" in name:
-            msg = f"topology name must be a non-empty string without '/', got {name!r}"
+        if (
+            not isinstance(name, str)
+            or not name
+            or "/" in name
+            or name in (".", "..")
+            or name.startswith(RECORD_MARK)
+        ):
+            msg = (
+                "topology name must be a non-empty string without '/', not '.' or '..', and "
+                f"not starting with {RECORD_MARK!r} (the framework's records), got {name!r}"
+            )
             raise TopologyError(msg)
         self.name = name
         self.tc: TopologyConfig = validate_config(conf)
