@@ -5,9 +5,12 @@ transaction touches a few thousand. To measure that without counting millions of
 ``seed`` writes what such a topology leaves behind straight into the provider, through the
 stored-image API (``KeyValueState.replace_stored``; see ``providers/_base.py``):
 
-- each counter task's namespace (``<name>/count-<t>``) gets its share of ``keys`` filler keys
-  ``seed-<i>`` = ``i``, committed at ``SAVED_TXID``. Filler keys never collide with corpus words
-  (those have no digits), and no word the topology counts is among them;
+- each counter task's namespace (``<name>/count-<t>``) gets the filler keys ``seed-<i>`` =
+  ``i`` of the key groups it owns (``statefulbolts.keygroups``: where the counter's fields
+  grouping would have put them), committed at ``SAVED_TXID``. Filler keys never collide with
+  corpus words (those have no digits), and no word the topology counts is among them;
+- the stored shape (``<name>/$shape``) records the counter as the topology declares it, so the
+  run starts on state of its own shape and moves nothing;
 - the checkpoint spout's namespace gets ``COMMITTED(SAVED_TXID)``, so the topology starts by
   recovering (``INITSTATE(SAVED_TXID)``), then runs ``PREPARE`` / ``COMMIT`` from
   ``SAVED_TXID + 1``.
@@ -20,13 +23,23 @@ words): the corpus words' counts must be exact, and every filler key still there
 from __future__ import annotations
 
 import time
+from array import array
 from collections.abc import Iterator, Mapping
 from typing import Any
 
 from checkpoint import TX_STATE_KEY, CheckPointState, TxPhase
 from providers import KeyValueState, StateFactory, resolve_serializers
 from providers._config import parse_provider_config
-from statefulbolts import CHECKPOINT_COMPONENT_ID
+from statefulbolts import CHECKPOINT_COMPONENT_ID, validate_config
+from statefulbolts.keygroups import KeyGroups
+from statefulbolts.state import (
+    ComponentShape,
+    Partitioning,
+    StoredShape,
+    serializers_of,
+    shape_namespace,
+    write_shape,
+)
 
 SAVED_TXID = 41
 SEED_PREFIX = "seed-"
@@ -47,9 +60,22 @@ def _kv(namespace: str, conf: Mapping[str, Any], system: bool = False) -> KeyVal
     return state
 
 
-def share(keys: int, parallelism: int, task: int) -> range:
-    """The filler indexes of ``task``: contiguous, as even as ``keys`` allows."""
-    return range(task * keys // parallelism, (task + 1) * keys // parallelism)
+def _groups(conf: Mapping[str, Any]) -> KeyGroups:
+    return KeyGroups(validate_config(conf).state_max_parallelism)
+
+
+def owner(conf_groups: KeyGroups, i: int, parallelism: int) -> int:
+    """The counter task that holds filler key ``i``: the owner of its key group."""
+    return conf_groups.owner(conf_groups.group_of(f"{SEED_PREFIX}{i}"), parallelism)
+
+
+def shares(conf: Mapping[str, Any], keys: int, parallelism: int) -> list[array[int]]:
+    """The filler indexes of each counter task (one pass; 8 bytes a key)."""
+    groups = _groups(conf)
+    out = [array("q") for _ in range(parallelism)]
+    for i in range(keys):
+        out[owner(groups, i, parallelism)].append(i)
+    return out
 
 
 def seed(conf: Mapping[str, Any], name: str, keys: int, parallelism: int) -> float:
@@ -63,13 +89,21 @@ def seed(conf: Mapping[str, Any], name: str, keys: int, parallelism: int) -> flo
     key_ser, value_ser = resolve_serializers(parse_provider_config(conf), conf)
     pack_key, pack_value = key_ser.serialize, value_ser.serialize
 
-    def image(indexes: range) -> Iterator[tuple[bytes, bytes]]:
+    def image(indexes: array[int]) -> Iterator[tuple[bytes, bytes]]:
         for i in indexes:
             yield pack_key(f"{SEED_PREFIX}{i}"), pack_value(i)
 
+    per_task = shares(conf, keys, parallelism)
     for task, namespace in enumerate(namespaces(name, parallelism)):
-        filler = image(share(keys, parallelism, task))
-        _kv(namespace, conf).replace_stored(SAVED_TXID, filler, None, {})
+        _kv(namespace, conf).replace_stored(SAVED_TXID, image(per_task[task]), None, {})
+    shape = ComponentShape(
+        parallelism,
+        Partitioning.KEYED,
+        key_groups=_groups(conf).count,
+        key_arity=1,
+        serializers=serializers_of(conf),
+    )
+    write_shape(_kv(shape_namespace(f"{name}/"), conf, system=True), StoredShape({COUNTER: shape}))
     spout = _kv(f"{name}/{CHECKPOINT_COMPONENT_ID}-0", conf, system=True)
     spout.put(TX_STATE_KEY, CheckPointState(SAVED_TXID, TxPhase.COMMITTED).to_value())
     spout.commit()
@@ -92,15 +126,16 @@ def check(
     counts: dict[Any, Any] = {}
     total = wrong_seeds = 0
     examples: list[str] = []
+    groups = _groups(conf)
+    sizes = [len(indexes) for indexes in shares(conf, keys, parallelism)]
     for task, namespace in enumerate(namespaces(name, parallelism)):
-        mine = share(keys, parallelism, task)
         seeds = 0
         for key, value in _kv(namespace, conf):
             total += 1
             if isinstance(key, str) and key.startswith(SEED_PREFIX):
                 seeds += 1
                 i = int(key[len(SEED_PREFIX) :])
-                if i not in mine or value != i:
+                if owner(groups, i, parallelism) != task or value != i:
                     wrong_seeds += 1
                     if len(examples) < 5:
                         examples.append(f"{namespace}: {key!r} = {value!r}")
@@ -108,9 +143,9 @@ def check(
                 counts[key] = None
             else:
                 counts[key] = value
-        if seeds != len(mine):
-            wrong_seeds += abs(len(mine) - seeds)
-            examples.append(f"{namespace}: {seeds} filler keys, expected {len(mine)}")
+        if seeds != sizes[task]:
+            wrong_seeds += abs(sizes[task] - seeds)
+            examples.append(f"{namespace}: {seeds} filler keys, expected {sizes[task]}")
     wrong = [w for w in set(expected) | set(counts) if counts.get(w) != expected.get(w)]
     examples += [f"{w!r}: {counts.get(w)} counted, {expected.get(w)} expected" for w in wrong[:5]]
     return {
@@ -129,5 +164,6 @@ def drop(conf: Mapping[str, Any], name: str, parallelism: int) -> None:
     ``replace_stored`` with nothing leaves a namespace holding nothing (its Redis keys deleted,
     its in-memory image emptied), so a long sweep does not keep each run's state.
     """
-    for namespace in [*namespaces(name, parallelism), f"{name}/{CHECKPOINT_COMPONENT_ID}-0"]:
+    records = [f"{name}/{CHECKPOINT_COMPONENT_ID}-0", shape_namespace(f"{name}/")]
+    for namespace in [*namespaces(name, parallelism), *records]:
         _kv(namespace, conf).replace_stored(None, iter(()), None, {})

@@ -166,12 +166,7 @@ def test_memory_counts_stay_exact_and_auto_runs_no_commit_job(
 ) -> None:
     name = topo.new_key("drvcommit")
     # Committed filler keys: a snapshot the transactions' change logs never outgrow.
-    provider = InMemoryKeyValueStateProvider()
-    for task in range(2):
-        state = provider.new_state(f"{name}/count-{task}", {})
-        for i in range(task, 20_000, 2):
-            state.put(f"seed-{i}", i)
-        state.commit()
+    topo.seed_keyed_state({}, name, 2, {f"seed-{i}": i for i in range(20_000)})
     handle, commits = run(cluster, name, wordcount(), {KEY: location})
     counts = handle.read_state("count")
     assert len(counts) == 20_000 + len(expected_counts(SENTENCES))

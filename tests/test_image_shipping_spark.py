@@ -55,15 +55,9 @@ def _wordcount(path: str) -> Any:
 def _seed(name: str, keys: int) -> int:
     """Commit ``keys`` filler keys over the two count tasks; the bytes of the larger image."""
     provider = InMemoryKeyValueStateProvider()
-    sizes = []
-    for task in range(2):
-        namespace = f"{name}/count-{task}"
-        state = provider.new_state(namespace, {})
-        for i in range(task, keys, 2):
-            state.put(f"seed-{i}", i)
-        state.commit()
-        sizes.append(len(provider.export_image(namespace)))
-    return max(sizes)
+    entries = {f"seed-{i}": i for i in range(keys)}
+    names = topo.seed_keyed_state({}, name, 2, entries)
+    return max(len(provider.export_image(namespace)) for namespace in names)
 
 
 class _Sizer(pickle.Pickler):

@@ -104,7 +104,7 @@ def committed_state(client: Any, name: str) -> dict[str, Any]:
 
 
 def topology_keys(name: str) -> set[bytes]:
-    bases = [f"{name}/count-0", f"{name}/count-1", f"{name}/{CHECKPOINT}"]
+    bases = [f"{name}/count-0", f"{name}/count-1", f"{name}/{CHECKPOINT}", f"{name}/$shape"]
     return {k.encode() for base in bases for k in (base, f"{base}$txid")}
 
 

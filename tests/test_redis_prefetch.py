@@ -332,8 +332,11 @@ def prefetched(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[Any]]:
 
 
 def task_of(topology: Any, name: str, component: str, action: Action) -> tuple[CheckpointTask, Any]:
+    """Task 0 of ``component`` in ``action`` of txid 0 (a COMMIT finds txid 0 prepared)."""
     spec = topology.component(component)
-    task = CheckpointTask(spec, action, 1, TaskInfo(component, 0, 1, 0))
+    if action is Action.COMMIT:
+        InMemoryKeyValueStateProvider().new_state(f"{name}/{component}-0", {}).prepare_commit(0)
+    task = CheckpointTask(spec, action, 0, TaskInfo(component, 0, 0, 0))
     context = TopologyContext(topology, name, component, 0)
     execute = task.prepare({}, context, RecordingCollector())
     return task, execute

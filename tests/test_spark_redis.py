@@ -48,8 +48,12 @@ def decode_hash(raw: dict[bytes, bytes]) -> dict[Any, Any]:
 
 
 def topology_keys(name: str, parallelism: int = 2) -> set[bytes]:
-    """Every key a finished word count ``name`` leaves in Redis (nothing prepared)."""
-    bases = [f"{name}/count-{t}" for t in range(parallelism)] + [f"{name}/{CHECKPOINT}"]
+    """Every key a finished word count ``name`` leaves in Redis (nothing prepared).
+
+    The count tasks, the checkpoint spout's record and the stored shape (``$shape``).
+    """
+    bases = [f"{name}/count-{t}" for t in range(parallelism)]
+    bases += [f"{name}/{CHECKPOINT}", f"{name}/$shape"]
     return {k.encode() for base in bases for k in (base, f"{base}$txid")}
 
 
@@ -221,7 +225,7 @@ def test_unreachable_redis_fails_submit_promptly(cluster: Any) -> None:
         message = str(info.value)
         assert f"127.0.0.1:{port}" in message
         assert "could not be reached" in message
-        assert f"'wc-down/{CHECKPOINT}'" in message
+        assert "'wc-down/$shape'" in message  # the first state a start reads: the stored shape
 
 
 def test_example_main_stops_at_once_without_redis(tmp_path: Path, capsys: Any) -> None:
@@ -238,4 +242,4 @@ def test_example_main_stops_at_once_without_redis(tmp_path: Path, capsys: Any) -
     assert captured.out == ""
     assert captured.err.startswith("python -m examples.wordcount: error: Redis at 127.0.0.1:")
     assert f"127.0.0.1:{port} could not be reached" in captured.err
-    assert "'wordcount/count-0'" in captured.err
+    assert "'wordcount/*'" in captured.err  # the example first lists what the store holds

@@ -769,3 +769,67 @@ def transactions(handle: Any) -> list[tuple[str | None, int, bool]]:
 def split_keys(state: Mapping[Any, Any], parts: int) -> list[tuple[list[str], Any]]:
     """``("a|b|v", n)`` entries of a tally keyed by ``parts`` prefixes, as ``([a, b, v], n)``."""
     return [(str(k).split("|", parts), v) for k, v in state.items()]
+
+
+def seed_keyed_state(
+    conf: Mapping[str, Any],
+    name: str,
+    parallelism: int,
+    entries: Mapping[str, Any],
+    *,
+    component: str = "count",
+    txid: int | None = None,
+) -> list[str]:
+    """Commit ``entries`` into ``component``'s tasks as a running keyed bolt would have.
+
+    Each key goes to the task owning its key group, and the stored shape is written, so a
+    topology started on it finds state of its own shape (nothing to move). With ``txid``, every
+    task is committed at it and the checkpoint spout's record says ``COMMITTED(txid)``; without,
+    the entries are committed with no txid (a topology starts on them as on a new one).
+    Returns the task namespaces.
+    """
+    from checkpoint import TX_STATE_KEY, CheckPointState, TxPhase
+    from providers import KeyValueState, StateFactory
+    from statefulbolts.keygroups import KeyGroups
+    from statefulbolts.state import (
+        ComponentShape,
+        Partitioning,
+        StoredShape,
+        serializers_of,
+        shape_namespace,
+        write_shape,
+    )
+
+    groups = KeyGroups(128)
+    by_task: dict[int, dict[str, Any]] = {t: {} for t in range(parallelism)}
+    for key, value in entries.items():
+        by_task[groups.owner(groups.group_of(key), parallelism)][key] = value
+    names = []
+    for task, mine in by_task.items():
+        ns = f"{name}/{component}-{task}"
+        state = StateFactory.get_state(ns, conf)
+        assert isinstance(state, KeyValueState)
+        for key, value in mine.items():
+            state.put(key, value)
+        if txid is None:
+            state.commit()
+        else:
+            state.prepare_commit(txid)
+            state.commit(txid)
+        names.append(ns)
+    shape = ComponentShape(
+        parallelism,
+        Partitioning.KEYED,
+        key_groups=128,
+        key_arity=1,
+        serializers=serializers_of(conf),
+    )
+    record = StateFactory.get_system_state(shape_namespace(f"{name}/"), conf)
+    assert isinstance(record, KeyValueState)
+    write_shape(record, StoredShape({component: shape}))
+    if txid is not None:
+        spout = StateFactory.get_system_state(f"{name}/$checkpointspout-0", conf)
+        assert isinstance(spout, KeyValueState)
+        spout.put(TX_STATE_KEY, CheckPointState(txid, TxPhase.COMMITTED).to_value())
+        spout.commit()
+    return names

@@ -429,7 +429,7 @@ class RedisKeyValueStateProvider(StateProvider):
         client = overriding_client()
         if client is None:
             endpoint = parse_provider_config(conf).redis_endpoint()
-            client, address = client_for(endpoint), endpoint.address
+            client, address = client_for(endpoint, f"{prefix}*"), endpoint.address
         else:
             address = address_of(client)
         cluster = is_cluster(client)

@@ -177,17 +177,16 @@ class CheckpointRunner(TopologyRunner):
 
     # ----------------------------------------------------------------- lifecycle
     def _open(self) -> None:
-        """Adapt the stored state, open the spouts, then the checkpoint spout.
+        """Open the spouts, adapt the stored state, then open the checkpoint spout.
 
         If anything fails, close what opened.
         """
         opened = False
         try:
-            if self.topology.has_stateful_bolt:
-                self._evolve()
             self.spouts.open()
             opened = True
             if self.topology.has_stateful_bolt:
+                self._evolve()
                 self._open_checkpoint_spout()
         except BaseException:
             if opened:
@@ -216,7 +215,9 @@ class CheckpointRunner(TopologyRunner):
                 command=command,
             )
 
-        self.evolution = self._failures.with_backend("adapting the stored state", run)
+        # Not waited out: a store that cannot be reached fails the submit at once, as the
+        # checkpoint spout's own open does.
+        self.evolution = run()
 
     def _open_checkpoint_spout(self) -> None:
         cp = CheckpointSpout(self.clock)

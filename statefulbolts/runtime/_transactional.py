@@ -221,7 +221,8 @@ class TransactionalRunner(TopologyRunner):
                 command=command,
             )
 
-        self.evolution = self._failures.with_backend("adapting the stored state", run)
+        # Not waited out: a store that cannot be reached fails the submit at once.
+        self.evolution = run()
 
     def _system_state(self, namespace: str) -> KeyValueState:
         state = StateFactory.get_system_state(namespace, self.conf)
