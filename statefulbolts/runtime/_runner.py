@@ -32,7 +32,7 @@ from statefulbolts.errors import TopologyError, TopologyFailedError
 from statefulbolts.namespaces import RECORD_MARK
 from statefulbolts.runtime._failures import FailureGate
 from statefulbolts.runtime._stats import Stats, StatsSnapshot, TransactionInfo, format_traceback
-from statefulbolts.state._read import committed_items
+from statefulbolts.state import committed_items
 
 __all__ = ["Observation", "Progress", "TopologyRunner", "hashable", "merged_state"]
 

@@ -67,7 +67,7 @@ from statefulbolts.runtime._stats import TransactionInfo, worker_traceback
 from statefulbolts.runtime._task_errors import describe_job_failure
 from statefulbolts.runtime._tx_jobs import TransactionalJobs
 from statefulbolts.runtime._tx_pacing import Pacing
-from statefulbolts.state._read import committed_items
+from statefulbolts.state import committed_items
 from statefulbolts.transactional._attempt import TransactionAttempt
 from statefulbolts.transactional._coordinator import (
     FIRST_TXID,

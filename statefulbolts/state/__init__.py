@@ -39,7 +39,7 @@ Example:
 from statefulbolts.state._dataframe import state_dataframe
 from statefulbolts.state._format import FORMAT, VERSION, NamespaceInfo, StateFileInfo
 from statefulbolts.state._move import ImportResult, export_state, import_state, read_info
-from statefulbolts.state._read import get_value, iter_state, read_state
+from statefulbolts.state._read import committed_items, get_value, iter_state, read_state
 from statefulbolts.state._redistribute import LayoutError, Stage, empty, open_image, stage, swap
 from statefulbolts.state._shape import (
     ComponentShape,
@@ -62,6 +62,7 @@ __all__ = [
     "Stage",
     "StateFileInfo",
     "StoredShape",
+    "committed_items",
     "empty",
     "export_state",
     "get_value",
