@@ -85,8 +85,11 @@ library; copy it and swap SQL for your store's calls.
 3. **Dropping it in.** Put the module (or package) in an ``extlib/`` folder: the project's own,
    ``./extlib`` in the working directory, a folder named by ``topology.state.extlib.dir`` or by
    the ``STATEFULBOLTS_EXTLIB`` environment variable (several separated by ``os.pathsep``). The
-   runtime puts these folders on ``sys.path`` on the driver and on every executor. A provider
-   installed as a normal package works too.
+   runtime looks there, on the driver and on every executor, only for a module the normal
+   import system does not find, and loads just that module: the folders never go on
+   ``sys.path``, so a file there named like an installed module is ignored (with a warning),
+   and a provider of several files must be a package. A provider installed as a normal package
+   works too.
 
 4. **Naming it.** Set ``topology.state.provider`` to ``module.ClassName`` of the provider, as
    above, and its settings under ``topology.state.provider.config``.

@@ -22,15 +22,14 @@ from providers import (
     ProviderConfigError,
     StateBackendError,
     StateFactory,
-    add_extlib_to_path,
+    load_module,
 )
 
 ROOT = Path(__file__).resolve().parent.parent
 EXTLIB = ROOT / "extlib"
 PROVIDER = "sqlite_state.SqliteKeyValueStateProvider"
 
-add_extlib_to_path()
-import sqlite_state  # noqa: E402
+sqlite_state = load_module("sqlite_state")
 
 
 def conf_for(config: Any) -> dict[str, Any]:
