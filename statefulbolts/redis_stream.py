@@ -22,6 +22,11 @@ group's pending entries list (PEL) under this task's consumer name, so:
 Reads never block: ``XREADGROUP`` without ``BLOCK``, ``COUNT batch``; after an empty read the spout
 waits ``poll_interval_ms`` before asking Redis again, so an idle topology does not hammer Redis.
 
+A Redis error in ``open`` or ``next_tuple`` stops the topology, as any spout error does; it is
+raised as ``StateBackendError`` (the server away or busy) or ``StateBackendRefusedError`` (it
+refused: a wrong password, a key that is not a stream, out of memory), whose message says the
+cause and the fix (``providers.redis.classify_error``).
+
 ``lag()`` says how far behind the topology is: the entries of the stream its consumer group has
 not acknowledged yet (never delivered, or delivered and pending). The dashboard and the
 ``statefulbolts_spout_lag`` metric show it; it drops to 0 once everything is committed.

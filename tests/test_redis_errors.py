@@ -291,6 +291,20 @@ def test_a_user_without_script_permission_is_refused(redis_server_factory: Any) 
 
 
 @pytest.mark.redis
+def test_a_flushed_script_cache_is_no_error_redis_py_loads_the_script_again(
+    redis_server_factory: Any,
+) -> None:
+    """``NOSCRIPT`` is a refusal only if it persists: once, redis-py loads the script again."""
+    server = redis_server_factory()
+    state = StateFactory.get_state("topo/count-0", _conf(server))
+    state.put("cat", 1)
+    server.client().script_flush()
+    state.prepare_commit(1)
+    state.commit(1)
+    assert StateFactory.get_state("topo/count-0", _conf(server)).get("cat") == 1
+
+
+@pytest.mark.redis
 def test_a_busy_script_is_an_outage_that_ends(redis_server_factory: Any) -> None:
     server = redis_server_factory(extra_args=("--busy-reply-threshold", "20"))
     state = StateFactory.get_state("topo/count-0", _conf(server))
