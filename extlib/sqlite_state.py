@@ -80,13 +80,22 @@ library; copy it and swap SQL for your store's calls.
      in the same atomic step as writing the new delta. Without it, a Spark retry of a task whose
      first attempt had prepared would count that attempt's writes twice.
    - Store failures raise ``StateBackendError`` (chained with ``raise ... from``) naming where
-     the store is and the namespace; bad config raises ``ProviderConfigError`` naming the field.
+     the store is and the namespace, when waiting may cure them (here: the database is locked
+     by another process, an I/O error); the runtime waits those out for
+     ``topology.state.backend.timeout.secs``. A failure that waiting does not cure raises
+     ``StateBackendRefusedError`` with the cause and the fix, and stops the topology at once
+     (here: a read-only file, a full disk, a corrupt file or one that is not a database, a
+     path that cannot be a file; ``_failure``). Bad config raises ``ProviderConfigError``
+     naming the field.
 
 3. **Dropping it in.** Put the module (or package) in an ``extlib/`` folder: the project's own,
    ``./extlib`` in the working directory, a folder named by ``topology.state.extlib.dir`` or by
    the ``STATEFULBOLTS_EXTLIB`` environment variable (several separated by ``os.pathsep``). The
-   runtime puts these folders on ``sys.path`` on the driver and on every executor. A provider
-   installed as a normal package works too.
+   runtime looks there, on the driver and on every executor, only for a module the normal
+   import system does not find, and loads just that module: the folders never go on
+   ``sys.path``, so a file there named like an installed module is ignored (with a warning),
+   and a provider of several files must be a package. A provider installed as a normal package
+   works too.
 
 4. **Naming it.** Set ``topology.state.provider`` to ``module.ClassName`` of the provider, as
    above, and its settings under ``topology.state.provider.config``.
@@ -94,6 +103,7 @@ library; copy it and swap SQL for your store's calls.
 
 from __future__ import annotations
 
+import errno
 import json
 import logging
 import os
@@ -111,6 +121,7 @@ from providers import (
     ProviderConfigError,
     Serializer,
     StateBackendError,
+    StateBackendRefusedError,
     StateProvider,
     StateSerializationError,
     StateTransactionError,
@@ -149,6 +160,58 @@ CREATE TABLE IF NOT EXISTS rollbacks (
 """
 
 _Delta = dict[bytes, bytes | None]
+
+# The SQLite failures that waiting does not cure, by primary result code: the cause, the fix.
+# Every other one (SQLITE_BUSY and SQLITE_LOCKED: "database is locked" by another process;
+# SQLITE_IOERR, SQLITE_NOMEM, SQLITE_PROTOCOL, ...) is an outage, waited out.
+_REFUSED_CODES: dict[int, tuple[str, str]] = {
+    sqlite3.SQLITE_READONLY: (
+        "the file is read-only",
+        "make the file, its folder and its -wal / -shm files writable by this process",
+    ),
+    sqlite3.SQLITE_FULL: ("the disk is full", "free space on the disk of the file"),
+    sqlite3.SQLITE_CORRUPT: (
+        "the file is corrupt",
+        "restore it from a copy (statefulbolts state export / import), or start a new file",
+    ),
+    sqlite3.SQLITE_NOTADB: (
+        "the file is not a SQLite database",
+        "point the config field 'path' at the state file, or at a new one",
+    ),
+    sqlite3.SQLITE_CANTOPEN: (
+        "the file cannot be opened",
+        "check the config field 'path': its folder must exist and be writable",
+    ),
+    sqlite3.SQLITE_PERM: ("access to the file is denied", "check the file's permissions"),
+    sqlite3.SQLITE_AUTH: ("access to the file is denied", "check the file's permissions"),
+}
+# The same for a path that cannot even be made (its folders created), by errno.
+_REFUSED_ERRNOS: dict[int, tuple[str, str]] = {
+    errno.EACCES: ("permission denied", "check the permissions of the file's folders"),
+    errno.EPERM: ("permission denied", "check the permissions of the file's folders"),
+    errno.EROFS: ("the filesystem is read-only", "give a path on a writable filesystem"),
+    errno.ENOSPC: ("the disk is full", "free space on the disk of the file"),
+    errno.EEXIST: ("a part of the path is a file", "check the config field 'path'"),
+    errno.ENOTDIR: ("a part of the path is a file", "check the config field 'path'"),
+}
+
+
+def _failure(
+    path: Path, step: str, exc: sqlite3.Error | OSError, namespace: str | None = None
+) -> StateBackendError | StateBackendRefusedError:
+    """The error to raise for ``exc``: an outage (waited out) or a refusal (stops at once)."""
+    if isinstance(exc, sqlite3.Error):
+        code = getattr(exc, "sqlite_errorcode", None)
+        refused = None if code is None else _REFUSED_CODES.get(code & 0xFF)
+    else:
+        refused = _REFUSED_ERRNOS.get(exc.errno or 0)
+    of = "" if namespace is None else f" of state {namespace!r}"
+    said = f"{type(exc).__name__}: {exc}"
+    where = f"SQLite state file {str(path)!r}"
+    if refused is None:
+        return StateBackendError(f"{where} failed during {step}{of}: {said}")
+    cause, fix = refused
+    return StateBackendRefusedError(f"{where} refused the {step}{of}: {cause}; {fix} [{said}]")
 
 
 class SqliteConfig:
@@ -219,8 +282,7 @@ def _connect(path: Path, timeout_ms: int) -> tuple[sqlite3.Connection, threading
             conn.execute("PRAGMA synchronous=FULL")
             conn.executescript(_SCHEMA)
         except (sqlite3.Error, OSError) as exc:
-            msg = f"SQLite state file {str(path)!r} could not be opened: {exc}"
-            raise StateBackendError(msg) from exc
+            raise _failure(path, "opening", exc) from exc
         log.info("opened SQLite state file %s for process %s", path, key[0])
         _connections[key] = (conn, threading.RLock())
         return _connections[key]
@@ -288,12 +350,10 @@ class SqliteKeyValueState(KeyValueState):
                 failure = self._failure("a read", exc)
                 raise failure from exc
 
-    def _failure(self, step: str, exc: sqlite3.Error) -> StateBackendError:
-        msg = (
-            f"SQLite state file {str(self.path)!r} failed during {step} of state "
-            f"{self.namespace!r}: {type(exc).__name__}: {exc}"
-        )
-        return StateBackendError(msg)
+    def _failure(
+        self, step: str, exc: sqlite3.Error
+    ) -> StateBackendError | StateBackendRefusedError:
+        return _failure(self.path, step, exc, self.namespace)
 
     def _run(self, sql: str, params: tuple[Any, ...]) -> list[Any]:
         """A statement inside ``_write``'s transaction (its errors roll the transaction back)."""
@@ -317,7 +377,9 @@ class SqliteKeyValueState(KeyValueState):
                 self._conn.execute("COMMIT")
                 return result
             except BaseException as exc:
-                self._conn.execute("ROLLBACK")
+                # SQLite rolls back on its own after some errors (a full disk, an I/O error).
+                if self._conn.in_transaction:
+                    self._conn.execute("ROLLBACK")
                 if isinstance(exc, sqlite3.Error):
                     raise self._failure(step, exc) from exc
                 raise
@@ -611,9 +673,6 @@ class SqliteKeyValueStateProvider(StateProvider):
             try:
                 rows = conn.execute(sql, (prefix,)).fetchall()
             except sqlite3.Error as exc:
-                msg = (
-                    f"SQLite state file {str(config.path)!r} failed during namespace listing "
-                    f"(prefix {prefix!r}): {type(exc).__name__}: {exc}"
-                )
-                raise StateBackendError(msg) from exc
+                step = f"namespace listing (prefix {prefix!r})"
+                raise _failure(config.path, step, exc) from exc
         return sorted(ns for (ns,) in rows if ns.startswith(prefix))

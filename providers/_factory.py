@@ -1,27 +1,23 @@
 """Resolve ``topology.state.provider`` to a provider and ask it for a state.
 
 Lookup is by dotted name (``package.module.Class``), so adding a provider never means editing a
-list here. Modules dropped into an ``extlib/`` folder are importable too (see ``extlib_dirs``).
+list here. A module that is not installed is looked up in the extlib folders (``_extlib``).
 """
 
 from __future__ import annotations
 
 import functools
-import importlib
 import json
-import os
-import sys
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from providers._base import State, StateProvider
+from providers._extlib import extlib_dirs, import_by_rule
 from providers.errors import ProviderNotFoundError
 
 STATE_PROVIDER_KEY = "topology.state.provider"
 STATE_PROVIDER_CONFIG_KEY = "topology.state.provider.config"
-EXTLIB_DIR_KEY = "topology.state.extlib.dir"
-EXTLIB_ENV = "STATEFULBOLTS_EXTLIB"
 DEFAULT_PROVIDER = "providers.memory.InMemoryKeyValueStateProvider"
 # The fields of the provider config that choose how keys and values are encoded (Storm's names);
 # every provider honours them (providers.resolve_serializers).
@@ -29,42 +25,20 @@ SERIALIZER_FIELDS = ("keyClass", "valueClass", "keySerializerClass", "valueSeria
 _SERIALIZER_FIELD_SET = frozenset(SERIALIZER_FIELDS)
 
 
-def extlib_dirs(conf: Mapping[str, Any] | None = None) -> list[Path]:
-    """The extlib folders, most specific first: the config key, the environment, ``./extlib``.
-
-    ``topology.state.extlib.dir`` and ``STATEFULBOLTS_EXTLIB`` may each hold several folders
-    separated by ``os.pathsep``.
-    """
-    found: list[Path] = []
-    for raw in ((conf or {}).get(EXTLIB_DIR_KEY), os.environ.get(EXTLIB_ENV)):
-        if raw:
-            found.extend(Path(p).resolve() for p in str(raw).split(os.pathsep) if p)
-    for candidate in (Path.cwd() / "extlib", Path(__file__).resolve().parent.parent / "extlib"):
-        if candidate.is_dir():
-            found.append(candidate.resolve())
-    unique: list[Path] = []
-    for path in found:
-        if path not in unique:
-            unique.append(path)
-    return unique
-
-
-def add_extlib_to_path(conf: Mapping[str, Any] | None = None) -> list[Path]:
-    """Make every extlib folder importable in this process; returns the folders."""
-    dirs = extlib_dirs(conf)
-    for path in reversed(dirs):
-        text = str(path)
-        if path.is_dir() and text not in sys.path:
-            sys.path.insert(0, text)
-    return dirs
-
-
 def load_object(dotted: str, *, what: str, conf: Mapping[str, Any] | None = None) -> Any:
     """Import ``module.attr`` (``module:attr`` works too) and return the attribute.
+
+    The module is imported by the extlib rule (``providers.load_module``): installed modules
+    win; only a top-level module the normal import system does not find comes from an extlib
+    folder of ``conf``.
 
     Raises:
         ProviderNotFoundError: naming what was looked up and where.
     """
+    return _load_object(dotted, what, extlib_dirs(conf))
+
+
+def _load_object(dotted: str, what: str, dirs: Sequence[Path]) -> Any:
     if not isinstance(dotted, str) or not dotted.strip():
         msg = f"{what}: expected a dotted name like 'package.module.Class', got {dotted!r}"
         raise ProviderNotFoundError(msg)
@@ -73,14 +47,13 @@ def load_object(dotted: str, *, what: str, conf: Mapping[str, Any] | None = None
     if not module_name:
         msg = f"{what} {dotted!r} is not a dotted name; expected 'package.module.Class'"
         raise ProviderNotFoundError(msg)
-    dirs = add_extlib_to_path(conf)
     try:
-        module = importlib.import_module(module_name)
+        module = import_by_rule(module_name, dirs)
     except ImportError as exc:
         where = ", ".join(str(d) for d in dirs) or "(no extlib folder)"
         msg = (
             f"{what} {dotted!r}: module {module_name!r} could not be imported ({exc}); "
-            f"looked on sys.path and in extlib folders: {where}"
+            f"looked with the normal import system, then in the extlib folders: {where}"
         )
         raise ProviderNotFoundError(msg) from exc
     try:
@@ -91,8 +64,8 @@ def load_object(dotted: str, *, what: str, conf: Mapping[str, Any] | None = None
 
 
 @functools.lru_cache(maxsize=64)
-def _provider_class(name: str) -> type[StateProvider]:
-    cls = load_object(name, what="state provider")
+def _provider_class(name: str, dirs: tuple[Path, ...]) -> type[StateProvider]:
+    cls = _load_object(name, "state provider", dirs)
     if not (isinstance(cls, type) and issubclass(cls, StateProvider)):
         msg = (
             f"Invalid state provider {name!r}: it is {cls!r}, which is not a subclass of "
@@ -110,8 +83,7 @@ def provider_name(conf: Mapping[str, Any]) -> str:
 
 def get_provider(conf: Mapping[str, Any]) -> StateProvider:
     """Instantiate the provider named by ``topology.state.provider`` (default: in memory)."""
-    add_extlib_to_path(conf)
-    return _provider_class(provider_name(conf))()
+    return _provider_class(provider_name(conf), tuple(extlib_dirs(conf)))()
 
 
 def _system_conf(conf: Mapping[str, Any]) -> Mapping[str, Any]:

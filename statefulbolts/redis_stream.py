@@ -22,6 +22,11 @@ group's pending entries list (PEL) under this task's consumer name, so:
 Reads never block: ``XREADGROUP`` without ``BLOCK``, ``COUNT batch``; after an empty read the spout
 waits ``poll_interval_ms`` before asking Redis again, so an idle topology does not hammer Redis.
 
+A Redis error in ``open`` or ``next_tuple`` stops the topology, as any spout error does; it is
+raised as ``StateBackendError`` (the server away or busy) or ``StateBackendRefusedError`` (it
+refused: a wrong password, a key that is not a stream, out of memory), whose message says the
+cause and the fix (``providers.redis.classify_error``).
+
 ``lag()`` says how far behind the topology is: the entries of the stream its consumer group has
 not acknowledged yet (never delivered, or delivered and pending). The dashboard and the
 ``statefulbolts_spout_lag`` metric show it; it drops to 0 once everything is committed.
@@ -51,11 +56,12 @@ from __future__ import annotations
 
 import argparse
 import collections
+import contextlib
 import json
 import logging
 import sys
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 from statefulbolts.collectors import SpoutOutputCollector
@@ -238,12 +244,15 @@ class RedisStreamSpout(Spout):
             self._client = redis.Redis(host=self.host, port=self.port, db=self.db)
         else:
             self._client = redis.Redis.from_url(self.redis_url or conf.get(URL_KEY) or DEFAULT_URL)
-        try:
-            self._client.xgroup_create(self.stream, self.group, id=self.start_id, mkstream=True)
-            log.info("created consumer group %r on stream %r", self.group, self.stream)
-        except redis.exceptions.ResponseError as exc:
-            if "BUSYGROUP" not in str(exc):
-                raise
+        from providers.redis import reply_code
+
+        with self._backend("consumer group creation"):
+            try:
+                self._client.xgroup_create(self.stream, self.group, id=self.start_id, mkstream=True)
+                log.info("created consumer group %r on stream %r", self.group, self.stream)
+            except redis.exceptions.ResponseError as exc:
+                if reply_code(exc) != "BUSYGROUP":  # BUSYGROUP: the group exists already
+                    raise
         log.info(
             "spout %s reads stream %r as consumer %r of group %r",
             context.this_component_id,
@@ -327,23 +336,48 @@ class RedisStreamSpout(Spout):
         else:
             self._next_read = now + self.poll_interval_ms / 1000.0
 
+    @contextlib.contextmanager
+    def _backend(self, step: str) -> Iterator[None]:
+        """Turn a Redis error into an outage (``StateBackendError``) or a refusal.
+
+        ``providers.redis.classify_error`` decides; a refusal (a wrong password, a key that is
+        not a stream, ...) names its cause and fix. Either stops the topology (``next_tuple``
+        and ``open`` errors do): the spout holds no state to wait for.
+        """
+        from providers.redis import BACKEND_ERRORS, address_of, backend_error
+
+        try:
+            yield
+        except BACKEND_ERRORS as exc:
+            raise backend_error(
+                exc,
+                address=address_of(self._client),
+                step=step,
+                subject=f"stream {self.stream!r} (group {self.group!r})",
+                client=self._client,
+                keys={self.stream: "stream"},
+                settings="the URL or host given to RedisStreamSpout",
+            ) from exc
+
     def _read(self, from_id: str, count: int) -> list[tuple[str, Any]]:
-        reply = self._client.xreadgroup(
-            self.group, self.consumer, {self.stream: from_id}, count=count
-        )
+        with self._backend("read"):
+            reply = self._client.xreadgroup(
+                self.group, self.consumer, {self.stream: from_id}, count=count
+            )
         if not reply:
             return []
         return [(_text(entry_id), data) for entry_id, data in reply[0][1]]
 
     def _claim(self, count: int) -> bool:
-        reply = self._client.xautoclaim(
-            self.stream,
-            self.group,
-            self.consumer,
-            self.claim_min_idle_ms,
-            start_id=self._claim_cursor,
-            count=count,
-        )
+        with self._backend("claim"):
+            reply = self._client.xautoclaim(
+                self.stream,
+                self.group,
+                self.consumer,
+                self.claim_min_idle_ms,
+                start_id=self._claim_cursor,
+                count=count,
+            )
         self._claim_cursor = _text(reply[0])
         entries = [(_text(entry_id), data) for entry_id, data in reply[1]]
         if entries:
@@ -433,8 +467,9 @@ class RedisStreamSpout(Spout):
         if not self._acks or self._client is None:
             return
         acks, self._acks = self._acks, []
-        for i in range(0, len(acks), _ACK_CHUNK):
-            self._client.xack(self.stream, self.group, *acks[i : i + _ACK_CHUNK])
+        with self._backend("acknowledgement (XACK)"):
+            for i in range(0, len(acks), _ACK_CHUNK):
+                self._client.xack(self.stream, self.group, *acks[i : i + _ACK_CHUNK])
 
     def __repr__(self) -> str:
         return (

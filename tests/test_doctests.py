@@ -44,11 +44,10 @@ def test_docstring_examples_run(name: str) -> None:
 
 
 def test_extlib_template_examples_run() -> None:
-    """``extlib/`` is a folder on the path, not a package: its template provider is checked too."""
-    from providers import add_extlib_to_path
+    """``extlib/`` is a folder of modules, not a package: its template provider is checked too."""
+    from providers import load_module
 
-    add_extlib_to_path({})
-    module = importlib.import_module("sqlite_state")
+    module = load_module("sqlite_state")
     result = doctest.testmod(module, optionflags=doctest.ELLIPSIS)
     assert result.attempted > 0
     assert result.failed == 0

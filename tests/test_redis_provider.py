@@ -24,6 +24,7 @@ from providers import (
     STATE_PROVIDER_KEY,
     ProviderConfigError,
     StateBackendError,
+    StateBackendRefusedError,
     StateFactory,
     StateTransactionError,
     get_provider,
@@ -491,18 +492,24 @@ def test_redis_dying_mid_run_gives_backend_error(redis_server_factory: Any) -> N
     assert state.get("a") == 1, "pending writes are kept"
 
 
-def test_wrong_type_reply_is_a_backend_error(redis_db: Any) -> None:
+def test_wrong_type_reply_is_a_refusal_naming_the_key(redis_db: Any) -> None:
     redis_db.client().set("topo/typed-0", "not a hash")
     state = StateFactory.get_state("topo/typed-0", pool_conf(redis_db))
-    with pytest.raises(StateBackendError, match="failed during get.*WRONGTYPE") as info:
+    with pytest.raises(StateBackendRefusedError) as info:
         state.get("a")
+    assert str(info.value).startswith(
+        f"Redis at 127.0.0.1:{redis_db.port} refused the get of state 'topo/typed-0': a key "
+        "holds another type of value (key 'topo/typed-0' holds a string, not a hash); another "
+        "program writes these keys"
+    )
+    assert "[ResponseError: WRONGTYPE Operation against a key" in str(info.value)
     assert isinstance(info.value.__cause__, redis.exceptions.ResponseError)
 
 
 def test_bad_password_does_not_leak(redis_server_factory: Any, caplog: Any) -> None:
     server = redis_server_factory(extra_args=("--requirepass", "the-right-one"))
     caplog.set_level(logging.DEBUG)
-    with pytest.raises(StateBackendError) as info:
+    with pytest.raises(StateBackendRefusedError) as info:
         StateFactory.get_state("topo/auth-0", pool_conf(server, password=SECRET))
     assert f"{server.host}:{server.port}" in str(info.value)
     assert "'topo/auth-0'" in str(info.value)
@@ -724,11 +731,18 @@ def test_package_face_is_sorted_and_resolves_by_dotted_name() -> None:
     import providers.redis as package
 
     assert package.__all__ == [
+        "BACKEND_ERRORS",
         "TOMBSTONE",
+        "ErrorKind",
         "RedisKeyValueState",
         "RedisKeyValueStateProvider",
+        "Verdict",
+        "address_of",
+        "backend_error",
+        "classify_error",
         "make_client",
         "override_client",
+        "reply_code",
         "reset_clients",
     ]
     cls = load_object(PROVIDER, what="state provider")

@@ -269,15 +269,21 @@ def test_a_topology_defined_in_a_script_travels_by_value(user_code: Path, tmp_pa
 
 
 @pytest.mark.spark
-def test_a_local_master_ships_nothing_but_extlib(spark: Any, tmp_path: Path) -> None:
+def test_a_local_master_ships_nothing_but_extlib_and_not_on_the_path(
+    spark: Any, tmp_path: Path
+) -> None:
     from statefulbolts.runtime._engine import Engine
 
     engine = Engine(spark, build(3), "local-ship", {})
     try:
         includes = list(spark.sparkContext._python_includes)
+        files = [Path(f).name for f in spark.sparkContext.listFiles]
     finally:
         engine.close()
-    assert [i for i in includes if not i.startswith("extlib-")] == []
+    assert includes == []
+    # The project's extlib/ goes as a plain file: tasks look in it, never through sys.path.
+    assert engine._extlib and set(engine._extlib) <= set(files)
+    assert all(name.startswith("extlib-") for name in engine._extlib)
 
 
 def test_a_named_module_that_cannot_be_shipped_is_left_out_with_a_warning(
@@ -290,3 +296,16 @@ def test_a_named_module_that_cannot_be_shipped_is_left_out_with_a_warning(
         "module no_such_pkg cannot be shipped to the executors (not found, or not Python "
         "source): install it in their environment"
     ]
+
+
+def test_a_provider_from_an_extlib_folder_goes_with_the_folder_not_as_user_code(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    (tmp_path / "extlib_shipped_probe.py").write_text("class Provider:\n    pass\n")
+    conf = {
+        "topology.state.provider": "extlib_shipped_probe.Provider",
+        "topology.state.extlib.dir": str(tmp_path),
+    }
+    with caplog.at_level(logging.WARNING, logger="statefulbolts.runtime._shipping"):
+        assert code_to_ship(cloudpickle.dumps(build(1)), conf) == [*FRAMEWORK, "examples"]
+    assert caplog.messages == []

@@ -21,16 +21,16 @@ from providers import (
     STATE_PROVIDER_KEY,
     ProviderConfigError,
     StateBackendError,
+    StateBackendRefusedError,
     StateFactory,
-    add_extlib_to_path,
+    load_module,
 )
 
 ROOT = Path(__file__).resolve().parent.parent
 EXTLIB = ROOT / "extlib"
 PROVIDER = "sqlite_state.SqliteKeyValueStateProvider"
 
-add_extlib_to_path()
-import sqlite_state  # noqa: E402
+sqlite_state = load_module("sqlite_state")
 
 
 def conf_for(config: Any) -> dict[str, Any]:
@@ -255,12 +255,15 @@ def test_bad_config(config: Any, fragment: str, tmp_path: Path) -> None:
     assert fragment in str(info.value)
 
 
-def test_unusable_path_is_a_backend_error(tmp_path: Path) -> None:
+def test_a_path_that_cannot_be_a_file_is_refused(tmp_path: Path) -> None:
     blocker = tmp_path / "a-file"
     blocker.write_text("not a folder")
-    with pytest.raises(StateBackendError) as info:
+    with pytest.raises(StateBackendRefusedError) as info:
         StateFactory.get_state("topo/x-0", path_conf(blocker / "state.db"))
-    assert str(blocker / "state.db") in str(info.value)
+    assert str(info.value).startswith(
+        f"SQLite state file {str(blocker / 'state.db')!r} refused the opening: a part of the "
+        "path is a file; check the config field 'path' [FileExistsError"
+    )
 
 
 def test_module_imports_only_providers_and_stdlib() -> None:
@@ -276,3 +279,68 @@ def test_module_imports_only_providers_and_stdlib() -> None:
     third_party = imported - set(sys.stdlib_module_names) - {"__future__", "providers"}
     assert third_party == set()
     assert "providers" in imported
+
+
+# ------------------------------------------------------------------ outage or refusal
+def test_a_locked_database_is_an_outage_and_the_prepare_goes_through_once_free(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "state.db"
+    state = StateFactory.get_state("topo/count-0", path_conf(path, timeout=50))
+    state.put("cat", 1)
+    other = sqlite3.connect(path, isolation_level=None)
+    other.execute("BEGIN EXCLUSIVE")
+    try:
+        with pytest.raises(StateBackendError) as info:
+            state.prepare_commit(1)
+        assert not isinstance(info.value, StateBackendRefusedError)
+        assert str(info.value) == (
+            f"SQLite state file {str(path)!r} failed during prepare of txid 1 of state "
+            "'topo/count-0': OperationalError: database is locked"
+        )
+    finally:
+        other.execute("ROLLBACK")
+        other.close()
+    state.prepare_commit(1)
+    state.commit(1)
+    assert rows(path, "SELECT committed FROM txids") == [(1,)]
+
+
+def test_a_read_only_database_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "state.db"
+    state = StateFactory.get_state("topo/count-0", path_conf(path))
+    state.put("cat", 1)
+    state._conn.execute("PRAGMA query_only = 1")  # SQLite's own read-only refusal
+    with pytest.raises(StateBackendRefusedError) as info:
+        state.prepare_commit(1)
+    assert str(info.value).startswith(
+        f"SQLite state file {str(path)!r} refused the prepare of txid 1 of state "
+        "'topo/count-0': the file is read-only; make the file, its folder and its -wal / -shm "
+        "files writable by this process [OperationalError: attempt to write a readonly database"
+    )
+
+
+def test_a_full_disk_is_refused_and_the_pending_writes_stay(tmp_path: Path) -> None:
+    path = tmp_path / "state.db"
+    state = StateFactory.get_state("topo/count-0", path_conf(path))
+    pages = state._conn.execute("PRAGMA page_count").fetchone()[0]
+    state._conn.execute(f"PRAGMA max_page_count = {pages}")  # the file may not grow: full
+    for i in range(2000):
+        state.put(f"word-{i}", "x" * 100)
+    with pytest.raises(StateBackendRefusedError, match="the disk is full; free space") as info:
+        state.prepare_commit(1)
+    assert "[OperationalError: database or disk is full]" in str(info.value)
+    assert state.get("word-7") == "x" * 100
+    assert rows(path, "SELECT COUNT(*) FROM prepared") == [(0,)]
+
+
+def test_a_file_that_is_not_a_database_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "state.db"
+    path.write_bytes(b"this is not a SQLite file at all, just text " * 100)
+    with pytest.raises(StateBackendRefusedError) as info:
+        StateFactory.get_state("topo/count-0", path_conf(path))
+    assert str(info.value) == (
+        f"SQLite state file {str(path)!r} refused the opening: the file is not a SQLite "
+        "database; point the config field 'path' at the state file, or at a new one "
+        "[DatabaseError: file is not a database]"
+    )

@@ -108,7 +108,9 @@ def stores(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[dict[str,
         made["redis2"] = Store("redis", _redis(server.port, 1), redis=server)
     yield made
     InMemoryKeyValueStateProvider.drop()
-    import sqlite_state
+    from providers import load_module
+
+    sqlite_state = load_module("sqlite_state")
 
     from providers.redis import reset_clients
 

@@ -427,7 +427,9 @@ def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Backend]
         reset_clients()
     else:
         yield Backend("sqlite_state.SqliteKeyValueStateProvider", {"path": str(tmp_path / "s.db")})
-        import sqlite_state
+        from providers import load_module
+
+        sqlite_state = load_module("sqlite_state")
 
         sqlite_state.close_connections()
 

@@ -1,4 +1,4 @@
-"""Connections to Redis: one pooled client per process and endpoint, and the errors they raise.
+"""Connections to Redis: one pooled client per process and endpoint.
 
 A provider is made every time a state is asked for, so clients (and their connection pools) are
 cached at module level, keyed by process id and endpoint: a Spark Python worker forked from
@@ -16,23 +16,20 @@ from typing import Any
 
 import providers.redis._scripts as _scripts
 from providers._config import RedisClusterEndpoint, RedisEndpoint
-from providers.errors import StateBackendError
+from providers.redis._errors import BACKEND_ERRORS, backend_error
 
 try:
     import redis as redis_py
     from redis.backoff import ExponentialWithJitterBackoff
     from redis.cluster import ClusterNode, RedisCluster
-    from redis.exceptions import RedisClusterException, RedisError
     from redis.retry import Retry
 except ImportError as exc:  # pragma: no cover - depends on the environment
     _msg = "the Redis state provider needs redis-py: pip install 'statefulbolts[redis]'"
     raise ImportError(_msg) from exc
 
 __all__ = [
-    "BACKEND_ERRORS",
     "Endpoint",
     "address_of",
-    "backend_error",
     "client_for",
     "is_cluster",
     "make_client",
@@ -44,8 +41,6 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 Endpoint = RedisEndpoint | RedisClusterEndpoint
-# What redis-py raises when the server fails or cannot be reached.
-BACKEND_ERRORS = (RedisError, RedisClusterException)
 # A couple of quick retries on a dropped connection; Spark retries the task after that.
 _RETRIES = 2
 
@@ -89,21 +84,6 @@ def make_client(endpoint: Endpoint) -> Any:
     )
 
 
-def backend_error(
-    address: str, step: str, exc: Exception, namespace: str | None = None
-) -> StateBackendError:
-    """The error a person can act on: where Redis is, what we were doing, for which state."""
-    if isinstance(exc, redis_py.exceptions.TimeoutError):
-        what = "timed out"
-    elif isinstance(exc, redis_py.exceptions.ConnectionError):
-        what = "could not be reached"
-    else:
-        what = "failed"
-    of_state = "" if namespace is None else f" of state {namespace!r}"
-    msg = f"Redis at {address} {what} during {step}{of_state}: {type(exc).__name__}: {exc}"
-    return StateBackendError(msg)
-
-
 def _preload(client: Any) -> None:
     """Load every script once per new client, so a first prepare is not sent twice (NOSCRIPT)."""
     if isinstance(client, RedisCluster):
@@ -121,6 +101,7 @@ def client_for(endpoint: Endpoint, namespace: str | None = None) -> Any:
 
     Raises:
         StateBackendError: Redis could not be reached; names ``namespace`` when one is given.
+        StateBackendRefusedError: Redis refused the connection (a wrong password, ...).
     """
     key = (os.getpid(), endpoint)
     with _clients_lock:
@@ -136,7 +117,10 @@ def client_for(endpoint: Endpoint, namespace: str | None = None) -> Any:
             except BACKEND_ERRORS as exc:
                 if made is not None:
                     made.close()
-                raise backend_error(endpoint.address, "connect", exc, namespace) from exc
+                subject = None if namespace is None else f"state {namespace!r}"
+                raise backend_error(
+                    exc, address=endpoint.address, step="connection", subject=subject
+                ) from exc
             client = _clients[key] = made
         return client
 
@@ -171,10 +155,15 @@ def reset_clients() -> None:
 
 
 def address_of(client: Any) -> str:
-    """``host:port`` of a client, or its nodes for a cluster (for messages)."""
+    """``host:port`` of a client, ``unix:<path>``, or a cluster's nodes (for messages).
+
+    Never the URL the client was made from: it may hold a password.
+    """
     if isinstance(client, RedisCluster):
         return ",".join(node.name for node in client.get_nodes()) or "a Redis cluster"
     kwargs = getattr(getattr(client, "connection_pool", None), "connection_kwargs", {})
+    if "path" in kwargs:
+        return f"unix:{kwargs['path']}"
     return f"{kwargs.get('host', '?')}:{kwargs.get('port', '?')}"
 
 

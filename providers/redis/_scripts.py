@@ -49,6 +49,10 @@ return {redis.call('HGETALL', KEYS[2]), redis.call('HGETALL', KEYS[1])}
 # A fresh prepare first drops any delta not owned by a prepare txid; the same txid again merges
 # (HSET over the old delta: newer wins) or, with ARGV[2] = '1' (a new task attempt superseding a
 # lost one), replaces it. Idempotent for the same arguments.
+# The first write is the HSET of 'prepare': Redis checks maxmemory only at a script's first write
+# (after one it lets the script finish, to keep it atomic), so on a full server under noeviction
+# the prepare is refused (OOM) before it writes anything; a DEL first would let the whole delta
+# in past the limit.
 PREPARE = """
 local txid = tonumber(ARGV[1])
 local t = redis.call('HMGET', KEYS[2], 'rollbacks', 'prepare', 'commit')
@@ -56,11 +60,11 @@ local r, p, c = t[1] or '0', t[2], t[3]
 if r ~= ARGV[3] then return {3, r} end
 if p and tonumber(p) ~= txid then return {1, p, c or ''} end
 if c and txid <= tonumber(c) then return {2, p or '', c} end
+redis.call('HSET', KEYS[2], 'prepare', ARGV[1])
 if not p or ARGV[2] == '1' then redis.call('DEL', KEYS[1]) end
 for i = 4, #ARGV, 1000 do
   redis.call('HSET', KEYS[1], unpack(ARGV, i, math.min(i + 999, #ARGV)))
 end
-redis.call('HSET', KEYS[2], 'prepare', ARGV[1])
 return {0, p or ''}
 """
 

@@ -18,15 +18,9 @@ from providers._layered import LayeredKeyValueState
 from providers._resolve import resolve_serializers
 from providers._serializers import Serializer
 from providers.errors import ProviderConfigError, StateSerializationError, StateTransactionError
-from providers.redis._clients import (
-    BACKEND_ERRORS,
-    address_of,
-    backend_error,
-    client_for,
-    is_cluster,
-    overriding_client,
-)
+from providers.redis._clients import address_of, client_for, is_cluster, overriding_client
 from providers.redis._codec import TOMBSTONE, parse_txid, unwrap, wire
+from providers.redis._errors import BACKEND_ERRORS, backend_error
 from providers.redis._image import StoredImageReads, replace_image, scan_hash
 
 __all__ = ["RedisKeyValueState", "RedisKeyValueStateProvider"]
@@ -142,10 +136,19 @@ class RedisKeyValueState(StoredImageReads, LayeredKeyValueState):
     # -- talking to Redis
     @contextlib.contextmanager
     def _backend(self, step: str) -> Iterator[None]:
+        """Turn a Redis error into an outage (``StateBackendError``) or a refusal."""
         try:
             yield
         except BACKEND_ERRORS as exc:
-            raise backend_error(self._address, step, exc, self.namespace) from exc
+            keys = dict.fromkeys((self.committed_key, self.prepare_key, self.txid_key), "hash")
+            raise backend_error(
+                exc,
+                address=self._address,
+                step=step,
+                subject=f"state {self.namespace!r}",
+                client=self._client,
+                keys=keys,
+            ) from exc
 
     def _load(self) -> None:
         with self._backend("load"):
@@ -406,6 +409,7 @@ class RedisKeyValueStateProvider(StateProvider):
         Raises:
             ProviderConfigError: the provider config is invalid.
             StateBackendError: Redis could not be reached (names host, port and namespace).
+            StateBackendRefusedError: Redis refused (a wrong password, out of memory, ...).
         """
         config = parse_provider_config(conf)
         keys, values = resolve_serializers(config, conf)
@@ -439,7 +443,8 @@ class RedisKeyValueStateProvider(StateProvider):
         try:
             keys = list(client.scan_iter(match=pattern, count=_KEY_SCAN_COUNT))
         except BACKEND_ERRORS as exc:
-            raise backend_error(address, f"namespace listing (prefix {prefix!r})", exc) from exc
+            step = f"namespace listing (prefix {prefix!r})"
+            raise backend_error(exc, address=address, step=step, client=client) from exc
         found = set()
         for key in keys:
             try:

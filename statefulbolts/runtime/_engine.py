@@ -8,8 +8,9 @@ first-stage task is fed, and its own ``TaskProgram`` (what a task does around it
 back a ``JobResult``: the roots left open (XOR acks), the failed roots, every task's report
 and the tuples the tasks emitted for components outside the job. Everything Spark-specific of
 running a topology lives here: the topology's broadcast, shipping code to the executors
-(``extlib/`` folders always; on a non-local master also the framework and the user's modules,
-see ``_shipping``), job groups and their cancellation.
+(``extlib/`` folders always, as files beside the tasks and never on their ``sys.path``; on a
+non-local master also the framework and the user's modules, see ``_shipping``), job groups and
+their cancellation.
 
 Every job is labelled for Spark's UI and event logs (``job_labels``): its job group names the
 topology, the action and the txid (``wc/PREPARE/txid=3``, ``wc/COMMIT/txid=3/attempt=2``) and
@@ -35,7 +36,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
-from providers import DriverOwnedStateProvider, add_extlib_to_path
+from providers import DriverOwnedStateProvider, add_extlib_dirs, extlib_dirs
 from statefulbolts.errors import TopologyError
 from statefulbolts.runtime._images import ImageShipper, ShippedImage
 from statefulbolts.runtime._inline import run_inline
@@ -167,7 +168,8 @@ class Engine:
         self._pool = concurrent.futures.ThreadPoolExecutor(
             max_jobs, thread_name_prefix=f"sb-{name}-job"
         )
-        _ship_extlib(self.sc, conf)
+        # The file names of the extlib zips: every task looks in them (``_use_extlib``).
+        self._extlib = _ship_extlib(self.sc, conf)
         if not is_local(self.sc.master):
             _ship_code(self.sc, blob, conf)
 
@@ -206,7 +208,7 @@ class Engine:
             return JobResult()
         job = self._job(spec)
         labels = job_labels(self.name, spec)
-        sc, blob = self.sc, self._blob
+        sc, blob, extlib = self.sc, self._blob, self._extlib
         # Always set: a pool thread keeps its job group and tags from one job to the next.
         sc.setJobGroup(labels.group, labels.description, interruptOnCancel=True)
         sc.clearJobTags()
@@ -215,6 +217,7 @@ class Engine:
 
         def stage(k: int) -> Any:
             def fn(slot: int, items: Any) -> Any:
+                _use_extlib(extlib)
                 return run_task(job, blob, k, slot, items)
 
             return fn
@@ -277,26 +280,52 @@ class Engine:
         self._blob.destroy()
 
 
-def _add_once(sc: Any, path: str) -> None:
-    """``sc.addPyFile(path)`` unless this Spark application already has it."""
+def _add_once(sc: Any, path: str, *, on_path: bool = True) -> None:
+    """Add ``path`` to this Spark application unless it has it already.
+
+    ``on_path``: ``sc.addPyFile`` (the executors put it on ``sys.path``); else ``sc.addFile``
+    (a file beside the tasks, ``SparkFiles.get(name)``).
+    """
     with _SHIPPED_LOCK:
         added = _SHIPPED.setdefault(str(sc.applicationId), set())
         if path in added:
             return
-        sc.addPyFile(path)
+        if on_path:
+            sc.addPyFile(path)
+        else:
+            sc.addFile(path)
         added.add(path)
 
 
-def _ship_extlib(sc: Any, conf: Mapping[str, Any]) -> None:
-    """Send every extlib folder to the executors as a zip on their ``sys.path``.
+def _ship_extlib(sc: Any, conf: Mapping[str, Any]) -> tuple[str, ...]:
+    """Send every extlib folder to the executors as a zip; return the zips' file names.
 
-    Each folder is zipped once per version into this process's temporary directory (see
-    ``_shipping``), and added once per Spark application.
+    The zips are files beside the tasks (``sc.addFile``), never on the executors' ``sys.path``:
+    a task looks in them only for a module that is not installed there, as the driver does
+    (``providers.load_module``), so a file in extlib cannot hide an installed module on an
+    executor either. Each folder is zipped once per version into this process's temporary
+    directory (see ``_shipping``), and added once per Spark application.
     """
-    for folder in add_extlib_to_path(conf):
-        source = folder_source(str(folder), folder)
-        if source.files:
-            _add_once(sc, str(build_zip(source, zip_dir(), label="extlib")))
+    names: list[str] = []
+    for folder in extlib_dirs(conf):
+        source = folder_source(str(folder), folder) if folder.is_dir() else None
+        if source is not None and source.files:
+            path = build_zip(source, zip_dir(), label="extlib")
+            _add_once(sc, str(path), on_path=False)
+            names.append(path.name)
+    return tuple(names)
+
+
+def _use_extlib(names: tuple[str, ...]) -> None:
+    """In a task: look in the extlib zips the driver shipped, after this machine's folders.
+
+    They sit beside the task (``SparkFiles``), never on ``sys.path``: a module is taken from
+    them only when it is not installed here (``providers.load_module``).
+    """
+    if names:
+        from pyspark import SparkFiles
+
+        add_extlib_dirs(SparkFiles.get(name) for name in names)
 
 
 def _ship_code(sc: Any, blob: bytes, conf: Mapping[str, Any]) -> None:

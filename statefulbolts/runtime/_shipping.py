@@ -11,7 +11,8 @@ of the user's own code. The driver sends the rest as zips that Spark puts on eac
 2. Every other module the topology's pickle names (``referenced_modules``: the modules of the
    spout and bolt classes, their base classes, functions and objects they keep, and the
    module of ``topology.state.provider``) whose top-level package or module is **user code**:
-   a ``.py`` file or a package outside the standard library and site-packages (``placement``).
+   a ``.py`` file or a package outside the standard library and site-packages (``placement``),
+   and not a module of an extlib folder (the engine ships those folders beside the tasks).
    The whole top-level package goes (``a`` for ``a.b.c``), so relative imports and sibling
    modules work; and so does the user code that shipped code imports (its ``import``
    statements are read), since executors import it when they load the shipped module.
@@ -54,6 +55,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from providers import extlib_origin
 
 __all__ = [
     "FRAMEWORK_PACKAGES",
@@ -264,6 +267,8 @@ def code_to_ship(blob: bytes, conf: Mapping[str, Any] | None = None) -> list[str
     user: set[str] = set()
     while todo:
         top = todo.pop()
+        if extlib_origin(top, conf) is not None:
+            continue  # it goes with its extlib folder, beside the tasks (the engine's part)
         where = placement(top)
         if where is Placement.SHIP:
             try:

@@ -47,9 +47,12 @@ Round trips: ``multi_get`` is one ``MGET``; ``get_record`` one ``MGET`` (the rec
 writer); ``multi_put`` one ``MULTI`` / ``MSET`` / ``DEL`` / ``EXEC`` pipeline, atomic because
 Redis runs a transaction alone and applies none of it if the connection drops before ``EXEC``
 (or a command is refused when queued). A native ``MSET`` of 10,000 keys beats a script calling
-``SET`` per key. Connection and server errors raise ``StateBackendError`` naming host:port, the
-step and the map. With ``hiredis`` installed (the ``redis`` extra brings it) redis-py parses
-replies in C, which makes an ``MGET`` of thousands of values several times cheaper.
+``SET`` per key. Errors name host:port, the step and the map: ``StateBackendError`` for an
+outage (the connection, a timeout, a server loading or busy), ``StateBackendRefusedError`` for
+a refusal (out of memory, a read-only replica, a wrong password, ...;
+``providers.redis.classify_error``). With ``hiredis`` installed (the ``redis`` extra brings it)
+redis-py parses replies in C, which makes an ``MGET`` of thousands of values several times
+cheaper.
 """
 
 from __future__ import annotations
@@ -61,18 +64,14 @@ from typing import Any
 
 import msgpack
 
-from providers.errors import (
-    ProviderConfigError,
-    StateBackendError,
-    StateSerializationError,
-    StateTransactionError,
-)
+from providers.errors import ProviderConfigError, StateSerializationError, StateTransactionError
 from statefulbolts.transactional._maps import BackingMap, pack_value
 from statefulbolts.transactional._owner import context_owner, running_task
 
 try:
     import redis as redis_py
-    from redis.exceptions import RedisError
+
+    from providers.redis import BACKEND_ERRORS, address_of, backend_error
 except ImportError as exc:  # pragma: no cover - depends on the environment
     _msg = "RedisBackingMap needs redis-py: pip install 'statefulbolts[redis]'"
     raise ImportError(_msg) from exc
@@ -84,13 +83,6 @@ log = logging.getLogger(__name__)
 _OTHER_KEY = b"\xff"
 _RECORD = b"\xfe"
 _WRITER = b"\xfd"
-
-
-def _address_of(client: Any) -> str:
-    kwargs = getattr(getattr(client, "connection_pool", None), "connection_kwargs", {})
-    if "path" in kwargs:
-        return f"unix:{kwargs['path']}"
-    return f"{kwargs.get('host', '?')}:{kwargs.get('port', '?')}"
 
 
 class RedisBackingMap(BackingMap):
@@ -162,7 +154,7 @@ class RedisBackingMap(BackingMap):
         self._client = client
         self.prefix = prefix
         self._prefix = prefix.encode("utf-8")
-        self._address = _address_of(client)
+        self._address = address_of(client)
 
     @property
     def owner(self) -> str:
@@ -213,20 +205,18 @@ class RedisBackingMap(BackingMap):
 
     @contextlib.contextmanager
     def _backend(self, step: str) -> Iterator[None]:
+        """Turn a Redis error into an outage or a refusal (``providers.redis.classify_error``)."""
         try:
             yield
-        except RedisError as exc:
-            if isinstance(exc, redis_py.exceptions.TimeoutError):
-                what = "timed out"
-            elif isinstance(exc, redis_py.exceptions.ConnectionError):
-                what = "could not be reached"
-            else:
-                what = "failed"
-            msg = (
-                f"Redis at {self._address} {what} during {step} of map {self.prefix!r} "
-                f"(owner {self.owner!r}): {type(exc).__name__}: {exc}"
-            )
-            raise StateBackendError(msg) from exc
+        except BACKEND_ERRORS as exc:
+            raise backend_error(
+                exc,
+                address=self._address,
+                step=step,
+                subject=f"map {self.prefix!r} (owner {self.owner!r})",
+                client=self._client,
+                settings="the client or URL given to RedisBackingMap",
+            ) from exc
 
     def _decode(self, raw: Any, rkey: bytes) -> Any:
         try:

@@ -31,6 +31,11 @@ A new batch is the next ``take_per_batch`` entries after ``last`` (``XRANGE key 
 n``). An exact replay reads ``XRANGE key first last`` and fails the batch
 (``FailedException``) unless it finds exactly ``count`` entries, from ``first`` to ``last``.
 
+Errors: an outage (the server unreachable, loading, busy: ``providers.redis.classify_error``)
+fails the batch, which is retried (the opaque spout emits nothing from that partition and goes
+on); a refusal (a wrong password, a key that is not a stream, out of memory) raises
+``StateBackendRefusedError``, which stops the topology at once with its cause and fix.
+
 Connections are made once per process and server URL, and shared. Needs redis-py:
 ``pip install 'statefulbolts[redis]'``.
 
@@ -139,10 +144,12 @@ def close_connections() -> None:
         client.close()
 
 
-def _unreachable() -> tuple[type[BaseException], ...]:
-    """The redis-py errors that mean the server could not be talked to."""
-    exceptions = _redis().exceptions
-    return (exceptions.ConnectionError, exceptions.TimeoutError)
+def _backend_errors() -> tuple[type[BaseException], ...]:
+    """What redis-py raises about a server; ``_RedisStreamsSpout._refused`` tells them apart."""
+    _redis()
+    from providers.redis import BACKEND_ERRORS
+
+    return BACKEND_ERRORS
 
 
 # ------------------------------------------------------------------ the spouts' shared part
@@ -227,6 +234,30 @@ class _RedisStreamsSpout(Component):
     # -------------------------------------------------------------- partitions
     def _client(self) -> Any:
         return _client(self.url, self.timeout)
+
+    def _refused(self, exc: BaseException, step: str) -> None:
+        """Raise ``StateBackendRefusedError`` if Redis refused; an outage returns to the caller.
+
+        ``providers.redis.classify_error`` decides. An outage (the server away, loading, busy)
+        is the caller's to handle: the batch fails and is retried later, or the opaque spout
+        emits nothing. A refusal (a wrong password, a key that is not a stream, out of memory)
+        does not go away by waiting: it stops the topology, with its cause and fix.
+        """
+        from providers import StateBackendRefusedError
+        from providers.redis import address_of, backend_error
+
+        client = self._client()
+        partitions = self.pattern if self.pattern is not None else list(self.streams)
+        error = backend_error(
+            exc,
+            address=address_of(client),
+            step=step,
+            subject=f"{type(self).__qualname__} over {partitions!r}",
+            client=client,
+            settings=f"the URL given to {type(self).__qualname__}",
+        )
+        if isinstance(error, StateBackendRefusedError):
+            raise error from exc
 
     def _discover(self) -> list[str]:
         """Every partition's stream, in partition order; a pattern is scanned again."""
@@ -387,7 +418,8 @@ class _Coordinator(PartitionedTransactionalSpout.Coordinator):
     def num_partitions(self) -> int:
         try:
             return len(self._spout._discover())
-        except _unreachable() as exc:
+        except _backend_errors() as exc:
+            self._spout._refused(exc, "scan for streams")
             msg = (
                 f"{type(self._spout).__qualname__}: cannot scan {self._spout.url} for streams "
                 f"matching {self._spout.pattern!r}: {exc}; the transaction starts later"
@@ -409,7 +441,8 @@ class _Emitter(PartitionedTransactionalSpout.Emitter):
         spout = self._spout
         try:
             stream, position, entries = spout._read_next(partition, last_partition_meta)
-        except _unreachable() as exc:
+        except _backend_errors() as exc:
+            spout._refused(exc, f"read of partition {partition}")
             msg = (
                 f"{type(spout).__qualname__}: cannot read partition {partition} from "
                 f"{spout.url}: {exc}; txid {tx.transaction_id} is retried"
@@ -433,7 +466,8 @@ class _Emitter(PartitionedTransactionalSpout.Emitter):
         try:
             # One more than expected, so that a range holding more than the batch is noticed.
             entries = spout._client().xrange(stream, min=first, max=last, count=count + 1)
-        except _unreachable() as exc:
+        except _backend_errors() as exc:
+            spout._refused(exc, f"replay of partition {partition}")
             msg = (
                 f"{type(spout).__qualname__}: cannot replay entries {first}..{last} of stream "
                 f"{stream!r} from {spout.url}: {exc}; txid {tx.transaction_id} is retried"
@@ -501,7 +535,8 @@ class _OpaqueEmitter(OpaquePartitionedTransactionalSpout.Emitter):
         spout = self._spout
         try:
             stream, position, entries = spout._read_next(partition, last_partition_meta)
-        except _unreachable() as exc:
+        except _backend_errors() as exc:
+            spout._refused(exc, f"read of partition {partition}")
             log.warning(
                 "%s: partition %s unreachable at %s (%s); txid %s emits nothing from it",
                 type(spout).__qualname__,
@@ -518,7 +553,8 @@ class _OpaqueEmitter(OpaquePartitionedTransactionalSpout.Emitter):
         spout = self._spout
         try:
             return len(spout._discover())
-        except _unreachable() as exc:
+        except _backend_errors() as exc:
+            spout._refused(exc, "scan for streams")
             assert spout.registry_key is not None  # noqa: S101 - only a pattern talks to Redis
             known = _registries.get((spout.url, spout.registry_key), [])
             log.warning(
