@@ -9,9 +9,10 @@ first transactions and reports them as the recovery that restart took.
 Policy, in order:
 
 1. exit status 0: done, no restart;
-2. exit status 2 (``BAD_INPUT_EXIT_CODE``: bad config, bad wiring, bad arguments): a restart
-   would fail the same way, so the supervisor stops and returns 2; likewise 3
-   (``TIMEOUT_EXIT_CODE``: the run's ``--timeout`` ran out, which asks to give up);
+2. exit status 2 (``BAD_INPUT_EXIT_CODE``: bad config, bad wiring, bad arguments, a store
+   that refuses or lost committed state): a restart would fail the same way, so the supervisor
+   stops and returns 2; likewise 3 (``TIMEOUT_EXIT_CODE``: the run's ``--timeout`` ran out,
+   which asks to give up);
 3. anything else (a crash, a kill, a topology that gave up after its transaction retries): restart
    after ``backoff_s * 2 ** (n - 1)`` seconds, capped at ``max_backoff_s``, where ``n`` counts
    restarts since the child last made progress (committed a transaction after its recovery);

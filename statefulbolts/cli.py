@@ -33,6 +33,7 @@ import signal
 import sys
 from typing import Any
 
+from providers import FATAL_STATE_ERRORS
 from recovery.supervisor import BAD_INPUT_EXIT_CODE, TIMEOUT_EXIT_CODE
 from statefulbolts._config import Config, load_config_file
 from statefulbolts._load import load_topology
@@ -52,11 +53,17 @@ def exit_code_for(exc: BaseException) -> int:
     """1 for a failure at run time (worth a restart), 2 for bad input (a restart fails again).
 
     A ``TopologyFailedError`` or ``StateBackendError`` is a run-time failure unless it was caused
-    by bad input (e.g. a spout whose ``open`` rejected its config).
+    by bad input (e.g. a spout whose ``open`` rejected its config). A store that refuses or lost
+    committed state (``providers.FATAL_STATE_ERRORS``, or a topology stopped by one) is 2 too:
+    a restart would meet it again.
     """
     cause: BaseException | None = exc
     runtime = False
     while cause is not None:
+        if isinstance(cause, TopologyFailedError) and cause.fatal:
+            return BAD_INPUT_EXIT_CODE  # a refusing or damaged store: a restart fails again
+        if isinstance(cause, FATAL_STATE_ERRORS):
+            return BAD_INPUT_EXIT_CODE
         if isinstance(cause, TopologyFailedError | StateBackendError):
             runtime = True
         elif isinstance(cause, StatefulBoltsError):

@@ -126,12 +126,16 @@ class TopologyFailedError(StatefulBoltsError, RuntimeError):
         task: int | None = None,
         txid: int | None = None,
         cause: str | None = None,
+        fatal: bool = False,
     ) -> None:
         super().__init__(message)
         self.component = component
         self.task = task
         self.txid = txid
         self.cause = cause
+        # Stopped by a state error a restart cannot fix (providers.FATAL_STATE_ERRORS): the
+        # store refused, or lost committed state. ``statefulbolts run`` exits 2, not 1.
+        self.fatal = fatal
 
 
 class TaskFailedError(TopologyFailedError):

@@ -66,3 +66,16 @@ def test_an_outage_in_a_driver_side_call_is_waited_out() -> None:
     assert gate.with_backend("saving checkpoint state", call) == "ok"
     assert clock.now_ms() > 0
     assert gate.backend_errors == 2
+
+
+def test_a_topology_stopped_by_a_fatal_state_error_exits_2_for_the_supervisor() -> None:
+    from statefulbolts.cli import exit_code_for
+
+    gate, _ = _gate()
+    with pytest.raises(TopologyFailedError) as fatal:
+        gate.failed("PREPARE(3)", 3, "StateBackendRefusedError: OOM", fatal=True)
+    assert fatal.value.fatal and exit_code_for(fatal.value) == 2
+    with pytest.raises(TopologyFailedError) as retries:
+        for _ in range(10):  # past topology.max.transaction.retries
+            gate.failed("PREPARE(3)", 3, "boom")
+    assert not retries.value.fatal and exit_code_for(retries.value) == 1

@@ -119,7 +119,9 @@ class FailureGate:
         if fatal:
             where = f" in component {component!r} task {task}" if component else ""
             msg = f"topology {self._name!r} stopped: {what} failed{where}: {cause}"
-            raise TopologyFailedError(msg, component=component, task=task, txid=txid, cause=cause)
+            raise TopologyFailedError(
+                msg, component=component, task=task, txid=txid, cause=cause, fatal=True
+            )
         if outage:
             self._wait_for_backend(what, txid, cause)
             return
@@ -169,7 +171,7 @@ class FailureGate:
             except FATAL_STATE_ERRORS as exc:
                 cause = f"{type(exc).__name__}: {exc}"
                 msg = f"topology {self._name!r} stopped while {what}: {cause}"
-                raise TopologyFailedError(msg, cause=cause) from exc
+                raise TopologyFailedError(msg, cause=cause, fatal=True) from exc
             except StateBackendError as exc:
                 failed_here = True
                 delay = self._outage_failed()
