@@ -53,6 +53,7 @@ from __future__ import annotations
 import logging
 import os
 import threading
+import urllib.parse
 from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -116,6 +117,21 @@ _clients: dict[tuple[int, str, float], Any] = {}
 _clients_lock = threading.Lock()
 # A pattern's registry as this process last read it: the fallback while the server is away.
 _registries: dict[tuple[str, str], list[str]] = {}
+
+
+def shown_url(url: str) -> str:
+    """``url`` with its password (if any) replaced by ``***``: for messages and logs.
+
+    Example:
+        >>> shown_url("redis://app:s3cret@10.0.0.5:6379/0"), shown_url("redis://h:1/0")
+        ('redis://app:***@10.0.0.5:6379/0', 'redis://h:1/0')
+    """
+    parts = urllib.parse.urlsplit(url)
+    if parts.password is None:
+        return url
+    user, _, host = parts.netloc.rpartition("@")
+    name = user.split(":", 1)[0]
+    return urllib.parse.urlunsplit(parts._replace(netloc=f"{name}:***@{host}"))
 
 
 def _client(url: str, timeout: float) -> Any:
@@ -227,7 +243,7 @@ class _RedisStreamsSpout(Component):
     def __repr__(self) -> str:
         partitions = self.pattern if self.pattern is not None else list(self.streams)
         return (
-            f"{type(self).__qualname__}(url={self.url!r}, partitions={partitions!r}, "
+            f"{type(self).__qualname__}(url={shown_url(self.url)!r}, partitions={partitions!r}, "
             f"fields={self.fields.to_list()}, take_per_batch={self.take_per_batch})"
         )
 
@@ -421,8 +437,9 @@ class _Coordinator(PartitionedTransactionalSpout.Coordinator):
         except _backend_errors() as exc:
             self._spout._refused(exc, "scan for streams")
             msg = (
-                f"{type(self._spout).__qualname__}: cannot scan {self._spout.url} for streams "
-                f"matching {self._spout.pattern!r}: {exc}; the transaction starts later"
+                f"{type(self._spout).__qualname__}: cannot scan "
+                f"{shown_url(self._spout.url)} for streams matching {self._spout.pattern!r}: "
+                f"{exc}; the transaction starts later"
             )
             raise FailedException(msg) from exc
 
@@ -445,7 +462,7 @@ class _Emitter(PartitionedTransactionalSpout.Emitter):
             spout._refused(exc, f"read of partition {partition}")
             msg = (
                 f"{type(spout).__qualname__}: cannot read partition {partition} from "
-                f"{spout.url}: {exc}; txid {tx.transaction_id} is retried"
+                f"{shown_url(spout.url)}: {exc}; txid {tx.transaction_id} is retried"
             )
             raise FailedException(msg) from exc
         spout._emit(tx, collector, stream, entries)
@@ -470,7 +487,8 @@ class _Emitter(PartitionedTransactionalSpout.Emitter):
             spout._refused(exc, f"replay of partition {partition}")
             msg = (
                 f"{type(spout).__qualname__}: cannot replay entries {first}..{last} of stream "
-                f"{stream!r} from {spout.url}: {exc}; txid {tx.transaction_id} is retried"
+                f"{stream!r} from {shown_url(spout.url)}: {exc}; txid {tx.transaction_id} is "
+                "retried"
             )
             raise FailedException(msg) from exc
         if len(entries) != count or entries[0][0] != first or entries[-1][0] != last:
@@ -541,7 +559,7 @@ class _OpaqueEmitter(OpaquePartitionedTransactionalSpout.Emitter):
                 "%s: partition %s unreachable at %s (%s); txid %s emits nothing from it",
                 type(spout).__qualname__,
                 partition,
-                spout.url,
+                shown_url(spout.url),
                 exc,
                 tx.transaction_id,
             )
@@ -560,7 +578,7 @@ class _OpaqueEmitter(OpaquePartitionedTransactionalSpout.Emitter):
             log.warning(
                 "%s: cannot scan %s for streams matching %r (%s); using the %d known",
                 type(spout).__qualname__,
-                spout.url,
+                shown_url(spout.url),
                 spout.pattern,
                 exc,
                 len(known),
