@@ -26,7 +26,7 @@ from providers import (
     StateLostError,
     get_provider,
 )
-from recovery.evolve import Wanted, evolve, legacy_hash, plan_evolution
+from recovery.evolve import Wanted, evolve, plan_evolution
 from recovery.faults import KillPoint
 from statefulbolts import StatefulBolt
 from statefulbolts.errors import StateEvolutionError
@@ -35,6 +35,7 @@ from statefulbolts.state import (
     ComponentShape,
     Partitioning,
     StoredShape,
+    legacy_hash,
     read_shape,
     shape_namespace,
     write_shape,
@@ -65,7 +66,9 @@ def conf(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[dict[str, A
         }
     yield made
     InMemoryKeyValueStateProvider.drop()
-    import sqlite_state
+    from providers import load_module
+
+    sqlite_state = load_module("sqlite_state")
 
     from providers.redis import reset_clients
 

@@ -85,7 +85,9 @@ def provider_conf(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[di
     else:
         yield {}
     InMemoryKeyValueStateProvider.drop()
-    import sqlite_state
+    from providers import load_module
+
+    sqlite_state = load_module("sqlite_state")
 
     from providers.redis import reset_clients
 

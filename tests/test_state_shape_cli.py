@@ -48,7 +48,9 @@ def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[dict
     path.write_text(json.dumps(conf), encoding="utf-8")
     topo.seed_keyed_state(conf, "wc", 2, WORDS, txid=4)
     yield conf, path
-    import sqlite_state
+    from providers import load_module
+
+    sqlite_state = load_module("sqlite_state")
 
     from providers.redis import reset_clients
 
@@ -148,7 +150,7 @@ def _pairs(conf: dict[str, Any]) -> list[tuple[bytes, bytes]]:
 
 
 def test_evolve_migrates_state_committed_before_key_groups(store: Any, capsys: Any) -> None:
-    from recovery.evolve import legacy_hash
+    from statefulbolts.state import legacy_hash
 
     conf, path = store
     _relayout(conf, lambda w: legacy_hash((w,)) % 2)  # as fields grouping put it before

@@ -60,7 +60,9 @@ def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[str,
         yield "sqlite", tmp_path / "state.db"
     else:
         yield "redis", request.getfixturevalue("redis_db").port
-    import sqlite_state
+    from providers import load_module
+
+    sqlite_state = load_module("sqlite_state")
 
     from providers.redis import reset_clients
 

@@ -38,6 +38,7 @@ Example:
 
 from statefulbolts.state._dataframe import state_dataframe
 from statefulbolts.state._format import FORMAT, VERSION, NamespaceInfo, StateFileInfo
+from statefulbolts.state._layout import LayoutRule, legacy_hash
 from statefulbolts.state._move import ImportResult, export_state, import_state, read_info
 from statefulbolts.state._read import committed_items, get_value, iter_state, read_state
 from statefulbolts.state._redistribute import LayoutError, Stage, empty, open_image, stage, swap
@@ -57,6 +58,7 @@ __all__ = [
     "ComponentShape",
     "ImportResult",
     "LayoutError",
+    "LayoutRule",
     "NamespaceInfo",
     "Partitioning",
     "Stage",
@@ -68,6 +70,7 @@ __all__ = [
     "get_value",
     "import_state",
     "iter_state",
+    "legacy_hash",
     "open_image",
     "read_info",
     "read_shape",
