@@ -226,11 +226,8 @@ def test_after_a_prepare_whose_commit_failed_read_state_shows_the_committed_valu
         "topology.state.checkpoint.interval.ms": INTERVAL_MS,
         "topology.max.transaction.retries": 1,
     }
-    for task, seeds in enumerate(SEEDS):
-        state = _kv(conf, f"{name}/count-{task}")
-        for key, value in seeds.items():
-            state.put(key, value)
-        state.commit()  # committed, no checkpoint txid yet
+    # Committed, no checkpoint txid yet, each key in the task its key group says.
+    topo.seed_keyed_state(conf, name, 2, {**SEEDS[0], **SEEDS[1]})
 
     handle = cluster.submit_topology(name, conf, _refused_wordcount())
     with pytest.raises(TopologyFailedError, match=r"commit of txid 0 refused"):
