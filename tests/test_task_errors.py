@@ -113,3 +113,14 @@ def test_records_are_named_and_pickle_as_plain_tuples_do():
     result = JobResult(reports=[report, TaskReport(2, 0, TaskMetrics(0, 0, 0, 0, 0.0))])
     assert result.errors == [error]
     assert AckLedger({7: 3}).acks == {7: 3} and Fails([7]).roots == [7]
+
+
+def test_a_store_error_is_not_blamed_on_the_user_s_class() -> None:
+    from providers import StateLostError
+
+    failure = encode_task_error(StateLostError("gone"), "count", 3, 7, "app.Count")
+    error = decode_task_error(RuntimeError(f"Java says: {failure}"))
+    assert error is not None and error.cause == "StateLostError: gone"
+    failure = encode_task_error(ValueError("bad"), "count", 3, 7, "app.Count")
+    error = decode_task_error(RuntimeError(f"Java says: {failure}"))
+    assert error is not None and error.cause == "app.Count raised ValueError: bad"

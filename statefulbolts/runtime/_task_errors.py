@@ -25,6 +25,7 @@ import json
 import re
 from dataclasses import dataclass
 
+from providers import FATAL_STATE_ERRORS
 from statefulbolts.errors import TaskFailedError
 
 __all__ = [
@@ -72,7 +73,13 @@ class TaskError:
 
     @property
     def cause(self) -> str:
-        """``<user class> raised <Type>: <message>``: what a person reads."""
+        """``<user class> raised <Type>: <message>``: what a person reads.
+
+        A store that refused or lost committed state (``providers.FATAL_STATE_ERRORS``) is the
+        store's doing, not the user's class: ``<Type>: <message>``.
+        """
+        if self.is_a(*FATAL_STATE_ERRORS):
+            return f"{self.type_name}: {self.message}"
         who = self.user_class or f"component {self.component!r}"
         return f"{who} raised {self.type_name}: {self.message}"
 
