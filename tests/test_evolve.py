@@ -576,3 +576,19 @@ def test_committer_maps_move_with_their_txids_and_records(conf: dict[str, Any]) 
     assert get_provider(conf).namespaces(conf, f"{TX_PREFIX}count-") == [
         f"{TX_PREFIX}count-{t}/default" for t in range(3)
     ]
+
+
+@pytest.mark.parametrize(
+    ("point", "step"), [(KillPoint.EVOLVE_STAGED, 0), (KillPoint.EVOLVE_MID_SWAP, 1)]
+)
+def test_a_crash_in_the_middle_of_migrating_legacy_state_is_finished_by_the_next_start(
+    conf: dict[str, Any], point: KillPoint, step: int
+) -> None:
+    data = leave(conf, 2, place=lambda key, p: legacy_hash((key,)) % p)  # no shape record
+    with pytest.raises(_Crash):
+        evolve(conf, PREFIX, wanted(keyed(2)), checkpointed=True, faults=_CrashAt(point, step))
+    report = evolve(conf, PREFIX, wanted(keyed(2)), checkpointed=True)
+    assert report.resumed
+    assert_keyed(conf, 2, data)
+    assert txids(conf) == {(4, None)}
+    no_leftovers(conf)
