@@ -15,6 +15,8 @@
     ├── StateToolError (RuntimeError)           the state tool cannot do it (statefulbolts.state)
     │   ├── StateNotFoundError (LookupError)    nothing stored for that topology / component
     │   └── StateOverwriteError                 an import target already holds state
+    ├── DeadLetterError (RuntimeError)          a dead-letter record cannot be read or used
+    │   └── DeadLetterNotFoundError (LookupError)   no record with that id
     └── TopologyFailedError (RuntimeError)      the runtime gave up (names component, task, txid)
         └── TaskFailedError                     one task's error, carried from a Spark worker
 """
@@ -36,6 +38,8 @@ from providers.errors import (
 __all__ = [
     "CheckpointError",
     "ConfigError",
+    "DeadLetterError",
+    "DeadLetterNotFoundError",
     "FailedException",
     "FieldNotFoundError",
     "ProviderConfigError",
@@ -104,6 +108,14 @@ class StateNotFoundError(StateToolError, LookupError):
 
 class StateOverwriteError(StateToolError):
     """An import's target already holds state of the namespaces it would write."""
+
+
+class DeadLetterError(StatefulBoltsError, RuntimeError):
+    """A dead-letter record cannot be read or used; names the record and the store."""
+
+
+class DeadLetterNotFoundError(DeadLetterError, LookupError):
+    """No dead-letter record has that id in the topology's store."""
 
 
 class TopologyFailedError(StatefulBoltsError, RuntimeError):
