@@ -10,7 +10,8 @@
 one's tuple back in, deleting the record once the transaction that carried it commits.
 ``purge`` deletes records. Both check every id first and change nothing if one is missing.
 
-Exit status: 0 done (an empty store included); 1 no such record, or the store failed; 2 bad
+Exit status: 0 done (an empty store included, and when the reader of the output stops early,
+as ``head`` does); 1 no such record, or the store failed; 2 bad
 input: arguments, config, the in-memory provider (its records live in the driver that ran the
 topology, not in this process).
 """
@@ -20,6 +21,7 @@ from __future__ import annotations
 import argparse
 import datetime
 import json
+import os
 import sys
 from typing import Any
 
@@ -176,7 +178,7 @@ def _cmd_purge(args: argparse.Namespace) -> int:
 
 
 def _guarded(command: Any) -> Any:
-    """Run ``command``: a missing record exits 1 with a message."""
+    """Run ``command``: a missing record exits 1 with a message; a reader that stops, 0."""
 
     def run(args: argparse.Namespace) -> int:
         try:
@@ -184,6 +186,11 @@ def _guarded(command: Any) -> Any:
         except DeadLetterNotFoundError as exc:
             print(f"error: {exc}", file=sys.stderr)
             return NOT_FOUND_EXIT_CODE
+        except BrokenPipeError:
+            # As the state tool: stdout to devnull, so the flush at exit does not fail again.
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, sys.stdout.fileno())
+            return 0
 
     return run
 

@@ -54,6 +54,8 @@ __all__ = [
     "spout_record_id",
 ]
 
+# A record's traceback is kept up to this many characters (its start: the user's error).
+TRACEBACK_CAP = 8000
 # A record's state: held (DEAD), or asked to go back into the topology (REPLAY).
 DEAD = "dead"
 REPLAY = "replay"
@@ -207,7 +209,13 @@ class DeadLetter:
         at: float,
         record_id: str | None = None,
     ) -> DeadLetter:
-        """A new record, its id made from ``origin`` unless ``record_id`` is given."""
+        """A new record, its id made from ``origin`` unless ``record_id`` is given.
+
+        A traceback longer than ``TRACEBACK_CAP`` keeps its start (a worker's traceback
+        begins with the user's error; Spark's frames follow).
+        """
+        if traceback is not None and len(traceback) > TRACEBACK_CAP:
+            traceback = traceback[:TRACEBACK_CAP] + "\n... (cut)"
         if record_id is None:
             if isinstance(origin, SpoutOrigin):
                 record_id = spout_record_id(name, origin.component, origin.task, origin.message_id)
