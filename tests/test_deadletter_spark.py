@@ -10,6 +10,7 @@ stops as it always did, and nothing is recorded.
 from __future__ import annotations
 
 import collections
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +20,14 @@ import topologies as topo
 from ui_topologies import wait_for
 
 from statefulbolts import TopologyFailedError
-from statefulbolts.deadletter import DEAD, DeadLetterStore, SpoutOrigin
+from statefulbolts.deadletter import (
+    DEAD,
+    REPLAY,
+    DeadLetter,
+    DeadLetterStore,
+    FailedTuple,
+    SpoutOrigin,
+)
 
 pytestmark = pytest.mark.spark
 
@@ -146,3 +154,30 @@ def test_a_replayed_dead_letter_counts_once_after_the_bolt_is_fixed(
     assert metrics["components"]["$deadletter"]["emitted"] == 1
     assert metrics["components"]["$deadletter"]["acked"] == 1
     assert metrics["status"]["dead_letters"]["held"] == 0
+
+
+def test_a_replay_that_no_longer_fits_the_topology_stays_held(cluster: Any) -> None:
+    """Records asked for replay whose stream or spout task is gone are kept, and it runs on."""
+    name = topo.new_key("dl-misfit")
+    failed = FailedTuple("split", 1, "default", ["poison"], "['poison']")
+    store = DeadLetterStore({}, topology=name)
+
+    def letter(message_id: int, component: str, stream: str) -> DeadLetter:
+        origin = SpoutOrigin(component, 0, message_id, stream, ["a poison pill"], "")
+        made = DeadLetter.first(
+            name, "topology", "count", 3, 0, failed, origin, ("builtins.ValueError",),
+            "bad", None, txid=1, attempts=2, at=1.0,
+        )  # fmt: skip
+        return replace(made, state=REPLAY)
+
+    store.put(letter(1, "sentences", "elsewhere"), letter(2, "gone", "default"))
+    lines = dl.sentences(20, [])
+    handle, _ = _submit(cluster, name, lines, {})
+    try:
+        handle.await_idle(TIMEOUT)
+        state = handle.read_state("count")
+        records = DeadLetterStore({}, topology=name).records()
+    finally:
+        handle.kill()
+    assert state == dict(dl.counts(lines))
+    assert sorted((r.origin.message_id, r.state) for r in records) == [(1, DEAD), (2, DEAD)]

@@ -46,7 +46,7 @@ from statefulbolts.deadletter import (
     spout_record_id,
     why_not_poison,
 )
-from statefulbolts.errors import TopologyFailedError
+from statefulbolts.errors import TopologyError, TopologyFailedError
 from statefulbolts.runtime._failures import FailureGate
 from statefulbolts.runtime._ledger import RootLedger
 from statefulbolts.runtime._plan import ExecutionPlan
@@ -126,7 +126,11 @@ class _ReplaySpout:
             return
         record_id, record = self.queued.popitem(last=False)
         self.flying[record_id] = record
-        self._owner.emit_replay(record)
+        try:
+            self._owner.emit_replay(record)
+        except TopologyError as exc:  # the spout's streams changed since it was recorded
+            self.flying.pop(record_id, None)
+            self._owner.keep(record, str(exc))
 
     def ack(self, record_id: Any) -> None:
         """The transaction that carried the replay committed: delete the record."""
@@ -222,12 +226,15 @@ class CheckpointDeadLetters:
                 else None
             )
             if spout is None or not record.replayable:
-                why = "no values to replay" if spout is not None else "no such spout task"
-                log.warning("dead letter %s cannot be replayed (%s); it stays", record.id, why)
-                kept = functools.partial(self.store.put, replace(record, state=DEAD))
-                self._failures.with_backend(f"keeping dead letter {record.id}", kept)
+                self.keep(record, "no values to replay" if spout else "no such spout task")
                 continue
             source.queued[record.id] = record
+
+    def keep(self, record: DeadLetter, why: str) -> None:
+        """``record`` cannot be replayed: it stays, held again (``"dead"``), and says why."""
+        log.warning("dead letter %s cannot be replayed (%s); it stays", record.id, why)
+        kept = functools.partial(self.store.put, replace(record, state=DEAD))
+        self._failures.with_backend(f"keeping dead letter {record.id}", kept)
 
     # ----------------------------------------------------------------- replays
     def poll(self) -> None:
