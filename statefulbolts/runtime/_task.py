@@ -268,6 +268,9 @@ def _execute(
     before_data = getattr(executor, "before_data", None)  # a protocol's optional step
     if before_data is not None:
         before_data(plan, into.data)
+    # A protocol's optional sink, told each tuple's root before it is executed (a transactional
+    # batch bolt's collector: what the bolt emits then carries that root as its lineage).
+    sink = getattr(executor, "lineage_sink", None)
     fields, comp_ids, streams, widths = plan.fields, plan.component_ids, plan.streams, plan.widths
     task_ids = plan.task_ids
     deliver, compact = collector.ledger.deliver, collector.ledger.compact
@@ -287,7 +290,7 @@ def _execute(
         n = len(values)
         if more is None and faults is None:
             source = (f, cid, tid, sid)
-            _feed(execute, values, roots, first, single, source, lead, chunked, failing)
+            _feed(execute, values, roots, first, single, source, lead, chunked, failing, sink)
             executed += n
             continue
         t: Tuple | None = None
@@ -301,6 +304,8 @@ def _execute(
                     t._more = tuple((extra, first + i) for extra in more[i])
                 if faults is not None:  # an injected "raise" stands for the bolt's own error
                     faults.on_tuple(spec.id, info.task, job.txid, attempt, executed)
+                if sink is not None:
+                    sink.lineage = root
                 execute(t)
                 executed += 1
         except Exception as exc:
@@ -328,12 +333,15 @@ def _feed(
     lead: tuple[Any, ...],
     chunked: Callable[[], None],
     failing: list[Tuple],
+    sink: Any = None,
 ) -> None:
     """The hot loop: one batch of single-tree tuples into ``execute``, chunk by chunk.
 
     Tuples are built slot by slot: without the call into ``Tuple.__init__`` this costs 40%
     less. A job whose tuples share leading values (``lead``: a transactional batch's attempt)
-    gets them put back in front by its own copy of the loop, so the usual loop tests nothing.
+    gets them put back in front by its own copy of the loop, so the usual loop tests nothing;
+    that copy also tells ``sink`` (when the executor has one) each tuple's root before
+    executing it: one attribute store, where wrapping the bolt's ``execute`` cost a call.
 
     Which tuple raised is found after the fact, in the handler around the whole loop (free in
     Python 3.11 until something raises): ``t`` is the tuple last built, and it is the one
@@ -355,6 +363,7 @@ def _feed(
             )
             if lead:
                 (head,) = lead
+                told = _NOWHERE if sink is None else sink
                 for vals, root, number in chunk:
                     t = new(Tuple)
                     t.values = [head, vals] if single else [head, *vals]
@@ -365,6 +374,7 @@ def _feed(
                     t._root = root
                     t._edge = number
                     t._more = None
+                    told.lineage = root
                     execute(t)
                 continue
             for vals, root, number in chunk:
@@ -385,6 +395,16 @@ def _feed(
 
 
 _TUPLE_INIT = Tuple.__init__.__code__
+
+
+class _Nowhere:
+    """The lineage sink of an executor without one: the store costs less than a test."""
+
+    __slots__ = ("lineage",)
+    lineage: int
+
+
+_NOWHERE = _Nowhere()
 
 
 def _raised_executing(exc: BaseException, *not_tuples: CodeType) -> bool:

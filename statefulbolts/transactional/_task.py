@@ -299,6 +299,7 @@ class _Executor:
     def __init__(self, spec: ComponentSpec, program: BatchTaskProgram, task: int) -> None:
         self.spec, self.program, self.task = spec, program, task
         self.where = f"component {spec.id!r} task {task}"
+        self.lineage_sink: _BatchCollector | None = None
 
     def control(self, tuple_: Tuple) -> None:
         """No control tuples in this protocol."""
@@ -318,16 +319,12 @@ class _BatchTask(_Executor):
         self.bolt = self.spec.obj  # a fresh copy: this task unpickled the topology
         out = self.out = _BatchCollector(collector, self.program.attempt, self.where)
         self.bolt.prepare(conf, self._context(context), out, self.program.attempt)
+        if self.program.lineage and self.spec.outputs:
+            # The runtime sets ``out.lineage`` to each tuple's before executing it: what the
+            # bolt emits then inherits it (``runtime._task``).
+            self.lineage_sink = out
         execute: Callable[[Tuple], None] = self.bolt.execute
-        if not self.program.lineage or not self.spec.outputs:
-            return execute
-
-        def traced(tuple_: Tuple) -> None:
-            # What the bolt emits while executing ``tuple_`` inherits its lineage.
-            out.lineage = tuple_._root
-            execute(tuple_)
-
-        return traced
+        return execute
 
     def finish(self) -> None:
         self.out.lineage = 0  # what finish_batch emits comes from the whole batch
