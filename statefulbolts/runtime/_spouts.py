@@ -428,9 +428,8 @@ class SpoutTasks:
         return out
 
     def by_name(self) -> dict[tuple[str, int], SpoutTask]:
-        """Spout tasks by (component, task index); a source is ``(its name, 0)``."""
-        users = {(st.name, st.task): st for st in self.tasks[: self._users]}
-        return {**users, **{(st.name, 0): st for st in self.tasks[self._users :]}}
+        """Spout tasks by (component, task index); a source by (its ``$`` name, its task)."""
+        return {(st.name, st.task): st for st in self.tasks}
 
     def user_task(self, component: str, task: int) -> SpoutTask | None:
         """The user spout task ``task`` of ``component``, if the topology has it."""
