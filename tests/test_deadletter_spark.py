@@ -181,3 +181,25 @@ def test_a_replay_that_no_longer_fits_the_topology_stays_held(cluster: Any) -> N
         handle.kill()
     assert state == dict(dl.counts(lines))
     assert sorted((r.origin.message_id, r.state) for r in records) == [(1, DEAD), (2, DEAD)]
+
+
+def test_three_poison_sentences_are_each_dead_lettered_and_the_rest_commits(
+    cluster: Any,
+) -> None:
+    """Six failed transactions in all, more than topology.max.transaction.retries (5) + 1
+    allows in a row: each isolation starts the retry budget again."""
+    poisoned = [3, 20, 41]
+    name = topo.new_key("dl-three")
+    lines = dl.sentences(N, poisoned)
+    handle, _ = _submit(cluster, name, lines, {})
+    try:
+        handle.await_idle(TIMEOUT)
+        state = handle.read_state("count")
+        failed = [t for t in handle.metrics()["transactions"] if not t["ok"]]
+    finally:
+        handle.kill()
+    assert state == dict(dl.counts([line for i, line in enumerate(lines) if i not in poisoned]))
+    records = DeadLetterStore({}, topology=name).records()
+    assert sorted(r.origin.message_id for r in records) == poisoned
+    assert all(r.attempts == 2 and r.component == "count" for r in records)
+    assert len(failed) == 6
