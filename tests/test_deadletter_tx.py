@@ -161,6 +161,44 @@ def test_an_opaque_spout_s_poison_is_not_isolated_and_stops(cluster: Any) -> Non
     assert DeadLetterStore({}, transactional_id=tid).records() == []
 
 
+class _Tally(BaseTransactionalBolt):
+    """Counts a batch's words and emits ``(word, n)`` from ``finish_batch``: no lineage."""
+
+    def prepare(self, conf: Any, context: Any, collector: Any, id: Any) -> None:  # noqa: A002
+        self.collector, self.attempt, self.counts = collector, id, {}
+
+    def execute(self, tuple: Any) -> None:  # noqa: A002
+        word = tuple.get_value(1)
+        self.counts[word] = self.counts.get(word, 0) + 1
+
+    def finish_batch(self) -> None:
+        for word, n in sorted(self.counts.items()):
+            self.collector.emit([self.attempt, word, n])
+
+    def declare_output_fields(self, declarer: Any) -> None:
+        declarer.declare(Fields("id", "word", "count"))
+
+
+def test_a_poison_tuple_emitted_from_finish_batch_has_no_source_and_stops(cluster: Any) -> None:
+    tid = topo.new_key("dltx-aggregate")
+    spout = dl.MemoryTransactionalSpout(dl.partitions(2, 4, (0, 1)), ["sentence"], 2)
+    builder = TransactionalTopologyBuilder(tid, "spout", spout, 1)
+    builder.set_bolt("split", dl.SplitWords(), 1).shuffle_grouping("spout")
+    builder.set_bolt("tally", _Tally(), 1).global_grouping("split")
+    builder.set_bolt("partial", dl.PartialCount(), 1).global_grouping("tally")
+    conf = _conf(1, **{"topology.max.transaction.retries": 1})
+    handle = cluster.submit_topology(tid, conf, builder.build_topology())
+    try:
+        with pytest.raises(TopologyFailedError) as caught:
+            handle.await_idle(TIMEOUT)
+    finally:
+        handle.kill()
+    message = str(caught.value)
+    assert caught.value.component == "partial" and "cannot count 'poison'" in message
+    assert "not dead-lettered: the failing tuple has no single source in the batch" in message
+    assert DeadLetterStore({}, transactional_id=tid).records() == []
+
+
 def test_lineages_are_never_zero_and_name_their_place() -> None:
     assert lineage(0, 0) != 0 and lineage(-1, 0) != 0
     assert lineage(1, 1) == (3 << 32) | 1

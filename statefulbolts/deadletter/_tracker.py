@@ -110,14 +110,17 @@ class PoisonTracker:
         self._suspects.clear()
 
 
-def why_not_poison(types: Sequence[str], root: int | None, trees: int, unit: str) -> str | None:
+def why_not_poison(
+    types: Sequence[str], root: int | None, trees: int, unit: str, no_root: str | None = None
+) -> str | None:
     """Why a failure cannot be blamed on one ``unit`` (a spout tuple, ...); ``None``: it can.
 
     Args:
         types: the exception's class names, most derived first.
         root: the failing tuple's root (``None``: the error was raised outside ``execute``).
         trees: how many roots the tuple has.
-        unit: what would be taken out, for the message.
+        unit: what would be taken out, for the messages.
+        no_root: the message for a tuple with no root (default: it was emitted unanchored).
 
     Example:
         >>> why_not_poison(("builtins.ValueError",), 7, 1, "spout tuple") is None
@@ -131,7 +134,7 @@ def why_not_poison(types: Sequence[str], root: int | None, trees: int, unit: str
     if root is None:
         return "the error was raised outside execute, on no particular tuple"
     if not root:
-        return f"the failing tuple belongs to no {unit} (it was emitted unanchored)"
+        return no_root or f"the failing tuple belongs to no {unit} (it was emitted unanchored)"
     if trees > 1:
         return f"the failing tuple is anchored to {trees} {unit}s, and no one of them can be blamed"
     return None

@@ -68,6 +68,10 @@ __all__ = ["TransactionalDeadLetters"]
 log = logging.getLogger(__name__)
 
 _LAST = 5
+_NO_LINEAGE = (
+    "the failing tuple has no single source in the batch: it was emitted from finish_batch, "
+    "or by a bolt that aggregates several inputs"
+)
 # Dead letters one new txid takes in, at most: a replay of many rides on several batches.
 _REPLAYS_PER_TXID = 1000
 
@@ -267,7 +271,7 @@ class TransactionalDeadLetters:
         failing = error.failing
         root = failing.root if failing is not None else None
         trees = failing.trees if failing is not None else 0
-        why = why_not_poison(error.types, root, trees, "emitted batch tuple")
+        why = why_not_poison(error.types, root, trees, "emitted batch tuple", _NO_LINEAGE)
         if why is None and not processing:
             why = (
                 f"txid {txid} failed in its commit phase, where committers may already have "
