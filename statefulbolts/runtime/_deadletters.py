@@ -3,11 +3,13 @@
 ``CheckpointDeadLetters`` is the checkpoint runner's one object for poison tuples
 (``statefulbolts.deadletter`` holds the records, the store and the rules). The runner calls it:
 
-- ``open``, after the spouts opened and before the checkpoint spout recovers: it reads the
-  store, acks every record's spout message at its spout (a driver killed between writing a
-  record and the spout's ack, or before a spout's batched ack reached its source, would
-  otherwise get the tuple delivered again), opens the replay source ``$deadletter`` and queues
-  the records asked for replay;
+- ``open_source``, after the spouts opened and before the checkpoint spout recovers (whose
+  manifest may name replays that committed): it opens the replay source ``$deadletter``;
+- ``load``, after the checkpoint spout opened, before any spout runs: it reads the store, acks
+  every record's spout message at its spout (a driver killed between writing a record and the
+  spout's ack, or before a spout's batched ack reached its source, would otherwise get the
+  tuple delivered again) and queues the records asked for replay. A store that cannot be
+  read fails the start at once, as the checkpoint spout's does;
 - ``isolate``, when a job failed (see its steps);
 - ``committed``, when a transaction committed; ``poll`` on every loop step (it reads the store's
   change counter at most every ``topology.deadletter.replay.poll.secs``).
@@ -184,10 +186,16 @@ class CheckpointDeadLetters:
         self._next_poll = 0.0
 
     # ----------------------------------------------------------------- opening
-    def open(self) -> None:
-        """Read the store, ack the records' spout messages, open ``$deadletter``, queue replays."""
-        records = self._failures.with_backend("reading the dead letters", self.store.records)
-        self._changes = self._failures.with_backend("reading the dead letters", self.store.changes)
+    def open_source(self) -> None:
+        """Open ``$deadletter``, the source replays go out from (if there is a user spout)."""
+        if self._spouts.tasks:
+            self._source = _ReplaySpout(self)
+            self._source.task = self._spouts.add_source(REPLAY_SOURCE, self._source)
+
+    def load(self) -> None:
+        """Read the store, ack the records' spout messages, queue the replays asked for."""
+        records = self.store.records()
+        self._changes = self.store.changes()
         self._remember(records)
         acked = 0
         for record in records:
@@ -199,10 +207,7 @@ class CheckpointDeadLetters:
                     acked += 1
         if acked:
             log.info("acked the spout messages of %d dead letters at their spouts", acked)
-        if self._spouts.tasks:
-            self._source = _ReplaySpout(self)
-            self._source.task = self._spouts.add_source(REPLAY_SOURCE, self._source)
-            self._queue(records)
+        self._queue(records)
         self._next_poll = self._clock.now_ms() + self._tc.deadletter_replay_poll_secs * 1000.0
 
     def _remember(self, records: Sequence[DeadLetter]) -> None:

@@ -182,9 +182,10 @@ class CheckpointRunner(TopologyRunner):
         try:
             self.spouts.open()
             opened = True
-            self.deadletters.open()  # before recovery: a manifest may name its replays
+            self.deadletters.open_source()  # before recovery: a manifest may name replays
             if self.topology.has_stateful_bolt:
                 self._open_checkpoint_spout()
+            self.deadletters.load()  # before any spout runs
         except BaseException:
             if opened:
                 self.spouts.close()

@@ -112,19 +112,20 @@ class TransactionalDeadLetters:
 
     # ----------------------------------------------------------------- opening
     def open(self, kind: str, currtx: int, started: Iterable[int]) -> None:
-        """Finish committed txids' replays, learn the batches decided, queue the replays."""
+        """Finish committed txids' replays, learn the batches decided, queue the replays.
+
+        A store that cannot be read fails the start at once, as the coordinator's does.
+        """
         self._kind = kind
         root = f"$transactional/{self._tid}"
         changes = self._changes = BatchChanges(self._state_for(f"{root}/{BATCHES_NAMESPACE}"))
-        self._batches = self._failures.with_backend("reading dead-letter batches", changes.all)
+        self._batches = changes.all()
         for txid in [t for t in self._batches if t < currtx]:
             self._finish(txid)
         self._decided = max([currtx - 1, *started])
         self._joined = {r for c in self._batches.values() for r, _s, _v in c.replayed}
-        records = self._failures.with_backend("reading the dead letters", self.store.records)
-        self._store_changes = self._failures.with_backend(
-            "reading the dead letters", self.store.changes
-        )
+        records = self.store.records()
+        self._store_changes = self.store.changes()
         self._remember(records)
         self._enqueue(records)
         self._next_poll = self._clock.now_ms() + self._tc.deadletter_replay_poll_secs * 1000.0
