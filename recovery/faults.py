@@ -56,7 +56,10 @@ class KillPoint(enum.Enum):
 
     The checkpoint protocol's points, then the transactional protocol's; ``mid-commit`` is in
     both: some tasks have committed transaction t (a stateful task's state, a committer's
-    ``finish_batch``), the driver has not recorded it.
+    ``finish_batch``), the driver has not recorded it. The ``deadletter-*`` points are in both
+    too, in transaction t that failed on a poison tuple, in the order they happen: nothing
+    written yet; its dead letter committed; the tuple excluded (its spout message acked, or
+    its batch's removal stored), t's other tuples not yet replayed.
     """
 
     AFTER_PREPARE = "after-prepare"  # PREPARE(t) succeeded everywhere, COMMITTING(t) not saved
@@ -69,6 +72,9 @@ class KillPoint(enum.Enum):
     # A change of the stored state's shape at start (``recovery.evolve``); "txid" counts steps.
     EVOLVE_STAGED = "evolve-staged"  # every new namespace staged, the swap recorded, not begun
     EVOLVE_MID_SWAP = "evolve-mid-swap"  # after target namespace number "txid" was swapped
+    DEADLETTER_DECIDED = "deadletter-decided"  # t's poison tuple is to go; nothing written
+    DEADLETTER_RECORDED = "deadletter-recorded"  # its record committed; the tuple still in
+    DEADLETTER_EXCLUDED = "deadletter-excluded"  # the tuple taken out; t not replayed yet
 
 
 @dataclass(frozen=True)

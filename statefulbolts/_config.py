@@ -73,6 +73,15 @@ class TopologyConfig(BaseModel):
     # The live dashboard and /metrics (``statefulbolts.ui``): off unless a port is given.
     ui_port: int | None = Field(None, ge=0, le=65535, alias="topology.ui.port")
     ui_host: str = Field("127.0.0.1", min_length=1, alias="topology.ui.host")
+    # Poison tuples (``statefulbolts.deadletter``): isolate them, or stop as before.
+    deadletter_policy: Literal["isolate", "stop"] = Field(
+        "isolate", alias="topology.deadletter.policy"
+    )
+    deadletter_after_failures: int = Field(2, ge=1, alias="topology.deadletter.after.failures")
+    deadletter_max: int = Field(100, ge=1, alias="topology.deadletter.max")
+    deadletter_replay_poll_secs: float = Field(
+        5, gt=0, alias="topology.deadletter.replay.poll.secs"
+    )
 
     @property
     def tracking(self) -> bool:
@@ -123,6 +132,10 @@ class Config(dict[str, Any]):
     TOPOLOGY_STATE_ALLOW_ORPHANED = "topology.state.allow.orphaned"
     TOPOLOGY_UI_PORT = "topology.ui.port"
     TOPOLOGY_UI_HOST = "topology.ui.host"
+    TOPOLOGY_DEADLETTER_POLICY = "topology.deadletter.policy"
+    TOPOLOGY_DEADLETTER_AFTER_FAILURES = "topology.deadletter.after.failures"
+    TOPOLOGY_DEADLETTER_MAX = "topology.deadletter.max"
+    TOPOLOGY_DEADLETTER_REPLAY_POLL_SECS = "topology.deadletter.replay.poll.secs"
 
     def set_num_ackers(self, n: int) -> None:
         """``topology.acker.executors``; 0 turns tuple tracking off."""
@@ -199,7 +212,7 @@ def validate_config(conf: Mapping[str, Any] | None) -> TopologyConfig:
     if known.get("topology.state.provider") is None:
         known.pop("topology.state.provider", None)
     try:
-        return TopologyConfig.model_validate(known)
+        tc = TopologyConfig.model_validate(known)
     except ValidationError as exc:
         problems = []
         for err in exc.errors():
@@ -207,3 +220,22 @@ def validate_config(conf: Mapping[str, Any] | None) -> TopologyConfig:
             problems.append(f"{key}: {err['msg']} (got {err.get('input')!r})")
         msg = "invalid topology config: " + "; ".join(problems)
         raise ConfigError(msg) from None
+    _check_deadletter(tc)
+    return tc
+
+
+def _check_deadletter(tc: TopologyConfig) -> None:
+    """A poison tuple must be isolated before the retry budget stops the topology.
+
+    The driver stops after ``topology.max.transaction.retries`` + 1 failed transactions in a
+    row; a tuple is dead-lettered at its ``topology.deadletter.after.failures``-th failure.
+    """
+    limit = tc.max_transaction_retries + 1
+    if tc.deadletter_policy == "isolate" and tc.deadletter_after_failures > limit:
+        msg = (
+            f"invalid topology config: topology.deadletter.after.failures = "
+            f"{tc.deadletter_after_failures} is more than topology.max.transaction.retries + 1 "
+            f"= {limit}: the topology would stop before a poison tuple is isolated; lower it, "
+            "or raise topology.max.transaction.retries"
+        )
+        raise ConfigError(msg)

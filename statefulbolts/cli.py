@@ -7,6 +7,7 @@
                       [--topology-module MODULE:FUNCTION] [--json]
     statefulbolts transactional status --conf FILE --id TRANSACTIONAL_ID [--json]
     statefulbolts state dump|get|export|import|verify ...   (see statefulbolts.state._cli)
+    statefulbolts deadletter list|show|replay|purge ...     (see statefulbolts.deadletter._cli)
 
 ``FUNCTION`` is called with no arguments and returns a ``StormTopology`` or a
 ``TransactionalTopology`` (or their builders). The topology runs until it is idle (the default
@@ -37,6 +38,7 @@ from providers import FATAL_STATE_ERRORS
 from recovery.supervisor import BAD_INPUT_EXIT_CODE, TIMEOUT_EXIT_CODE
 from statefulbolts._config import Config, load_config_file
 from statefulbolts._load import load_topology
+from statefulbolts.deadletter._cli import add_deadletter_commands
 from statefulbolts.errors import (
     StateBackendError,
     StatefulBoltsError,
@@ -332,6 +334,7 @@ def _parser() -> argparse.ArgumentParser:
     tx_status.add_argument("--json", action="store_true", help="one JSON document")
     tx_status.set_defaults(func=_cmd_transactional_status)
     add_state_commands(sub)
+    add_deadletter_commands(sub)
     return parser
 
 

@@ -16,6 +16,8 @@
     │   ├── StateNotFoundError (LookupError)    nothing stored for that topology / component
     │   ├── StateOverwriteError                 an import target already holds state
     │   └── StateEvolutionError                 stored state cannot take the topology's shape
+    ├── DeadLetterError (RuntimeError)          a dead-letter record cannot be read or used
+    │   └── DeadLetterNotFoundError (LookupError)   no record with that id
     └── TopologyFailedError (RuntimeError)      the runtime gave up (names component, task, txid)
         └── TaskFailedError                     one task's error, carried from a Spark worker
 """
@@ -37,6 +39,8 @@ from providers.errors import (
 __all__ = [
     "CheckpointError",
     "ConfigError",
+    "DeadLetterError",
+    "DeadLetterNotFoundError",
     "FailedException",
     "FieldNotFoundError",
     "ProviderConfigError",
@@ -113,6 +117,14 @@ class StateEvolutionError(StateToolError):
 
 class StateOverwriteError(StateToolError):
     """An import's target already holds state of the namespaces it would write."""
+
+
+class DeadLetterError(StatefulBoltsError, RuntimeError):
+    """A dead-letter record cannot be read or used; names the record and the store."""
+
+
+class DeadLetterNotFoundError(DeadLetterError, LookupError):
+    """No dead-letter record has that id in the topology's store."""
 
 
 class TopologyFailedError(StatefulBoltsError, RuntimeError):

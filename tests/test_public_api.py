@@ -18,6 +18,7 @@ PACKAGES = [
     "statefulbolts.transactional",
     "statefulbolts.ui",
     "statefulbolts.state",
+    "statefulbolts.deadletter",
     "providers.redis",
 ]
 # Names a package resolves lazily through its module ``__getattr__`` (they import the runtime,

@@ -106,7 +106,11 @@ def test_worker_crash_on_every_attempt_stops_with_the_task_named(cluster: Any) -
 
 def test_poison_stops_the_topology_and_a_fixed_restart_carries_on(cluster: Any) -> None:
     name = "fault-poison"
-    pending = {"topology.max.spout.pending": 100, "topology.max.transaction.retries": 2}
+    pending = {
+        "topology.max.spout.pending": 100,
+        "topology.max.transaction.retries": 2,
+        "topology.deadletter.policy": "stop",  # the stop itself is under test
+    }
     poison = {"component": "count", "task": 0, "at_tuple": 0, "kind": "raise", "txid": 1}
     topology = build(300, 2)
     handle = cluster.submit_topology(

@@ -299,7 +299,9 @@ def test_any_other_error_fails_after_spark_retries_then_stops_the_topology(
     b.set_committer_bolt("count", tx.CountCommitter(tx.Log(tmp_path))).global_grouping("ones")
     topology = b.build_topology()
     handle = cluster.submit_topology(
-        topo.new_key("poison"), conf(**{"topology.max.transaction.retries": 2}), topology
+        topo.new_key("poison"),
+        conf(**{"topology.max.transaction.retries": 2, "topology.deadletter.policy": "stop"}),
+        topology,
     )
     with pytest.raises(TopologyFailedError) as info:
         handle.await_idle(TIMEOUT)

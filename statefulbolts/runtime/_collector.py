@@ -185,8 +185,13 @@ class TaskCollector(OutputCollector):
         """
         return self._fast
 
-    def emit_to(self, values: Sequence[Any], stream: str = DEFAULT_STREAM) -> list[int]:
-        """Emit one unanchored tuple; return the global task ids it was sent to."""
+    def emit_to(
+        self, values: Sequence[Any], stream: str = DEFAULT_STREAM, root: int = 0
+    ) -> list[int]:
+        """Emit one unanchored tuple; return the global task ids it was sent to.
+
+        ``root`` rides in the tuple's root column untracked: a transactional batch's lineage.
+        """
         # The fast paths of ``emit`` (a batch bolt's and an emitter's every emit comes here):
         # a stream into one task whose batch exists, and a fields-grouped value routed before.
         if not self._anchored_only:
@@ -195,7 +200,7 @@ class TaskCollector(OutputCollector):
                 width, to = fixed
                 if to is not None and len(values) == width:
                     to[0].append(values[0] if width == 1 else list(values))
-                    to[1].append(0)
+                    to[1].append(root)
                     return [self._fixed_ids[stream]]
             memo = self._memo_by_name.get(stream)
             if memo is not None and len(values) == memo[0]:
@@ -204,12 +209,13 @@ class TaskCollector(OutputCollector):
                 if entry is not None:
                     batch = entry[0]
                     batch[0].append(entry[1] if memo[0] == 1 else list(values))
-                    batch[1].append(0)
+                    batch[1].append(root)
                     dest, task = self._dest_of[id(batch)]
                     return [self._task_ids[dest][task]]
         ids = self._task_ids
         dest_of = self._dest_of
-        return [ids[d][t] for d, t in (dest_of[id(b)] for b in self._emit(values, None, stream))]
+        batches = self._emit(values, None, stream, root)
+        return [ids[d][t] for d, t in (dest_of[id(b)] for b in batches)]
 
     def refuse_unanchored(self) -> None:
         """From now on an emit with ``anchors=None`` raises ``UnanchoredEmitError``.
@@ -219,8 +225,13 @@ class TaskCollector(OutputCollector):
         """
         self._anchored_only = True
 
-    def _emit(self, values: Sequence[Any], anchors: Anchors, stream: str) -> Sequence[list[Any]]:
-        """The general path of ``emit``; returns the batches the tuple went to."""
+    def _emit(
+        self, values: Sequence[Any], anchors: Anchors, stream: str, lineage: int = 0
+    ) -> Sequence[list[Any]]:
+        """The general path of ``emit``; returns the batches the tuple went to.
+
+        ``lineage``: the root column's value when there are no anchors (``emit_to``).
+        """
         if anchors is None and self._anchored_only:
             msg = (
                 f"bolt {self._name!r} task {self._task_id} emitted {list(values)!r} on stream "
@@ -258,7 +269,7 @@ class TaskCollector(OutputCollector):
         self._appends += len(targets)
         # Single-field streams ship bare values; the receiver wraps them back in a list.
         vals = values[0] if self._widths[s] == 1 else list(values)
-        root = 0
+        root = lineage
         more: tuple[int, ...] | None = None
         if isinstance(anchors, Tuple):
             root = anchors._root

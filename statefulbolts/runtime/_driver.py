@@ -18,7 +18,8 @@ through the ``Engine``. A step of its loop:
 4. A failed job rolls back through the checkpoint spout's recovery, after a backoff; a state
    backend outage is waited out instead (``topology.state.backend.timeout.secs``); after
    ``topology.max.transaction.retries`` consecutive failures the topology stops with an error
-   naming component, task, txid and cause.
+   naming component, task, txid and cause. A job that failed on a poison tuple dead-letters
+   its spout tuple first, and is retried at once without it (``_deadletters``).
 
 A topology without stateful bolts has no checkpoint spout: its jobs are batches, one per
 checkpoint interval, and its tuples are acked as soon as their job ends.
@@ -30,7 +31,7 @@ import concurrent.futures
 import logging
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from checkpoint import Action, CheckpointSpout, TxPhase
@@ -50,11 +51,12 @@ from statefulbolts.errors import TopologyError
 from statefulbolts.keygroups import component_key_groups
 from statefulbolts.namespaces import topology_prefix
 from statefulbolts.runtime._checkpoint_jobs import CheckpointJobs
+from statefulbolts.runtime._deadletters import CheckpointDeadLetters
 from statefulbolts.runtime._engine import Engine
 from statefulbolts.runtime._failures import FailureGate
 from statefulbolts.runtime._ledger import RootLedger
 from statefulbolts.runtime._plan import Router
-from statefulbolts.runtime._records import JobResult
+from statefulbolts.runtime._records import JobResult, TupleBatch
 from statefulbolts.runtime._runner import Progress, TopologyRunner, merged_state
 from statefulbolts.runtime._spouts import SpoutTask, SpoutTasks
 from statefulbolts.runtime._stats import TransactionInfo, worker_traceback
@@ -79,6 +81,7 @@ class _Job:
     future: concurrent.futures.Future[JobResult]
     cp_root: int | None = None
     recovering: bool = False  # the checkpoint spout was recovering when the job started
+    records: list[TupleBatch] = field(default_factory=list)  # the spout tuples it carries
 
 
 class _CheckpointCollector(SpoutOutputCollector):
@@ -174,6 +177,18 @@ class CheckpointRunner(TopologyRunner):
         self._yielded = time.perf_counter()
         self._failures = FailureGate(name, self.tc, self.clock, self._stop, log)
         self._manifest: TransactionManifest | None = None
+        self.deadletters = CheckpointDeadLetters(
+            name,
+            self.tc,
+            self.conf,
+            self.plan,
+            self.spouts,
+            self.ledger,
+            self.stats,
+            self._failures,
+            self.clock,
+            self.faults,
+        )
 
     # ----------------------------------------------------------------- lifecycle
     def _open(self) -> None:
@@ -185,9 +200,11 @@ class CheckpointRunner(TopologyRunner):
         try:
             self.spouts.open()
             opened = True
+            self.deadletters.open_source()  # before recovery: a manifest may name replays
             if self.topology.has_stateful_bolt:
                 self._evolve()
                 self._open_checkpoint_spout()
+            self.deadletters.load()  # before any spout runs
         except BaseException:
             if opened:
                 self.spouts.close()
@@ -260,6 +277,7 @@ class CheckpointRunner(TopologyRunner):
     # ----------------------------------------------------------------- the loop
     def _step(self) -> bool:
         self.ledger.tick(self.clock.now_ms())
+        self.deadletters.poll()
         job = self._job
         if job is not None:
             if job.future.done():
@@ -344,7 +362,8 @@ class CheckpointRunner(TopologyRunner):
             spec, cp_root = self.jobs.job(txid, action, records, len(roots))
             future = self.engine.submit(spec)
         recovering = self.cp is not None and self.cp.recovering
-        self._job = _Job(txid, action, roots, time.perf_counter(), future, cp_root, recovering)
+        started = time.perf_counter()
+        self._job = _Job(txid, action, roots, started, future, cp_root, recovering, records)
 
     # ----------------------------------------------------------------- a job ended
     def _finish(self, job: _Job) -> None:
@@ -361,6 +380,7 @@ class CheckpointRunner(TopologyRunner):
         complete, failed = self.ledger.settle(job.roots, result, ok)
         if self.cp is None:
             self.ledger.ack(complete)
+            self.deadletters.committed()
         else:
             self.ledger.await_commit(job.txid, complete)
             self._advance(job, ok, errors[-1] if errors else None)
@@ -393,6 +413,7 @@ class CheckpointRunner(TopologyRunner):
             faults.on_driver(KillPoint.AFTER_COMMITTING_SAVED, txid)
         if action.makes_durable:
             self._failures.succeeded()
+            self.deadletters.committed()
             if faults is not None:
                 faults.on_driver(KillPoint.AFTER_COMMITTED, txid)
             self.ledger.committed(txid)
@@ -405,17 +426,28 @@ class CheckpointRunner(TopologyRunner):
         error, component, task, cause = describe_job_failure(exc)
         name = job.action.value if job.action is not None else "BATCH"
         log.warning("%s(%s) failed (%s): %s", name, job.txid, component or "spark", cause)
+        trace = worker_traceback(exc)
+        # A poison tuple's spout tuple is dead-lettered (and acked) before the others fail.
+        verdict = self.deadletters.isolate(job.txid, job.roots, job.records, error, trace)
         self.ledger.fail_all(job.roots)
         cp = self.cp
         if cp is not None and job.cp_root is not None:
             self._failures.with_backend("recording a failed checkpoint", lambda: cp.fail(job.txid))
         action = job.action.value if job.action else None
-        info = TransactionInfo(job.txid, action, len(job.roots), seconds, False, 0, len(job.roots))
+        failed = len(job.roots) - verdict.isolated
+        info = TransactionInfo(job.txid, action, len(job.roots), seconds, False, 0, failed)
         info.error, info.recovery = cause, job.recovering
-        self.stats.record(info, component=component, task=task, traceback=worker_traceback(exc))
+        if verdict.isolated:
+            info.error = f"{cause}; its spout tuple was dead-lettered"
+        self.stats.record(info, component=component, task=task, traceback=trace)
         outage = error is not None and error.is_a(StateBackendError)
         fatal = error is not None and error.is_a(*FATAL_STATE_ERRORS)
         what = f"{name}({job.txid})"
+        if verdict.isolated:
+            self._failures.isolated(what, job.txid)
+            return
+        if verdict.why_not is not None:
+            cause = f"{cause} (not dead-lettered: {verdict.why_not})"
         self._failures.failed(
             what, job.txid, cause, component=component, task=task, outage=outage, fatal=fatal
         )
@@ -450,6 +482,7 @@ class CheckpointRunner(TopologyRunner):
                     f"{job.action.value if job.action else 'BATCH'}({job.txid})" if job else None
                 ),
                 "state_shape": self.evolution.lines if self.evolution is not None else [],
+                "dead_letters": self.deadletters.status(),
             }
 
     def read_state(self, component_id: str) -> dict[Any, Any]:

@@ -138,6 +138,16 @@ class FailureGate:
         self._log.info("retrying txid %s in %.1f s (attempt %d)", txid, delay, n + 1)
         self._not_before = self._clock.now_ms() + delay * 1000.0
 
+    def isolated(self, what: str, txid: int) -> None:
+        """Transaction ``what`` failed on a poison tuple, now dead-lettered: go on at once.
+
+        The failures the tuple caused do not count against the next transactions: without it,
+        they commit (``topology.deadletter.max`` bounds how often this may happen).
+        """
+        self._retries.succeeded()
+        self._not_before = self._clock.now_ms()
+        self._log.info("%s failed on a dead-lettered tuple; retrying txid %s now", what, txid)
+
     def _wait_for_backend(self, what: str, txid: int, cause: str) -> None:
         delay = self._outage_failed()
         waited = self._outage.elapsed

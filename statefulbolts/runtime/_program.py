@@ -37,7 +37,12 @@ class TaskInfo(NamedTuple):
 
 
 class TaskExecutor(Protocol):
-    """One component task in one job, as a protocol runs it."""
+    """One component task in one job, as a protocol runs it.
+
+    Optional: ``before_data(plan, batches)``, called before the first data tuple; and
+    ``lineage_sink``, an object whose ``lineage`` the runtime sets to each data tuple's root
+    before executing it (``None``: none).
+    """
 
     def prepare(
         self, conf: Mapping[str, Any], context: TopologyContext, collector: TaskCollector

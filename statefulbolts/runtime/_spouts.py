@@ -13,6 +13,11 @@ each spout's collector with ``functools.partial`` so that a spout's ``emit`` cos
 A spout task remembers the message ids it was told had failed (``SpoutTask.failed_ids``) until
 they are emitted again, acked, or too many: an emit of one of them counts as a replay. The emit
 path pays for this only while some failed id waits (``_count_replay``).
+
+Besides the user's spout tasks there may be framework sources (``add_source``): spout tasks of
+no topology component, named ``$...``, whose tuples go out as a user spout task's would
+(``emit_as``: its routes) while their roots, acks and fails stay the source's own. The replay
+of dead letters is one (``_deadletters``).
 """
 
 from __future__ import annotations
@@ -125,6 +130,7 @@ class SpoutTasks:
                 instance = cloudpickle.loads(cloudpickle.dumps(spec.obj))
                 router = Router(plan, c, t)
                 self.tasks.append(SpoutTask(c, t, instance, router, cid, len(self.tasks)))
+        self._users = len(self.tasks)  # the user spout tasks come first; sources after them
         self._batches: dict[tuple[int, int, int, int, int], tuple[list[Any], list[int]]] = {}
         self.buffered = 0
         self._buffer_roots: list[int] = []
@@ -153,6 +159,45 @@ class SpoutTasks:
     def close(self) -> None:
         """``deactivate`` and ``close`` every spout task (errors are logged, not raised)."""
         self._close(self.tasks)
+
+    def add_source(self, name: str, spout: Any) -> SpoutTask:
+        """Open a framework source named ``name`` (``$...``) as one more (last) spout task.
+
+        Its ``next_tuple`` is gathered with the others, within the same limits; it emits
+        through ``emit_as``. Needs one user spout task (whose routes it borrows until then).
+        """
+        first = self.tasks[0]
+        st = SpoutTask(first.comp, first.task, spout, first.router, name, len(self.tasks))
+        spout.open(self._conf, None, _Collector(self, st))
+        self.tasks.append(st)
+        return st
+
+    def emit_as(
+        self,
+        origin: SpoutTask,
+        source: SpoutTask,
+        values: Sequence[Any],
+        message_id: Any,
+        stream: str = DEFAULT_STREAM,
+    ) -> None:
+        """Emit a tuple of ``source`` as ``origin`` would: ``origin``'s routes and stream.
+
+        The tuple's root is ``source``'s (its ``ack`` and ``fail`` are called, and it counts
+        against its pending limit), and so is an ack at once (untracked, or no consumer).
+        """
+        spout, origin.spout = origin.spout, source.spout
+        before = len(self._buffer_roots)
+        try:
+            self._emit(origin, values, message_id, stream)
+        finally:
+            origin.spout = spout
+        origin.emitted -= 1
+        source.emitted += 1
+        if len(self._buffer_roots) > before:
+            root = self._buffer_roots[-1]
+            self._ledger.live[root] = (source.index, message_id)
+            origin.live -= 1
+            source.live += 1
 
     @staticmethod
     def _close(tasks: Sequence[SpoutTask]) -> None:
@@ -359,10 +404,11 @@ class SpoutTasks:
         log.info("a recovered transaction had committed: acked its %d spout tuples", delivered)
 
     def emitted_per_component(self) -> dict[str, int]:
-        """Tuples emitted so far, per spout component."""
+        """Tuples emitted so far, per spout component (and per source that emitted any)."""
         out: dict[str, int] = {}
-        for st in self.tasks:
-            out[st.name] = out.get(st.name, 0) + st.emitted
+        for k, st in enumerate(self.tasks):
+            if k < self._users or st.emitted:
+                out[st.name] = out.get(st.name, 0) + st.emitted
         return out
 
     def lags(self) -> dict[str, int]:
@@ -374,7 +420,7 @@ class SpoutTasks:
         Called from a reader's thread, not the driver's: a spout's ``lag`` must allow that.
         """
         out: dict[str, int] = {}
-        for st in list(self.tasks):
+        for st in list(self.tasks[: self._users]):
             lag = getattr(st.spout, "lag", None)
             value = lag() if callable(lag) else None
             if value is not None:
@@ -382,5 +428,12 @@ class SpoutTasks:
         return out
 
     def by_name(self) -> dict[tuple[str, int], SpoutTask]:
-        """Spout tasks by (component, task index)."""
+        """Spout tasks by (component, task index); a source by (its ``$`` name, its task)."""
         return {(st.name, st.task): st for st in self.tasks}
+
+    def user_task(self, component: str, task: int) -> SpoutTask | None:
+        """The user spout task ``task`` of ``component``, if the topology has it."""
+        for st in self.tasks[: self._users]:
+            if st.name == component and st.task == task:
+                return st
+        return None

@@ -23,6 +23,7 @@ import itertools
 import pickle
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
+from types import CodeType
 from typing import Any, NamedTuple
 
 from statefulbolts.context import TopologyContext
@@ -38,7 +39,7 @@ from statefulbolts.runtime._records import (
     TaskReport,
     TupleBatch,
 )
-from statefulbolts.runtime._task_errors import encode_task_error
+from statefulbolts.runtime._task_errors import FailingTuple, encode_task_error
 from statefulbolts.runtime._worker import YoungGarbage, broadcast_value, freeze_long_lived
 from statefulbolts.topology import ComponentSpec, StormTopology
 from statefulbolts.tuples import Fields, Tuple
@@ -127,9 +128,10 @@ def run_task(
     collector = TaskCollector(job.plan, comp, task, job.txid, spec.id, job.program.data_free)
     gc_enabled = gc.isenabled()
     gc.disable()
+    failing: list[Tuple] = []  # the data tuple being executed when the task raised
     try:
         root = _begin_state(job, spec, task)
-        executed, result = _execute(job, spec, context, collector, into)
+        executed, result = _execute(job, spec, context, collector, into, failing)
         if job.program.tracking:
             # Usually every tuple was acked once, and the ledger has nothing to report.
             left, exact = collector.ledger.settle()
@@ -139,8 +141,9 @@ def run_task(
     except Exception as exc:
         failed = job.program.failure(exc)
         if failed is None:
+            culprit = FailingTuple.of(failing[-1], task, len(job.lead)) if failing else None
             raise encode_task_error(
-                exc, spec.id, context.this_task_id, job.txid, spec.user_class
+                exc, spec.id, context.this_task_id, job.txid, spec.user_class, culprit
             ) from exc
         seconds = time.perf_counter() - started
         report = TaskReport(
@@ -237,8 +240,12 @@ def _execute(
     context: TopologyContext,
     collector: TaskCollector,
     into: _Input,
+    failing: list[Tuple],
 ) -> tuple[int, Any]:
     """Prepare the executor, feed it every tuple, finish it: ``(data tuples executed, result)``.
+
+    When executing a data tuple raises, that tuple is appended to ``failing`` before the
+    exception goes on (``_raised_executing``): the driver learns which tuple it was.
 
     The hot loop of the runtime: per tuple it builds a ``Tuple`` and calls the executor's
     data target, and nothing else. Tuples are built slot by slot (no call into
@@ -261,6 +268,9 @@ def _execute(
     before_data = getattr(executor, "before_data", None)  # a protocol's optional step
     if before_data is not None:
         before_data(plan, into.data)
+    # A protocol's optional sink, told each tuple's root before it is executed (a transactional
+    # batch bolt's collector: what the bolt emits then carries that root as its lineage).
+    sink = getattr(executor, "lineage_sink", None)
     fields, comp_ids, streams, widths = plan.fields, plan.component_ids, plan.streams, plan.widths
     task_ids = plan.task_ids
     deliver, compact = collector.ledger.deliver, collector.ledger.compact
@@ -279,20 +289,29 @@ def _execute(
         first = deliver(roots, more)  # each tuple's number: first, first + 1, ...
         n = len(values)
         if more is None and faults is None:
-            _feed(execute, values, roots, first, single, (f, cid, tid, sid), lead, chunked)
+            source = (f, cid, tid, sid)
+            _feed(execute, values, roots, first, single, source, lead, chunked, failing, sink)
             executed += n
             continue
-        for i, (vals, root) in enumerate(zip(values, roots, strict=True)):
-            if i % _CHUNK == 0:
-                chunked()
-            full = [*lead, vals] if single else [*lead, *vals]
-            t = Tuple(full, f, cid, tid, sid, (), root, first + i)
-            if more is not None and i in more:
-                t._more = tuple((extra, first + i) for extra in more[i])
-            if faults is not None:
-                faults.on_tuple(spec.id, info.task, job.txid, attempt, executed)
-            execute(t)
-            executed += 1
+        t: Tuple | None = None
+        try:
+            for i, (vals, root) in enumerate(zip(values, roots, strict=True)):
+                if i % _CHUNK == 0:
+                    chunked()
+                full = [*lead, vals] if single else [*lead, *vals]
+                t = Tuple(full, f, cid, tid, sid, (), root, first + i)
+                if more is not None and i in more:
+                    t._more = tuple((extra, first + i) for extra in more[i])
+                if faults is not None:  # an injected "raise" stands for the bolt's own error
+                    faults.on_tuple(spec.id, info.task, job.txid, attempt, executed)
+                if sink is not None:
+                    sink.lineage = root
+                execute(t)
+                executed += 1
+        except Exception as exc:
+            if t is not None and _raised_executing(exc, chunked.__code__, _TUPLE_INIT):
+                failing.append(t)
+            raise
     for b in into.control:
         src, s = b.src, b.stream
         f, cid, tid, sid = fields[src][s], comp_ids[src], task_ids[src][b.src_task], streams[src][s]
@@ -313,27 +332,54 @@ def _feed(
     source: tuple[Fields, str, int, str],
     lead: tuple[Any, ...],
     chunked: Callable[[], None],
+    failing: list[Tuple],
+    sink: Any = None,
 ) -> None:
     """The hot loop: one batch of single-tree tuples into ``execute``, chunk by chunk.
 
     Tuples are built slot by slot: without the call into ``Tuple.__init__`` this costs 40%
     less. A job whose tuples share leading values (``lead``: a transactional batch's attempt)
-    gets them put back in front by its own copy of the loop, so the usual loop tests nothing.
+    gets them put back in front by its own copy of the loop, so the usual loop tests nothing;
+    that copy also tells ``sink`` (when the executor has one) each tuple's root before
+    executing it: one attribute store, where wrapping the bolt's ``execute`` cost a call.
+
+    Which tuple raised is found after the fact, in the handler around the whole loop (free in
+    Python 3.11 until something raises): ``t`` is the tuple last built, and it is the one
+    that raised if the exception came out of ``execute`` rather than out of ``chunked``.
     """
     f, cid, tid, sid = source
     new = object.__new__
     n = len(values)
-    for start in range(0, n, _CHUNK):
-        chunked()
-        stop = min(start + _CHUNK, n)
-        chunk = zip(
-            values[start:stop], roots[start:stop], range(first + start, first + stop), strict=True
-        )
-        if lead:
-            (head,) = lead
+    t = None
+    try:
+        for start in range(0, n, _CHUNK):
+            chunked()
+            stop = min(start + _CHUNK, n)
+            chunk = zip(
+                values[start:stop],
+                roots[start:stop],
+                range(first + start, first + stop),
+                strict=True,
+            )
+            if lead:
+                (head,) = lead
+                told = _NOWHERE if sink is None else sink
+                for vals, root, number in chunk:
+                    t = new(Tuple)
+                    t.values = [head, vals] if single else [head, *vals]
+                    t.fields = f
+                    t.source_component = cid
+                    t.source_task = tid
+                    t.source_stream_id = sid
+                    t._root = root
+                    t._edge = number
+                    t._more = None
+                    told.lineage = root
+                    execute(t)
+                continue
             for vals, root, number in chunk:
                 t = new(Tuple)
-                t.values = [head, vals] if single else [head, *vals]
+                t.values = [vals] if single else vals
                 t.fields = f
                 t.source_component = cid
                 t.source_task = tid
@@ -342,18 +388,35 @@ def _feed(
                 t._edge = number
                 t._more = None
                 execute(t)
-            continue
-        for vals, root, number in chunk:
-            t = new(Tuple)
-            t.values = [vals] if single else vals
-            t.fields = f
-            t.source_component = cid
-            t.source_task = tid
-            t.source_stream_id = sid
-            t._root = root
-            t._edge = number
-            t._more = None
-            execute(t)
+    except Exception as exc:
+        if t is not None and _raised_executing(exc, chunked.__code__):
+            failing.append(t)
+        raise
+
+
+_TUPLE_INIT = Tuple.__init__.__code__
+
+
+class _Nowhere:
+    """The lineage sink of an executor without one: the store costs less than a test."""
+
+    __slots__ = ("lineage",)
+    lineage: int
+
+
+_NOWHERE = _Nowhere()
+
+
+def _raised_executing(exc: BaseException, *not_tuples: CodeType) -> bool:
+    """Whether ``exc``, caught by a feeding loop, came out of a call about the current tuple.
+
+    The traceback's first entry is the loop's own frame; the next is the function it called.
+    No next entry: the loop itself raised (a column of the wrong length). A call among
+    ``not_tuples`` (the chunk step, building the tuple) is the runtime's, not the tuple's.
+    """
+    here = exc.__traceback__
+    called = here.tb_next if here is not None else None
+    return called is not None and called.tb_frame.f_code not in not_tuples
 
 
 def _bound_next(job: TaskJob, stage: int, out: dict[int, list[Any]]) -> Iterator[int]:

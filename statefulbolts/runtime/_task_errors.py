@@ -9,6 +9,12 @@ last marker in whatever the driver caught and gives those facts back as a ``Task
 ``is_a`` answers "was it a ``StateBackendError``?" from the class names, the way ``isinstance``
 would, without parsing any message.
 
+When the task was executing a data tuple as it raised, the payload also names that tuple
+(``FailingTuple``): the task's index, where the tuple came from, its values (msgpack when they
+pack within ``VALUES_CAP`` bytes; always a ``repr`` cut at ``TEXT_CAP`` characters, for people)
+and its root: the spout tree (checkpoint protocol) or the batch lineage (transactional) it
+belongs to. That is how a driver finds a poison tuple (``statefulbolts.deadletter``).
+
 Example:
     >>> from providers import StateBackendError
     >>> failure = encode_task_error(StateBackendError("down"), "count", 3, 7, "app.Count")
@@ -23,22 +29,34 @@ import base64
 import binascii
 import json
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
+
+import msgpack
 
 from providers import FATAL_STATE_ERRORS
 from statefulbolts.errors import TaskFailedError
 
 __all__ = [
+    "TEXT_CAP",
+    "VALUES_CAP",
+    "FailingTuple",
     "TaskError",
     "decode_task_error",
     "describe_job_failure",
     "encode_task_error",
     "exception_types",
     "qualified_name",
+    "shown_values",
 ]
 
 _MARK = "statefulbolts-task-error"
 _FOUND = re.compile(re.escape(f"[{_MARK} ") + r"([A-Za-z0-9+/=]+)\]")
+# A failing tuple's values travel in the error's text: at most this many msgpack bytes ...
+VALUES_CAP = 4096
+# ... and a repr of at most this many characters.
+TEXT_CAP = 1000
 
 
 def qualified_name(cls: type) -> str:
@@ -51,6 +69,105 @@ def exception_types(exc: BaseException) -> tuple[str, ...]:
     return tuple(qualified_name(c) for c in type(exc).__mro__ if c not in (object, BaseException))
 
 
+def shown_values(values: Sequence[Any], cap: int = VALUES_CAP) -> tuple[bytes | None, str]:
+    """``(msgpack of values or None, repr cut at TEXT_CAP)``: how a tuple's values are kept.
+
+    ``None`` when they do not pack (a value msgpack has no type for) or pack to more than
+    ``cap`` bytes; the text is always there.
+
+    Example:
+        >>> shown_values(["storm", 2])[1]
+        "['storm', 2]"
+        >>> shown_values([object()])[0] is None
+        True
+    """
+    listed = list(values)
+    try:
+        text = repr(listed)
+    except Exception as exc:  # noqa: BLE001 - a user's __repr__ must not hide the failure
+        text = f"<values whose repr raised {type(exc).__name__}>"
+    if len(text) > TEXT_CAP:
+        text = text[:TEXT_CAP] + "..."
+    try:
+        packed: bytes | None = msgpack.packb(listed, use_bin_type=True)
+    except (TypeError, ValueError, OverflowError):
+        packed = None
+    if packed is not None and len(packed) > cap:
+        packed = None
+    return packed, text
+
+
+@dataclass(frozen=True)
+class FailingTuple:
+    """The data tuple a task was executing when it raised.
+
+    ``values`` are the tuple's values as msgpack gave them back (``None`` when they could not
+    be kept, see ``shown_values``); ``text`` is their ``repr``, cut. ``root`` is the tuple's
+    first root id (``Tuple._root``: 0 when it belongs to no tree) and ``trees`` how many it
+    belongs to: a tuple anchored to several spout tuples has no single one to blame.
+    """
+
+    task_index: int
+    source_component: str
+    source_task: int
+    stream: str
+    values: list[Any] | None
+    text: str
+    root: int
+    trees: int
+
+    @classmethod
+    def of(cls, tuple_: Any, task_index: int, lead: int = 0) -> FailingTuple:
+        """The facts of ``tuple_`` (a ``Tuple``), leaving out its ``lead`` shared values."""
+        packed, text = shown_values(list(tuple_.values)[lead:])
+        values = None if packed is None else msgpack.unpackb(packed, raw=False)
+        root = int(tuple_._root)
+        trees = (1 + len(tuple_._more or ())) if root else 0
+        return cls(
+            task_index,
+            str(tuple_.source_component),
+            int(tuple_.source_task),
+            str(tuple_.source_stream_id),
+            values,
+            text,
+            root,
+            trees,
+        )
+
+    def to_payload(self) -> dict[str, Any]:
+        """The JSON-able form the error's marker carries (values as base64 msgpack)."""
+        packed = None if self.values is None else msgpack.packb(self.values, use_bin_type=True)
+        return {
+            "task_index": self.task_index,
+            "source": self.source_component,
+            "source_task": self.source_task,
+            "stream": self.stream,
+            "values": None if packed is None else base64.b64encode(packed).decode("ascii"),
+            "text": self.text,
+            "root": self.root,
+            "trees": self.trees,
+        }
+
+    @classmethod
+    def from_payload(cls, data: dict[str, Any]) -> FailingTuple:
+        """Read ``to_payload``'s form back (``ValueError``, ``KeyError`` when it is not)."""
+        raw = data["values"]
+        values = None
+        if raw is not None:
+            unpacked = msgpack.unpackb(base64.b64decode(raw, validate=True), raw=False)
+            values = list(unpacked) if isinstance(unpacked, list) else [unpacked]
+        return cls(
+            int(data["task_index"]),
+            str(data["source"]),
+            int(data["source_task"]),
+            str(data["stream"]),
+            values,
+            str(data["text"]),
+            int(data["root"]),
+            int(data["trees"]),
+        )
+
+
 @dataclass(frozen=True)
 class TaskError:
     """The facts of an error that failed a task, as the driver receives them."""
@@ -61,6 +178,8 @@ class TaskError:
     user_class: str | None
     types: tuple[str, ...]
     message: str
+    # The data tuple being executed when the task raised; None outside ``execute``.
+    failing: FailingTuple | None = None
 
     @property
     def type_name(self) -> str:
@@ -85,22 +204,30 @@ class TaskError:
 
 
 def encode_task_error(
-    exc: BaseException, component: str, task: int, txid: int, user_class: str | None
+    exc: BaseException,
+    component: str,
+    task: int,
+    txid: int,
+    user_class: str | None,
+    failing: FailingTuple | None = None,
 ) -> TaskFailedError:
-    """The ``TaskFailedError`` a task raises (``from exc``) when ``exc`` failed it."""
+    """The ``TaskFailedError`` a task raises (``from exc``) when ``exc`` failed it.
+
+    ``failing``: the data tuple the task was executing, if it was executing one.
+    """
     types = exception_types(exc)
     error = TaskError(component, task, txid, user_class, types, str(exc))
-    payload = json.dumps(
-        {
-            "component": component,
-            "task": task,
-            "txid": txid,
-            "user_class": user_class,
-            "types": list(types),
-            "message": error.message,
-        }
-    )
-    token = base64.b64encode(payload.encode("utf-8")).decode("ascii")
+    data: dict[str, Any] = {
+        "component": component,
+        "task": task,
+        "txid": txid,
+        "user_class": user_class,
+        "types": list(types),
+        "message": error.message,
+    }
+    if failing is not None:
+        data["tuple"] = failing.to_payload()
+    token = base64.b64encode(json.dumps(data).encode("utf-8")).decode("ascii")
     msg = f"component {component!r} task {task} txid {txid}: {error.cause} [{_MARK} {token}]"
     return TaskFailedError(msg, component=component, task=task, txid=txid, cause=error.cause)
 
@@ -116,6 +243,7 @@ def decode_task_error(exc: BaseException) -> TaskError | None:
         return None
     try:
         data = json.loads(base64.b64decode(found[-1], validate=True).decode("utf-8"))
+        failing = data.get("tuple")
         return TaskError(
             component=str(data["component"]),
             task=int(data["task"]),
@@ -123,6 +251,7 @@ def decode_task_error(exc: BaseException) -> TaskError | None:
             user_class=data.get("user_class"),
             types=tuple(str(t) for t in data["types"]),
             message=str(data["message"]),
+            failing=None if failing is None else FailingTuple.from_payload(failing),
         )
     except (binascii.Error, UnicodeDecodeError, ValueError, KeyError, TypeError):
         return None

@@ -17,7 +17,9 @@ through the ``Engine`` (``TransactionalJobs``). A step of its loop:
    Any failure (a ``FailedException``, a task Spark gave up on, an aborted job) fails the
    attempt: it and every later active txid are dropped, their jobs cancelled, and the
    coordinator starts them again with new attempts (after a backoff; a state outage is waited
-   out, as in the checkpoint protocol).
+   out, as in the checkpoint protocol). A processing job that failed on a poison tuple first
+   dead-letters the emitted tuple it came from, which every replay of its txid leaves out
+   (``_tx_deadletters``); the replay starts at once.
 2. Start the next emission, strictly one at a time and in txid order: t+1's partitions start
    where t's emission ended. With ``max.spout.pending`` 1 the emission is the first stage of
    the processing job (``TransactionalJobs.emit_and_process``): no other txid can wait for
@@ -65,6 +67,7 @@ from statefulbolts.runtime._records import JobResult, TupleBatch
 from statefulbolts.runtime._runner import Progress, TopologyRunner, hashable
 from statefulbolts.runtime._stats import TransactionInfo, worker_traceback
 from statefulbolts.runtime._task_errors import describe_job_failure
+from statefulbolts.runtime._tx_deadletters import TransactionalDeadLetters
 from statefulbolts.runtime._tx_jobs import TransactionalJobs
 from statefulbolts.runtime._tx_pacing import Pacing
 from statefulbolts.state import committed_items
@@ -167,8 +170,20 @@ class TransactionalRunner(TopologyRunner):
             self.faults,
             self.images,
             self.tc.transactional_commit_location,
+            lineage=self.tc.deadletter_policy == "isolate",
         )
         self._failures = FailureGate(name, self.tc, self.clock, self._stop, log)
+        self.deadletters = TransactionalDeadLetters(
+            name,
+            topology.transactional_id,
+            self.tc,
+            self.conf,
+            self._system_state,
+            self.stats,
+            self._failures,
+            self.clock,
+            self.faults,
+        )
         self._live: dict[int, _Batch] = {}
         self._coordinator: TransactionalSpoutCoordinator | None = None
         self._pacing: Pacing | None = None
@@ -196,6 +211,8 @@ class TransactionalRunner(TopologyRunner):
                 self._pacing, state, max_pending=self.max_pending
             )
             self._metas = EmitterMetas(kind, tid, self._system_state)
+            coordinator = self._coordinator
+            self.deadletters.open(kind, coordinator.curr, coordinator.metas.txids())
         except BaseException:
             self.engine.close()
             raise
@@ -255,6 +272,7 @@ class TransactionalRunner(TopologyRunner):
     # ----------------------------------------------------------------- the loop
     def _step(self) -> bool:
         progressed = False
+        self.deadletters.poll()
         for batch in list(self._live.values()):
             future = batch.future
             if future is not None and future.done() and self._live.get(batch.txid) is batch:
@@ -310,6 +328,7 @@ class TransactionalRunner(TopologyRunner):
         assert self._metas is not None  # noqa: S101 - opened
         order = self._metas.order(batch.txid, batch.meta, batch.committed)
         order = dataclasses.replace(order, spout=self.topology.spout)
+        order = self.deadletters.adjust(batch.txid, order)
         if self.max_pending == 1:
             batch.phase, batch.fused = "processing", True
             self._submit(batch, self.jobs.emit_and_process(batch.attempt, order))
@@ -334,7 +353,15 @@ class TransactionalRunner(TopologyRunner):
             error, component, task, cause = describe_job_failure(exc)
             outage = error is not None and error.is_a(StateBackendError)
             fatal = error is not None and error.is_a(*FATAL_STATE_ERRORS)
-            self._failed(batch, cause, component, task, outage, worker_traceback(exc), fatal)
+            trace = worker_traceback(exc)
+            verdict = self.deadletters.isolate(batch.txid, phase == "processing", error, trace)
+            if verdict.isolated:
+                cause = f"{cause}; the emitted tuple it came from was dead-lettered"
+            elif verdict.why_not is not None:
+                cause = f"{cause} (not dead-lettered: {verdict.why_not})"
+            self._failed(
+                batch, cause, component, task, outage, trace, fatal, isolated=verdict.isolated
+            )
             return
         result = future.result()
         owned = self.images if phase == "committing" else None
@@ -368,6 +395,7 @@ class TransactionalRunner(TopologyRunner):
         emits = [r for r in result.reports if r.comp == spout]
         results = [r.result for r in emits if isinstance(r.result, EmitResult)]
         self._metas.emitted(batch.txid, results)
+        self.deadletters.emitted(batch.txid, results)
         batch.tuples = sum(r.metrics.emitted for r in emits)
 
     def _emitted(self, batch: _Batch, result: JobResult) -> None:
@@ -408,6 +436,7 @@ class TransactionalRunner(TopologyRunner):
             lambda: coordinator.ack(batch.attempt),
         )
         self._failures.succeeded()
+        self.deadletters.committed(batch.txid)
         seconds = time.perf_counter() - batch.started
         phases = dict(batch.phases)
         n = batch.tuples
@@ -423,8 +452,13 @@ class TransactionalRunner(TopologyRunner):
         outage: bool,
         trace: str | None = None,
         fatal: bool = False,
+        *,
+        isolated: bool = False,
     ) -> None:
-        """Fail the attempt: drop it and every later active txid; the coordinator replays."""
+        """Fail the attempt: drop it and every later active txid; the coordinator replays.
+
+        ``isolated``: it failed on a tuple now dead-lettered; the replay starts at once.
+        """
         assert self._coordinator is not None and self._metas is not None  # noqa: S101
         phase = {"emitting": "EMIT", "processing": "PROCESS"}.get(batch.phase, "COMMIT")
         if batch.fused:
@@ -447,15 +481,18 @@ class TransactionalRunner(TopologyRunner):
         self._metas.failed_from(batch.txid)
         commands = self._coordinator.fail(batch.attempt)
         what = f"{phase}({batch.attempt})"
-        self._failures.failed(
-            what,
-            batch.txid,
-            cause,
-            component=component or None,
-            task=task,
-            outage=outage,
-            fatal=fatal,
-        )
+        if isolated:
+            self._failures.isolated(what, batch.txid)
+        else:
+            self._failures.failed(
+                what,
+                batch.txid,
+                cause,
+                component=component or None,
+                task=task,
+                outage=outage,
+                fatal=fatal,
+            )
         self._execute(commands)
 
     # ----------------------------------------------------------------- reading
@@ -474,6 +511,7 @@ class TransactionalRunner(TopologyRunner):
                     for t, b in sorted(self._live.items())
                 },
                 "state_shape": self.evolution.lines if self.evolution is not None else [],
+                "dead_letters": self.deadletters.status(),
             }
 
     def _failure_gate(self) -> FailureGate:

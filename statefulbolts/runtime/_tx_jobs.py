@@ -54,11 +54,13 @@ class TransactionalJobs:
         faults: Any = None,
         images: ImageShipper | None = None,
         commit_location: str = "auto",
+        lineage: bool = True,
     ) -> None:
         self._name, self._topology, self._plan, self._conf = name, topology, plan, conf
         self._shipper = images
         self._provider = provider
         self._faults = faults
+        self._lineage = lineage  # batch bolts pass lineages on (poison tuples are isolated)
         self.tid = topology.transactional_id
         self.root = f"$transactional/{self.tid}"
         self.spout = plan.index[topology.spout_id]
@@ -77,17 +79,17 @@ class TransactionalJobs:
 
     def emit(self, attempt: TransactionAttempt, order: EmitOrder) -> JobSpec:
         """The emit job of ``attempt``, as ``order`` says."""
-        program = BatchTaskProgram(attempt, self.tid, emit=order)
+        program = BatchTaskProgram(attempt, self.tid, emit=order, lineage=self._lineage)
         return self._spec(attempt, self._emit_layout, program, [], "EMIT")
 
     def emit_and_process(self, attempt: TransactionAttempt, order: EmitOrder) -> JobSpec:
         """One job for both: the emitters of ``attempt`` as its first stage, then its P bolts."""
-        program = BatchTaskProgram(attempt, self.tid, emit=order)
+        program = BatchTaskProgram(attempt, self.tid, emit=order, lineage=self._lineage)
         return self._spec(attempt, self._fused_layout, program, [], "EMIT+PROCESS")
 
     def processing(self, attempt: TransactionAttempt, emitted: Iterable[TupleBatch]) -> JobSpec:
         """The processing job of ``attempt``, fed with what its emitters sent the P bolts."""
-        program = BatchTaskProgram(attempt, self.tid)
+        program = BatchTaskProgram(attempt, self.tid, lineage=self._lineage)
         return self._spec(attempt, self._processing_layout, program, emitted, "PROCESS")
 
     def commit(self, attempt: TransactionAttempt, to_commit: Iterable[TupleBatch]) -> JobSpec:
@@ -95,8 +97,10 @@ class TransactionalJobs:
 
         Run in the driver when ``commit_here`` (its maps are the driver's own, not shipped).
         """
+        # No lineage in the commit phase: a failure there is never isolated.
         program = BatchTaskProgram(
-            attempt, self.tid, StateMaps(self._conf), committing=True, hooks=self._faults
+            attempt, self.tid, StateMaps(self._conf), committing=True, hooks=self._faults,
+            lineage=False,
         )
         spec = self._spec(attempt, self._commit_layout, program, to_commit, "COMMIT")
         if self._shipper is None or self.commit_here:

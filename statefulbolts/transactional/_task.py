@@ -18,6 +18,11 @@ of the attempt, its processing phase, or its commit phase. In every task:
 A ``FailedException`` anywhere fails the task on purpose (``failure``): the runtime skips every
 task after it in the job, so no committer ever finishes on half a batch, and the driver fails the
 attempt. Any other exception is a crash: Spark retries the task.
+
+Every emitted tuple carries its lineage where a tracked tuple carries its root (``_deadletters``):
+the emitters number what they emit, a ``BasicBolt``'s emits inherit their anchor's, and a batch
+bolt's emits inherit the lineage of the tuple it is executing (none from ``finish_batch``). An
+emission leaves out the places the driver's ``EmitOrder`` says were dead-lettered.
 """
 
 from __future__ import annotations
@@ -34,6 +39,7 @@ from statefulbolts.errors import FailedException, TopologyError
 from statefulbolts.topology import ComponentSpec
 from statefulbolts.transactional._attempt import TransactionAttempt
 from statefulbolts.transactional._bolts import BatchOutputCollector
+from statefulbolts.transactional._deadletters import REPLAYED, LineageOut
 from statefulbolts.transactional._maps import StateBackingMap
 from statefulbolts.transactional._owner import enter_task, leave_task
 from statefulbolts.tuples import DEFAULT_STREAM, Tuple
@@ -55,8 +61,8 @@ class _Emits(Protocol):
     def emit(self, values: Sequence[Any], anchors: Anchors = None, stream: str = ...) -> None:
         """Route one tuple."""
 
-    def emit_to(self, values: Sequence[Any], stream: str = ...) -> list[int]:
-        """Route one unanchored tuple; the global task ids it went to."""
+    def emit_to(self, values: Sequence[Any], stream: str = ..., root: int = ...) -> list[int]:
+        """Route one unanchored tuple (with ``root`` as its root); the task ids it went to."""
 
     def fast_routes(self) -> dict[str, Any]:
         """The fast path's caches by stream name (``TaskCollector.emit``)."""
@@ -85,6 +91,8 @@ class EmitResult(NamedTuple):
 
     metas: dict[int, Any]
     partitions: int  # how many partitions the spout has, as this task saw it (opaque spouts)
+    # The dead-lettered tuples it left out: lineage -> (stream, values without the attempt).
+    dropped: dict[int, tuple[str, list[Any]]] = {}  # a new dict per emission (_EmitTask)
 
 
 @dataclass(frozen=True)
@@ -106,6 +114,10 @@ class EmitOrder:
     # The spout as it is on the driver now, shipped with this emission: a spout whose data
     # lives in the object (the memory spouts) is read live.
     spout: Any = None
+    # Dead letters: the lineages this emission leaves out, and the (record id, stream,
+    # values) it takes in (emitted by task 0, after its partitions).
+    removed: frozenset[int] = frozenset()
+    replayed: tuple[tuple[str, str, list[Any]], ...] = ()
 
 
 class MapSource(Protocol):
@@ -190,16 +202,21 @@ def _refuse(values: Sequence[Any], stream: str, attempt: TransactionAttempt, whe
 
 
 class _BatchCollector(BatchOutputCollector):
-    """A batch bolt's or an emitter's collector: attempt first, unanchored, target ids back."""
+    """A batch bolt's or an emitter's collector: attempt first, unanchored, target ids back.
+
+    ``lineage`` is what its emits carry: the executing tuple's (``_BatchTask``), or the place
+    being emitted (``LineageOut``); 0 for none.
+    """
 
     def __init__(self, out: _Emits, attempt: TransactionAttempt, where: str) -> None:
         self._out, self._attempt, self._where = out, attempt, where
+        self.lineage = 0
 
     def emit(self, values: Sequence[Any], stream: str = DEFAULT_STREAM) -> list[int]:
         """Emit ``values`` (the attempt first) on ``stream``; the global task ids it went to."""
         if not values or values[0] is not self._attempt:
             _refuse(values, stream, self._attempt, self._where)
-        return self._out.emit_to(values[1:], stream)
+        return self._out.emit_to(values[1:], stream, self.lineage)
 
     def report_error(self, error: BaseException) -> None:
         """Keep the error (it fails nothing)."""
@@ -266,7 +283,8 @@ class _AttemptBasicOutput(BasicOutputCollector):
             if entry is not None:  # see TaskCollector.emit
                 batch, value = entry
                 batch[0].append(value)
-                batch[1].append(0)  # untracked: a batch is not acked tuple by tuple
+                anchor = self._input  # its lineage goes on (the tuple is never acked)
+                batch[1].append(anchor._root if anchor is not None else 0)
                 return
         self._direct.emit(values[1:], self._input, stream)
 
@@ -282,6 +300,7 @@ class _Executor:
     def __init__(self, spec: ComponentSpec, program: BatchTaskProgram, task: int) -> None:
         self.spec, self.program, self.task = spec, program, task
         self.where = f"component {spec.id!r} task {task}"
+        self.lineage_sink: _BatchCollector | None = None
 
     def control(self, tuple_: Tuple) -> None:
         """No control tuples in this protocol."""
@@ -304,13 +323,18 @@ class _BatchTask(_Executor):
         self, conf: Mapping[str, Any], context: TopologyContext, collector: Any
     ) -> Callable[[Tuple], None]:
         self.bolt = self.spec.obj  # a fresh copy: this task unpickled the topology
-        out = _BatchCollector(collector, self.program.attempt, self.where)
+        out = self.out = _BatchCollector(collector, self.program.attempt, self.where)
         self._running()
         self.bolt.prepare(conf, self._context(context), out, self.program.attempt)
+        if self.program.lineage and self.spec.outputs:
+            # The runtime sets ``out.lineage`` to each tuple's before executing it: what the
+            # bolt emits then inherits it (``runtime._task``).
+            self.lineage_sink = out
         execute: Callable[[Tuple], None] = self.bolt.execute
         return execute
 
     def finish(self) -> None:
+        self.out.lineage = 0  # what finish_batch emits comes from the whole batch
         self.bolt.finish_batch()
         hooks = self.program.hooks
         if hooks is not None and self.program.committing:
@@ -352,10 +376,16 @@ class _EmitTask(_Executor):
             raise TopologyError(msg)
         spout = order.spout if order.spout is not None else self.spec.obj
         emitter = spout.get_emitter(self.conf, self.context)
+        dropped: dict[int, tuple[str, list[Any]]] = {}
         try:
-            return _emit(emitter, order, self.program.attempt, self.out, self.context)
+            result = _emit(emitter, order, self.program.attempt, self.out, self.context, dropped)
         finally:
             emitter.close()
+        if order.replayed and self.context.this_task_index == 0:
+            sink = LineageOut(self.out, REPLAYED, order.removed, dropped)
+            for _record, stream, values in order.replayed:
+                sink.emit([self.program.attempt, *values], stream)
+        return result._replace(dropped=dropped)
 
 
 def _mine(partitions: int, context: TopologyContext) -> range:
@@ -369,11 +399,20 @@ def _emit(
     attempt: TransactionAttempt,
     out: _BatchCollector,
     context: TopologyContext,
+    dropped: dict[int, tuple[str, list[Any]]],
 ) -> EmitResult:
-    """Ask the user's emitter for this task's share of the batch (§4); the metas it gives."""
+    """Ask the user's emitter for this task's share of the batch (§4); the metas it gives.
+
+    Each slot (a partition; a plain spout's emitter task) emits through its own
+    ``LineageOut``, which numbers its tuples and leaves out the removed ones.
+    """
     metas: dict[int, Any] = {}
+
+    def slot(number: int) -> LineageOut:
+        return LineageOut(out, number, order.removed, dropped)
+
     if order.kind == "plain":
-        emitter.emit_batch(attempt, order.coordinator_meta, out)
+        emitter.emit_batch(attempt, order.coordinator_meta, slot(context.this_task_index))
         if order.committed_txid is not None:
             emitter.cleanup_before(order.committed_txid)
         return EmitResult(metas, 0)
@@ -382,14 +421,14 @@ def _emit(
         for p in _mine(n, context):
             how, meta = order.partitions.get(p, ("new", None))
             if how == "replay" and meta is not None:
-                emitter.emit_partition_batch(attempt, out, p, meta)
+                emitter.emit_partition_batch(attempt, slot(p), p, meta)
             elif how == "new":
-                metas[p] = emitter.emit_partition_batch_new(attempt, out, p, meta)
+                metas[p] = emitter.emit_partition_batch_new(attempt, slot(p), p, meta)
         return EmitResult(metas, n)
     n = int(emitter.num_partitions())
     for p in _mine(n, context):
         last = order.partitions.get(p)
-        meta = emitter.emit_partition_batch(attempt, out, p, last)
+        meta = emitter.emit_partition_batch(attempt, slot(p), p, last)
         # A None meta (a disabled or unreachable partition) keeps the previous position: Storm
         # started the partition over from its beginning (TRANSACTIONAL.md §9.11).
         metas[p] = last if meta is None else meta
@@ -406,6 +445,8 @@ class BatchTaskProgram:
     emit: EmitOrder | None = None
     committing: bool = False
     hooks: Any = None  # fault injection (``recovery.FaultPlan``): the mid-commit kill
+    # Whether batch bolts pass the executing tuple's lineage on (dead letters are isolated).
+    lineage: bool = True
 
     @property
     def data_free(self) -> None:

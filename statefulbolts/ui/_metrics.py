@@ -16,6 +16,8 @@ metric                                              type       labels, meaning
 ``statefulbolts_tuples_replayed_total``             counter    ``component`` (a spout's
                                                                re-emits of failed ids)
 ``statefulbolts_tuples_executed_total``             counter    ``component`` (bolts)
+``statefulbolts_tuples_dead_lettered_total``        counter    ``component``: poison tuples it
+                                                               raised on, taken out this run
 ``statefulbolts_execute_seconds_total``             counter    ``component``: task time
 ``statefulbolts_reported_errors_total``             counter    ``component``
 ``statefulbolts_recoveries_total``                  counter    ``kind``: ROLLBACK, INITSTATE,
@@ -25,6 +27,7 @@ metric                                              type       labels, meaning
 ``statefulbolts_state_backend_errors_total``        counter    state backend errors seen
 ``statefulbolts_state_backend_outage_seconds_total`` counter   time the backend was down
 ``statefulbolts_state_backend_down``                gauge      1 during an outage
+``statefulbolts_dead_letters``                      gauge      dead-letter records held
 ``statefulbolts_spout_lag``                         gauge      ``component``: entries its
                                                                source holds not yet acked
 ``statefulbolts_topology_up``                       gauge      ``state``: 1 for the current
@@ -136,11 +139,18 @@ class TopologyCollector(Collector):
             "Errors a component reported (report_error).",
             labels=["topology", "component"],
         )
+        dead = CounterMetricFamily(
+            "statefulbolts_tuples_dead_lettered",
+            "Poison tuples the component raised on, taken out of the topology as dead letters.",
+            labels=["topology", "component"],
+        )
         for cid in ids:
             seconds.add_metric([name, cid], counters.get(cid, {}).get("seconds", 0.0))
             errors.add_metric([name, cid], counters.get(cid, {}).get("errors", 0))
+            dead.add_metric([name, cid], counters.get(cid, {}).get("dead_lettered", 0))
         yield seconds
         yield errors
+        yield dead
         lag = GaugeMetricFamily(
             "statefulbolts_spout_lag",
             "Entries a spout's source holds that the topology has not acked yet.",
@@ -173,6 +183,14 @@ class TopologyCollector(Collector):
                 "The last transaction id committed.",
                 name,
                 progress.committed_txid,
+            )
+        dead = obs.status.get("dead_letters")
+        if isinstance(dead, dict):
+            yield _gauge(
+                "statefulbolts_dead_letters",
+                "Dead-letter records the topology's store holds (statefulbolts deadletter list).",
+                name,
+                int(dead.get("held") or 0),
             )
 
     def _backend(self, obs: Observation, name: str) -> Iterator[Metric]:

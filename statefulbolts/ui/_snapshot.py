@@ -19,7 +19,7 @@ __all__ = ["SHOWN", "snapshot"]
 # Transactions, errors and recoveries sent to the page, newest first.
 SHOWN = 60
 
-_COUNTERS = ("executed", "emitted", "acked", "failed", "replayed", "errors")
+_COUNTERS = ("executed", "emitted", "acked", "failed", "replayed", "errors", "dead_lettered")
 
 
 def _finite(value: float) -> float | None:
@@ -89,5 +89,18 @@ def snapshot(
             "down": obs.backend_down,
         },
         "spout_lag": dict(sorted(obs.spout_lags.items())),
+        "dead_letters": _dead_letters(obs),
         "error": obs.error,
+    }
+
+
+def _dead_letters(obs: Observation) -> dict[str, Any]:
+    """The policy, the records held, the per-component counts and the last few records."""
+    found = obs.status.get("dead_letters") or {}
+    return {
+        "policy": found.get("policy"),
+        "held": int(found.get("held") or 0),
+        "dead_lettered": dict(sorted((found.get("dead_lettered") or {}).items())),
+        "replaying": int(found.get("replaying") or 0),
+        "last": list(found.get("last") or []),
     }

@@ -227,6 +227,7 @@ function render(s) {
   whenChanged("transactions", s.transactions, () => renderTransactions(s.transactions));
   whenChanged("recoveries", [s.recoveries, s.recovery_counts], () => renderRecoveries(s));
   whenChanged("errors", s.errors, () => renderErrors(s.errors));
+  whenChanged("dead-letters", s.dead_letters, () => renderDeadLetters(s.dead_letters));
 }
 
 const drawn = new Map();
@@ -284,6 +285,7 @@ function renderComponents(components) {
       el("td", { class: `num${c.failed ? " fail" : ""}` }, fmtInt(c.failed)),
       el("td", { class: "num" }, fmtInt(c.replayed)),
       el("td", { class: `num${c.errors ? " fail" : ""}` }, fmtInt(c.errors)),
+      el("td", { class: `num${c.dead_lettered ? " fail" : ""}` }, fmtInt(c.dead_lettered)),
       el("td", { class: "num" }, latency)));
   }
 }
@@ -368,6 +370,23 @@ function renderRecoveries(s) {
   $("no-recoveries").hidden = s.recoveries.length > 0;
   const counts = Object.entries(s.recovery_counts).map(([k, v]) => `${k} ${v}`).join(" · ");
   setText("recovery-counts", counts);
+}
+
+function renderDeadLetters(d) {
+  const body = $("dead-letters").tBodies[0];
+  body.replaceChildren();
+  for (const r of d.last) {
+    body.append(el("tr", { "data-letter": r.id, "data-of": r.component, title: r.origin },
+      el("td", { class: "action" }, r.id),
+      el("td", {}, r.component),
+      el("td", { class: "num" }, r.task),
+      el("td", { class: "cause", title: r.values }, r.values),
+      el("td", { class: "cause", title: r.error }, r.error),
+      el("td", { class: "num" }, r.attempts)));
+  }
+  $("no-dead-letters").hidden = d.last.length > 0;
+  const replaying = d.replaying ? ` · ${fmtInt(d.replaying)} replaying` : "";
+  setText("dead-held", `${fmtInt(d.held)} held · policy ${d.policy || "–"}${replaying}`);
 }
 
 // Whether each error's traceback is open, as the reader left it; the newest starts open.

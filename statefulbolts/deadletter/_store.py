@@ -1,0 +1,182 @@
+"""Where dead letters are kept: a system namespace of the topology's state provider.
+
+A checkpointed topology ``T`` keeps them under ``T/$deadletter``, a transactional one under
+``$transactional/<id>/$deadletter``: one key per record (its id), plus ``$changes``, a counter
+the command line moves on every replay request and purge, so a running driver learns of them
+with one read (``changes``).
+
+Every write is committed at once (``KeyValueState.commit()`` without a txid: the pending writes
+only, key by key), so the driver and the command line may write the same namespace at the same
+time: they write different keys, except when both change one record at once, and then the
+later write wins. Every read opens a new state object, so nothing is read from a cache that
+another process has since changed.
+
+Example:
+    >>> from statefulbolts.deadletter._record import DeadLetter, FailedTuple, SpoutOrigin
+    >>> store = DeadLetterStore({}, topology="doc-dl")
+    >>> store.namespace
+    'doc-dl/$deadletter'
+    >>> failed = FailedTuple("split", 3, "default", ["poison"], "['poison']")
+    >>> origin = SpoutOrigin("sentences", 0, 17, "default", ["poison"], "['poison']")
+    >>> letter = DeadLetter.first("doc-dl", "topology", "count", 5, 1, failed, origin,
+    ...                           ("builtins.ValueError",), "bad", None, txid=4, attempts=2, at=0.0)
+    >>> store.put(letter)
+    >>> [r.component for r in store.records()], store.count()
+    (['count'], 1)
+    >>> [r.state for r in store.request_replay([letter.id])], store.changes()
+    (['replay'], 1)
+    >>> store.delete([letter.id])
+    [...]
+    >>> store.count()
+    0
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import replace
+from typing import Any
+
+from providers import KeyValueState, StateFactory
+from statefulbolts.deadletter._record import REPLAY, DeadLetter
+from statefulbolts.errors import DeadLetterError
+
+__all__ = ["CHANGES_KEY", "DeadLetterStore", "deadletter_namespace"]
+
+CHANGES_KEY = "$changes"
+NAMESPACE = "$deadletter"
+
+
+def deadletter_namespace(topology: str | None = None, transactional_id: str | None = None) -> str:
+    """``<topology>/$deadletter`` or ``$transactional/<id>/$deadletter``: exactly one is named.
+
+    Example:
+        >>> deadletter_namespace(transactional_id="words")
+        '$transactional/words/$deadletter'
+    """
+    if (topology is None) == (transactional_id is None):
+        msg = "name exactly one of topology and transactional_id"
+        raise DeadLetterError(msg)
+    name = topology if topology is not None else transactional_id
+    if not isinstance(name, str) or not name or "/" in name:
+        msg = (
+            "a topology name or transactional id must be a non-empty string without '/', "
+            f"got {name!r}"
+        )
+        raise DeadLetterError(msg)
+    if topology is not None:
+        return f"{topology}/{NAMESPACE}"
+    return f"$transactional/{transactional_id}/{NAMESPACE}"
+
+
+class DeadLetterStore:
+    """The dead letters of one topology (``topology=``) or transactional id.
+
+    Args:
+        conf: the topology's config (its ``topology.state.provider`` and config).
+        topology: a checkpointed topology's name.
+        transactional_id: a transactional topology's id.
+        state_for: opens a namespace's state (default: the provider's system state).
+    """
+
+    def __init__(
+        self,
+        conf: Mapping[str, Any],
+        *,
+        topology: str | None = None,
+        transactional_id: str | None = None,
+        state_for: Callable[[str], KeyValueState] | None = None,
+    ) -> None:
+        self.namespace = deadletter_namespace(topology, transactional_id)
+        self.scope = "topology" if topology is not None else "transactional"
+        self.name = str(topology if topology is not None else transactional_id)
+        self._conf = dict(conf)
+        self._state_for = state_for
+
+    def describe(self) -> str:
+        """``topology 'wc'`` or ``transactional id 'words'``, for messages."""
+        if self.scope == "topology":
+            return f"topology {self.name!r}"
+        return f"transactional id {self.name!r}"
+
+    def _state(self) -> KeyValueState:
+        if self._state_for is not None:
+            return self._state_for(self.namespace)
+        state = StateFactory.get_system_state(self.namespace, self._conf)
+        if not isinstance(state, KeyValueState):
+            msg = (
+                f"the state provider made a {type(state).__name__} for {self.namespace!r}; dead "
+                "letters are kept in a KeyValueState"
+            )
+            raise DeadLetterError(msg)
+        return state
+
+    # ---------------------------------------------------------------- reading
+    def records(self) -> list[DeadLetter]:
+        """Every record, oldest first (by first sighting, then id)."""
+        found = [
+            DeadLetter.from_value(value, f"{self.namespace!r} key {key!r}")
+            for key, value in self._state()
+            if key != CHANGES_KEY
+        ]
+        return sorted(found, key=lambda r: (r.first_seen, r.id))
+
+    def get(self, record_id: str) -> DeadLetter | None:
+        """The record ``record_id``, or ``None``."""
+        value = self._state().get(record_id)
+        if value is None:
+            return None
+        return DeadLetter.from_value(value, f"{self.namespace!r} key {record_id!r}")
+
+    def count(self) -> int:
+        """How many records are held."""
+        return sum(1 for key, _ in self._state() if key != CHANGES_KEY)
+
+    def changes(self) -> int:
+        """The change counter the command line moves (one read): compare it with the last."""
+        value = self._state().get(CHANGES_KEY, 0)
+        return value if isinstance(value, int) and not isinstance(value, bool) else 0
+
+    # ---------------------------------------------------------------- writing (committed at once)
+    def put(self, *records: DeadLetter) -> None:
+        """Write ``records`` (each under its id, replacing one there), committed."""
+        state = self._state()
+        for record in records:
+            state.put(record.id, record.to_value())
+        state.commit()
+
+    def delete(self, record_ids: Iterable[str], *, changed: bool = False) -> list[str]:
+        """Delete the records ``record_ids`` that exist; the ids deleted.
+
+        ``changed``: also move the change counter (a running driver then reads the store again).
+        """
+        state = self._state()
+        deleted = [rid for rid in dict.fromkeys(record_ids) if state.get(rid) is not None]
+        for rid in deleted:
+            state.delete(rid)
+        if changed:
+            self._bump(state)
+        state.commit()
+        return deleted
+
+    def request_replay(self, record_ids: Iterable[str]) -> list[DeadLetter]:
+        """Mark the records ``record_ids`` for replay, move the change counter; those marked."""
+        state = self._state()
+        marked = []
+        for rid in dict.fromkeys(record_ids):
+            value = state.get(rid)
+            if value is None:
+                continue
+            record = replace(DeadLetter.from_value(value, f"{self.namespace!r} key {rid!r}"))
+            record = replace(record, state=REPLAY)
+            state.put(rid, record.to_value())
+            marked.append(record)
+        self._bump(state)
+        state.commit()
+        return marked
+
+    @staticmethod
+    def _bump(state: KeyValueState) -> None:
+        value = state.get(CHANGES_KEY, 0)
+        count = value if isinstance(value, int) and not isinstance(value, bool) else 0
+        state.put(CHANGES_KEY, count + 1)

@@ -1,0 +1,438 @@
+"""Dead letters of a checkpointed topology, on the driver: isolate a poison spout tuple, replay.
+
+``CheckpointDeadLetters`` is the checkpoint runner's one object for poison tuples
+(``statefulbolts.deadletter`` holds the records, the store and the rules). The runner calls it:
+
+- ``open_source``, after the spouts opened and before the checkpoint spout recovers (whose
+  manifest may name replays that committed): it opens the replay source ``$deadletter``;
+- ``load``, after the checkpoint spout opened, before any spout runs: it reads the store, acks
+  every record's spout message at its spout (a driver killed between writing a record and the
+  spout's ack, or before a spout's batched ack reached its source, would otherwise get the
+  tuple delivered again) and queues the records asked for replay. A store that cannot be
+  read fails the start at once, as the checkpoint spout's does;
+- ``isolate``, when a job failed (see its steps);
+- ``committed``, when a transaction committed; ``poll`` on every loop step (it reads the store's
+  change counter at most every ``topology.deadletter.replay.poll.secs``).
+
+A replay goes out from ``$deadletter``, a framework spout task (``SpoutTasks.add_source``): the
+record's spout tuple is emitted as its spout task would emit it (same routes, stream, values),
+as a new tracked root whose message id is the record's id. Its ack (the transaction that
+carried it committed) deletes the record; its fail queues it again; a transaction that fails on
+it again counts against it, and it is dead-lettered again (``DeadLetter.again``: attempts
+added). A transaction's manifest names it as ``$deadletter`` task 0, so a driver killed after
+that transaction committed deletes the record on restart instead of replaying it twice.
+"""
+
+from __future__ import annotations
+
+import collections
+import functools
+import logging
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace
+from typing import Any, NamedTuple
+
+from providers import StateBackendError
+from recovery.faults import KillPoint
+from statefulbolts._config import TopologyConfig
+from statefulbolts.clock import Clock
+from statefulbolts.deadletter import (
+    DEAD,
+    REPLAY,
+    DeadLetter,
+    DeadLetterStore,
+    FailedTuple,
+    PoisonTracker,
+    SpoutOrigin,
+    spout_record_id,
+    why_not_poison,
+)
+from statefulbolts.errors import TopologyError, TopologyFailedError
+from statefulbolts.runtime._failures import FailureGate
+from statefulbolts.runtime._ledger import RootLedger
+from statefulbolts.runtime._plan import ExecutionPlan
+from statefulbolts.runtime._records import TupleBatch
+from statefulbolts.runtime._spouts import SpoutTask, SpoutTasks
+from statefulbolts.runtime._stats import Stats
+from statefulbolts.runtime._task_errors import TaskError, shown_values
+
+__all__ = ["REPLAY_SOURCE", "CheckpointDeadLetters", "Verdict", "summary"]
+
+log = logging.getLogger(__name__)
+
+REPLAY_SOURCE = "$deadletter"
+# Records shown on dashboards and in status(), newest first.
+_LAST = 5
+# A replayed spout tuple's values are stored whole, up to this many msgpack bytes.
+_SPOUT_VALUES_CAP = 1 << 20
+
+
+class Verdict(NamedTuple):
+    """What ``isolate`` did: the tuple was dead-lettered, or why it could not be (if it tried)."""
+
+    isolated: bool
+    why_not: str | None = None
+
+
+def summary(record: DeadLetter) -> dict[str, Any]:
+    """A record as dashboards show it: id, where, what, when."""
+    return {
+        "id": record.id,
+        "component": record.component,
+        "task": record.task,
+        "values": record.failed.text,
+        "origin": record.origin.describe(),
+        "error": f"{record.type_name}: {record.message}",
+        "attempts": record.attempts,
+        "state": record.state,
+        "last_seen": record.last_seen,
+    }
+
+
+def poison_limit_error(name: str, held: int, limit: int, where: str, cause: str) -> str:
+    """The message of a topology stopped by ``topology.deadletter.max``."""
+    return (
+        f"topology {name!r} stopped: {where} failed on one more tuple ({cause}), and the "
+        f"dead-letter store already holds {held} records (topology.deadletter.max = {limit}). "
+        "A component that fails on this many tuples has a bug, not poison input: fix it, "
+        "restart, then replay the records (statefulbolts deadletter replay --all)"
+    )
+
+
+class _ReplaySpout:
+    """The ``$deadletter`` source: emits queued replays, deletes a record once it committed."""
+
+    def __init__(self, owner: CheckpointDeadLetters) -> None:
+        self._owner = owner
+        self.queued: collections.OrderedDict[str, DeadLetter] = collections.OrderedDict()
+        self.flying: dict[str, DeadLetter] = {}
+        self.again: set[str] = set()  # dead-lettered again: their ack must not delete them
+        self.task: SpoutTask | None = None
+
+    def open(self, conf: Mapping[str, Any], context: Any, collector: Any) -> None:
+        """Nothing to open."""
+
+    def activate(self) -> None:
+        """Nothing to activate."""
+
+    def deactivate(self) -> None:
+        """Nothing to deactivate."""
+
+    def close(self) -> None:
+        """Nothing to close."""
+
+    def next_tuple(self) -> None:
+        """Emit the next queued replay, as its spout task would."""
+        if not self.queued:
+            return
+        record_id, record = self.queued.popitem(last=False)
+        self.flying[record_id] = record
+        try:
+            self._owner.emit_replay(record)
+        except TopologyError as exc:  # the spout's streams changed since it was recorded
+            self.flying.pop(record_id, None)
+            self._owner.keep(record, str(exc))
+
+    def ack(self, record_id: Any) -> None:
+        """The transaction that carried the replay committed: delete the record."""
+        self.flying.pop(record_id, None)
+        self.queued.pop(record_id, None)
+        if record_id in self.again:
+            self.again.discard(record_id)
+            return
+        self._owner.replayed(str(record_id))
+
+    def fail(self, record_id: Any) -> None:
+        """The replay's transaction failed or rolled back: emit it again."""
+        record = self.flying.pop(record_id, None)
+        if record is not None and record_id not in self.again:
+            self.queued[record_id] = record
+        self.again.discard(record_id)
+
+    def knows(self, record_id: str) -> bool:
+        """Whether ``record_id`` is queued or in flight."""
+        return record_id in self.queued or record_id in self.flying
+
+
+class CheckpointDeadLetters:
+    """Poison spout tuples of one checkpointed topology (see the module docstring)."""
+
+    def __init__(
+        self,
+        name: str,
+        tc: TopologyConfig,
+        conf: Mapping[str, Any],
+        plan: ExecutionPlan,
+        spouts: SpoutTasks,
+        ledger: RootLedger,
+        stats: Stats,
+        failures: FailureGate,
+        clock: Clock,
+        faults: Any = None,
+        now: Callable[[], float] = time.time,
+    ) -> None:
+        self._name, self._tc, self._plan = name, tc, plan
+        self._spouts, self._ledger, self._stats = spouts, ledger, stats
+        self._failures, self._clock, self._faults, self._now = failures, clock, faults, now
+        self.store = DeadLetterStore(conf, topology=name)
+        self.tracker = PoisonTracker(tc.deadletter_after_failures, now)
+        self.isolating = tc.deadletter_policy == "isolate"
+        self.held = 0
+        self.last: collections.deque[dict[str, Any]] = collections.deque(maxlen=_LAST)
+        self.dead_lettered: collections.Counter[str] = collections.Counter()
+        self._source: _ReplaySpout | None = None
+        self._changes: int | None = None
+        self._next_poll = 0.0
+
+    # ----------------------------------------------------------------- opening
+    def open_source(self) -> None:
+        """Open ``$deadletter``, the source replays go out from (if there is a user spout)."""
+        if self._spouts.tasks:
+            self._source = _ReplaySpout(self)
+            self._source.task = self._spouts.add_source(REPLAY_SOURCE, self._source)
+
+    def load(self) -> None:
+        """Read the store, ack the records' spout messages, queue the replays asked for."""
+        records = self.store.records()
+        self._changes = self.store.changes()
+        self._remember(records)
+        acked = 0
+        for record in records:
+            origin = record.origin
+            if isinstance(origin, SpoutOrigin):
+                st = self._spouts.user_task(origin.component, origin.task)
+                if st is not None:
+                    st.spout.ack(origin.message_id)
+                    acked += 1
+        if acked:
+            log.info("acked the spout messages of %d dead letters at their spouts", acked)
+        self._queue(records)
+        self._next_poll = self._clock.now_ms() + self._tc.deadletter_replay_poll_secs * 1000.0
+
+    def _remember(self, records: Sequence[DeadLetter]) -> None:
+        self.held = len(records)
+        self.last.clear()
+        for record in sorted(records, key=lambda r: r.last_seen)[-_LAST:]:
+            self.last.appendleft(summary(record))
+
+    def _queue(self, records: Sequence[DeadLetter]) -> None:
+        """Queue the records asked for replay that are not queued or in flight already."""
+        source = self._source
+        if source is None:
+            return
+        for record in records:
+            if record.state != REPLAY or source.knows(record.id):
+                continue
+            origin = record.origin
+            spout = (
+                self._spouts.user_task(origin.component, origin.task)
+                if isinstance(origin, SpoutOrigin)
+                else None
+            )
+            if spout is None or not record.replayable:
+                self.keep(record, "no values to replay" if spout else "no such spout task")
+                continue
+            source.queued[record.id] = record
+
+    def keep(self, record: DeadLetter, why: str) -> None:
+        """``record`` cannot be replayed: it stays, held again (``"dead"``), and says why."""
+        log.warning("dead letter %s cannot be replayed (%s); it stays", record.id, why)
+        kept = functools.partial(self.store.put, replace(record, state=DEAD))
+        self._failures.with_backend(f"keeping dead letter {record.id}", kept)
+
+    # ----------------------------------------------------------------- replays
+    def poll(self) -> None:
+        """At most every poll interval: one read of the change counter; on a change, reread."""
+        now = self._clock.now_ms()
+        if now < self._next_poll:
+            return
+        self._next_poll = now + self._tc.deadletter_replay_poll_secs * 1000.0
+        try:
+            changes = self.store.changes()
+            if changes == self._changes:
+                return
+            records = self.store.records()
+        except StateBackendError as exc:
+            log.debug("dead letters not polled (%s); next time", exc)
+            return
+        self._changes = changes
+        self._remember(records)
+        self._queue(records)
+
+    def emit_replay(self, record: DeadLetter) -> None:
+        """Emit ``record``'s spout tuple as its spout task would (called by ``$deadletter``)."""
+        origin = record.origin
+        source = self._source
+        assert isinstance(origin, SpoutOrigin) and source is not None  # noqa: S101 - queued so
+        assert source.task is not None and origin.values is not None  # noqa: S101
+        spout = self._spouts.user_task(origin.component, origin.task)
+        assert spout is not None  # noqa: S101 - _queue checked it
+        log.info("replaying dead letter %s (%s)", record.id, origin.describe())
+        self._spouts.emit_as(spout, source.task, origin.values, record.id, origin.stream)
+
+    def replayed(self, record_id: str) -> None:
+        """A replay committed: delete its record."""
+        deleted = self._failures.with_backend(
+            f"deleting replayed dead letter {record_id}", lambda: self.store.delete([record_id])
+        )
+        self.held -= len(deleted)
+        for shown in list(self.last):
+            if shown["id"] == record_id:
+                self.last.remove(shown)
+
+    # ----------------------------------------------------------------- a failed job
+    def isolate(
+        self,
+        txid: int,
+        roots: Sequence[int],
+        records: Sequence[TupleBatch],
+        error: TaskError | None,
+        traceback: str | None,
+    ) -> Verdict:
+        """A job failed: dead-letter the spout tuple it failed on, if that is poison.
+
+        Steps, each before the next, so a driver killed anywhere leaves one record at most and
+        the tuple never counted (``KillPoint``s ``deadletter-*``):
+
+        1. Find the suspect: the failing tuple's root, by its spout task and message id (a
+           framework error, a tuple of no tree or of several, is not the tuple's fault).
+        2. Count the failed transaction against it; at ``topology.deadletter.after.failures``
+           (at once if the store holds its record) it is poison. Above ``topology.deadletter.max``
+           records, the topology stops instead.
+        3. Write its record, committed (``deadletter-decided`` before, ``deadletter-recorded``
+           after).
+        4. Ack its spout message at its spout (``deadletter-excluded`` after): it is never
+           replayed into the same failure. The caller then fails the job's other roots, which
+           are replayed as usual, and the next PREPARE commits them.
+
+        Returns:
+            Whether the tuple was dead-lettered, or (when it could not be) why.
+        """
+        if not self.isolating or error is None:
+            return Verdict(False)
+        failing = error.failing
+        root = failing.root if failing is not None else None
+        why = why_not_poison(error.types, root, failing.trees if failing else 0, "spout tuple")
+        if why is not None or failing is None:
+            return Verdict(False, why)
+        live = self._ledger.live.get(failing.root)
+        if live is None or failing.root not in roots:
+            return Verdict(False, "its spout tuple is no longer pending (timed out, or failed)")
+        index, message_id = live
+        st = self._spouts.tasks[index]
+        source = self._source
+        replay = source is not None and st is source.task
+        if replay:
+            record_id = str(message_id)
+        else:
+            record_id = spout_record_id(self._name, st.name, st.task, message_id)
+        held = self._failures.with_backend(
+            "reading a dead letter", lambda: self.store.get(record_id)
+        )
+        suspect = self.tracker.failed(
+            record_id, error.component, known=held is not None and held.state == DEAD
+        )
+        if not self.tracker.is_poison(suspect):
+            return Verdict(False)
+        if held is None and self.held >= self._tc.deadletter_max:
+            where = f"component {error.component!r} task {error.task}"
+            limit = self._tc.deadletter_max
+            text = poison_limit_error(self._name, self.held, limit, where, error.cause)
+            raise TopologyFailedError(
+                text, component=error.component, task=error.task, txid=txid, cause=error.cause
+            )
+        self._kill(KillPoint.DEADLETTER_DECIDED, txid)
+        if replay and held is not None:
+            origin = held.origin
+        else:
+            origin = self._origin(st, message_id, failing.root, records)
+        record = DeadLetter.first(
+            self._name,
+            "topology",
+            error.component,
+            error.task,
+            failing.task_index,
+            FailedTuple(
+                failing.source_component,
+                failing.source_task,
+                failing.stream,
+                failing.values,
+                failing.text,
+            ),
+            origin,
+            error.types,
+            error.message,
+            traceback,
+            txid=txid,
+            attempts=suspect.failures,
+            at=suspect.last_seen,
+            record_id=record_id,
+        )
+        if held is not None:
+            record = held.again(record)
+        else:
+            record = replace(record, first_seen=suspect.first_seen)
+        self._failures.with_backend(
+            f"recording dead letter {record_id}", lambda: self.store.put(record)
+        )
+        self._kill(KillPoint.DEADLETTER_RECORDED, txid)
+        if replay and source is not None:
+            source.again.add(record_id)
+        self._ledger.ack([failing.root])
+        self._kill(KillPoint.DEADLETTER_EXCLUDED, txid)
+        self.tracker.isolated(suspect)
+        self.held += held is None
+        self.dead_lettered[error.component] += 1
+        self._stats.add(error.component, dead_lettered=1)
+        self.last.appendleft(summary(record))
+        log.warning(
+            "dead-lettered %s after %d failed transaction(s): %s raised %s on %s (record %s)",
+            origin.describe(),
+            suspect.failures,
+            error.component,
+            error.type_name,
+            failing.text,
+            record_id,
+        )
+        return Verdict(True)
+
+    def _origin(
+        self, st: SpoutTask, message_id: Any, root: int, records: Sequence[TupleBatch]
+    ) -> SpoutOrigin:
+        """The spout tuple of ``root`` as the job carried it: its stream and values."""
+        plan = self._plan
+        for batch in records:
+            if batch.src != st.comp or batch.src_task != st.task:
+                continue
+            try:
+                i = batch.roots.index(root)
+            except ValueError:
+                continue
+            value = batch.values[i]
+            values = [value] if plan.widths[batch.src][batch.stream] == 1 else list(value)
+            packed, text = shown_values(values, _SPOUT_VALUES_CAP)
+            kept = values if packed is not None else None
+            stream = plan.streams[batch.src][batch.stream]
+            return SpoutOrigin(st.name, st.task, message_id, stream, kept, text)
+        return SpoutOrigin(st.name, st.task, message_id, "", None, "(not found in the job)")
+
+    def committed(self) -> None:
+        """A transaction committed: suspects start counting again."""
+        self.tracker.committed()
+
+    def _kill(self, point: KillPoint, txid: int) -> None:
+        if self._faults is not None:
+            self._faults.on_driver(point, txid)
+
+    # ----------------------------------------------------------------- reading
+    def status(self) -> dict[str, Any]:
+        """What ``status()`` and dashboards show: policy, records held, counts, the last few."""
+        source = self._source
+        return {
+            "policy": self._tc.deadletter_policy,
+            "held": self.held,
+            "dead_lettered": dict(self.dead_lettered),
+            "replaying": 0 if source is None else len(source.queued) + len(source.flying),
+            "last": list(self.last),
+        }

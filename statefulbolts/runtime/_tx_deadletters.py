@@ -1,0 +1,374 @@
+"""Dead letters of a transactional topology, on the driver: leave a poison tuple out of its txid.
+
+``TransactionalDeadLetters`` is the transactional runner's one object for poison tuples. The
+tuple taken out is the emitted batch tuple the failing tuple came from (its lineage,
+``statefulbolts.transactional._deadletters``); its txid's batch is then emitted without it,
+and so is every later replay of that txid, after a driver restart too (the removal is stored
+with the txid's ``BatchChange`` before the replay). The runner calls it:
+
+- ``open`` with the coordinator's ``currtx`` and the txids it holds metas for: it finishes
+  what committed txids took in (their replayed records are deleted), and queues the records
+  asked for replay;
+- ``adjust`` before every emission of a txid: the order gets the txid's removals and, for a
+  txid emitted for the first time, the queued replays (stored first: every replay of that
+  txid takes the same ones in);
+- ``isolate`` when a job failed; ``emitted`` when an emission reported what it left out (the
+  values go into the record: the failing tuple seen downstream is not the emitted one);
+  ``committed`` when a txid committed; ``poll`` on every loop step.
+
+Only the processing phase's failures are isolated, and only for a partitioned or plain
+transactional spout: a commit-phase failure may come after committers wrote the txid (leaving
+a tuple out then would not take it out of what they wrote), and an opaque spout may emit a
+different batch when it replays a txid, so a place names no particular tuple.
+"""
+
+from __future__ import annotations
+
+import collections
+import functools
+import logging
+import time
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import replace
+from typing import Any
+
+from providers import KeyValueState, StateBackendError
+from recovery.faults import KillPoint
+from statefulbolts._config import TopologyConfig
+from statefulbolts.clock import Clock
+from statefulbolts.deadletter import (
+    DEAD,
+    REPLAY,
+    BatchOrigin,
+    DeadLetter,
+    DeadLetterStore,
+    FailedTuple,
+    PoisonTracker,
+    batch_record_id,
+    why_not_poison,
+)
+from statefulbolts.errors import TopologyFailedError
+from statefulbolts.runtime._deadletters import Verdict, poison_limit_error, summary
+from statefulbolts.runtime._failures import FailureGate
+from statefulbolts.runtime._stats import Stats
+from statefulbolts.runtime._task_errors import TaskError
+from statefulbolts.transactional._deadletters import (
+    BATCHES_NAMESPACE,
+    REPLAYED,
+    BatchChange,
+    BatchChanges,
+    lineage,
+    place_of,
+)
+from statefulbolts.transactional._emitting import OPAQUE, PLAIN
+from statefulbolts.transactional._task import EmitOrder, EmitResult
+
+__all__ = ["TransactionalDeadLetters"]
+
+log = logging.getLogger(__name__)
+
+_LAST = 5
+_NO_LINEAGE = (
+    "the failing tuple has no single source in the batch: it was emitted from finish_batch, "
+    "or by a bolt that aggregates several inputs"
+)
+# Dead letters one new txid takes in, at most: a replay of many rides on several batches.
+_REPLAYS_PER_TXID = 1000
+
+
+class TransactionalDeadLetters:
+    """Poison batch tuples of one transactional topology (see the module docstring)."""
+
+    def __init__(
+        self,
+        name: str,
+        transactional_id: str,
+        tc: TopologyConfig,
+        conf: Mapping[str, Any],
+        state_for: Callable[[str], KeyValueState],
+        stats: Stats,
+        failures: FailureGate,
+        clock: Clock,
+        faults: Any = None,
+        now: Callable[[], float] = time.time,
+    ) -> None:
+        self._name, self._tid, self._tc = name, transactional_id, tc
+        self._state_for, self._stats, self._failures = state_for, stats, failures
+        self._clock, self._faults, self._now = clock, faults, now
+        self.store = DeadLetterStore(conf, transactional_id=transactional_id, state_for=state_for)
+        self.tracker = PoisonTracker(tc.deadletter_after_failures, now)
+        self.isolating = tc.deadletter_policy == "isolate"
+        self.held = 0
+        self.last: collections.deque[dict[str, Any]] = collections.deque(maxlen=_LAST)
+        self.dead_lettered: collections.Counter[str] = collections.Counter()
+        self._kind = PLAIN
+        self._changes: BatchChanges | None = None
+        self._batches: dict[int, BatchChange] = {}
+        self._decided = 0  # txids up to this one may have been emitted: their batch is fixed
+        self._queue: collections.OrderedDict[str, DeadLetter] = collections.OrderedDict()
+        self._joined: set[str] = set()  # records a txid not yet committed takes in
+        self._store_changes: int | None = None
+        self._next_poll = 0.0
+
+    # ----------------------------------------------------------------- opening
+    def open(self, kind: str, currtx: int, started: Iterable[int]) -> None:
+        """Finish committed txids' replays, learn the batches decided, queue the replays.
+
+        A store that cannot be read fails the start at once, as the coordinator's does.
+        """
+        self._kind = kind
+        root = f"$transactional/{self._tid}"
+        changes = self._changes = BatchChanges(self._state_for(f"{root}/{BATCHES_NAMESPACE}"))
+        self._batches = changes.all()
+        for txid in [t for t in self._batches if t < currtx]:
+            self._finish(txid)
+        self._decided = max([currtx - 1, *started])
+        self._joined = {r for c in self._batches.values() for r, _s, _v in c.replayed}
+        records = self.store.records()
+        self._store_changes = self.store.changes()
+        self._remember(records)
+        self._enqueue(records)
+        self._next_poll = self._clock.now_ms() + self._tc.deadletter_replay_poll_secs * 1000.0
+
+    def _remember(self, records: list[DeadLetter]) -> None:
+        self.held = len(records)
+        self.last.clear()
+        for record in sorted(records, key=lambda r: r.last_seen)[-_LAST:]:
+            self.last.appendleft(summary(record))
+
+    def _enqueue(self, records: list[DeadLetter]) -> None:
+        for record in records:
+            if record.state != REPLAY or record.id in self._joined or record.id in self._queue:
+                continue
+            if not isinstance(record.origin, BatchOrigin) or not record.replayable:
+                log.warning(
+                    "dead letter %s cannot be replayed (its emitted values are not known); "
+                    "it stays",
+                    record.id,
+                )
+                kept = functools.partial(self.store.put, replace(record, state=DEAD))
+                self._failures.with_backend(f"keeping dead letter {record.id}", kept)
+                continue
+            self._queue[record.id] = record
+
+    def poll(self) -> None:
+        """At most every poll interval: one read of the change counter; on a change, reread."""
+        now = self._clock.now_ms()
+        if now < self._next_poll:
+            return
+        self._next_poll = now + self._tc.deadletter_replay_poll_secs * 1000.0
+        try:
+            changes = self.store.changes()
+            if changes == self._store_changes:
+                return
+            records = self.store.records()
+        except StateBackendError as exc:
+            log.debug("dead letters not polled (%s); next time", exc)
+            return
+        self._store_changes = changes
+        self._remember(records)
+        self._enqueue(records)
+
+    # ----------------------------------------------------------------- emissions
+    def adjust(self, txid: int, order: EmitOrder) -> EmitOrder:
+        """``order`` with ``txid``'s removals and replays (a new txid takes the queued ones)."""
+        change = self._batches.get(txid)
+        if change is None and txid > self._decided and self._queue:
+            taken = list(self._queue.values())[:_REPLAYS_PER_TXID]
+            replayed = []
+            for record in taken:
+                origin = record.origin
+                assert isinstance(origin, BatchOrigin) and origin.stream is not None  # noqa: S101
+                replayed.append((record.id, origin.stream, list(origin.values or [])))
+            change = BatchChange((), tuple(replayed))
+            self._store_change(txid, change, f"storing the dead letters txid {txid} replays")
+            for record in taken:
+                del self._queue[record.id]
+                self._joined.add(record.id)
+            log.info("txid %s replays %d dead letter(s)", txid, len(taken))
+        self._decided = max(self._decided, txid)
+        if change is None:
+            return order
+        return replace(order, removed=frozenset(change.removed), replayed=change.replayed)
+
+    def _store_change(self, txid: int, change: BatchChange, what: str) -> None:
+        changes = self._changes
+        assert changes is not None  # noqa: S101 - opened
+        self._failures.with_backend(what, lambda: changes.put(txid, change))
+        self._batches[txid] = change
+
+    def emitted(self, txid: int, results: Iterable[EmitResult]) -> None:
+        """An emission of ``txid`` left tuples out: keep their stream and values in the records."""
+        for result in results:
+            for place, (stream, values) in result.dropped.items():
+                record_id = self._record_id(txid, place)
+                read = functools.partial(self.store.get, record_id)
+                record = self._failures.with_backend("reading a dead letter", read)
+                origin = record.origin if record is not None else None
+                if record is None or not isinstance(origin, BatchOrigin) or origin.values:
+                    continue
+                known = replace(record, origin=replace(origin, stream=stream, values=values))
+                write = functools.partial(self.store.put, known)
+                self._failures.with_backend(f"keeping the values of dead letter {record_id}", write)
+
+    def committed(self, txid: int) -> None:
+        """``txid`` committed: its replayed records are done; suspects count afresh."""
+        self._finish(txid)
+        self.tracker.committed()
+
+    def _finish(self, txid: int) -> None:
+        """``txid`` committed: delete the records it replayed (unless it dead-lettered them)."""
+        change = self._batches.pop(txid, None)
+        if change is None:
+            return
+        done = [
+            record_id
+            for k, (record_id, _stream, _values) in enumerate(change.replayed)
+            if lineage(REPLAYED, k) not in change.removed
+        ]
+        if done:
+            deleted = self._failures.with_backend(
+                f"deleting the dead letters txid {txid} replayed", lambda: self.store.delete(done)
+            )
+            self.held -= len(deleted)
+            self._joined.difference_update(done)
+            gone = set(done)
+            for shown in [s for s in self.last if s["id"] in gone]:
+                self.last.remove(shown)
+        changes = self._changes
+        assert changes is not None  # noqa: S101
+        what = f"dropping txid {txid}'s batch change"
+        self._failures.with_backend(what, lambda: changes.drop([txid]))
+
+    def _record_id(self, txid: int, place: int) -> str:
+        slot, index = place_of(place)
+        if slot == REPLAYED:
+            change = self._batches.get(txid)
+            if change is not None and index < len(change.replayed):
+                return change.replayed[index][0]
+        name = "partition" if self._kind != PLAIN else "emitter-task"
+        return batch_record_id(self._tid, txid, name, slot, index)
+
+    # ----------------------------------------------------------------- a failed attempt
+    def isolate(
+        self, txid: int, processing: bool, error: TaskError | None, traceback: str | None
+    ) -> Verdict:
+        """An attempt of ``txid`` failed: leave the emitted tuple it failed on out, if poison.
+
+        Steps, each before the next (``KillPoint``s ``deadletter-*``):
+
+        1. Find the suspect: the failing tuple's lineage, in the processing phase of a spout
+           whose replays are identical.
+        2. Count the failed attempt against it; at ``topology.deadletter.after.failures`` (at
+           once if the store holds its record) it is poison; above ``topology.deadletter.max``
+           records the topology stops instead.
+        3. Write its record, committed (``deadletter-decided`` before, ``deadletter-recorded``
+           after).
+        4. Store the removal with ``txid``'s batch change (``deadletter-excluded`` after).
+           The caller fails the attempt as usual: ``txid`` is emitted again, without it.
+        """
+        if not self.isolating or error is None:
+            return Verdict(False)
+        failing = error.failing
+        root = failing.root if failing is not None else None
+        trees = failing.trees if failing is not None else 0
+        why = why_not_poison(error.types, root, trees, "emitted batch tuple", _NO_LINEAGE)
+        if why is None and not processing:
+            why = (
+                f"txid {txid} failed in its commit phase, where committers may already have "
+                "written it: leaving a tuple out now would not take it out of what they wrote"
+            )
+        if why is None and self._kind == OPAQUE:
+            why = (
+                "an opaque spout may emit a different batch when it replays a txid, so the "
+                "tuple cannot be left out of its replays"
+            )
+        if why is not None or failing is None:
+            return Verdict(False, why)
+        place = failing.root
+        record_id = self._record_id(txid, place)
+        held = self._failures.with_backend(
+            "reading a dead letter", lambda: self.store.get(record_id)
+        )
+        suspect = self.tracker.failed(
+            record_id, error.component, known=held is not None and held.state == DEAD
+        )
+        if not self.tracker.is_poison(suspect):
+            return Verdict(False)
+        if held is None and self.held >= self._tc.deadletter_max:
+            where = f"component {error.component!r} task {error.task}"
+            limit = self._tc.deadletter_max
+            text = poison_limit_error(self._name, self.held, limit, where, error.cause)
+            raise TopologyFailedError(
+                text, component=error.component, task=error.task, txid=txid, cause=error.cause
+            )
+        self._kill(KillPoint.DEADLETTER_DECIDED, txid)
+        slot, index = place_of(place)
+        slot_name = "partition" if self._kind != PLAIN else "emitter-task"
+        if slot == REPLAYED:
+            slot_name = "replayed"
+        record = DeadLetter.first(
+            self._tid,
+            "transactional",
+            error.component,
+            error.task,
+            failing.task_index,
+            FailedTuple(
+                failing.source_component,
+                failing.source_task,
+                failing.stream,
+                failing.values,
+                failing.text,
+            ),
+            BatchOrigin(txid, slot_name, slot if slot != REPLAYED else 0, index),
+            error.types,
+            error.message,
+            traceback,
+            txid=txid,
+            attempts=suspect.failures,
+            at=suspect.last_seen,
+            record_id=record_id,
+        )
+        if held is not None:
+            record = held.again(record)
+        else:
+            record = replace(record, first_seen=suspect.first_seen)
+        self._failures.with_backend(
+            f"recording dead letter {record_id}", lambda: self.store.put(record)
+        )
+        self._kill(KillPoint.DEADLETTER_RECORDED, txid)
+        change = self._batches.get(txid) or BatchChange()
+        if place not in change.removed:
+            change = change._replace(removed=(*change.removed, place))
+            self._store_change(txid, change, f"storing what txid {txid} leaves out")
+        self._kill(KillPoint.DEADLETTER_EXCLUDED, txid)
+        self.tracker.isolated(suspect)
+        self.held += held is None
+        self.dead_lettered[error.component] += 1
+        self._stats.add(error.component, dead_lettered=1)
+        self.last.appendleft(summary(record))
+        log.warning(
+            "dead-lettered %s after %d failed attempt(s): %s raised %s on %s (record %s)",
+            record.origin.describe(),
+            suspect.failures,
+            error.component,
+            error.type_name,
+            failing.text,
+            record_id,
+        )
+        return Verdict(True)
+
+    def _kill(self, point: KillPoint, txid: int) -> None:
+        if self._faults is not None:
+            self._faults.on_driver(point, txid)
+
+    # ----------------------------------------------------------------- reading
+    def status(self) -> dict[str, Any]:
+        """What ``status()`` and dashboards show: policy, records held, counts, the last few."""
+        return {
+            "policy": self._tc.deadletter_policy,
+            "held": self.held,
+            "dead_lettered": dict(self.dead_lettered),
+            "replaying": len(self._queue) + len(self._joined),
+            "last": list(self.last),
+        }
