@@ -26,7 +26,6 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-from examples.corpus import sentence, words
 from providers import KeyValueState, StateFactory, get_provider, provider_name
 from recovery import checkpoint_status
 from statefulbolts import (
@@ -41,6 +40,8 @@ from statefulbolts import (
     TopologyBuilder,
 )
 from statefulbolts.namespaces import TaskNamespace, topology_prefix
+
+from .corpus import sentence, words
 
 
 class SentenceSpout(Spout):
