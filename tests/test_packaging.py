@@ -195,6 +195,7 @@ def test_the_metadata_names_the_licence_the_urls_and_the_pyspark_range(
     shown = installed.run("-m", "pip", "show", "--verbose", "statefulbolts").stdout
     assert f"Location: {installed.target}" in shown
     assert "License-Expression: Apache-2.0" in shown
+    assert "Home-page: https://github.com/statefulbolts/statefulbolts" in shown
     assert "Source, https://github.com/statefulbolts/statefulbolts" in shown
 
 
