@@ -15,35 +15,31 @@ ROOT = Path(__file__).resolve().parent.parent
 NO_SERVERS = ROOT / "tests" / "no_servers"
 
 
-def _collected(*args: str) -> set[str]:
+def test_the_fast_selection_leaves_out_fixture_users_and_redis_parameters() -> None:
+    files = ["tests/test_spark_session.py", "tests/test_deadletter_cli.py"]
     result = subprocess.run(
-        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "--collect-only", "-q", *args],
+        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "--collect-only", "-q"]
+        + ["-m", "not spark and not redis and not slow", *files],
         cwd=ROOT,
         capture_output=True,
         text=True,
         timeout=300,
     )
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-    return {line.partition("::")[2] for line in result.stdout.splitlines() if "::" in line}
-
-
-def test_users_of_the_spark_fixture_are_marked_spark_without_a_mark_of_their_own() -> None:
-    assert _collected("-m", "spark", "tests/test_spark_session.py") == {
-        # the spark fixture, marked by tests/conftest.py
-        "test_the_shared_local_session_got_loopback_and_the_jvm_options",
-        "test_the_shared_local_session_talks_to_its_workers_over_unix_sockets",
-        "test_local_workers_run_under_the_quiet_daemon",
-        # a subprocess that starts Spark: its own mark
-        "test_runs_end_without_worker_tracebacks",
+    fast = [line.partition("::") for line in result.stdout.splitlines() if "::" in line]
+    # Left out: the users of the spark fixture (marked by tests/conftest.py, no mark of their
+    # own) and the subprocess that starts Spark (its own mark).
+    assert {name for path, _, name in fast if path == files[0]} == {
+        "test_local_jvm_runs_c1_only_unless_the_user_chose_options",
+        "test_loopback_settings_keep_what_the_user_set",
+        "test_python_workers_use_unix_sockets_unless_the_user_chose",
+        "test_local_masters_retry_tasks_like_a_cluster",
+        "test_a_worker_freezes_what_outlives_its_tasks_once",
     }
-
-
-def test_a_redis_parameter_is_marked_redis_and_its_siblings_are_not() -> None:
-    fast = _collected("-m", "not spark and not redis", "tests/test_deadletter_cli.py")
-    assert any(name.endswith("[sqlite]") for name in fast)
-    assert not any(name.endswith("[redis]") for name in fast)
-    with_redis = _collected("-m", "redis", "tests/test_deadletter_cli.py")
-    assert with_redis and all(name.endswith("[redis]") for name in with_redis)
+    # A store fixture's redis parameter is left out, its sqlite sibling kept.
+    cases = [name for path, _, name in fast if path == files[1]]
+    assert any(name.endswith("[sqlite]") for name in cases)
+    assert not any(name.endswith("[redis]") for name in cases)
 
 
 def test_the_stand_ins_fail_naming_the_mark_to_add() -> None:
