@@ -173,7 +173,7 @@ def committed_counts(conf: dict[str, Any], name: str) -> collections.Counter[str
 # --------------------------------------------------------------------------- the demo
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m examples.crash_recovery", description=__doc__.split("\n")[0]
+        prog=f"python -m {__package__}.crash_recovery", description=__doc__.split("\n")[0]
     )
     parser.add_argument("--kills", type=int, default=4, help="driver kills (default 4)")
     parser.add_argument("--seed", type=int, default=7, help="seed of the kill plan (default 7)")

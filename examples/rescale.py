@@ -179,7 +179,7 @@ def check(
 # --------------------------------------------------------------------------- the demo
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m examples.rescale", description=__doc__.split("\n")[0]
+        prog=f"python -m {__package__}.rescale", description=__doc__.split("\n")[0]
     )
     parser.add_argument("--seed", type=int, default=7, help="seed of the kills (default 7)")
     parser.add_argument("--sentences", type=int, default=300, help="new sentences per step")

@@ -393,7 +393,7 @@ def plan(rng: random.Random, kills: int) -> list[str]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m examples.transactional_crash", description=__doc__.split("\n")[0]
+        prog=f"python -m {__package__}.transactional_crash", description=__doc__.split("\n")[0]
     )
     parser.add_argument(
         "--kills", type=int, default=len(KINDS), help=f"kills (default {len(KINDS)})"

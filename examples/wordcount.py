@@ -196,7 +196,7 @@ def committed_counts(conf: Mapping[str, Any], name: str) -> dict[str, int]:
 def main(argv: list[str] | None = None, *, spark: Any = None) -> int:
     """Run the word count and check it (on ``spark``, a SparkSession, when given)."""
     parser = argparse.ArgumentParser(
-        prog="python -m examples.wordcount", description=__doc__.split("\n")[0]
+        prog=f"python -m {__package__}.wordcount", description=__doc__.split("\n")[0]
     )
     parser.add_argument(
         "--sentences", type=int, default=2000, help="sentences to count (default 2000)"
