@@ -228,6 +228,8 @@ def test_only_the_installed_files_are_imported_and_no_top_level_examples(
 
 
 def test_the_word_count_and_the_sqlite_state_tour_run_from_the_wheel(installed: Installed) -> None:
+    usage = installed.run("-m", "statefulbolts.examples.wordcount", "--help").stdout
+    assert usage.startswith("usage: python -m statefulbolts.examples.wordcount ")
     conf = installed.target / "statefulbolts/examples/conf/sqlite.json"
     out = installed.run(
         "-m", "statefulbolts.examples.wordcount", "--sentences", SENTENCES, "--json", "--conf", conf
