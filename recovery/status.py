@@ -85,7 +85,7 @@ class CheckpointStatus:
 
 
 def recovery_actions(saved: CheckPointState | None) -> list[str]:
-    """What the checkpoint spout runs on start from ``saved`` (STORM-PROTOCOL section 1.3).
+    """What the checkpoint spout runs on start from ``saved`` (docs/protocol/checkpoint.md).
 
     ``PREPARING(t)``: ROLLBACK(t), INITSTATE(t-1); ``COMMITTING(t)``: COMMIT(t), INITSTATE(t);
     ``COMMITTED(t)``: INITSTATE(t); nothing saved: INITSTATE(-1).
