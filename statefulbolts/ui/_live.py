@@ -92,10 +92,10 @@ class LiveFigures:
                 per_s = found.values.get((cid, index)) if found is not None else None
                 task["rates"][name] = _per_second(per_s)
                 capacity = per_s.get("seconds") if per_s is not None and busy else None
-                task["capacity"][name] = _round(capacity)
+                task["capacity"][name] = _round(capacity, 6)
                 if capacity is not None:
                     shown = comp["capacity"][name]
-                    comp["capacity"][name] = _round(max(capacity, shown or 0.0))
+                    comp["capacity"][name] = _round(max(capacity, shown or 0.0), 6)
             comp["tasks"].append(task)
         for comp in components.values():
             comp["rates"] = {
