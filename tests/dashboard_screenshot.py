@@ -7,8 +7,8 @@ Spark UI on (bound to 127.0.0.1 like every local Spark address). Its counter fai
 transaction's job for good once (every Spark attempt of it raises), so the page shows a
 recovery (the ROLLBACK, the INITSTATE, the retried transaction) and an error with its
 traceback; ``topology.max.spout.pending`` bounds the pending trees the page shows against it.
-When the topology is idle, headless Chromium takes the picture (1400x1000): the rates, the
-task rows, capacity and the history charts.
+When the topology is idle, headless Chromium takes the picture (1400x1300): the rates, the
+task rows, capacity, the history charts and the error.
 """
 
 from __future__ import annotations
@@ -45,7 +45,7 @@ def main(argv: list[str]) -> int:
             handle.await_idle(300)
             url = handle.ui_url
             assert url is not None
-            screenshot(url, out)
+            screenshot(url, out, size=(1400, 1300))
         finally:
             handle.kill()
     print(f"wrote {out}")

@@ -102,8 +102,19 @@ function fmtBytes(n) {
   return `${(n / 1024 / 1024).toFixed(1)} MiB`;
 }
 
+// A duration axis tick (powers of ten): 10 s, 100 ms, 1 ms, 10 µs.
 function fmtAxisSeconds(s) {
-  return s === 0 ? "0" : fmtSeconds(s);
+  const round = (v) => Number(v.toPrecision(3));
+  if (s >= 1) return `${round(s)} s`;
+  if (s >= 0.001) return `${round(s * 1000)} ms`;
+  return `${round(s * 1e6)} µs`;
+}
+
+// The powers of ten between a log scale's ends: its ticks and grid lines.
+function decades(u, axis, min, max) {
+  const out = [];
+  for (let p = Math.ceil(Math.log10(min)); p <= Math.floor(Math.log10(max)); p++) out.push(10 ** p);
+  return out;
 }
 
 function windowLabel(name) {
@@ -299,7 +310,7 @@ function renderCards(s) {
     setText("pending", `${active.length}${limit}`);
     setText("pending-sub", (active.length ? `txids ${active.join(", ")}` : "none in flight") + full);
   } else {
-    setText("pending-label", "Pending tuple trees");
+    setText("pending-label", "Pending trees");
     setText("pending", `${fmtInt(s.pending_trees)}${limit}`);
     const bound = bp.limit ? full : " · no limit (topology.max.spout.pending)";
     setText("pending-sub", `awaiting commit: ${fmtInt((s.status || {}).awaiting_commit)}${bound}`);
@@ -332,7 +343,11 @@ function renderThroughput(s) {
     return;
   }
   setText("throughput", `${fmtRate(total.emitted)}/s`);
-  setText("throughput-sub", `trees acked ${fmtRate(total.acked)}/s · failed ${fmtRate(total.failed)}/s`);
+  if (s.kind === "transactional") {
+    setText("throughput-sub", `executed ${fmtRate(total.executed)}/s`);
+  } else {
+    setText("throughput-sub", `trees acked ${fmtRate(total.acked)}/s · failed ${fmtRate(total.failed)}/s`);
+  }
 
 }
 
@@ -416,8 +431,9 @@ function chartWidth(root) {
   return Math.max(280, root.clientWidth || root.parentElement.clientWidth - 32);
 }
 
-// Draw (or redraw) one uPlot chart in ``root``: x is Unix seconds, one series per name.
-function drawChart(root, key, series, data, yLabel, yFormat) {
+// Draw (or redraw) one uPlot chart in ``root``: x is Unix seconds, one series per name; ``y``
+// is the y scale's options, ``splits`` the y ticks (uPlot's own when undefined).
+function drawChart(root, key, series, data, yLabel, yFormat, y, splits) {
   const signature = JSON.stringify(series.map((s) => s.label));
   let chart = charts.get(key);
   if (chart && chart.signature !== signature) {
@@ -436,12 +452,14 @@ function drawChart(root, key, series, data, yLabel, yFormat) {
     height: 170,
     legend: { live: false },
     cursor: { drag: { x: false, y: false } },
-    scales: { x: { time: true } },
+    scales: { x: { time: true }, y },
     axes: [
       { stroke: "#6b7385", grid: { stroke: "#eef1f5" }, ticks: { stroke: "#dfe3ea" } },
       {
         stroke: "#6b7385", grid: { stroke: "#eef1f5" }, ticks: { stroke: "#dfe3ea" }, size: 64,
-        label: yLabel, labelSize: 16, values: (u, splits) => splits.map(yFormat),
+        label: yLabel, labelSize: 16, splits,
+        // uPlot hands ticks it leaves unlabelled (no room) as null.
+        values: (u, ticks) => ticks.map((v) => (v === null ? null : yFormat(v))),
       },
     ],
     series: [{ label: "time" }, ...series],
@@ -461,7 +479,8 @@ function renderDurations(points) {
   for (const p of points) if (p.ok && !actions.includes(p.action)) actions.push(p.action);
   const failed = points.some((p) => !p.ok);
   const xs = points.map((p) => p.at);
-  const column = (keep) => points.map((p) => (keep(p) ? p.seconds : null));
+  // A log scale: a recovery's seconds and a commit's milliseconds on one chart (never 0).
+  const column = (keep) => points.map((p) => (keep(p) ? Math.max(p.seconds, 1e-6) : null));
   // A frequent action reads as a line; a rare one (a recovery's) as its points alone.
   const series = actions.map((a) => {
     const n = points.filter((p) => p.ok && p.action === a).length;
@@ -475,7 +494,7 @@ function renderDurations(points) {
     data.push(column((p) => !p.ok));
   }
   setText("durations-note", points.length ? `the last ${points.length}, by action` : "none yet");
-  drawChart(root, "durations", series, data, "duration", fmtAxisSeconds);
+  drawChart(root, "durations", series, data, "duration", fmtAxisSeconds, { distr: 3 }, decades);
 }
 
 function renderSizes(sizes) {
@@ -503,7 +522,8 @@ function renderSizes(sizes) {
     label: cid, stroke: SIZE_COLORS[k % SIZE_COLORS.length], width: 1.5, spanGaps: true,
     points: { show: true, size: 4, fill: SIZE_COLORS[k % SIZE_COLORS.length] },
   }));
-  drawChart(root, "sizes", series, [xs, ...ys], "bytes", fmtBytes);
+  const top = (u, min, max) => [0, max > 0 ? max * 1.15 : 1];
+  drawChart(root, "sizes", series, [xs, ...ys], "bytes", fmtBytes, { range: top });
 }
 
 window.addEventListener("resize", () => {
