@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 import topologies as topo
 from outage_topologies import burst_wordcount
+from ui_browser import dump_dom
 from ui_topologies import scrape, snapshot, value
 
 from examples.wordcount import expected_counts
@@ -192,3 +193,10 @@ def test_a_foreign_host_header_gets_400_and_no_data(run: Any, path: str) -> None
     for host in (f"127.0.0.1:{port}", f"localhost:{port}", "LOCALHOST", f"[::1]:{port}"):
         status, body = _request(url, host, path)
         assert status == 200, (host, path, body[:200])
+
+
+def test_a_link_chooses_the_ten_minute_window(run: Any) -> None:
+    dom = dump_dom(run["url"] + "?window=10m")
+    assert 'data-window="10m" class="on"' in dom
+    assert "rates and capacity over the last 10 min" in dom
+    assert "Emitted <span class=\"window-name\">· 10 min</span>" in dom

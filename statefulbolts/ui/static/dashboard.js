@@ -533,15 +533,23 @@ window.addEventListener("resize", () => {
   }
 });
 
-for (const button of document.querySelectorAll(".window-switch button")) {
-  button.addEventListener("click", () => {
-    rateWindow = button.dataset.window;
-    for (const b of document.querySelectorAll(".window-switch button")) {
-      b.classList.toggle("on", b === button);
-    }
-    if (latest) render(latest);
-  });
+function chooseWindow(name) {
+  rateWindow = name;
+  for (const b of document.querySelectorAll(".window-switch button")) {
+    b.classList.toggle("on", b.dataset.window === name);
+  }
+  const url = new URL(window.location.href);
+  url.searchParams.set("window", name);
+  window.history.replaceState(null, "", url);
+  if (latest) render(latest);
 }
+
+for (const button of document.querySelectorAll(".window-switch button")) {
+  button.addEventListener("click", () => chooseWindow(button.dataset.window));
+}
+// A link may name the window: ?window=10m.
+const asked = new URLSearchParams(window.location.search).get("window");
+if (asked === "1m" || asked === "10m") chooseWindow(asked);
 
 function renderTransactions(txs) {
   drawTimeline(txs.slice(0, TIMELINE_BARS).reverse());
