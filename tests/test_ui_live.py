@@ -18,11 +18,12 @@ import pytest
 import topologies as topo
 from outage_topologies import burst_wordcount
 from ui_browser import dump_dom
-from ui_topologies import scrape, snapshot, value
+from ui_topologies import scrape, snapshot, value, wait_for
 
 from examples.wordcount import expected_counts
 from statefulbolts.clock import ManualClock
 from statefulbolts.runtime import LocalCluster
+from statefulbolts.ui import DashboardServer
 from statefulbolts.ui._live import LiveFigures
 
 pytestmark = pytest.mark.spark
@@ -200,3 +201,21 @@ def test_a_link_chooses_the_ten_minute_window(run: Any) -> None:
     assert 'data-window="10m" class="on"' in dom
     assert "rates and capacity over the last 10 min" in dom
     assert "Emitted <span class=\"window-name\">· 10 min</span>" in dom
+
+
+def test_the_sampler_samples_without_a_reader_and_stops_with_the_server(run: Any) -> None:
+    clock = ManualClock()
+    server = DashboardServer(run["handle"].runner, run["topology"], port=0, clock=clock)
+    before = {t.ident for t in threading.enumerate()}
+    server.start()
+    try:
+        history = server.live.history
+        wait_for(lambda: history.times("1m") == [0.0], 30, "the sampler's first sample")
+        clock.advance(5000)
+        wait_for(lambda: history.times("1m") == [0.0, 5.0], 30, "a sample 5 s later")
+        assert history.times("10m") == [0.0]  # its step is 10 s
+    finally:
+        server.stop()
+    # Its threads (uvicorn's, the sampler) are gone with it.
+    left = [t.name for t in threading.enumerate() if t.ident not in before]
+    assert left == [] and not server.running

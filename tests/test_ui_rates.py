@@ -69,9 +69,11 @@ def test_samples_are_spaced_and_bounded() -> None:
     history: CounterHistory[str] = CounterHistory({"1m": 60.0, "10m": 600.0})
     for tenth in range(0, 20_000):  # ten samples offered a second for 2000 s
         history.record(tenth / 10, {"a": {"n": tenth}})
-    kept = {name: len(samples) for name, samples in history._samples.items()}
+    kept = {name: history.times(name) for name in ("1m", "10m")}
     # One sample a step (1 s, 10 s), a window's worth and the one before it.
-    assert kept == {"1m": STEPS + 1, "10m": STEPS + 1}
+    assert kept["1m"] == [float(t) for t in range(1939, 2000)]
+    assert kept["10m"] == [float(t) for t in range(1390, 2000, 10)]
+    assert len(kept["1m"]) == len(kept["10m"]) == STEPS + 1
 
 
 def test_windows_must_be_positive() -> None:

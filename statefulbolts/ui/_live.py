@@ -67,6 +67,11 @@ class LiveFigures:
         """Each window's name and length in seconds."""
         return self._history.windows
 
+    @property
+    def history(self) -> CounterHistory[_TaskKey]:
+        """The samples taken so far."""
+        return self._history
+
     def _now(self) -> float:
         return self._clock.now_ms() / 1000.0
 

@@ -77,6 +77,11 @@ class CounterHistory(Generic[K]):
         """Each window's name and length in seconds."""
         return dict(self._windows)
 
+    def times(self, name: str) -> list[float]:
+        """When the samples window ``name`` keeps were taken, oldest first."""
+        with self._lock:
+            return [at for at, _ in self._samples[name]]
+
     def record(self, now: float, counters: Counters[K]) -> None:
         """Keep ``counters`` (the totals at ``now``, seconds) where a window is due a sample."""
         copy: dict[K, dict[str, float]] | None = None
