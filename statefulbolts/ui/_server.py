@@ -12,9 +12,9 @@ Every route answers only requests whose ``Host`` names the dashboard (``_hosts``
 names, the configured host); the others get 400. Bound beyond loopback (``0.0.0.0``), the
 server says so in one warning: the page shows errors and tracebacks, with no login.
 
-A sampler thread records the runner's per-task counters every ``SAMPLE_SECONDS`` of the
-runner's clock (``LiveFigures``), so the rates of the last minute and ten minutes are there
-when the page opens.
+A sampler thread records the runner's per-task counters every ``SAMPLE_SECONDS`` (stamped
+with the runner's clock, or the one given: ``LiveFigures``), so the rates of the last minute
+and ten minutes are there when the page opens.
 
 ``DashboardServer.start`` binds the socket itself before the thread starts, so a port in use
 fails in the caller's thread with an error naming it, and port 0 (a free port) is known at once
