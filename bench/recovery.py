@@ -210,9 +210,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     args.sizes = [int(s) for s in args.sizes.split(",") if s.strip()]
 
-    import redis
-
     from bench._redis import start_redis
+    from providers.redis import connect
     from statefulbolts.runtime import build_session
 
     server = start_redis()
@@ -223,7 +222,7 @@ def main(argv: list[str] | None = None) -> int:
         spark = build_session(args.master, app_name="statefulbolts-bench-recovery")
         session_start = time.perf_counter() - started
         rows = run_all(spark, conf, args)
-        client = redis.Redis(host="127.0.0.1", port=server.port)
+        client = connect({"host": "127.0.0.1", "port": server.port}, purpose="bench")
         memory_mb = int(client.info("memory")["used_memory"]) / 2**20
         client.close()
         result = {

@@ -22,6 +22,11 @@ none, as in Jedis. When a pool and a cluster are both configured the pool wins, 
 Errors are ``ProviderConfigError`` naming the field as a dotted path and what is allowed.
 Passwords, and URLs since they may carry one, are ``SecretStr``: they never appear in a repr, a log
 line or an error message.
+
+The same model validates every other Redis address in the project (a stream spout's URL or
+host, a ``RedisBackingMap``'s URL): ``redis_endpoint_of`` turns a URL or a mapping of
+``redisConfig`` fields into a ``RedisEndpoint`` with the same rules and messages, and
+``providers.redis.connect`` makes the client.
 """
 
 from __future__ import annotations
@@ -32,7 +37,7 @@ import json
 import logging
 from collections.abc import Mapping
 from typing import Annotated, Any
-from urllib.parse import unquote, urlsplit
+from urllib.parse import unquote, urlsplit, urlunsplit
 
 from pydantic import (
     BaseModel,
@@ -58,6 +63,8 @@ __all__ = [
     "RedisPoolConfig",
     "StateProviderConfig",
     "parse_provider_config",
+    "redacted_url",
+    "redis_endpoint_of",
 ]
 
 log = logging.getLogger(__name__)
@@ -217,6 +224,64 @@ def _split_url(url: str) -> dict[str, Any]:
     }
 
 
+def redacted_url(url: str) -> str:
+    """``url`` with its password (if any) replaced by ``***``: for messages and logs.
+
+    Example:
+        >>> redacted_url("redis://app:s3cret@10.0.0.5:6379/0"), redacted_url("redis://h:1/0")
+        ('redis://app:***@10.0.0.5:6379/0', 'redis://h:1/0')
+    """
+    try:
+        parts = urlsplit(url)
+        password = parts.password
+    except ValueError:
+        return "<a URL that cannot be parsed>"
+    if password is None:
+        return url
+    user, _, host = parts.netloc.rpartition("@")
+    name = user.split(":", 1)[0]
+    return urlunsplit(parts._replace(netloc=f"{name}:***@{host}"))
+
+
+def redis_endpoint_of(
+    target: str | Mapping[str, Any], *, where: str, timeout_ms: int = DEFAULT_TIMEOUT_MS
+) -> RedisEndpoint:
+    """The server a URL or a mapping of ``redisConfig`` fields names, validated as the provider's.
+
+    Args:
+        target: ``redis://[[user]:password@]host[:port][/db]`` (``rediss://`` for TLS), or
+            ``{"host": ..., "port": ..., "database": ..., "timeout": ...}`` and the other
+            ``redisConfig`` fields.
+        where: who was given it, for messages (``RedisStreamSpout``, ``RedisBackingMap``).
+        timeout_ms: the socket timeout when ``target`` sets none (0: none).
+
+    Raises:
+        ProviderConfigError: naming ``where`` and the field; never the password.
+
+    Example:
+        >>> redis_endpoint_of("rediss://:pw@10.0.0.5/2", where="doc").address
+        '10.0.0.5:6379'
+        >>> endpoint = redis_endpoint_of({"host": "h", "port": 7000}, where="doc", timeout_ms=0)
+        >>> endpoint.address, endpoint.timeout_s
+        ('h:7000', None)
+    """
+    if isinstance(target, str):
+        try:
+            parts = _split_url(target)
+        except ValueError as exc:
+            msg = f"{where}: {redacted_url(target)!r} is not a Redis URL: {exc}"
+            raise ProviderConfigError(msg) from None
+        return RedisEndpoint(timeout_ms=timeout_ms, **parts)
+    if not isinstance(target, Mapping):
+        msg = f"{where}: expected a Redis URL or a mapping of redisConfig fields, got {target!r}"
+        raise ProviderConfigError(msg)
+    try:
+        config = RedisConfig.model_validate({"timeout": timeout_ms, **target})
+    except ValidationError as exc:
+        raise ProviderConfigError(_describe(exc, RedisConfig, where)) from None
+    return config.endpoint()
+
+
 class RedisClusterConfig(_Model):
     """Storm's ``jedisClusterConfig``: seed nodes of a Redis cluster."""
 
@@ -372,9 +437,11 @@ def parse_provider_config(conf: Mapping[str, Any] | None) -> StateProviderConfig
     return StateProviderConfig.parse((conf or {}).get(STATE_PROVIDER_CONFIG_KEY))
 
 
-def _model_at(path: tuple[str | int, ...]) -> type[BaseModel] | None:
+def _model_at(
+    path: tuple[str | int, ...], root: type[BaseModel] = StateProviderConfig
+) -> type[BaseModel] | None:
     """The model class that owns the field at ``path`` (for listing what is allowed there)."""
-    model: type[BaseModel] | None = StateProviderConfig
+    model: type[BaseModel] | None = root
     for part in path:
         if model is None or isinstance(part, int):
             return None
@@ -400,14 +467,21 @@ def _dotted(loc: tuple[str | int, ...]) -> str:
     return text
 
 
-def _describe(exc: ValidationError) -> str:
-    """One line per problem: the dotted field, what is wrong, what is allowed; never a secret."""
+def _describe(
+    exc: ValidationError,
+    root: type[BaseModel] = StateProviderConfig,
+    label: str = STATE_PROVIDER_CONFIG_KEY,
+) -> str:
+    """One line per problem: the dotted field, what is wrong, what is allowed; never a secret.
+
+    ``root`` is the model validated, ``label`` what the message starts with (whose config).
+    """
     lines = []
     for err in exc.errors(include_url=False, include_input=True):
         loc = tuple(err["loc"])
         where = _dotted(loc)
         if err["type"] == "extra_forbidden":
-            owner = _model_at(loc[:-1])
+            owner = _model_at(loc[:-1], root)
             allowed = _allowed(owner) if owner else []
             hint = difflib.get_close_matches(str(loc[-1]), allowed, n=1)
             line = f"unknown field {where!r}"
@@ -425,4 +499,4 @@ def _describe(exc: ValidationError) -> str:
             shown = f" (got {value!r:.80})"
         target = f"field {where!r}: " if where else ""
         lines.append(f"{target}{message}{shown}")
-    return f"{STATE_PROVIDER_CONFIG_KEY}: " + "; ".join(lines)
+    return f"{label}: " + "; ".join(lines)
