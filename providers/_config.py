@@ -23,6 +23,10 @@ Errors are ``ProviderConfigError`` naming the field as a dotted path and what is
 Passwords, and URLs since they may carry one, are ``SecretStr``: they never appear in a repr, a log
 line or an error message.
 
+``provider_config_fields`` is the one parse of the key's JSON (every provider, the serializer
+fields the state tool and the stored shape record, the system states' config): one place, one
+message, cached by text.
+
 The same model validates every other Redis address in the project (a stream spout's URL or
 host, a ``RedisBackingMap``'s URL): ``redis_endpoint_of`` turns a URL or a mapping of
 ``redisConfig`` fields into a ``RedisEndpoint`` with the same rules and messages, and
@@ -36,6 +40,7 @@ import functools
 import json
 import logging
 from collections.abc import Mapping
+from types import MappingProxyType
 from typing import Annotated, Any
 from urllib.parse import unquote, urlsplit, urlunsplit
 
@@ -49,11 +54,11 @@ from pydantic import (
     model_validator,
 )
 
-from providers._factory import STATE_PROVIDER_CONFIG_KEY
 from providers.errors import ProviderConfigError
 
 __all__ = [
     "DEFAULT_HOST",
+    "DEFAULT_PROVIDER",
     "DEFAULT_PORT",
     "DEFAULT_TIMEOUT_MS",
     "RedisClusterConfig",
@@ -61,13 +66,24 @@ __all__ = [
     "RedisConfig",
     "RedisEndpoint",
     "RedisPoolConfig",
+    "SERIALIZER_FIELDS",
+    "STATE_PROVIDER_CONFIG_KEY",
+    "STATE_PROVIDER_KEY",
     "StateProviderConfig",
     "parse_provider_config",
+    "provider_config_fields",
     "redacted_url",
     "redis_endpoint_of",
 ]
 
 log = logging.getLogger(__name__)
+
+STATE_PROVIDER_KEY = "topology.state.provider"
+STATE_PROVIDER_CONFIG_KEY = "topology.state.provider.config"
+DEFAULT_PROVIDER = "providers.memory.InMemoryKeyValueStateProvider"
+# The fields of the provider config that choose how keys and values are encoded (Storm's names);
+# every provider honours them (providers.resolve_serializers).
+SERIALIZER_FIELDS = ("keyClass", "valueClass", "keySerializerClass", "valueSerializerClass")
 
 DEFAULT_HOST = "localhost"
 DEFAULT_PORT = 6379
@@ -375,13 +391,7 @@ class StateProviderConfig(_Model):
             return cls()
         if isinstance(raw, str | bytes):
             return _parse_json(raw if isinstance(raw, str) else raw.decode("utf-8"))
-        if not isinstance(raw, Mapping):
-            msg = (
-                f"{STATE_PROVIDER_CONFIG_KEY} must be a JSON object string or a dict, "
-                f"got {type(raw).__name__}"
-            )
-            raise ProviderConfigError(msg)
-        return _validate(dict(raw))
+        return _validate(dict(provider_config_fields(raw)))
 
     def redis_endpoint(self) -> RedisEndpoint | RedisClusterEndpoint:
         """The Redis target: the pool config if any (Storm: the pool wins), else the cluster."""
@@ -410,6 +420,46 @@ _warned_both: set[RedisEndpoint] = set()
 
 @functools.lru_cache(maxsize=128)
 def _parse_json(text: str) -> StateProviderConfig:
+    return _validate(dict(provider_config_fields(text)))
+
+
+def provider_config_fields(raw: Any) -> Mapping[str, Any]:
+    """``topology.state.provider.config`` as a read-only mapping of its fields: the one parse.
+
+    Storm's JSON object string (or bytes), a mapping, or ``None`` / a blank string (no fields).
+    Every provider's own validation starts from this; so do the serializer fields the state tool
+    and the stored shape read. A JSON text is parsed once per process (cached by text).
+
+    Raises:
+        ProviderConfigError: not JSON (only the position is said: the text may hold a
+            password), not an object, or neither a string nor a mapping.
+
+    Example:
+        >>> provider_config_fields('{"valueClass": "int"}')["valueClass"]
+        'int'
+        >>> try:
+        ...     provider_config_fields("[1]")
+        ... except ProviderConfigError as exc:
+        ...     print(exc)
+        topology.state.provider.config must be a JSON object, got list
+    """
+    if raw is None:
+        return MappingProxyType({})
+    if isinstance(raw, bytes):
+        raw = raw.decode("utf-8", "replace")
+    if isinstance(raw, str):
+        return _json_fields(raw)
+    if not isinstance(raw, Mapping):
+        msg = (
+            f"{STATE_PROVIDER_CONFIG_KEY} must be a JSON object string or a dict, "
+            f"got {type(raw).__name__}"
+        )
+        raise ProviderConfigError(msg)
+    return MappingProxyType(dict(raw))
+
+
+@functools.lru_cache(maxsize=128)
+def _json_fields(text: str) -> Mapping[str, Any]:
     try:
         data = json.loads(text) if text.strip() else {}
     except json.JSONDecodeError as exc:
@@ -422,7 +472,7 @@ def _parse_json(text: str) -> StateProviderConfig:
     if not isinstance(data, dict):
         msg = f"{STATE_PROVIDER_CONFIG_KEY} must be a JSON object, got {type(data).__name__}"
         raise ProviderConfigError(msg)
-    return _validate(data)
+    return MappingProxyType(data)
 
 
 def _validate(data: dict[str, Any]) -> StateProviderConfig:

@@ -64,6 +64,7 @@ import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
+from statefulbolts._config import Config, read_setting
 from statefulbolts.collectors import SpoutOutputCollector
 from statefulbolts.components import OutputFieldsDeclarer, Spout
 from statefulbolts.context import TopologyContext
@@ -241,7 +242,7 @@ class RedisStreamSpout(Spout):
 
         self._reset()
         self._collector = collector
-        self._max_pending = int(conf.get("topology.max.spout.pending") or 0)
+        self._max_pending = read_setting(conf, Config.TOPOLOGY_MAX_SPOUT_PENDING) or 0
         self.stream = self.stream or conf.get(STREAM_KEY)
         if not self.stream:
             msg = (

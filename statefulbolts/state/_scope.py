@@ -19,7 +19,6 @@ file says.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -29,8 +28,10 @@ from providers import (
     STATE_PROVIDER_CONFIG_KEY,
     DriverOwnedStateProvider,
     KeyValueState,
+    ProviderConfigError,
     StateFactory,
     get_provider,
+    provider_config_fields,
     provider_name,
 )
 from statefulbolts.errors import StateNotFoundError, StateToolError
@@ -255,12 +256,8 @@ def driver_owned(conf: Mapping[str, Any]) -> DriverOwnedStateProvider | None:
 
 def serializer_fields(conf: Mapping[str, Any]) -> dict[str, Any]:
     """The key / value serializer fields set in the provider config (Storm's names)."""
-    raw = conf.get(STATE_PROVIDER_CONFIG_KEY)
-    if isinstance(raw, str | bytes):
-        try:
-            raw = json.loads(raw) if raw.strip() else {}
-        except json.JSONDecodeError:
-            raw = {}  # the provider reports a broken config in its own words when opened
-    if not isinstance(raw, Mapping):
-        return {}
-    return {k: raw[k] for k in SERIALIZER_FIELDS if raw.get(k) is not None}
+    try:
+        fields = provider_config_fields(conf.get(STATE_PROVIDER_CONFIG_KEY))
+    except ProviderConfigError:
+        return {}  # the provider reports a broken config when a state is opened
+    return {k: fields[k] for k in SERIALIZER_FIELDS if fields.get(k) is not None}
