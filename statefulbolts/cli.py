@@ -10,7 +10,9 @@
     statefulbolts deadletter list|show|replay|purge ...     (see statefulbolts.deadletter._cli)
 
 ``FUNCTION`` is called with no arguments and returns a ``StormTopology`` or a
-``TransactionalTopology`` (or their builders). The topology runs until it is idle (the default
+``TransactionalTopology`` (or their builders). ``MODULE`` is imported with the current
+directory first on the path, as ``python -m`` does, so ``run my_topology:build`` finds
+``./my_topology.py``. The topology runs until it is idle (the default
 for finite sources) or until interrupted, printing one line per transaction. ``--ui`` serves the
 live dashboard and ``/metrics`` while it runs (``statefulbolts.ui``) and prints their URL.
 
@@ -30,6 +32,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import signal
 import sys
 from typing import Any
@@ -338,9 +341,21 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _import_from_current_directory() -> None:
+    """Put the current directory first on ``sys.path``, as ``python -m`` does.
+
+    The ``statefulbolts`` script's own folder is first there instead, so without this a
+    topology module next to the user (``run my_topology:build``) could not be imported.
+    """
+    cwd = os.getcwd()
+    if not any(p in ("", ".") or os.path.abspath(p) == cwd for p in sys.path[:1]):
+        sys.path.insert(0, cwd)
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``statefulbolts`` command."""
     args = _parser().parse_args(argv)
+    _import_from_current_directory()
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     if getattr(args, "supervise", False) and min(args.max_restarts, args.backoff) < 0:
         print("error: --max-restarts and --backoff must not be negative", file=sys.stderr)
