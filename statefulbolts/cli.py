@@ -1,20 +1,21 @@
 """``statefulbolts`` command line.
 
-    statefulbolts run MODULE:FUNCTION [--conf FILE] [--name NAME] [--master URL] [--json]
+    statefulbolts run MODULE:ATTR [--conf FILE] [--name NAME] [--master URL] [--json]
                       [--timeout S] [--ui [PORT]] [--supervise [--max-restarts N]
                       [--backoff S] [--max-backoff S]]
     statefulbolts checkpoint status --conf FILE --topology NAME
-                      [--topology-module MODULE:FUNCTION] [--json]
+                      [--topology-module MODULE:ATTR] [--json]
     statefulbolts transactional status --conf FILE --id TRANSACTIONAL_ID [--json]
     statefulbolts state dump|get|export|import|verify ...   (see statefulbolts.state._cli)
     statefulbolts deadletter list|show|replay|purge ...     (see statefulbolts.deadletter._cli)
 
-``FUNCTION`` is called with no arguments and returns a ``StormTopology`` or a
-``TransactionalTopology`` (or their builders). ``MODULE`` is imported with the current
-directory first on the path, as ``python -m`` does, so ``run my_topology:build`` finds
-``./my_topology.py``. The topology runs until it is idle (the default
-for finite sources) or until interrupted, printing one line per transaction. ``--ui`` serves the
-live dashboard and ``/metrics`` while it runs (``statefulbolts.ui``) and prints their URL.
+``ATTR`` is a ``StormTopology`` or a ``TransactionalTopology`` (or their builder), or a function
+called with no arguments that returns one (``examples.wordcount:topology``). ``MODULE`` is
+imported with the current directory first on the path, as ``python -m`` does, so
+``run my_topology:build`` finds ``./my_topology.py``. The topology runs until it is idle (the
+default for finite sources) or until interrupted, printing one line per transaction. ``--ui``
+serves the live dashboard and ``/metrics`` while it runs (``statefulbolts.ui``) and prints their
+URL.
 
 ``--supervise`` runs the topology in a child process and restarts it when it crashes (see
 ``recovery.supervisor``); each restart is logged with the recovery actions the restarted driver
@@ -40,7 +41,7 @@ from typing import Any
 from providers import FATAL_STATE_ERRORS
 from recovery.supervisor import BAD_INPUT_EXIT_CODE, TIMEOUT_EXIT_CODE
 from statefulbolts._config import Config, load_config_file
-from statefulbolts._load import load_topology
+from statefulbolts._load import EXAMPLE_SPEC, load_topology
 from statefulbolts.deadletter._cli import add_deadletter_commands
 from statefulbolts.errors import (
     StateBackendError,
@@ -274,7 +275,11 @@ def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="statefulbolts", description=__doc__.split("\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
     run = sub.add_parser("run", help="run a topology until it is idle")
-    run.add_argument("topology", help="MODULE:FUNCTION returning a topology")
+    run.add_argument(
+        "topology",
+        help="MODULE:ATTR: a topology, or a function of no arguments returning one "
+        f"(e.g. {EXAMPLE_SPEC}); MODULE may be a .py file in the current directory",
+    )
     run.add_argument("--conf", help="JSON or YAML file of config keys")
     run.add_argument("--name", help="topology name (default: the module's last part)")
     run.add_argument(
@@ -321,7 +326,7 @@ def _parser() -> argparse.ArgumentParser:
     status.add_argument("--topology", required=True, help="topology name")
     status.add_argument(
         "--topology-module",
-        help="MODULE:FUNCTION of the topology, to list its stateful tasks (default for Redis: "
+        help="MODULE:ATTR of the topology, to list its stateful tasks (default for Redis: "
         "the tasks found in Redis)",
     )
     status.add_argument("--json", action="store_true", help="one JSON document")

@@ -19,6 +19,10 @@ from pathlib import Path
 
 import pytest
 
+from statefulbolts._load import EXAMPLE_SPEC, load_topology
+from statefulbolts.errors import TopologyError
+from statefulbolts.topology import StormTopology
+
 ROOT = Path(__file__).resolve().parent.parent
 
 # What pip writes for ``[project.scripts] statefulbolts = "statefulbolts.cli:main"``.
@@ -113,3 +117,56 @@ def test_a_topology_module_in_the_current_directory_is_found(script: Path, tmp_p
     assert done.returncode == 1, done.stderr  # found the module; nothing stored in memory
     status = json.loads(done.stdout)
     assert [t["namespace"] for t in status["tasks"]] == ["mine/count-0", "mine/count-1"]
+
+
+def test_the_hinted_example_loads_and_a_function_with_arguments_is_one_line(
+    script: Path, tmp_path: Path
+) -> None:
+    assert isinstance(load_topology(EXAMPLE_SPEC), StormTopology)
+    done = statefulbolts(
+        script, "run", "examples.wordcount:build", cwd=tmp_path, blocked=["pyspark"]
+    )
+    assert done.returncode == 2
+    assert done.stderr.splitlines() == [
+        "error: examples.wordcount:build takes arguments (sentences, parallelism=2, start=0); "
+        "expected a topology, its builder, or a function called with no arguments that returns "
+        f"one (e.g. {EXAMPLE_SPEC})"
+    ]
+
+
+@pytest.mark.parametrize(
+    ("spec", "what"),
+    [
+        ("examples.wordcount:WordCount", "() returned a value of type examples.wordcount.WordCount"),  # noqa: E501
+        ("statefulbolts.namespaces:RECORD_MARK", " is a value of type builtins.str"),
+        ("examples.wordcount:nothing", ": module 'examples.wordcount' has no attribute 'nothing'"),
+    ],
+)
+def test_an_attribute_that_makes_no_topology_is_named_with_what_was_expected(
+    spec: str, what: str
+) -> None:
+    with pytest.raises(TopologyError) as caught:
+        load_topology(spec)
+    assert str(caught.value) == (
+        f"{spec}{what}; expected a topology, its builder, or a function called with no "
+        f"arguments that returns one (e.g. {EXAMPLE_SPEC})"
+    )
+
+
+def test_a_topology_object_or_a_builder_is_taken_as_it_is(tmp_path: Path, monkeypatch) -> None:
+    write_module(
+        tmp_path,
+        "ready_made",
+        """\
+        from examples.wordcount import SentenceSpout, build
+        from statefulbolts import TopologyBuilder
+
+        TOPOLOGY = build(10)
+        BUILDER = TopologyBuilder()
+        BUILDER.set_spout("sentences", SentenceSpout(10), 1)
+        """,
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    assert sorted(load_topology("ready_made:TOPOLOGY").bolts) == ["count", "split"]
+    built = load_topology("ready_made:BUILDER")
+    assert isinstance(built, StormTopology) and not built.bolts and "sentences" in built.spouts
