@@ -34,8 +34,12 @@ import argparse
 import json
 import logging
 import os
+import platform
 import signal
 import sys
+import tomllib
+from importlib import metadata
+from pathlib import Path
 from typing import Any
 
 from providers import FATAL_STATE_ERRORS
@@ -271,8 +275,42 @@ def _cmd_transactional_status(args: argparse.Namespace) -> int:
     return 0 if status.found else FAILED_EXIT_CODE
 
 
+def package_version() -> str:
+    """This package's version: from its installed metadata, else from the source tree.
+
+    A checkout used without installing has no metadata; its ``pyproject.toml`` (next to the
+    package's folder) tells. ``"unknown"`` when neither does.
+    """
+    try:
+        return metadata.version("statefulbolts")
+    except metadata.PackageNotFoundError:
+        return _source_version(Path(__file__).resolve().parent.parent / "pyproject.toml")
+
+
+def _source_version(pyproject: Path) -> str:
+    try:
+        project = tomllib.loads(pyproject.read_text(encoding="utf-8")).get("project", {})
+    except (OSError, tomllib.TOMLDecodeError):
+        return "unknown"
+    if project.get("name") != "statefulbolts":
+        return "unknown"
+    return str(project.get("version", "unknown"))
+
+
+def _version_line() -> str:
+    try:
+        pyspark = metadata.version("pyspark")
+    except metadata.PackageNotFoundError:
+        pyspark = "not installed"
+    return (
+        f"statefulbolts {package_version()} (pyspark {pyspark}, "
+        f"Python {platform.python_version()})"
+    )
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="statefulbolts", description=__doc__.split("\n")[0])
+    parser.add_argument("--version", action="version", version=_version_line())
     sub = parser.add_subparsers(dest="command", required=True)
     run = sub.add_parser("run", help="run a topology until it is idle")
     run.add_argument(

@@ -11,14 +11,18 @@ from __future__ import annotations
 
 import json
 import os
+import platform
 import subprocess
 import sys
 import textwrap
+import tomllib
 from collections.abc import Sequence
+from importlib import metadata
 from pathlib import Path
 
 import pytest
 
+from statefulbolts import cli
 from statefulbolts._load import EXAMPLE_SPEC, load_topology
 from statefulbolts.errors import TopologyError
 from statefulbolts.topology import StormTopology
@@ -170,3 +174,26 @@ def test_a_topology_object_or_a_builder_is_taken_as_it_is(tmp_path: Path, monkey
     assert sorted(load_topology("ready_made:TOPOLOGY").bolts) == ["count", "split"]
     built = load_topology("ready_made:BUILDER")
     assert isinstance(built, StormTopology) and not built.bolts and "sentences" in built.spouts
+
+
+# --------------------------------------------------------------------------- --version
+def test_version_comes_from_the_package_metadata(script: Path, tmp_path: Path) -> None:
+    done = statefulbolts(script, "--version", cwd=tmp_path, blocked=["pyspark"])
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == (
+        f"statefulbolts {metadata.version('statefulbolts')} (pyspark "
+        f"{metadata.version('pyspark')}, Python {platform.python_version()})\n"
+    )
+
+
+def test_version_falls_back_to_the_source_tree(monkeypatch, tmp_path: Path) -> None:
+    def no_metadata(name: str) -> str:
+        raise metadata.PackageNotFoundError(name)
+
+    monkeypatch.setattr(metadata, "version", no_metadata)
+    with (ROOT / "pyproject.toml").open("rb") as f:
+        assert cli.package_version() == tomllib.load(f)["project"]["version"]
+    other = tmp_path / "pyproject.toml"
+    other.write_text('[project]\nname = "something-else"\nversion = "9"\n', encoding="utf-8")
+    assert cli._source_version(other) == "unknown"
+    assert cli._source_version(tmp_path / "missing.toml") == "unknown"
