@@ -38,13 +38,14 @@ import platform
 import signal
 import sys
 import tomllib
+from collections.abc import Mapping
 from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from providers import FATAL_STATE_ERRORS
+from providers import FATAL_STATE_ERRORS, get_provider
 from recovery.supervisor import BAD_INPUT_EXIT_CODE, TIMEOUT_EXIT_CODE
-from statefulbolts._config import Config, load_config_file
+from statefulbolts._config import Config, load_config_file, validate_config
 from statefulbolts._load import EXAMPLE_SPEC, load_topology
 from statefulbolts.deadletter._cli import add_deadletter_commands
 from statefulbolts.errors import (
@@ -105,10 +106,24 @@ def _print_done(summary: dict[str, Any], as_json: bool) -> None:
         print(f"  {comp}: {cells}")
 
 
-def _cmd_run(args: argparse.Namespace) -> int:
-    from statefulbolts.submitter import check_supervise, cluster_for_run
+def check_before_spark(conf: Mapping[str, Any]) -> None:
+    """Refuse, in a moment and before Spark starts, what would fail once it has started.
 
+    The topology config (``validate_config``) and the state provider: its class is imported
+    and its settings checked (``StateProvider.check_config``), without touching the store.
+
+    Raises:
+        ConfigError: a ``topology.*`` key has a wrong value.
+        ProviderConfigError, ProviderNotFoundError: the provider or its config is wrong.
+    """
+    validate_config(conf)
+    get_provider(conf).check_config(conf)
+
+
+def _cmd_run(args: argparse.Namespace) -> int:
     if args.supervise:
+        from statefulbolts.submitter import check_supervise
+
         check_supervise()
         return _supervise(args)
 
@@ -117,6 +132,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
         conf[Config.TOPOLOGY_UI_PORT] = args.ui
     topology = load_topology(args.topology)
     name = args.name or args.topology.partition(":")[0].rsplit(".", 1)[-1]
+    check_before_spark(conf)
+    from statefulbolts.submitter import cluster_for_run  # imports pyspark
 
     def progress(info: Any) -> None:
         _print_transaction(info.as_dict(), args.json)

@@ -197,3 +197,53 @@ def test_version_falls_back_to_the_source_tree(monkeypatch, tmp_path: Path) -> N
     other.write_text('[project]\nname = "something-else"\nversion = "9"\n', encoding="utf-8")
     assert cli._source_version(other) == "unknown"
     assert cli._source_version(tmp_path / "missing.toml") == "unknown"
+
+
+# --------------------------------------------------------------------------- before Spark
+# pyspark is made unimportable: a check that ran after Spark started would never be reached.
+REDIS = "providers.redis.RedisKeyValueStateProvider"
+
+
+@pytest.mark.parametrize(
+    ("conf", "error"),
+    [
+        (
+            {"topology.max.spout.pending": -5},
+            "error: invalid topology config: topology.max.spout.pending: Input should be "
+            "greater than or equal to 0 (got -5)",
+        ),
+        (
+            {
+                "topology.state.provider": REDIS,
+                "topology.state.provider.config": {"jedisPoolConfig": {"port": 70000}},
+            },
+            "error: topology.state.provider.config: field 'jedisPoolConfig.port': Input should "
+            "be less than or equal to 65535 (got 70000)",
+        ),
+        (
+            {
+                "topology.state.provider": "sqlite_state.SqliteKeyValueStateProvider",
+                "topology.state.extlib.dir": str(ROOT / "extlib"),
+                "topology.state.provider.config": {"path": "x.sqlite3", "timeout": "soon"},
+            },
+            "error: topology.state.provider.config: field 'timeout' must be milliseconds "
+            "(an int >= 0)",
+        ),
+        (
+            {"topology.state.provider.config": {"valueClass": "no.such.Class"}},
+            "error: valueClass 'no.such.Class': module 'no.such' could not be imported",
+        ),
+    ],
+    ids=["topology-key", "redis-config", "sqlite-config", "value-class"],
+)
+def test_a_bad_config_value_is_refused_before_spark_starts(
+    script: Path, tmp_path: Path, conf: dict[str, object], error: str
+) -> None:
+    path = write_conf(tmp_path, conf)
+    done = statefulbolts(
+        script, "run", EXAMPLE_SPEC, "--conf", str(path), cwd=tmp_path, blocked=["pyspark"]
+    )
+    assert done.returncode == 2, done.stderr
+    assert len(done.stderr.splitlines()) == 1, done.stderr
+    assert done.stderr.startswith(error), done.stderr
+    assert done.stdout == ""
