@@ -43,12 +43,13 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from providers import FATAL_STATE_ERRORS, get_provider
+from providers import FATAL_STATE_ERRORS, ProviderNotFoundError, get_provider, provider_name
 from recovery.supervisor import BAD_INPUT_EXIT_CODE, TIMEOUT_EXIT_CODE
 from statefulbolts._config import Config, load_config_file, validate_config
 from statefulbolts._load import EXAMPLE_SPEC, load_topology
 from statefulbolts.deadletter._cli import add_deadletter_commands
 from statefulbolts.errors import (
+    ConfigError,
     StateBackendError,
     StatefulBoltsError,
     TopologyError,
@@ -106,18 +107,53 @@ def _print_done(summary: dict[str, Any], as_json: bool) -> None:
         print(f"  {comp}: {cells}")
 
 
-def check_before_spark(conf: Mapping[str, Any]) -> None:
+def check_before_spark(conf: Mapping[str, Any], *, ui_flag: bool = False) -> None:
     """Refuse, in a moment and before Spark starts, what would fail once it has started.
 
-    The topology config (``validate_config``) and the state provider: its class is imported
-    and its settings checked (``StateProvider.check_config``), without touching the store.
+    The topology config (``validate_config``); the dashboard's optional dependencies when it
+    is asked for (``--ui`` or ``topology.ui.port``); the state provider: its class is
+    imported and its settings checked (``StateProvider.check_config``), without touching the
+    store. A missing optional dependency is named with the command that installs it.
 
     Raises:
-        ConfigError: a ``topology.*`` key has a wrong value.
+        ConfigError: a ``topology.*`` key has a wrong value, or an optional dependency the
+            config asks for is not installed.
         ProviderConfigError, ProviderNotFoundError: the provider or its config is wrong.
     """
-    validate_config(conf)
-    get_provider(conf).check_config(conf)
+    tc = validate_config(conf)
+    if tc.ui_port is not None:
+        try:
+            import statefulbolts.ui  # noqa: F401 - fails at once, naming the install command
+        except ImportError as exc:
+            msg = f"{'--ui' if ui_flag else Config.TOPOLOGY_UI_PORT}: {exc}"
+            raise ConfigError(msg) from exc
+    try:
+        provider = get_provider(conf)
+    except ProviderNotFoundError as exc:
+        missing = _missing_dependency(exc, provider_name(conf))
+        if missing is None:
+            raise
+        msg = f"state provider {provider_name(conf)!r}: {missing}"
+        raise ConfigError(msg) from exc
+    provider.check_config(conf)
+
+
+def _missing_dependency(exc: ProviderNotFoundError, dotted: str) -> str | None:
+    """What a provider module that exists failed to import, or ``None`` if it does not exist.
+
+    A provider module that is there but needs an optional package (``providers.redis`` needs
+    redis-py) raises an ``ImportError`` saying how to install it, caused by the
+    ``ModuleNotFoundError`` of the package.
+    """
+    error = exc.__cause__
+    if not isinstance(error, ImportError):
+        return None
+    if isinstance(error, ModuleNotFoundError) and dotted.startswith(f"{error.name}."):
+        return None  # the provider's own module (or its package) is not there
+    missing = error.__cause__
+    if isinstance(missing, ModuleNotFoundError) and str(missing) not in str(error):
+        return f"{error} ({missing})"
+    return str(error)
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
@@ -132,7 +168,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
         conf[Config.TOPOLOGY_UI_PORT] = args.ui
     topology = load_topology(args.topology)
     name = args.name or args.topology.partition(":")[0].rsplit(".", 1)[-1]
-    check_before_spark(conf)
+    check_before_spark(conf, ui_flag=args.ui is not None)
     from statefulbolts.submitter import cluster_for_run  # imports pyspark
 
     def progress(info: Any) -> None:

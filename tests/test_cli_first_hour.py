@@ -247,3 +247,49 @@ def test_a_bad_config_value_is_refused_before_spark_starts(
     assert len(done.stderr.splitlines()) == 1, done.stderr
     assert done.stderr.startswith(error), done.stderr
     assert done.stdout == ""
+
+
+# --------------------------------------------------------------------------- missing extras
+@pytest.mark.parametrize(
+    ("args", "conf", "blocked", "error"),
+    [
+        (
+            ["--ui"],
+            {},
+            "uvicorn",
+            "error: --ui: the dashboard needs Starlette, uvicorn and prometheus_client: "
+            "pip install 'statefulbolts[ui]' (No module named 'uvicorn')",
+        ),
+        (
+            [],
+            {"topology.ui.port": 0},
+            "prometheus_client",
+            "error: topology.ui.port: the dashboard needs Starlette, uvicorn and "
+            "prometheus_client: pip install 'statefulbolts[ui]' (No module named "
+            "'prometheus_client')",
+        ),
+        (
+            [],
+            {"topology.state.provider": REDIS},
+            "redis",
+            f"error: state provider {REDIS!r}: the Redis state provider needs redis-py: "
+            "pip install 'statefulbolts[redis]' (No module named 'redis')",
+        ),
+    ],
+    ids=["ui-flag", "ui-key", "redis"],
+)
+def test_a_missing_extra_is_one_line_with_the_install_command_before_spark_starts(
+    script: Path,
+    tmp_path: Path,
+    args: list[str],
+    conf: dict[str, object],
+    blocked: str,
+    error: str,
+) -> None:
+    path = write_conf(tmp_path, conf)
+    done = statefulbolts(
+        script, "run", EXAMPLE_SPEC, "--conf", str(path), *args,
+        cwd=tmp_path, blocked=[blocked, "pyspark"],
+    )  # fmt: skip
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.splitlines() == [error]
