@@ -37,11 +37,13 @@ import os
 import platform
 import signal
 import sys
+import threading
 import tomllib
+import warnings
 from collections.abc import Mapping
 from importlib import metadata
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 from providers import FATAL_STATE_ERRORS, ProviderNotFoundError, get_provider, provider_name
 from recovery.supervisor import BAD_INPUT_EXIT_CODE, TIMEOUT_EXIT_CODE
@@ -448,10 +450,42 @@ def _import_from_current_directory() -> None:
         sys.path.insert(0, cwd)
 
 
+class _WarningsOnce:
+    """Shows each distinct warning once per command, on one line: ``warning: <what>``.
+
+    The topology config is validated more than once in a run (before Spark starts, and by
+    the runtime); Python shows a warning once per place that raised it (even with the
+    ``"once"`` action, which keys on the calling module), so an unknown key was shown as
+    often as it was validated. This keys on the warning's category and text only.
+    """
+
+    def __init__(self) -> None:
+        self._shown: set[tuple[type[Warning], str]] = set()
+        self._lock = threading.Lock()
+
+    def __call__(
+        self,
+        message: Warning | str,
+        category: type[Warning],
+        filename: str,
+        lineno: int,
+        file: TextIO | None = None,
+        line: str | None = None,
+    ) -> None:
+        text = str(message)
+        with self._lock:
+            if (category, text) in self._shown:
+                return
+            self._shown.add((category, text))
+        kind = "" if category is UserWarning else f"{category.__name__}: "
+        print(f"warning: {kind}{text}", file=file or sys.stderr, flush=True)
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``statefulbolts`` command."""
     args = _parser().parse_args(argv)
     _import_from_current_directory()
+    warnings.showwarning = _WarningsOnce()
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     if getattr(args, "supervise", False) and min(args.max_restarts, args.backoff) < 0:
         print("error: --max-restarts and --backoff must not be negative", file=sys.stderr)

@@ -293,3 +293,31 @@ def test_a_missing_extra_is_one_line_with_the_install_command_before_spark_start
     )  # fmt: skip
     assert done.returncode == 2, done.stderr
     assert done.stderr.splitlines() == [error]
+
+
+# --------------------------------------------------------------------------- a real run
+TYPO = "topology.max.spout.pendin"
+
+
+@pytest.fixture(scope="module")
+def word_count_run(
+    script: Path, tmp_path_factory: pytest.TempPathFactory
+) -> subprocess.CompletedProcess[str]:
+    """``statefulbolts run my_topology:topology`` on local Spark, its config with a typo."""
+    folder = tmp_path_factory.mktemp("user")
+    write_module(folder, "my_topology", MY_TOPOLOGY)
+    conf = write_conf(folder, {TYPO: 50})
+    return statefulbolts(
+        script, "run", "my_topology:topology", "--conf", str(conf), "--name", "wc-first",
+        cwd=folder, timeout=600,
+    )  # fmt: skip
+
+
+@pytest.mark.spark
+def test_each_warning_is_shown_once(word_count_run: subprocess.CompletedProcess[str]) -> None:
+    assert word_count_run.returncode == 0, word_count_run.stderr
+    warned = [line for line in word_count_run.stderr.splitlines() if TYPO in line]
+    assert warned == [
+        f"warning: unknown config key {TYPO!r}; did you mean 'topology.max.spout.pending'?"
+    ]
+    assert "topology 'wc-first' idle after" in word_count_run.stdout
