@@ -1,8 +1,8 @@
 """``statefulbolts`` command line.
 
     statefulbolts run MODULE:ATTR [--conf FILE] [--name NAME] [--master URL] [--json]
-                      [--timeout S] [--ui [PORT]] [--supervise [--max-restarts N]
-                      [--backoff S] [--max-backoff S]]
+                      [--timeout S] [--ui [PORT]] [--spark-log LEVEL]
+                      [--supervise [--max-restarts N] [--backoff S] [--max-backoff S]]
     statefulbolts checkpoint status --conf FILE --topology NAME
                       [--topology-module MODULE:ATTR] [--json]
     statefulbolts transactional status --conf FILE --id TRANSACTIONAL_ID [--json]
@@ -15,7 +15,7 @@ imported with the current directory first on the path, as ``python -m`` does, so
 ``run my_topology:build`` finds ``./my_topology.py``. The topology runs until it is idle (the
 default for finite sources) or until interrupted, printing one line per transaction. ``--ui``
 serves the live dashboard and ``/metrics`` while it runs (``statefulbolts.ui``) and prints their
-URL.
+URL. Spark's own log shows errors only (``--spark-log INFO`` for more).
 
 ``--supervise`` runs the topology in a child process and restarts it when it crashes (see
 ``recovery.supervisor``); each restart is logged with the recovery actions the restarted driver
@@ -56,6 +56,11 @@ from statefulbolts.errors import (
     StatefulBoltsError,
     TopologyError,
     TopologyFailedError,
+)
+from statefulbolts.runtime._spark import (
+    DEFAULT_SPARK_LOG_LEVEL,
+    SPARK_LOG_ENV,
+    SPARK_LOG_LEVELS,
 )
 from statefulbolts.state._cli import add_state_commands
 from statefulbolts.topology import StormTopology
@@ -171,6 +176,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
     topology = load_topology(args.topology)
     name = args.name or args.topology.partition(":")[0].rsplit(".", 1)[-1]
     check_before_spark(conf, ui_flag=args.ui is not None)
+    if args.spark_log is not None:
+        os.environ[SPARK_LOG_ENV] = args.spark_log  # read when the session starts
     from statefulbolts.submitter import cluster_for_run  # imports pyspark
 
     def progress(info: Any) -> None:
@@ -211,6 +218,7 @@ def _child_command(args: argparse.Namespace) -> list[str]:
         ("--master", args.master),
         ("--timeout", args.timeout),
         ("--ui", args.ui),
+        ("--spark-log", args.spark_log),
     ):
         if value is not None:
             cmd += [flag, str(value)]
@@ -387,6 +395,14 @@ def _parser() -> argparse.ArgumentParser:
         type=int,
         metavar="PORT",
         help="serve the live dashboard and /metrics on 127.0.0.1:PORT (bare --ui: a free port)",
+    )
+    run.add_argument(
+        "--spark-log",
+        type=str.upper,
+        choices=SPARK_LOG_LEVELS,
+        metavar="LEVEL",
+        help=f"the level of Spark's own log, one of {', '.join(SPARK_LOG_LEVELS)} (default "
+        f"{DEFAULT_SPARK_LOG_LEVEL}; or ${SPARK_LOG_ENV})",
     )
     run.add_argument(
         "--supervise",

@@ -24,7 +24,7 @@ import pytest
 
 from statefulbolts import cli
 from statefulbolts._load import EXAMPLE_SPEC, load_topology
-from statefulbolts.errors import TopologyError
+from statefulbolts.errors import ConfigError, TopologyError
 from statefulbolts.topology import StormTopology
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -321,3 +321,51 @@ def test_each_warning_is_shown_once(word_count_run: subprocess.CompletedProcess[
         f"warning: unknown config key {TYPO!r}; did you mean 'topology.max.spout.pending'?"
     ]
     assert "topology 'wc-first' idle after" in word_count_run.stdout
+
+
+# What Spark and Hadoop printed on every start before Spark's log was quieted.
+SPARK_NOISE = (
+    "Using Spark's default log4j profile",
+    "Setting default log level",
+    "To adjust logging level use sc.setLogLevel",
+    "NativeCodeLoader",
+)
+# Printed by the JVM itself (Spark's launcher always adds jdk.incubator.vector): no log setting
+# reaches it.
+JVM_NOTICE = "WARNING: Using incubator modules:"
+
+
+@pytest.mark.spark
+def test_spark_says_nothing_by_default(word_count_run: subprocess.CompletedProcess[str]) -> None:
+    assert word_count_run.returncode == 0, word_count_run.stderr
+    lines = [line for line in word_count_run.stderr.splitlines() if line.strip()]
+    assert not [line for line in lines if any(noise in line for noise in SPARK_NOISE)]
+    assert [line for line in lines if not line.startswith(JVM_NOTICE)] == [
+        f"warning: unknown config key {TYPO!r}; did you mean 'topology.max.spout.pending'?"
+    ]
+
+
+@pytest.mark.spark
+def test_spark_log_flag_shows_sparks_own_lines(script: Path, tmp_path: Path) -> None:
+    write_module(tmp_path, "tiny", "from examples.wordcount import build\n\nTOPOLOGY = build(5)\n")
+    done = statefulbolts(
+        script, "run", "tiny:TOPOLOGY", "--spark-log", "info", cwd=tmp_path, timeout=600
+    )
+    assert done.returncode == 0, done.stderr
+    assert " INFO SparkContext: Running Spark version " in done.stderr
+    assert "Setting default log level" not in done.stderr
+
+
+def test_the_driver_jvm_starts_with_our_log_config_unless_the_user_has_one(monkeypatch) -> None:
+    from statefulbolts.runtime._spark import LOG4J2_CONFIG, spark_log_level, with_log_options
+
+    ours = f"-Dlog4j2.configurationFile={LOG4J2_CONFIG} -Dstatefulbolts.spark.log=WARN"
+    assert with_log_options(None, "WARN") == ours
+    assert with_log_options("-XX:TieredStopAtLevel=1", "WARN") == f"{ours} -XX:TieredStopAtLevel=1"
+    theirs = "-Dlog4j2.configurationFile=/etc/spark/log4j2.properties"
+    assert with_log_options(theirs, "WARN") == theirs
+    monkeypatch.delenv("STATEFULBOLTS_SPARK_LOG_LEVEL", raising=False)
+    assert spark_log_level() == "ERROR"
+    monkeypatch.setenv("STATEFULBOLTS_SPARK_LOG_LEVEL", "loud")
+    with pytest.raises(ConfigError, match="STATEFULBOLTS_SPARK_LOG_LEVEL='loud' is not a Spark"):
+        spark_log_level()
