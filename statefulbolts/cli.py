@@ -49,6 +49,7 @@ from providers import FATAL_STATE_ERRORS, ProviderNotFoundError, get_provider, p
 from recovery.supervisor import BAD_INPUT_EXIT_CODE, TIMEOUT_EXIT_CODE
 from statefulbolts._config import Config, load_config_file, validate_config
 from statefulbolts._load import EXAMPLE_SPEC, load_topology
+from statefulbolts._output import print_event, print_line
 from statefulbolts.deadletter._cli import add_deadletter_commands
 from statefulbolts.errors import (
     ConfigError,
@@ -91,27 +92,28 @@ def exit_code_for(exc: BaseException) -> int:
     return FAILED_EXIT_CODE if runtime else BAD_INPUT_EXIT_CODE
 
 
+# What ``run`` prints comes from the topology's driver thread (each transaction) and from the
+# main thread: every line is written whole (``print_line``), never two on one line.
 def _print_transaction(info: dict[str, Any], as_json: bool) -> None:
     if as_json:
-        print(json.dumps({"event": "transaction", **info}), flush=True)
+        print_event({"event": "transaction", **info})
         return
     status = "ok" if info["ok"] else f"FAILED: {info['error']}"
-    print(
+    print_line(
         f"txid {info['txid']:>5} {info['action'] or 'BATCH':<9} tuples {info['tuples']:>7} "
-        f"acked {info['acked']:>7} failed {info['failed']:>5} {info['seconds']:6.2f}s {status}",
-        flush=True,
+        f"acked {info['acked']:>7} failed {info['failed']:>5} {info['seconds']:6.2f}s {status}"
     )
 
 
 def _print_done(summary: dict[str, Any], as_json: bool) -> None:
     if as_json:
-        print(json.dumps(summary), flush=True)
+        print_event(summary)
         return
     name = summary["topology"]
-    print(f"topology {name!r} idle after {summary.get('transactions', '?')} transactions")
+    print_line(f"topology {name!r} idle after {summary.get('transactions', '?')} transactions")
     for comp, row in sorted(summary["components"].items()):
         cells = ", ".join(f"{k} {int(v)}" for k, v in row.items() if k != "seconds")
-        print(f"  {comp}: {cells}")
+        print_line(f"  {comp}: {cells}")
 
 
 def check_before_spark(conf: Mapping[str, Any], *, ui_flag: bool = False) -> None:
@@ -189,7 +191,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
         url = handle.ui_url
         if url is not None:
             event = {"event": "dashboard", "url": url}
-            print(json.dumps(event) if args.json else f"dashboard: {url}", flush=True)
+            print_line(json.dumps(event) if args.json else f"dashboard: {url}")
         try:
             handle.await_idle(args.timeout)
         except KeyboardInterrupt:
@@ -234,26 +236,25 @@ def _supervise(args: argparse.Namespace) -> int:
     policy = RestartPolicy(args.max_restarts, args.backoff, max(args.max_backoff, args.backoff))
 
     def on_line(line: str) -> None:
+        text = line.rstrip("\n")
         if args.json or not line.startswith("{"):
-            sys.stdout.write(line)
-            sys.stdout.flush()
+            print_line(text)
             return
         try:
             event = json.loads(line)
         except json.JSONDecodeError:
-            sys.stdout.write(line)
+            print_line(text)
             return
         if event.get("event") == "transaction":
             _print_transaction({k: v for k, v in event.items() if k != "event"}, False)
         elif event.get("event") == "done":
             _print_done(event, False)
         else:
-            sys.stdout.write(line)
-        sys.stdout.flush()
+            print_line(text)
 
     def on_event(event: dict[str, Any]) -> None:
         if args.json:
-            print(json.dumps(event), flush=True)
+            print_event(event)
         kind = event["event"]
         if kind == "restart":
             text = (
@@ -272,7 +273,7 @@ def _supervise(args: argparse.Namespace) -> int:
                 f"supervise: finished after {event['restarts']} restart(s) with status "
                 f"{event['exit_code']} ({event['reason']})"
             )
-        print(text, file=sys.stderr, flush=True)
+        print_line(text, sys.stderr)
 
     def on_term(signum: int, frame: Any) -> None:
         raise KeyboardInterrupt
