@@ -1,7 +1,7 @@
 """``statefulbolts`` command line.
 
     statefulbolts run MODULE:ATTR [--conf FILE] [--name NAME] [--master URL] [--json]
-                      [--timeout S] [--ui [PORT]] [--spark-log LEVEL]
+                      [--timeout S] [--ui [PORT] [--exit-when-idle]] [--spark-log LEVEL]
                       [--supervise [--max-restarts N] [--backoff S] [--max-backoff S]]
     statefulbolts checkpoint status --conf FILE --topology NAME
                       [--topology-module MODULE:ATTR] [--json]
@@ -15,7 +15,9 @@ imported with the current directory first on the path, as ``python -m`` does, so
 ``run my_topology:build`` finds ``./my_topology.py``. The topology runs until it is idle (the
 default for finite sources) or until interrupted, printing one line per transaction. ``--ui``
 serves the live dashboard and ``/metrics`` while it runs (``statefulbolts.ui``) and prints their
-URL. Spark's own log shows errors only (``--spark-log INFO`` for more).
+URL; once the topology is idle the dashboard stays up (the topology still running, idle) until
+Ctrl-C, unless ``--exit-when-idle``. Spark's own log shows errors only (``--spark-log INFO`` for
+more).
 
 ``--supervise`` runs the topology in a child process and restarts it when it crashes (see
 ``recovery.supervisor``); each restart is logged with the recovery actions the restarted driver
@@ -194,6 +196,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
             print_line(json.dumps(event) if args.json else f"dashboard: {url}")
         try:
             handle.await_idle(args.timeout)
+            if url is not None and not args.exit_when_idle:
+                _serve_until_interrupted(handle, url, args.json)
         except KeyboardInterrupt:
             print("interrupted; stopping after the running transaction", file=sys.stderr)
         except TimeoutError as exc:
@@ -211,6 +215,38 @@ def _cmd_run(args: argparse.Namespace) -> int:
     return code
 
 
+# How often a dashboard kept up after idle looks whether its topology failed since.
+_SERVE_POLL_SECONDS = 0.5
+
+
+def _serve_until_interrupted(handle: Any, url: str, as_json: bool) -> None:
+    """Keep the idle topology, and its dashboard, up until Ctrl-C (SIGINT) or SIGTERM.
+
+    The topology keeps running: a source that gets more input is processed and shown.
+
+    Raises:
+        KeyboardInterrupt: SIGINT or SIGTERM came (the caller stops the topology).
+        TopologyFailedError: (or the error it stopped with) the topology failed meanwhile.
+    """
+    if as_json:
+        print_event({"event": "idle", "url": url})
+    else:
+        print_line(f"idle; the dashboard stays up at {url} until Ctrl-C (--exit-when-idle: exit)")
+
+    def on_term(signum: int, frame: Any) -> None:
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGTERM, on_term)
+    wake = threading.Event()  # never set: its wait is a sleep that Ctrl-C interrupts
+    try:
+        while handle.error is None and not handle.runner.done:
+            wake.wait(_SERVE_POLL_SECONDS)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    if handle.error is not None:
+        raise handle.error
+
+
 def _child_command(args: argparse.Namespace) -> list[str]:
     """The ``run`` command line of the supervised child: the same run, always ``--json``."""
     cmd = [sys.executable, "-m", "statefulbolts.cli", "run", args.topology, "--json"]
@@ -224,6 +260,8 @@ def _child_command(args: argparse.Namespace) -> list[str]:
     ):
         if value is not None:
             cmd += [flag, str(value)]
+    if args.exit_when_idle:
+        cmd.append("--exit-when-idle")
     return cmd
 
 
@@ -396,6 +434,12 @@ def _parser() -> argparse.ArgumentParser:
         type=int,
         metavar="PORT",
         help="serve the live dashboard and /metrics on 127.0.0.1:PORT (bare --ui: a free port)",
+    )
+    run.add_argument(
+        "--exit-when-idle",
+        action="store_true",
+        help="with a dashboard (--ui): exit when the topology is idle; by default the "
+        "dashboard stays up until Ctrl-C",
     )
     run.add_argument(
         "--spark-log",

@@ -12,16 +12,21 @@ from __future__ import annotations
 import json
 import os
 import platform
+import signal
 import subprocess
 import sys
 import textwrap
+import time
 import tomllib
+import urllib.request
 from collections.abc import Sequence
 from importlib import metadata
 from pathlib import Path
 
 import pytest
+from standalone_cluster import DriverProcess
 
+from examples.wordcount import expected_counts
 from statefulbolts import cli
 from statefulbolts._load import EXAMPLE_SPEC, load_topology
 from statefulbolts.errors import ConfigError, TopologyError
@@ -369,3 +374,41 @@ def test_the_driver_jvm_starts_with_our_log_config_unless_the_user_has_one(monke
     monkeypatch.setenv("STATEFULBOLTS_SPARK_LOG_LEVEL", "loud")
     with pytest.raises(ConfigError, match="STATEFULBOLTS_SPARK_LOG_LEVEL='loud' is not a Spark"):
         spark_log_level()
+
+
+# --------------------------------------------------------------------------- the dashboard
+@pytest.mark.spark
+def test_the_dashboard_stays_up_after_idle_until_ctrl_c(script: Path, tmp_path: Path) -> None:
+    write_module(tmp_path, "tiny", "from examples.wordcount import build\n\nTOPOLOGY = build(5)\n")
+    command = [sys.executable, str(script), "run", "tiny:TOPOLOGY", "--ui", "--json"]
+    driver = DriverProcess([], tmp_path / "run.log", command=command, cwd=tmp_path)
+    try:
+        url = driver.until("dashboard", time.monotonic() + 300)["url"]
+        assert driver.until("idle", time.monotonic() + 300)["url"] == url
+        # Idle, and still serving: the topology's figures, and the page.
+        with urllib.request.urlopen(f"{url}api/snapshot", timeout=30) as answer:
+            snapshot = json.load(answer)
+        with urllib.request.urlopen(url, timeout=30) as answer:
+            assert answer.status == 200
+        assert driver.process.poll() is None
+        driver.process.send_signal(signal.SIGINT)
+        done = driver.until("done", time.monotonic() + 120)
+        assert driver.process.wait(timeout=120) == 0, driver.tail()
+    finally:
+        driver.stop()
+    assert snapshot["topology"] == "tiny"
+    assert done["components"]["count"]["executed"] == sum(expected_counts(5).values())
+    with pytest.raises(OSError):  # the dashboard went with the topology
+        urllib.request.urlopen(url, timeout=5)
+
+
+@pytest.mark.spark
+def test_exit_when_idle_exits_with_the_dashboard(script: Path, tmp_path: Path) -> None:
+    write_module(tmp_path, "tiny", "from examples.wordcount import build\n\nTOPOLOGY = build(5)\n")
+    done = statefulbolts(
+        script, "run", "tiny:TOPOLOGY", "--ui", "--exit-when-idle", "--json",
+        cwd=tmp_path, timeout=600,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    events = [json.loads(line)["event"] for line in done.stdout.splitlines()]
+    assert events[0] == "dashboard" and events[-1] == "done" and "idle" not in events
