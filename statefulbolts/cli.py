@@ -5,7 +5,9 @@
                       [--supervise [--max-restarts N] [--backoff S] [--max-backoff S]]
     statefulbolts checkpoint status --conf FILE --topology NAME
                       [--topology-module MODULE:ATTR] [--json]
+    statefulbolts checkpoint list --conf FILE [--json]
     statefulbolts transactional status --conf FILE --id TRANSACTIONAL_ID [--json]
+    statefulbolts transactional list --conf FILE [--json]
     statefulbolts state dump|get|export|import|verify ...   (see statefulbolts.state._cli)
     statefulbolts deadletter list|show|replay|purge ...     (see statefulbolts.deadletter._cli)
 
@@ -23,7 +25,9 @@ more).
 ``recovery.supervisor``); each restart is logged with the recovery actions the restarted driver
 took. ``checkpoint status`` shows where a topology's checkpoint stands in its state provider and
 what a restarted driver would do; ``transactional status`` shows a transactional topology's
-next txid, the txids a restart would replay, and its partitions' metas.
+next txid, the txids a restart would replay, and its partitions' metas (and, for an id with
+nothing stored, the ids that are). ``checkpoint list`` and ``transactional list`` name what a
+store holds (topologies, transactional ids) with their last committed txid.
 
 Exit status: 0 done; 1 the topology failed or crashed; 2 bad input (config, wiring, arguments;
 never restarted); 3 ``--timeout`` ran out (not restarted); a supervised run returns its last
@@ -33,6 +37,7 @@ child's status.
 from __future__ import annotations
 
 import argparse
+import difflib
 import json
 import logging
 import os
@@ -335,6 +340,12 @@ def _cmd_checkpoint_status(args: argparse.Namespace) -> int:
             raise TopologyError(msg)
         tasks = stateful_tasks(topology)
     status = checkpoint_status(conf, args.topology, tasks)
+    if not status.found:
+        from recovery.status import stored_topologies
+
+        stored = stored_topologies(conf)
+        if stored is not None:
+            _did_you_mean(conf, args.topology, "topology", [s.topology for s in stored])
     if args.json:
         print(json.dumps(status.as_dict()))
         return 0 if status.found else FAILED_EXIT_CODE
@@ -354,10 +365,85 @@ def _cmd_checkpoint_status(args: argparse.Namespace) -> int:
     return 0 if status.found else FAILED_EXIT_CODE
 
 
-def _cmd_transactional_status(args: argparse.Namespace) -> int:
-    from statefulbolts.transactional import transactional_status
+def _cmd_checkpoint_list(args: argparse.Namespace) -> int:
+    from recovery.status import last_committed_txid, stored_topologies
 
-    status = transactional_status(Config(load_config_file(args.conf)), args.id)
+    conf = Config(load_config_file(args.conf))
+    found = stored_topologies(conf)
+    if found is None:
+        return _cannot_list(conf, "topologies")
+    rows = [
+        {
+            "topology": s.topology,
+            "checkpoint": None if s.checkpoint is None else str(s.checkpoint),
+            "committed_txid": last_committed_txid(s.checkpoint),
+        }
+        for s in found
+    ]
+    if args.json:
+        print(json.dumps({"provider": provider_name(conf), "topologies": rows}))
+        return 0
+    print(f"{len(rows)} checkpointed topolog{'y' if len(rows) == 1 else 'ies'} in "
+          f"{provider_name(conf)}")  # fmt: skip
+    for row in rows:
+        committed = "none" if row["committed_txid"] is None else row["committed_txid"]
+        saved = row["checkpoint"] or "nothing saved"
+        print(f"  {row['topology']}: last committed txid {committed} (checkpoint {saved})")
+    return 0
+
+
+def _cmd_transactional_list(args: argparse.Namespace) -> int:
+    from statefulbolts.transactional import stored_transactional_ids, transactional_status
+
+    conf = Config(load_config_file(args.conf))
+    ids = stored_transactional_ids(conf)
+    if ids is None:
+        return _cannot_list(conf, "transactional ids")
+    rows = [
+        {"transactional_id": tid, "committed_txid": transactional_status(conf, tid).committed_txid}
+        for tid in ids
+    ]
+    if args.json:
+        print(json.dumps({"provider": provider_name(conf), "transactional_ids": rows}))
+        return 0
+    print(f"{len(rows)} transactional id{'' if len(rows) == 1 else 's'} in {provider_name(conf)}")
+    for row in rows:
+        committed = "none" if row["committed_txid"] is None else row["committed_txid"]
+        print(f"  {row['transactional_id']}: last committed txid {committed}")
+    return 0
+
+
+def _cannot_list(conf: Mapping[str, Any], what: str) -> int:
+    print(
+        f"error: the state provider {provider_name(conf)} cannot list its namespaces, so "
+        f"not its {what}",
+        file=sys.stderr,
+    )
+    return FAILED_EXIT_CODE
+
+
+def _did_you_mean(conf: Mapping[str, Any], wanted: str, what: str, stored: list[str]) -> None:
+    """On stderr: nothing is stored under ``wanted``; what is, and the closest of it."""
+    if not stored:
+        print(f"note: {provider_name(conf)} holds no {what}s", file=sys.stderr)
+        return
+    close = [s for s in stored if s.startswith(wanted)] or difflib.get_close_matches(
+        wanted, stored, n=1
+    )
+    hint = f"; did you mean {close[0]!r}?" if close else ""
+    shown = ", ".join(stored[:20]) + (f" and {len(stored) - 20} more" if len(stored) > 20 else "")
+    print(f"note: nothing stored for {what} {wanted!r}; stored: {shown}{hint}", file=sys.stderr)
+
+
+def _cmd_transactional_status(args: argparse.Namespace) -> int:
+    from statefulbolts.transactional import stored_transactional_ids, transactional_status
+
+    conf = Config(load_config_file(args.conf))
+    status = transactional_status(conf, args.id)
+    if not status.found:
+        ids = stored_transactional_ids(conf)
+        if ids is not None:
+            _did_you_mean(conf, args.id, "transactional id", ids)
     if args.json:
         print(json.dumps(status.as_dict()))
         return 0 if status.found else FAILED_EXIT_CODE
@@ -485,6 +571,12 @@ def _parser() -> argparse.ArgumentParser:
     )
     status.add_argument("--json", action="store_true", help="one JSON document")
     status.set_defaults(func=_cmd_checkpoint_status)
+    cp_list = cp_sub.add_parser(
+        "list", help="the checkpointed topologies a store holds, with their last committed txid"
+    )
+    cp_list.add_argument("--conf", required=True, help="JSON or YAML file naming the provider")
+    cp_list.add_argument("--json", action="store_true", help="one JSON document")
+    cp_list.set_defaults(func=_cmd_checkpoint_list)
 
     transactional = sub.add_parser("transactional", help="inspect a transactional topology")
     tx_sub = transactional.add_subparsers(dest="transactional_command", required=True)
@@ -495,6 +587,12 @@ def _parser() -> argparse.ArgumentParser:
     tx_status.add_argument("--id", required=True, help="the transactional id")
     tx_status.add_argument("--json", action="store_true", help="one JSON document")
     tx_status.set_defaults(func=_cmd_transactional_status)
+    tx_list = tx_sub.add_parser(
+        "list", help="the transactional ids a store holds, with their last committed txid"
+    )
+    tx_list.add_argument("--conf", required=True, help="JSON or YAML file naming the provider")
+    tx_list.add_argument("--json", action="store_true", help="one JSON document")
+    tx_list.set_defaults(func=_cmd_transactional_list)
     add_state_commands(sub)
     add_deadletter_commands(sub)
     return parser

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import platform
+import re
 import signal
 import subprocess
 import sys
@@ -25,7 +26,9 @@ from pathlib import Path
 
 import pytest
 from standalone_cluster import DriverProcess
+from test_cli import make_state, redis_conf, write_transactional_progress
 
+from checkpoint import CheckPointState, TxPhase
 from examples.wordcount import expected_counts
 from statefulbolts import cli
 from statefulbolts._load import EXAMPLE_SPEC, load_topology
@@ -412,3 +415,120 @@ def test_exit_when_idle_exits_with_the_dashboard(script: Path, tmp_path: Path) -
     assert done.returncode == 0, done.stderr
     events = [json.loads(line)["event"] for line in done.stdout.splitlines()]
     assert events[0] == "dashboard" and events[-1] == "done" and "idle" not in events
+
+
+# --------------------------------------------------------------------------- what a store holds
+def list_cli(capsys, *args: str) -> tuple[int, str, str]:
+    code = cli.main(list(args))
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+@pytest.mark.redis
+def test_checkpoint_list_names_the_topologies_with_their_last_committed_txid(
+    redis_db, tmp_path: Path, capsys
+) -> None:
+    conf = redis_conf(redis_db)
+    make_state(conf, "wc/$checkpointspout-0", saved=CheckPointState(3, TxPhase.COMMITTING))
+    make_state(conf, "wc/count-0", committed=2, prepared=3)
+    make_state(conf, "a/b/$checkpointspout-0", saved=CheckPointState(5, TxPhase.COMMITTED))
+    make_state(conf, "fresh/count-1", committed=0)  # no checkpoint saved yet
+    write_transactional_progress(conf, "words")  # not a checkpointed topology
+    path = write_conf(tmp_path, conf)
+
+    code, out, _ = list_cli(capsys, "checkpoint", "list", "--conf", str(path))
+    assert code == 0
+    assert out.splitlines() == [
+        f"3 checkpointed topologies in {REDIS}",
+        "  a/b: last committed txid 5 (checkpoint COMMITTED(5))",
+        "  fresh: last committed txid none (checkpoint nothing saved)",
+        "  wc: last committed txid 2 (checkpoint COMMITTING(3))",
+    ]
+    code, out, _ = list_cli(capsys, "checkpoint", "list", "--conf", str(path), "--json")
+    assert code == 0
+    assert json.loads(out)["topologies"] == [
+        {"topology": "a/b", "checkpoint": "COMMITTED(5)", "committed_txid": 5},
+        {"topology": "fresh", "checkpoint": None, "committed_txid": None},
+        {"topology": "wc", "checkpoint": "COMMITTING(3)", "committed_txid": 2},
+    ]
+
+    code, out, err = list_cli(
+        capsys, "checkpoint", "status", "--conf", str(path), "--topology", "w"
+    )
+    assert code == 1
+    assert err.splitlines() == [
+        "note: nothing stored for topology 'w'; stored: a/b, fresh, wc; did you mean 'wc'?"
+    ]
+
+
+@pytest.mark.redis
+def test_transactional_list_and_status_name_the_stored_ids(
+    redis_db, tmp_path: Path, capsys
+) -> None:
+    conf = redis_conf(redis_db)
+    write_transactional_progress(conf, "top-n-words-1732")
+    write_transactional_progress(conf, "words-2")
+    make_state(conf, "wc/count-0", committed=2)  # a checkpointed topology: not listed
+    path = write_conf(tmp_path, conf)
+
+    code, out, _ = list_cli(capsys, "transactional", "list", "--conf", str(path))
+    assert code == 0
+    assert out.splitlines() == [
+        f"2 transactional ids in {REDIS}",
+        "  top-n-words-1732: last committed txid 2",
+        "  words-2: last committed txid 2",
+    ]
+    code, out, _ = list_cli(capsys, "transactional", "list", "--conf", str(path), "--json")
+    assert json.loads(out)["transactional_ids"] == [
+        {"transactional_id": "top-n-words-1732", "committed_txid": 2},
+        {"transactional_id": "words-2", "committed_txid": 2},
+    ]
+
+    code, out, err = list_cli(
+        capsys, "transactional", "status", "--conf", str(path), "--id", "top-n-words"
+    )
+    assert code == 1
+    assert "  next txid to commit: 1 (last committed: none)" in out.splitlines()
+    assert err.splitlines() == [
+        "note: nothing stored for transactional id 'top-n-words'; stored: top-n-words-1732, "
+        "words-2; did you mean 'top-n-words-1732'?"
+    ]
+
+
+def test_list_with_a_provider_that_cannot_list_says_so(tmp_path: Path, capsys) -> None:
+    (tmp_path / "examples_unlisting.py").write_text(
+        "from providers import StateProvider\n\n\n"
+        "class Provider(StateProvider):\n"
+        "    def new_state(self, namespace, conf, context=None):\n"
+        "        raise NotImplementedError\n",
+        encoding="utf-8",
+    )
+    conf = {"topology.state.provider": "examples_unlisting.Provider",
+            "topology.state.extlib.dir": str(tmp_path)}  # fmt: skip
+    path = write_conf(tmp_path, conf)
+    code, _, err = list_cli(capsys, "transactional", "list", "--conf", str(path))
+    assert code == 1
+    assert err == (
+        "error: the state provider examples_unlisting.Provider cannot list its namespaces, so "
+        "not its transactional ids\n"
+    )
+
+
+# --------------------------------------------------------------------------- the examples
+@pytest.mark.spark
+def test_the_examples_say_their_topology_and_transactional_id_first(spark, capsys) -> None:
+    from examples import transactional_global_count, transactional_words, wordcount
+
+    assert wordcount.main(["--sentences", "20", "--name", "wc-named"], spark=spark) == 0
+    assert capsys.readouterr().out.splitlines()[0] == "topology: wc-named"
+
+    assert transactional_words.main([], spark=spark) == 0
+    first, second = capsys.readouterr().out.splitlines()[:2]
+    assert first == "topology: top-n-words"
+    assert re.fullmatch(r"transactional id: top-n-words-\d+", second), second
+
+    assert transactional_global_count.main([], spark=spark) == 0
+    assert capsys.readouterr().out.splitlines()[:2] == [
+        "topology: global-count",
+        "transactional id: global-count",
+    ]
