@@ -12,8 +12,8 @@ Example:
     Traceback (most recent call last):
     ...
     statefulbolts.errors.TopologyError: examples.wordcount:build takes arguments (sentences, \
-parallelism=2, start=0); expected a topology, its builder, or a function called with no \
-arguments that returns one (e.g. examples.wordcount:topology)
+parallelism=2, start=0); expected a StormTopology, a TransactionalTopology or their builder, \
+or a function of no arguments returning one (e.g. examples.wordcount:topology)
 """
 
 from __future__ import annotations
@@ -28,12 +28,10 @@ from statefulbolts.transactional import TransactionalTopology
 
 __all__ = ["EXAMPLE_SPEC", "load_topology"]
 
-# A spec that works, named in every refusal.
+# A spec that works, named in the refusals.
 EXAMPLE_SPEC = "examples.wordcount:topology"
-_EXPECTED = (
-    "expected a topology, its builder, or a function called with no arguments that returns one "
-    f"(e.g. {EXAMPLE_SPEC})"
-)
+_EXPECTED_VALUE = "expected a StormTopology, a TransactionalTopology or their builder"
+_EXPECTED = f"{_EXPECTED_VALUE}, or a function of no arguments returning one (e.g. {EXAMPLE_SPEC})"
 
 
 def load_topology(spec: str) -> StormTopology | TransactionalTopology:
@@ -64,7 +62,7 @@ def load_topology(spec: str) -> StormTopology | TransactionalTopology:
         returned = found()
         made = _topology_of(returned)
         if made is None:
-            msg = f"{spec}() returned {_kind(returned)}; {_EXPECTED}"
+            msg = f"{spec} returned {type(returned).__name__}; {_EXPECTED_VALUE}"
             raise TopologyError(msg)
     if made is None:
         msg = f"{spec} is {_kind(found)}; {_EXPECTED}"
