@@ -232,6 +232,8 @@ def _run(args: argparse.Namespace, spark: Any) -> int:
                 flush=True,
             )
 
+    if not args.json:  # the name `statefulbolts checkpoint status --topology` asks for
+        print(f"topology: {args.name}", flush=True)
     started = time.perf_counter()
     cluster = LocalCluster(spark=spark) if spark is not None else LocalCluster(args.master)
     with cluster:

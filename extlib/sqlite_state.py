@@ -650,6 +650,10 @@ class SqliteKeyValueStateProvider(StateProvider):
             namespace, config.path, keys, values, timeout_ms=config.timeout_ms
         )
 
+    def check_config(self, conf: Mapping[str, Any]) -> None:
+        """Validate the provider config and its serializer classes; the file is not opened."""
+        SqliteConfig(conf.get(STATE_PROVIDER_CONFIG_KEY)).serializers(conf)
+
     def namespaces(self, conf: Mapping[str, Any], prefix: str = "") -> list[str]:
         """The namespaces starting with ``prefix`` that hold state in the file, sorted.
 

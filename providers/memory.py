@@ -362,6 +362,10 @@ class InMemoryKeyValueStateProvider(DriverOwnedStateProvider):
         keys, values = resolve_serializers(parse_provider_config(conf), conf)
         return InMemoryKeyValueState(namespace, self._image(namespace), keys, values)
 
+    def check_config(self, conf: Mapping[str, Any]) -> None:
+        """Validate the provider config and its serializer classes (``new_state`` checks)."""
+        resolve_serializers(parse_provider_config(conf), conf)
+
     def namespaces(self, conf: Mapping[str, Any], prefix: str = "") -> list[str]:
         """The namespaces of this process's store starting with ``prefix`` that hold state.
 

@@ -16,7 +16,6 @@ returned, the components' counters, what the executors see after), or ``error`` 
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
 from typing import Any
@@ -26,6 +25,7 @@ from outage_topologies import redis_conf
 
 from examples.wordcount import SentenceSpout, SplitSentence, WordCount
 from statefulbolts import Fields, StormSubmitter, TopologyBuilder
+from statefulbolts._output import print_event
 
 
 class AppSplit(SplitSentence):
@@ -36,7 +36,7 @@ class AppSplit(SplitSentence):
 
 
 def say(event: str, **fields: Any) -> None:
-    print(json.dumps({"event": event, "t": time.time(), **fields}), flush=True)
+    print_event({"event": event, "t": time.time(), **fields})
 
 
 def build(sentences: int) -> Any:

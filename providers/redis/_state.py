@@ -423,6 +423,12 @@ class RedisKeyValueStateProvider(StateProvider):
         client = client_for(endpoint, namespace)
         return RedisKeyValueState(namespace, client, keys, values, address=endpoint.address)
 
+    def check_config(self, conf: Mapping[str, Any]) -> None:
+        """Validate the provider config, its serializer classes and its Redis target."""
+        config = parse_provider_config(conf)
+        resolve_serializers(config, conf)
+        config.redis_endpoint()
+
     def namespaces(self, conf: Mapping[str, Any], prefix: str = "") -> list[str]:
         """The namespaces starting with ``prefix`` that have a ``$txid`` hash, sorted.
 

@@ -58,7 +58,11 @@ from statefulbolts.transactional._spouts import (
     PartitionedTransactionalSpout,
     TransactionalSpout,
 )
-from statefulbolts.transactional._status import TransactionalStatus, transactional_status
+from statefulbolts.transactional._status import (
+    TransactionalStatus,
+    stored_transactional_ids,
+    transactional_status,
+)
 from statefulbolts.transactional._task import BatchFailed, TransactionalContext
 from statefulbolts.transactional._topology import (
     TransactionalTopology,
@@ -106,6 +110,7 @@ __all__ = [
     "load_streams",
     "opaque_coordinator",
     "partitioned_coordinator",
+    "stored_transactional_ids",
     "transactional_status",
     "txid_of",
 ]

@@ -19,6 +19,7 @@ from typing import Any
 
 from providers import KeyValueState, StateFactory, get_provider, provider_name
 from statefulbolts.namespaces import (
+    TRANSACTIONAL_ROOT,
     TaskNamespace,
     coordinator_namespace,
     partition_of,
@@ -27,7 +28,7 @@ from statefulbolts.namespaces import (
 from statefulbolts.transactional._coordinator import CURRTX_KEY, FIRST_TXID, META_PREFIX
 from statefulbolts.transactional._txstate import RotatingTransactionalState
 
-__all__ = ["TransactionalStatus", "transactional_status"]
+__all__ = ["TransactionalStatus", "stored_transactional_ids", "transactional_status"]
 
 @dataclass(frozen=True)
 class TransactionalStatus:
@@ -104,6 +105,27 @@ def transactional_status(conf: Mapping[str, Any], transactional_id: str) -> Tran
         partitions,
         maps,
     )
+
+
+def stored_transactional_ids(conf: Mapping[str, Any]) -> list[str] | None:
+    """The transactional ids whose coordinator's state the provider holds, sorted.
+
+    ``None`` when the provider cannot list its namespaces.
+
+    Raises:
+        ProviderConfigError, ProviderNotFoundError: the provider config is wrong.
+        StateBackendError: the store could not be reached.
+    """
+    root = f"{TRANSACTIONAL_ROOT}/"
+    listed = get_provider(conf).namespaces(conf, root)
+    if listed is None:
+        return None
+    ids = set()
+    for namespace in listed:
+        tid = namespace[len(root) :].partition("/")[0]  # an id has no "/" (the builder checks)
+        if namespace == coordinator_namespace(transactional_prefix(tid)):
+            ids.add(tid)
+    return sorted(ids)
 
 
 def _state(namespace: str, conf: Mapping[str, Any]) -> KeyValueState:
