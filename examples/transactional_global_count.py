@@ -33,7 +33,7 @@ from statefulbolts import (
     TransactionalTopologyBuilder,
 )
 
-# storm-starter's data (TRANSACTIONAL.md §7), three partitions.
+# storm-starter's data, three partitions.
 DATA: dict[int, list[list[Any]]] = {
     0: [[w] for w in "cat dog chicken cat dog apple".split()],
     1: [[w] for w in "cat dog apple banana".split()],
@@ -125,10 +125,13 @@ def _run(args: argparse.Namespace, spark: Any) -> dict[str, Any]:
             state = "ok" if info.ok else f"FAILED: {info.error}"
             print(f"txid {info.txid:>3} {info.action:<8} {info.tuples:>3} tuples {state}")
 
+    topology = build()
+    if not args.json:  # the id `statefulbolts transactional status --id` asks for
+        print(f"topology: {args.name}\ntransactional id: {topology.transactional_id}", flush=True)
     started = time.perf_counter()
     cluster = LocalCluster(spark=spark) if spark is not None else LocalCluster(args.master)
     with cluster:
-        handle = cluster.submit_topology(args.name, conf, build(), on_transaction=progress)
+        handle = cluster.submit_topology(args.name, conf, topology, on_transaction=progress)
         handle.await_idle(args.timeout)
         count = handle.read_state("sum").get(GLOBAL_KEY)
         handle.kill()

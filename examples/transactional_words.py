@@ -174,6 +174,8 @@ def _run(args: argparse.Namespace, spark: Any) -> dict[str, Any]:
     # Each run starts afresh: its own transactional id, so an earlier run's progress on a
     # durable store (Redis) does not carry over into this one's check.
     tid = f"{args.name}-{time.time_ns()}"
+    if not args.json:  # the id `statefulbolts transactional status --id` asks for
+        print(f"topology: {args.name}\ntransactional id: {tid}", flush=True)
     started = time.perf_counter()
     cluster = LocalCluster(spark=spark) if spark is not None else LocalCluster(args.master)
     with cluster:

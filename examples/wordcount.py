@@ -29,7 +29,6 @@ from typing import Any
 from providers import KeyValueState, StateFactory, get_provider, provider_name
 from recovery import checkpoint_status
 from statefulbolts import (
-    CHECKPOINT_COMPONENT_ID,
     BasicBolt,
     Config,
     Fields,
@@ -39,7 +38,7 @@ from statefulbolts import (
     StormTopology,
     TopologyBuilder,
 )
-from statefulbolts.namespaces import TaskNamespace, topology_prefix
+from statefulbolts.namespaces import TaskNamespace, checkpoint_namespace, topology_prefix
 
 from .corpus import sentence, words
 
@@ -141,8 +140,8 @@ def expected_counts(sentences: int, start: int = 0) -> collections.Counter[str]:
 
 def state_namespaces(name: str, parallelism: int) -> list[str]:
     """Where the topology ``name`` keeps its state: the count tasks, then the checkpoint spout."""
-    counts = [f"{name}/count-{task}" for task in range(parallelism)]
-    return [*counts, f"{name}/{CHECKPOINT_COMPONENT_ID}-0"]
+    counts = [str(TaskNamespace.of_topology(name, "count", task)) for task in range(parallelism)]
+    return [*counts, checkpoint_namespace(topology_prefix(name))]
 
 
 def describe_state(conf: Mapping[str, Any], name: str, parallelism: int) -> dict[str, str]:
@@ -234,6 +233,8 @@ def _run(args: argparse.Namespace, spark: Any) -> int:
                 flush=True,
             )
 
+    if not args.json:  # the name `statefulbolts checkpoint status --topology` asks for
+        print(f"topology: {args.name}", flush=True)
     started = time.perf_counter()
     cluster = LocalCluster(spark=spark) if spark is not None else LocalCluster(args.master)
     with cluster:

@@ -252,6 +252,18 @@ class StateProvider(ABC):
     ) -> State:
         """Return the state of ``namespace``: its committed data and any pending prepare."""
 
+    def check_config(self, conf: Mapping[str, Any]) -> None:
+        """Validate this provider's settings in ``conf`` without touching the store.
+
+        ``statefulbolts run`` calls it before Spark starts, so a bad setting is reported in
+        a moment instead of after the session came up. The default checks nothing: the
+        provider reports its config when it makes its first state.
+
+        Raises:
+            ProviderConfigError: a setting is wrong (naming the field and what is allowed).
+        """
+        return  # nothing to check before the first state: a provider opts in by overriding
+
     def namespaces(self, conf: Mapping[str, Any], prefix: str = "") -> list[str] | None:
         """The namespaces starting with ``prefix`` that hold state, sorted; ``None`` if unknown.
 

@@ -24,16 +24,24 @@ from typing import Any
 
 from checkpoint import TX_STATE_KEY, CheckPointState, TxPhase
 from providers import KeyValueState, StateFactory, get_provider, provider_name
-from statefulbolts.namespaces import TaskNamespace, topology_prefix
-from statefulbolts.topology import CHECKPOINT_COMPONENT_ID, StormTopology
+from statefulbolts.namespaces import (
+    RECORD_MARK,
+    TRANSACTIONAL_ROOT,
+    TaskNamespace,
+    checkpoint_namespace,
+    topology_prefix,
+)
+from statefulbolts.topology import StormTopology
 
 __all__ = [
     "CheckpointStatus",
     "TaskStatus",
     "checkpoint_status",
+    "last_committed_txid",
     "provider_stateful_tasks",
     "recovery_actions",
     "stateful_tasks",
+    "stored_topologies",
 ]
 
 @dataclass(frozen=True)
@@ -85,7 +93,7 @@ class CheckpointStatus:
 
 
 def recovery_actions(saved: CheckPointState | None) -> list[str]:
-    """What the checkpoint spout runs on start from ``saved`` (STORM-PROTOCOL section 1.3).
+    """What the checkpoint spout runs on start from ``saved`` (docs/protocol/checkpoint.md).
 
     ``PREPARING(t)``: ROLLBACK(t), INITSTATE(t-1); ``COMMITTING(t)``: COMMIT(t), INITSTATE(t);
     ``COMMITTED(t)``: INITSTATE(t); nothing saved: INITSTATE(-1).
@@ -122,7 +130,7 @@ def provider_stateful_tasks(conf: Mapping[str, Any], topology_name: str) -> list
         ProviderConfigError, ProviderNotFoundError: the provider config is wrong.
         StateBackendError: the store could not be reached.
     """
-    found = get_provider(conf).namespaces(conf, f"{topology_name}/")
+    found = get_provider(conf).namespaces(conf, topology_prefix(topology_name))
     return [] if found is None else _parse_namespaces(topology_name, found)
 
 
@@ -155,7 +163,7 @@ def checkpoint_status(
         StateBackendError: the store could not be reached.
     """
     provider = provider_name(conf)
-    cp_namespace = f"{topology_name}/{CHECKPOINT_COMPONENT_ID}-0"
+    cp_namespace = checkpoint_namespace(topology_prefix(topology_name))
     cp_state = StateFactory.get_system_state(cp_namespace, conf)
     saved = cp_state.get(TX_STATE_KEY) if isinstance(cp_state, KeyValueState) else None
     checkpoint = None if saved is None else CheckPointState.from_value(saved)
@@ -163,7 +171,49 @@ def checkpoint_status(
         tasks = provider_stateful_tasks(conf, topology_name)
     rows = []
     for component, task in tasks:
-        namespace = f"{topology_name}/{component}-{task}"
+        namespace = str(TaskNamespace.of_topology(topology_name, component, task))
         committed, prepared = _txids(StateFactory.get_system_state(namespace, conf))
         rows.append(TaskStatus(component, task, namespace, committed, prepared))
     return CheckpointStatus(topology_name, provider, checkpoint, rows)
+
+
+def stored_topologies(conf: Mapping[str, Any]) -> list[CheckpointStatus] | None:
+    """Every checkpointed topology the provider holds state of, by name, with its checkpoint.
+
+    A topology is found by any namespace of it: a stateful task's (``T/<component>-<task>``)
+    or a framework record's (``T/$...``). Each status has its checkpoint and no tasks
+    (``checkpoint_status`` reads them). ``None`` when the provider cannot list.
+
+    Raises:
+        ProviderConfigError, ProviderNotFoundError: the provider config is wrong.
+        StateBackendError: the store could not be reached.
+    """
+    listed = get_provider(conf).namespaces(conf, "")
+    if listed is None:
+        return None
+    names = set()
+    for namespace in listed:
+        name, slash, last = namespace.rpartition("/")
+        if not slash or name.split("/", 1)[0] == TRANSACTIONAL_ROOT:
+            continue
+        if last.startswith(RECORD_MARK) or TaskNamespace.parse(topology_prefix(name), namespace):
+            names.add(name)
+    return [checkpoint_status(conf, name, tasks=[]) for name in sorted(names)]
+
+
+def last_committed_txid(checkpoint: CheckPointState | None) -> int | None:
+    """The last txid every stateful task committed, by the checkpoint spout's saved state.
+
+    ``COMMITTED(t)``: ``t``; ``PREPARING(t)`` and ``COMMITTING(t)``: ``t - 1`` (``t`` is not
+    committed everywhere yet); nothing saved, or nothing committed yet: ``None``.
+
+    Example:
+        >>> last_committed_txid(CheckPointState(4, TxPhase.COMMITTING))
+        3
+        >>> last_committed_txid(CheckPointState(4, TxPhase.COMMITTED))
+        4
+    """
+    if checkpoint is None:
+        return None
+    txid = checkpoint.txid if checkpoint.phase is TxPhase.COMMITTED else checkpoint.txid - 1
+    return txid if txid >= 0 else None

@@ -1,24 +1,33 @@
 """``statefulbolts`` command line.
 
-    statefulbolts run MODULE:FUNCTION [--conf FILE] [--name NAME] [--master URL] [--json]
-                      [--timeout S] [--ui [PORT]] [--supervise [--max-restarts N]
-                      [--backoff S] [--max-backoff S]]
+    statefulbolts run MODULE:ATTR [--conf FILE] [--name NAME] [--master URL] [--json]
+                      [--timeout S] [--ui [PORT] [--exit-when-idle]] [--spark-log LEVEL]
+                      [--supervise [--max-restarts N] [--backoff S] [--max-backoff S]]
     statefulbolts checkpoint status --conf FILE --topology NAME
-                      [--topology-module MODULE:FUNCTION] [--json]
+                      [--topology-module MODULE:ATTR] [--json]
+    statefulbolts checkpoint list --conf FILE [--json]
     statefulbolts transactional status --conf FILE --id TRANSACTIONAL_ID [--json]
+    statefulbolts transactional list --conf FILE [--json]
     statefulbolts state dump|get|export|import|verify ...   (see statefulbolts.state._cli)
     statefulbolts deadletter list|show|replay|purge ...     (see statefulbolts.deadletter._cli)
 
-``FUNCTION`` is called with no arguments and returns a ``StormTopology`` or a
-``TransactionalTopology`` (or their builders). The topology runs until it is idle (the default
-for finite sources) or until interrupted, printing one line per transaction. ``--ui`` serves the
-live dashboard and ``/metrics`` while it runs (``statefulbolts.ui``) and prints their URL.
+``ATTR`` is a ``StormTopology`` or a ``TransactionalTopology`` (or their builder), or a function
+called with no arguments that returns one (``examples.wordcount:topology``). ``MODULE`` is
+imported with the current directory first on the path, as ``python -m`` does, so
+``run my_topology:build`` finds ``./my_topology.py``. The topology runs until it is idle (the
+default for finite sources) or until interrupted, printing one line per transaction. ``--ui``
+serves the live dashboard and ``/metrics`` while it runs (``statefulbolts.ui``) and prints their
+URL; once the topology is idle the dashboard stays up (the topology still running, idle) until
+Ctrl-C, unless ``--exit-when-idle``. Spark's own log shows errors only (``--spark-log INFO`` for
+more).
 
 ``--supervise`` runs the topology in a child process and restarts it when it crashes (see
 ``recovery.supervisor``); each restart is logged with the recovery actions the restarted driver
 took. ``checkpoint status`` shows where a topology's checkpoint stands in its state provider and
 what a restarted driver would do; ``transactional status`` shows a transactional topology's
-next txid, the txids a restart would replay, and its partitions' metas.
+next txid, the txids a restart would replay, and its partitions' metas (and, for an id with
+nothing stored, the ids that are). ``checkpoint list`` and ``transactional list`` name what a
+store holds (topologies, transactional ids) with their last committed txid.
 
 Exit status: 0 done; 1 the topology failed or crashed; 2 bad input (config, wiring, arguments;
 never restarted); 3 ``--timeout`` ran out (not restarted); a supervised run returns its last
@@ -28,22 +37,38 @@ child's status.
 from __future__ import annotations
 
 import argparse
+import difflib
 import json
 import logging
+import os
+import platform
 import signal
 import sys
-from typing import Any
+import threading
+import tomllib
+import warnings
+from collections.abc import Mapping
+from importlib import metadata
+from pathlib import Path
+from typing import Any, TextIO
 
-from providers import FATAL_STATE_ERRORS
+from providers import FATAL_STATE_ERRORS, ProviderNotFoundError, get_provider, provider_name
 from recovery.supervisor import BAD_INPUT_EXIT_CODE, TIMEOUT_EXIT_CODE
-from statefulbolts._config import Config, load_config_file
-from statefulbolts._load import load_topology
+from statefulbolts._config import Config, load_config_file, validate_config
+from statefulbolts._load import EXAMPLE_SPEC, load_topology
+from statefulbolts._output import print_event, print_line
 from statefulbolts.deadletter._cli import add_deadletter_commands
 from statefulbolts.errors import (
+    ConfigError,
     StateBackendError,
     StatefulBoltsError,
     TopologyError,
     TopologyFailedError,
+)
+from statefulbolts.runtime._spark import (
+    DEFAULT_SPARK_LOG_LEVEL,
+    SPARK_LOG_ENV,
+    SPARK_LOG_LEVELS,
 )
 from statefulbolts.state._cli import add_state_commands
 from statefulbolts.topology import StormTopology
@@ -74,33 +99,83 @@ def exit_code_for(exc: BaseException) -> int:
     return FAILED_EXIT_CODE if runtime else BAD_INPUT_EXIT_CODE
 
 
+# What ``run`` prints comes from the topology's driver thread (each transaction) and from the
+# main thread: every line is written whole (``print_line``), never two on one line.
 def _print_transaction(info: dict[str, Any], as_json: bool) -> None:
     if as_json:
-        print(json.dumps({"event": "transaction", **info}), flush=True)
+        print_event({"event": "transaction", **info})
         return
     status = "ok" if info["ok"] else f"FAILED: {info['error']}"
-    print(
+    print_line(
         f"txid {info['txid']:>5} {info['action'] or 'BATCH':<9} tuples {info['tuples']:>7} "
-        f"acked {info['acked']:>7} failed {info['failed']:>5} {info['seconds']:6.2f}s {status}",
-        flush=True,
+        f"acked {info['acked']:>7} failed {info['failed']:>5} {info['seconds']:6.2f}s {status}"
     )
 
 
 def _print_done(summary: dict[str, Any], as_json: bool) -> None:
     if as_json:
-        print(json.dumps(summary), flush=True)
+        print_event(summary)
         return
     name = summary["topology"]
-    print(f"topology {name!r} idle after {summary.get('transactions', '?')} transactions")
+    print_line(f"topology {name!r} idle after {summary.get('transactions', '?')} transactions")
     for comp, row in sorted(summary["components"].items()):
         cells = ", ".join(f"{k} {int(v)}" for k, v in row.items() if k != "seconds")
-        print(f"  {comp}: {cells}")
+        print_line(f"  {comp}: {cells}")
+
+
+def check_before_spark(conf: Mapping[str, Any], *, ui_flag: bool = False) -> None:
+    """Refuse, in a moment and before Spark starts, what would fail once it has started.
+
+    The topology config (``validate_config``); the dashboard's optional dependencies when it
+    is asked for (``--ui`` or ``topology.ui.port``); the state provider: its class is
+    imported and its settings checked (``StateProvider.check_config``), without touching the
+    store. A missing optional dependency is named with the command that installs it.
+
+    Raises:
+        ConfigError: a ``topology.*`` key has a wrong value, or an optional dependency the
+            config asks for is not installed.
+        ProviderConfigError, ProviderNotFoundError: the provider or its config is wrong.
+    """
+    tc = validate_config(conf)
+    if tc.ui_port is not None:
+        try:
+            import statefulbolts.ui  # noqa: F401 - fails at once, naming the install command
+        except ImportError as exc:
+            msg = f"{'--ui' if ui_flag else Config.TOPOLOGY_UI_PORT}: {exc}"
+            raise ConfigError(msg) from exc
+    try:
+        provider = get_provider(conf)
+    except ProviderNotFoundError as exc:
+        missing = _missing_dependency(exc, provider_name(conf))
+        if missing is None:
+            raise
+        msg = f"state provider {provider_name(conf)!r}: {missing}"
+        raise ConfigError(msg) from exc
+    provider.check_config(conf)
+
+
+def _missing_dependency(exc: ProviderNotFoundError, dotted: str) -> str | None:
+    """What a provider module that exists failed to import, or ``None`` if it does not exist.
+
+    A provider module that is there but needs an optional package (``providers.redis`` needs
+    redis-py) raises an ``ImportError`` saying how to install it, caused by the
+    ``ModuleNotFoundError`` of the package.
+    """
+    error = exc.__cause__
+    if not isinstance(error, ImportError):
+        return None
+    if isinstance(error, ModuleNotFoundError) and dotted.startswith(f"{error.name}."):
+        return None  # the provider's own module (or its package) is not there
+    missing = error.__cause__
+    if isinstance(missing, ModuleNotFoundError) and str(missing) not in str(error):
+        return f"{error} ({missing})"
+    return str(error)
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
-    from statefulbolts.submitter import check_supervise, cluster_for_run
-
     if args.supervise:
+        from statefulbolts.submitter import check_supervise
+
         check_supervise()
         return _supervise(args)
 
@@ -109,6 +184,10 @@ def _cmd_run(args: argparse.Namespace) -> int:
         conf[Config.TOPOLOGY_UI_PORT] = args.ui
     topology = load_topology(args.topology)
     name = args.name or args.topology.partition(":")[0].rsplit(".", 1)[-1]
+    check_before_spark(conf, ui_flag=args.ui is not None)
+    if args.spark_log is not None:
+        os.environ[SPARK_LOG_ENV] = args.spark_log  # read when the session starts
+    from statefulbolts.submitter import cluster_for_run  # imports pyspark
 
     def progress(info: Any) -> None:
         _print_transaction(info.as_dict(), args.json)
@@ -119,9 +198,11 @@ def _cmd_run(args: argparse.Namespace) -> int:
         url = handle.ui_url
         if url is not None:
             event = {"event": "dashboard", "url": url}
-            print(json.dumps(event) if args.json else f"dashboard: {url}", flush=True)
+            print_line(json.dumps(event) if args.json else f"dashboard: {url}")
         try:
             handle.await_idle(args.timeout)
+            if url is not None and not args.exit_when_idle:
+                _serve_until_interrupted(handle, url, args.json)
         except KeyboardInterrupt:
             print("interrupted; stopping after the running transaction", file=sys.stderr)
         except TimeoutError as exc:
@@ -139,6 +220,38 @@ def _cmd_run(args: argparse.Namespace) -> int:
     return code
 
 
+# How often a dashboard kept up after idle looks whether its topology failed since.
+_SERVE_POLL_SECONDS = 0.5
+
+
+def _serve_until_interrupted(handle: Any, url: str, as_json: bool) -> None:
+    """Keep the idle topology, and its dashboard, up until Ctrl-C (SIGINT) or SIGTERM.
+
+    The topology keeps running: a source that gets more input is processed and shown.
+
+    Raises:
+        KeyboardInterrupt: SIGINT or SIGTERM came (the caller stops the topology).
+        TopologyFailedError: (or the error it stopped with) the topology failed meanwhile.
+    """
+    if as_json:
+        print_event({"event": "idle", "url": url})
+    else:
+        print_line(f"idle; the dashboard stays up at {url} until Ctrl-C (--exit-when-idle: exit)")
+
+    def on_term(signum: int, frame: Any) -> None:
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGTERM, on_term)
+    wake = threading.Event()  # never set: its wait is a sleep that Ctrl-C interrupts
+    try:
+        while handle.error is None and not handle.runner.done:
+            wake.wait(_SERVE_POLL_SECONDS)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    if handle.error is not None:
+        raise handle.error
+
+
 def _child_command(args: argparse.Namespace) -> list[str]:
     """The ``run`` command line of the supervised child: the same run, always ``--json``."""
     cmd = [sys.executable, "-m", "statefulbolts.cli", "run", args.topology, "--json"]
@@ -148,9 +261,12 @@ def _child_command(args: argparse.Namespace) -> list[str]:
         ("--master", args.master),
         ("--timeout", args.timeout),
         ("--ui", args.ui),
+        ("--spark-log", args.spark_log),
     ):
         if value is not None:
             cmd += [flag, str(value)]
+    if args.exit_when_idle:
+        cmd.append("--exit-when-idle")
     return cmd
 
 
@@ -163,26 +279,25 @@ def _supervise(args: argparse.Namespace) -> int:
     policy = RestartPolicy(args.max_restarts, args.backoff, max(args.max_backoff, args.backoff))
 
     def on_line(line: str) -> None:
+        text = line.rstrip("\n")
         if args.json or not line.startswith("{"):
-            sys.stdout.write(line)
-            sys.stdout.flush()
+            print_line(text)
             return
         try:
             event = json.loads(line)
         except json.JSONDecodeError:
-            sys.stdout.write(line)
+            print_line(text)
             return
         if event.get("event") == "transaction":
             _print_transaction({k: v for k, v in event.items() if k != "event"}, False)
         elif event.get("event") == "done":
             _print_done(event, False)
         else:
-            sys.stdout.write(line)
-        sys.stdout.flush()
+            print_line(text)
 
     def on_event(event: dict[str, Any]) -> None:
         if args.json:
-            print(json.dumps(event), flush=True)
+            print_event(event)
         kind = event["event"]
         if kind == "restart":
             text = (
@@ -201,7 +316,7 @@ def _supervise(args: argparse.Namespace) -> int:
                 f"supervise: finished after {event['restarts']} restart(s) with status "
                 f"{event['exit_code']} ({event['reason']})"
             )
-        print(text, file=sys.stderr, flush=True)
+        print_line(text, sys.stderr)
 
     def on_term(signum: int, frame: Any) -> None:
         raise KeyboardInterrupt
@@ -225,6 +340,12 @@ def _cmd_checkpoint_status(args: argparse.Namespace) -> int:
             raise TopologyError(msg)
         tasks = stateful_tasks(topology)
     status = checkpoint_status(conf, args.topology, tasks)
+    if not status.found:
+        from recovery.status import stored_topologies
+
+        stored = stored_topologies(conf)
+        if stored is not None:
+            _did_you_mean(conf, args.topology, "topology", [s.topology for s in stored])
     if args.json:
         print(json.dumps(status.as_dict()))
         return 0 if status.found else FAILED_EXIT_CODE
@@ -244,10 +365,85 @@ def _cmd_checkpoint_status(args: argparse.Namespace) -> int:
     return 0 if status.found else FAILED_EXIT_CODE
 
 
-def _cmd_transactional_status(args: argparse.Namespace) -> int:
-    from statefulbolts.transactional import transactional_status
+def _cmd_checkpoint_list(args: argparse.Namespace) -> int:
+    from recovery.status import last_committed_txid, stored_topologies
 
-    status = transactional_status(Config(load_config_file(args.conf)), args.id)
+    conf = Config(load_config_file(args.conf))
+    found = stored_topologies(conf)
+    if found is None:
+        return _cannot_list(conf, "topologies")
+    rows = [
+        {
+            "topology": s.topology,
+            "checkpoint": None if s.checkpoint is None else str(s.checkpoint),
+            "committed_txid": last_committed_txid(s.checkpoint),
+        }
+        for s in found
+    ]
+    if args.json:
+        print(json.dumps({"provider": provider_name(conf), "topologies": rows}))
+        return 0
+    print(f"{len(rows)} checkpointed topolog{'y' if len(rows) == 1 else 'ies'} in "
+          f"{provider_name(conf)}")  # fmt: skip
+    for row in rows:
+        committed = "none" if row["committed_txid"] is None else row["committed_txid"]
+        saved = row["checkpoint"] or "nothing saved"
+        print(f"  {row['topology']}: last committed txid {committed} (checkpoint {saved})")
+    return 0
+
+
+def _cmd_transactional_list(args: argparse.Namespace) -> int:
+    from statefulbolts.transactional import stored_transactional_ids, transactional_status
+
+    conf = Config(load_config_file(args.conf))
+    ids = stored_transactional_ids(conf)
+    if ids is None:
+        return _cannot_list(conf, "transactional ids")
+    rows = [
+        {"transactional_id": tid, "committed_txid": transactional_status(conf, tid).committed_txid}
+        for tid in ids
+    ]
+    if args.json:
+        print(json.dumps({"provider": provider_name(conf), "transactional_ids": rows}))
+        return 0
+    print(f"{len(rows)} transactional id{'' if len(rows) == 1 else 's'} in {provider_name(conf)}")
+    for row in rows:
+        committed = "none" if row["committed_txid"] is None else row["committed_txid"]
+        print(f"  {row['transactional_id']}: last committed txid {committed}")
+    return 0
+
+
+def _cannot_list(conf: Mapping[str, Any], what: str) -> int:
+    print(
+        f"error: the state provider {provider_name(conf)} cannot list its namespaces, so "
+        f"not its {what}",
+        file=sys.stderr,
+    )
+    return FAILED_EXIT_CODE
+
+
+def _did_you_mean(conf: Mapping[str, Any], wanted: str, what: str, stored: list[str]) -> None:
+    """On stderr: nothing is stored under ``wanted``; what is, and the closest of it."""
+    if not stored:
+        print(f"note: {provider_name(conf)} holds no {what}s", file=sys.stderr)
+        return
+    close = [s for s in stored if s.startswith(wanted)] or difflib.get_close_matches(
+        wanted, stored, n=1
+    )
+    hint = f"; did you mean {close[0]!r}?" if close else ""
+    shown = ", ".join(stored[:20]) + (f" and {len(stored) - 20} more" if len(stored) > 20 else "")
+    print(f"note: nothing stored for {what} {wanted!r}; stored: {shown}{hint}", file=sys.stderr)
+
+
+def _cmd_transactional_status(args: argparse.Namespace) -> int:
+    from statefulbolts.transactional import stored_transactional_ids, transactional_status
+
+    conf = Config(load_config_file(args.conf))
+    status = transactional_status(conf, args.id)
+    if not status.found:
+        ids = stored_transactional_ids(conf)
+        if ids is not None:
+            _did_you_mean(conf, args.id, "transactional id", ids)
     if args.json:
         print(json.dumps(status.as_dict()))
         return 0 if status.found else FAILED_EXIT_CODE
@@ -267,11 +463,49 @@ def _cmd_transactional_status(args: argparse.Namespace) -> int:
     return 0 if status.found else FAILED_EXIT_CODE
 
 
+def package_version() -> str:
+    """This package's version: from its installed metadata, else from the source tree.
+
+    A checkout used without installing has no metadata; its ``pyproject.toml`` (next to the
+    package's folder) tells. ``"unknown"`` when neither does.
+    """
+    try:
+        return metadata.version("statefulbolts")
+    except metadata.PackageNotFoundError:
+        return _source_version(Path(__file__).resolve().parent.parent / "pyproject.toml")
+
+
+def _source_version(pyproject: Path) -> str:
+    try:
+        project = tomllib.loads(pyproject.read_text(encoding="utf-8")).get("project", {})
+    except (OSError, tomllib.TOMLDecodeError):
+        return "unknown"
+    if project.get("name") != "statefulbolts":
+        return "unknown"
+    return str(project.get("version", "unknown"))
+
+
+def _version_line() -> str:
+    try:
+        pyspark = metadata.version("pyspark")
+    except metadata.PackageNotFoundError:
+        pyspark = "not installed"
+    return (
+        f"statefulbolts {package_version()} (pyspark {pyspark}, "
+        f"Python {platform.python_version()})"
+    )
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="statefulbolts", description=__doc__.split("\n")[0])
+    parser.add_argument("--version", action="version", version=_version_line())
     sub = parser.add_subparsers(dest="command", required=True)
     run = sub.add_parser("run", help="run a topology until it is idle")
-    run.add_argument("topology", help="MODULE:FUNCTION returning a topology")
+    run.add_argument(
+        "topology",
+        help="MODULE:ATTR: a topology, or a function of no arguments returning one "
+        f"(e.g. {EXAMPLE_SPEC}); MODULE may be a .py file in the current directory",
+    )
     run.add_argument("--conf", help="JSON or YAML file of config keys")
     run.add_argument("--name", help="topology name (default: the module's last part)")
     run.add_argument(
@@ -286,6 +520,20 @@ def _parser() -> argparse.ArgumentParser:
         type=int,
         metavar="PORT",
         help="serve the live dashboard and /metrics on 127.0.0.1:PORT (bare --ui: a free port)",
+    )
+    run.add_argument(
+        "--exit-when-idle",
+        action="store_true",
+        help="with a dashboard (--ui): exit when the topology is idle; by default the "
+        "dashboard stays up until Ctrl-C",
+    )
+    run.add_argument(
+        "--spark-log",
+        type=str.upper,
+        choices=SPARK_LOG_LEVELS,
+        metavar="LEVEL",
+        help=f"the level of Spark's own log, one of {', '.join(SPARK_LOG_LEVELS)} (default "
+        f"{DEFAULT_SPARK_LOG_LEVEL}; or ${SPARK_LOG_ENV})",
     )
     run.add_argument(
         "--supervise",
@@ -318,11 +566,17 @@ def _parser() -> argparse.ArgumentParser:
     status.add_argument("--topology", required=True, help="topology name")
     status.add_argument(
         "--topology-module",
-        help="MODULE:FUNCTION of the topology, to list its stateful tasks (default for Redis: "
+        help="MODULE:ATTR of the topology, to list its stateful tasks (default for Redis: "
         "the tasks found in Redis)",
     )
     status.add_argument("--json", action="store_true", help="one JSON document")
     status.set_defaults(func=_cmd_checkpoint_status)
+    cp_list = cp_sub.add_parser(
+        "list", help="the checkpointed topologies a store holds, with their last committed txid"
+    )
+    cp_list.add_argument("--conf", required=True, help="JSON or YAML file naming the provider")
+    cp_list.add_argument("--json", action="store_true", help="one JSON document")
+    cp_list.set_defaults(func=_cmd_checkpoint_list)
 
     transactional = sub.add_parser("transactional", help="inspect a transactional topology")
     tx_sub = transactional.add_subparsers(dest="transactional_command", required=True)
@@ -333,14 +587,64 @@ def _parser() -> argparse.ArgumentParser:
     tx_status.add_argument("--id", required=True, help="the transactional id")
     tx_status.add_argument("--json", action="store_true", help="one JSON document")
     tx_status.set_defaults(func=_cmd_transactional_status)
+    tx_list = tx_sub.add_parser(
+        "list", help="the transactional ids a store holds, with their last committed txid"
+    )
+    tx_list.add_argument("--conf", required=True, help="JSON or YAML file naming the provider")
+    tx_list.add_argument("--json", action="store_true", help="one JSON document")
+    tx_list.set_defaults(func=_cmd_transactional_list)
     add_state_commands(sub)
     add_deadletter_commands(sub)
     return parser
 
 
+def _import_from_current_directory() -> None:
+    """Put the current directory first on ``sys.path``, as ``python -m`` does.
+
+    The ``statefulbolts`` script's own folder is first there instead, so without this a
+    topology module next to the user (``run my_topology:build``) could not be imported.
+    """
+    cwd = os.getcwd()
+    if not any(p in ("", ".") or os.path.abspath(p) == cwd for p in sys.path[:1]):
+        sys.path.insert(0, cwd)
+
+
+class _WarningsOnce:
+    """Shows each distinct warning once per command, on one line: ``warning: <what>``.
+
+    The topology config is validated more than once in a run (before Spark starts, and by
+    the runtime); Python shows a warning once per place that raised it (even with the
+    ``"once"`` action, which keys on the calling module), so an unknown key was shown as
+    often as it was validated. This keys on the warning's category and text only.
+    """
+
+    def __init__(self) -> None:
+        self._shown: set[tuple[type[Warning], str]] = set()
+        self._lock = threading.Lock()
+
+    def __call__(
+        self,
+        message: Warning | str,
+        category: type[Warning],
+        filename: str,
+        lineno: int,
+        file: TextIO | None = None,
+        line: str | None = None,
+    ) -> None:
+        text = str(message)
+        with self._lock:
+            if (category, text) in self._shown:
+                return
+            self._shown.add((category, text))
+        kind = "" if category is UserWarning else f"{category.__name__}: "
+        print(f"warning: {kind}{text}", file=file or sys.stderr, flush=True)
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``statefulbolts`` command."""
     args = _parser().parse_args(argv)
+    _import_from_current_directory()
+    warnings.showwarning = _WarningsOnce()
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     if getattr(args, "supervise", False) and min(args.max_restarts, args.backoff) < 0:
         print("error: --max-restarts and --backoff must not be negative", file=sys.stderr)

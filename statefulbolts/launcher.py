@@ -3,7 +3,7 @@
 ::
 
     LAUNCHER=$(python -m statefulbolts.launcher --path)
-    spark-submit [SPARK OPTIONS] "$LAUNCHER" run MODULE:FUNCTION [--conf FILE] [--json] ...
+    spark-submit [SPARK OPTIONS] "$LAUNCHER" run MODULE:ATTR [--conf FILE] [--json] ...
 
 Everything after the file is ``statefulbolts``'s own command line; ``run`` then uses the
 session ``spark-submit`` set up (its master, not ``--master``). ``--path`` prints this file's

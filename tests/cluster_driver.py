@@ -26,7 +26,6 @@ Usage::
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 import time
@@ -43,13 +42,14 @@ from executor_probe import executor_views, spark_jobs  # noqa: E402
 from outage_topologies import redis_conf  # noqa: E402
 
 from examples.wordcount import build  # noqa: E402
+from statefulbolts._output import print_event  # noqa: E402
 from statefulbolts.runtime import LocalCluster  # noqa: E402
 
 LOOPBACK = "127.0.0.1"
 
 
 def say(event: str, **fields: Any) -> None:
-    print(json.dumps({"event": event, "t": time.time(), **fields}), flush=True)
+    print_event({"event": event, "t": time.time(), **fields})
 
 
 def spark_conf(

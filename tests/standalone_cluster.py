@@ -256,6 +256,18 @@ def start_standalone(
 # ------------------------------------------------------------------------------ drivers
 
 
+UNPARSABLE = "unparsable"
+
+
+def _event(text: str) -> dict[str, Any]:
+    """The JSON event ``text`` holds, or an ``UNPARSABLE`` event carrying the line."""
+    try:
+        event = json.loads(text)
+    except json.JSONDecodeError:
+        return {"event": UNPARSABLE, "line": text}
+    return event if isinstance(event, dict) else {"event": UNPARSABLE, "line": text}
+
+
 class DriverProcess:
     """A driver in its own session; the JSON lines of its stdout read by a thread.
 
@@ -304,14 +316,21 @@ class DriverProcess:
         self._reader.start()
 
     def _read(self) -> None:
+        """Queue each JSON line; one that does not parse is queued as an ``UNPARSABLE`` event.
+
+        The reader must outlive any line: it once died on two events printed on one line, and
+        the test then said the driver had said nothing.
+        """
         assert self.process.stdout is not None
-        for raw in self.process.stdout:
-            text = raw.decode(errors="replace").strip()
-            if text.startswith("{"):
-                self.lines.put(json.loads(text))
-            else:
-                self.text.append(text)
-        self.lines.put(None)
+        try:
+            for raw in self.process.stdout:
+                text = raw.decode(errors="replace").strip()
+                if text.startswith("{"):
+                    self.lines.put(_event(text))
+                else:
+                    self.text.append(text)
+        finally:
+            self.lines.put(None)
 
     def next_event(self, deadline: float) -> dict[str, Any]:
         """The next JSON line; fails the test on timeout or when the driver exited."""
@@ -332,6 +351,11 @@ class DriverProcess:
             line = self.next_event(deadline)
             if line.get("event") == event:
                 return line
+            if line.get("event") == UNPARSABLE:
+                pytest.fail(
+                    f"the driver printed a line that is not one JSON event: {line['line']!r}\n"
+                    f"{self.tail()}"
+                )
             assert line.get("event") != "error", f"{line}\n{self.tail()}"
 
     def tail(self) -> str:

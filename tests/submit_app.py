@@ -16,7 +16,6 @@ returned, the components' counters, what the executors see after), or ``error`` 
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
 from pathlib import Path
@@ -32,6 +31,7 @@ from outage_topologies import redis_conf  # noqa: E402
 
 from examples.wordcount import SentenceSpout, SplitSentence, WordCount  # noqa: E402
 from statefulbolts import Fields, StormSubmitter, TopologyBuilder  # noqa: E402
+from statefulbolts._output import print_event  # noqa: E402
 
 
 class AppSplit(SplitSentence):
@@ -42,7 +42,7 @@ class AppSplit(SplitSentence):
 
 
 def say(event: str, **fields: Any) -> None:
-    print(json.dumps({"event": event, "t": time.time(), **fields}), flush=True)
+    print_event({"event": event, "t": time.time(), **fields})
 
 
 def build(sentences: int) -> Any:

@@ -64,6 +64,45 @@ def loopback_settings(user_conf: Mapping[str, Any] | None = None) -> dict[str, s
 LOCAL_JVM_OPTIONS = "-XX:TieredStopAtLevel=1"
 
 
+# Spark's own log (its JVM's log4j): quiet unless asked. ``statefulbolts run --spark-log LEVEL``
+# sets this variable; the driver JVM starts with our log4j2 config at that level (Spark's default
+# profile prints four lines of its own on every start) and the running context gets it too.
+SPARK_LOG_ENV = "STATEFULBOLTS_SPARK_LOG_LEVEL"
+DEFAULT_SPARK_LOG_LEVEL = "ERROR"
+SPARK_LOG_LEVELS = ("ALL", "TRACE", "DEBUG", "INFO", "WARN", "ERROR", "FATAL", "OFF")
+LOG4J2_CONFIG = os.path.join(os.path.dirname(os.path.abspath(__file__)), "log4j2.properties")
+_DRIVER_JAVA_OPTIONS = "spark.driver.extraJavaOptions"
+
+
+def spark_log_level() -> str:
+    """The level of Spark's own log: ``$STATEFULBOLTS_SPARK_LOG_LEVEL``, else ``ERROR``.
+
+    Raises:
+        ConfigError: the variable names no log4j level.
+    """
+    level = os.environ.get(SPARK_LOG_ENV, DEFAULT_SPARK_LOG_LEVEL).strip().upper()
+    if level not in SPARK_LOG_LEVELS:
+        msg = (
+            f"{SPARK_LOG_ENV}={os.environ[SPARK_LOG_ENV]!r} is not a Spark log level; use one "
+            f"of {', '.join(SPARK_LOG_LEVELS)}"
+        )
+        raise ConfigError(msg)
+    return level
+
+
+def with_log_options(java_options: str | None, level: str) -> str | None:
+    """``java_options`` with our log4j2 config at ``level`` in front.
+
+    Left as they are when they name a log4j2 config of their own, or when this package's file
+    is missing (Spark then logs as it would).
+    """
+    if "log4j2.configurationFile" in (java_options or "") or not os.path.isfile(LOG4J2_CONFIG):
+        return java_options
+    path = f'"{LOG4J2_CONFIG}"' if any(c.isspace() for c in LOG4J2_CONFIG) else LOG4J2_CONFIG
+    ours = f"-Dlog4j2.configurationFile={path} -Dstatefulbolts.spark.log={level}"
+    return f"{ours} {java_options}" if java_options else ours
+
+
 def local_jvm_settings(user_conf: Mapping[str, Any] | None = None) -> dict[str, str]:
     """JVM options for a local master's driver (which is also its executor), unless set."""
     if "spark.driver.extraJavaOptions" in (user_conf or {}):
@@ -145,7 +184,9 @@ def build_session(
     through a daemon whose workers end quietly when the JVM stops first (``DAEMON_MODULE``), and
     their JVM gets ``LOCAL_JVM_OPTIONS`` (C1 JIT only) unless ``spark_conf`` sets
     ``spark.driver.extraJavaOptions``. Other masters keep Spark's defaults, except that
-    ``spark.task.maxFailures`` is ``task_max_failures`` unless ``spark_conf`` sets it.
+    ``spark.task.maxFailures`` is ``task_max_failures`` unless ``spark_conf`` sets it. The
+    driver JVM of every master logs at ``spark_log_level()`` from its start
+    (``LOG4J2_CONFIG``), unless ``spark.driver.extraJavaOptions`` names a log4j2 config.
     """
     from pyspark.sql import SparkSession
 
@@ -157,7 +198,11 @@ def build_session(
     if is_local(master):
         settings.update(local_jvm_settings(spark_conf))
         master = with_task_retries(master, task_max_failures)
-    for key, value in {**settings, **spark_conf}.items():
+    options = {**settings, **spark_conf}
+    java = with_log_options(options.get(_DRIVER_JAVA_OPTIONS), spark_log_level())
+    if java is not None:
+        options[_DRIVER_JAVA_OPTIONS] = java
+    for key, value in options.items():
         builder = builder.config(key, str(value))
     return _started(builder.master(master))
 
@@ -222,7 +267,7 @@ def application_session(task_max_failures: int = 4) -> Any:
 
 def _started(builder: Any) -> Any:
     session = builder.getOrCreate()
-    session.sparkContext.setLogLevel(os.environ.get("STATEFULBOLTS_SPARK_LOG_LEVEL", "ERROR"))
+    session.sparkContext.setLogLevel(spark_log_level())
     log.info("Spark session on %s", session.sparkContext.master)
     return session
 

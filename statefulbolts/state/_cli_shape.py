@@ -2,7 +2,7 @@
 
     statefulbolts state shape   --conf FILE (--topology NAME | --id ID) [--json]
     statefulbolts state evolve  --conf FILE (--topology NAME | --id ID)
-                                --topology-module MODULE:FUNCTION [--dry-run] [--json]
+                                --topology-module MODULE:ATTR [--dry-run] [--json]
     statefulbolts state rescale --conf FILE (--topology NAME | --id ID) --component C
                                 --parallelism N [--dry-run] [--json]
     statefulbolts state rename  --conf FILE (--topology NAME | --id ID) --from OLD --to NEW
@@ -167,7 +167,9 @@ def add_shape_commands(st_sub: Any, guarded: Any) -> None:
     )
     _scope(evolve)
     evolve.add_argument(
-        "--topology-module", required=True, help="MODULE:FUNCTION building the topology"
+        "--topology-module",
+        required=True,
+        help="MODULE:ATTR: the topology, or a function of no arguments building it",
     )
     evolve.add_argument("--dry-run", action="store_true", help="say what would change")
     evolve.set_defaults(func=guarded(_cmd_evolve))

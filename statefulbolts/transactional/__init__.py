@@ -3,7 +3,7 @@
 Every batch has a transaction id (txid) that stays the same when it is replayed; batches are
 processed in parallel (up to ``topology.max.spout.pending``) and committed one at a time, in
 txid order; committers store next to each value the txid that wrote it, so a replayed commit
-recognises itself. ``TRANSACTIONAL.md`` in the project's shared docs is the behaviour reference.
+recognises itself. ``docs/protocol/transactional.md`` is the protocol's reference.
 
 - Spouts: ``TransactionalSpout``, ``PartitionedTransactionalSpout``,
   ``OpaquePartitionedTransactionalSpout``; ready-made ``MemoryTransactionalSpout``,
@@ -58,7 +58,11 @@ from statefulbolts.transactional._spouts import (
     PartitionedTransactionalSpout,
     TransactionalSpout,
 )
-from statefulbolts.transactional._status import TransactionalStatus, transactional_status
+from statefulbolts.transactional._status import (
+    TransactionalStatus,
+    stored_transactional_ids,
+    transactional_status,
+)
 from statefulbolts.transactional._task import BatchFailed, TransactionalContext
 from statefulbolts.transactional._topology import (
     TransactionalTopology,
@@ -106,6 +110,7 @@ __all__ = [
     "load_streams",
     "opaque_coordinator",
     "partitioned_coordinator",
+    "stored_transactional_ids",
     "transactional_status",
     "txid_of",
 ]
