@@ -26,16 +26,24 @@ import concurrent.futures
 from collections.abc import Mapping
 from typing import Any
 
-from checkpoint import Action, CheckpointTaskProgram, check_stored_txids, commit_hooks
+from checkpoint._expected import check_stored_txids
+from checkpoint._ledger import RootLedger
+from checkpoint._spouts import SpoutTask
+from checkpoint._state import Action
+from checkpoint.driver_commit import commit_hooks
+from checkpoint.task import CheckpointTaskProgram
 from providers import DriverOwnedStateProvider, StateFactory, StateProvider
 from recovery.faults import FaultPlan
-from statefulbolts.runtime._engine import JobSpec
-from statefulbolts.runtime._images import ImageShipper, ShippedImage
-from statefulbolts.runtime._ledger import RootLedger
-from statefulbolts.runtime._plan import ExecutionPlan, JobLayout
-from statefulbolts.runtime._records import JobResult, TupleBatch
-from statefulbolts.runtime._spouts import SpoutTask
-from statefulbolts.runtime._task_errors import encode_task_error
+from statefulbolts.runtime import (
+    ExecutionPlan,
+    ImageShipper,
+    JobLayout,
+    JobResult,
+    JobSpec,
+    ShippedImage,
+    TupleBatch,
+    encode_task_error,
+)
 from statefulbolts.topology import CHECKPOINT_STREAM_ID, StormTopology
 
 __all__ = ["CheckpointJobs"]

@@ -34,7 +34,13 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from checkpoint import Action, CheckpointSpout, TxPhase
+from checkpoint._deadletters import CheckpointDeadLetters
+from checkpoint._jobs import CheckpointJobs
+from checkpoint._ledger import RootLedger
+from checkpoint._manifest import SpoutMessages, TransactionManifest
+from checkpoint._spouts import SpoutTask, SpoutTasks
+from checkpoint._state import Action, TxPhase
+from checkpoint.spout import CheckpointSpout
 from providers import (
     FATAL_STATE_ERRORS,
     DriverOwnedStateProvider,
@@ -42,25 +48,26 @@ from providers import (
     get_provider,
 )
 from recovery.evolve import EvolutionReport, evolve, wanted_shapes
-from recovery.faults import KillPoint
-from recovery.manifest import SpoutMessages, TransactionManifest
+from recovery.faults import FaultPlan, KillPoint
+from recovery.gate import FailureGate
 from statefulbolts.clock import Clock
 from statefulbolts.collectors import SpoutOutputCollector
 from statefulbolts.context import TopologyContext
 from statefulbolts.errors import TopologyError
 from statefulbolts.keygroups import component_key_groups
 from statefulbolts.namespaces import topology_prefix
-from statefulbolts.runtime._checkpoint_jobs import CheckpointJobs
-from statefulbolts.runtime._deadletters import CheckpointDeadLetters
-from statefulbolts.runtime._engine import Engine
-from statefulbolts.runtime._failures import FailureGate
-from statefulbolts.runtime._ledger import RootLedger
-from statefulbolts.runtime._plan import Router
-from statefulbolts.runtime._records import JobResult, TupleBatch
-from statefulbolts.runtime._runner import Progress, TopologyRunner, merged_state
-from statefulbolts.runtime._spouts import SpoutTask, SpoutTasks
-from statefulbolts.runtime._stats import TransactionInfo, worker_traceback
-from statefulbolts.runtime._task_errors import describe_job_failure
+from statefulbolts.runtime import (
+    Engine,
+    JobResult,
+    Progress,
+    Router,
+    TopologyRunner,
+    TransactionInfo,
+    TupleBatch,
+    describe_job_failure,
+    merged_state,
+    worker_traceback,
+)
 from statefulbolts.topology import CHECKPOINT_COMPONENT_ID, StormTopology
 from statefulbolts.tuples import DEFAULT_STREAM
 
@@ -114,6 +121,8 @@ class CheckpointRunner(TopologyRunner):
         faults: Any = None,
     ) -> None:
         super().__init__(name, conf, clock=clock, on_transaction=on_transaction, faults=faults)
+        if self.faults is None:
+            self.faults = FaultPlan.from_conf(self.conf)
         if not isinstance(topology, StormTopology):
             msg = f"expected a StormTopology from create_topology(), got {type(topology).__name__}"
             raise TopologyError(msg)
@@ -454,7 +463,7 @@ class CheckpointRunner(TopologyRunner):
 
     # ----------------------------------------------------------------- the transaction manifest
     def _save_manifest(self, txid: int) -> None:
-        """Before COMMITTING(t) is saved: the message ids t carried (``recovery.manifest``)."""
+        """Before COMMITTING(t) is saved: the message ids t carried (``checkpoint._manifest``)."""
         cp = self.cp
         # A driver-owned provider's data dies with the driver, so no restart could read it: the
         # manifest would cost encoding every message id of the transaction for nothing.

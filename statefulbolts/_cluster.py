@@ -1,5 +1,9 @@
 """``LocalCluster`` and ``TopologyHandle``: submitting topologies to a SparkSession.
 
+The one module that wires the protocols to the engine: it picks each topology's runner
+(``checkpoint.runner.CheckpointRunner``, or
+``statefulbolts.transactional.runner.TransactionalRunner``).
+
 A topology whose config sets ``topology.ui.port`` gets its live dashboard and ``/metrics``
 (``statefulbolts.ui``) from the moment it is submitted until its handle is killed (``kill``,
 ``kill_topology`` or the cluster's ``shutdown``); ``handle.ui_url`` says where.
@@ -11,16 +15,14 @@ import logging
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from checkpoint.runner import CheckpointRunner
 from statefulbolts._config import validate_config
 from statefulbolts.clock import Clock
 from statefulbolts.errors import TopologyError
-from statefulbolts.runtime._driver import CheckpointRunner
-from statefulbolts.runtime._runner import TopologyRunner
-from statefulbolts.runtime._spark import build_session
-from statefulbolts.runtime._stats import TransactionInfo
-from statefulbolts.runtime._transactional import TransactionalRunner
+from statefulbolts.runtime import TopologyRunner, TransactionInfo, build_session
 from statefulbolts.topology import StormTopology
-from statefulbolts.transactional._topology import TransactionalTopology
+from statefulbolts.transactional import TransactionalTopology
+from statefulbolts.transactional.runner import TransactionalRunner
 
 log = logging.getLogger(__name__)
 

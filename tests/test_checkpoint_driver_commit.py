@@ -19,14 +19,14 @@ import pytest
 import topologies as topo
 
 from checkpoint import commit_hooks
+from checkpoint._jobs import CheckpointJobs, _commits_here
+from checkpoint._ledger import RootLedger
 from examples.wordcount import SentenceSpout, SplitSentence, WordCount, expected_counts
 from providers import InMemoryKeyValueStateProvider, get_provider
 from providers.errors import StateLostError, StateTransactionError
 from recovery.faults import FaultPlan
 from statefulbolts import Fields, TopologyBuilder
 from statefulbolts.errors import TaskFailedError
-from statefulbolts.runtime._checkpoint_jobs import CheckpointJobs, _commits_here
-from statefulbolts.runtime._ledger import RootLedger
 from statefulbolts.runtime._plan import ExecutionPlan
 from statefulbolts.runtime._task_errors import decode_task_error
 

@@ -18,8 +18,7 @@ from typing import Any
 import pytest
 
 from checkpoint import CheckpointTaskProgram
-from statefulbolts import Bolt, Fields, Spout, StatefulBolt, TopologyBuilder
-from statefulbolts.runtime import LocalCluster
+from statefulbolts import Bolt, Fields, LocalCluster, Spout, StatefulBolt, TopologyBuilder
 from statefulbolts.runtime._engine import Engine, JobLabels, JobSpec, job_labels
 from statefulbolts.runtime._records import TupleBatch
 

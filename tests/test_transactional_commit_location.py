@@ -23,7 +23,7 @@ from statefulbolts import (
 )
 from statefulbolts._config import validate_config
 from statefulbolts.errors import ConfigError
-from statefulbolts.runtime._tx_jobs import _commit_here
+from statefulbolts.transactional._jobs import _commit_here
 
 pytestmark = pytest.mark.spark
 

@@ -34,7 +34,7 @@ from typing import Any
 
 from providers import KeyValueState, StateBackendError
 from recovery.faults import KillPoint
-from statefulbolts._config import TopologyConfig
+from recovery.gate import FailureGate
 from statefulbolts.clock import Clock
 from statefulbolts.deadletter import (
     DEAD,
@@ -44,14 +44,14 @@ from statefulbolts.deadletter import (
     DeadLetterStore,
     FailedTuple,
     PoisonTracker,
+    Verdict,
     batch_record_id,
+    poison_limit_error,
+    summary,
     why_not_poison,
 )
 from statefulbolts.errors import TopologyFailedError
-from statefulbolts.runtime._deadletters import Verdict, poison_limit_error, summary
-from statefulbolts.runtime._failures import FailureGate
-from statefulbolts.runtime._stats import Stats
-from statefulbolts.runtime._task_errors import TaskError
+from statefulbolts.runtime import Stats, TaskError, TopologyConfig
 from statefulbolts.transactional._deadletters import (
     BATCHES_NAMESPACE,
     REPLAYED,

@@ -30,10 +30,14 @@ from typing import Any
 
 from providers import StateProvider
 from recovery.faults import FaultPlan
-from statefulbolts.runtime._engine import JobSpec
-from statefulbolts.runtime._images import ImageShipper, ShippedImage
-from statefulbolts.runtime._plan import ExecutionPlan, JobLayout
-from statefulbolts.runtime._records import TupleBatch
+from statefulbolts.runtime import (
+    ExecutionPlan,
+    ImageShipper,
+    JobLayout,
+    JobSpec,
+    ShippedImage,
+    TupleBatch,
+)
 from statefulbolts.transactional._attempt import TransactionAttempt
 from statefulbolts.transactional._task import BatchTaskProgram, EmitOrder, StateMaps
 from statefulbolts.transactional._topology import TransactionalTopology

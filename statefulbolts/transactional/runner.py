@@ -19,7 +19,7 @@ through the ``Engine`` (``TransactionalJobs``). A step of its loop:
    coordinator starts them again with new attempts (after a backoff; a state outage is waited
    out, as in the checkpoint protocol). A processing job that failed on a poison tuple first
    dead-letters the emitted tuple it came from, which every replay of its txid leaves out
-   (``_tx_deadletters``); the replay starts at once.
+   (``_isolation``); the replay starts at once.
 2. Start the next emission, strictly one at a time and in txid order: t+1's partitions start
    where t's emission ended. With ``max.spout.pending`` 1 the emission is the first stage of
    the processing job (``TransactionalJobs.emit_and_process``): no other txid can wait for
@@ -55,21 +55,24 @@ from providers import (
     get_provider,
 )
 from recovery.evolve import EvolutionReport, evolve, wanted_shapes
-from recovery.faults import KillPoint
+from recovery.faults import FaultPlan, KillPoint
+from recovery.gate import FailureGate
 from statefulbolts.clock import Clock
 from statefulbolts.context import TopologyContext
 from statefulbolts.errors import TopologyError
 from statefulbolts.keygroups import component_key_groups
 from statefulbolts.namespaces import transactional_prefix
-from statefulbolts.runtime._engine import Engine
-from statefulbolts.runtime._failures import FailureGate
-from statefulbolts.runtime._records import JobResult, TupleBatch
-from statefulbolts.runtime._runner import Progress, TopologyRunner, hashable
-from statefulbolts.runtime._stats import TransactionInfo, worker_traceback
-from statefulbolts.runtime._task_errors import describe_job_failure
-from statefulbolts.runtime._tx_deadletters import TransactionalDeadLetters
-from statefulbolts.runtime._tx_jobs import TransactionalJobs
-from statefulbolts.runtime._tx_pacing import Pacing
+from statefulbolts.runtime import (
+    Engine,
+    JobResult,
+    Progress,
+    TopologyRunner,
+    TransactionInfo,
+    TupleBatch,
+    describe_job_failure,
+    hashable,
+    worker_traceback,
+)
 from statefulbolts.state import committed_items
 from statefulbolts.transactional._attempt import TransactionAttempt
 from statefulbolts.transactional._coordinator import (
@@ -81,7 +84,10 @@ from statefulbolts.transactional._coordinator import (
     partitioned_coordinator,
 )
 from statefulbolts.transactional._emitting import OPAQUE, PARTITIONED, PLAIN, EmitterMetas
+from statefulbolts.transactional._isolation import TransactionalDeadLetters
+from statefulbolts.transactional._jobs import TransactionalJobs
 from statefulbolts.transactional._maps import read_backing_state
+from statefulbolts.transactional._pacing import Pacing
 from statefulbolts.transactional._spouts import (
     OpaquePartitionedTransactionalSpout,
     PartitionedTransactionalSpout,
@@ -135,6 +141,8 @@ class TransactionalRunner(TopologyRunner):
         faults: Any = None,
     ) -> None:
         super().__init__(name, conf, clock=clock, on_transaction=on_transaction, faults=faults)
+        if self.faults is None:
+            self.faults = FaultPlan.from_conf(self.conf)
         if not isinstance(topology, TransactionalTopology):
             msg = f"expected a TransactionalTopology, got {type(topology).__name__}"
             raise TopologyError(msg)

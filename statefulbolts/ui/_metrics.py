@@ -52,7 +52,7 @@ from prometheus_client.core import (
 from prometheus_client.registry import Collector
 
 if TYPE_CHECKING:
-    from statefulbolts.runtime._runner import Observation
+    from statefulbolts.runtime import Observation
 
 __all__ = ["STATES", "TopologyCollector"]
 

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from statefulbolts.runtime._runner import Observation
+    from statefulbolts.runtime import Observation
 
 __all__ = ["SHOWN", "snapshot"]
 
