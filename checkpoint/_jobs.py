@@ -34,6 +34,7 @@ from checkpoint.driver_commit import commit_hooks
 from checkpoint.task import CheckpointTaskProgram
 from providers import DriverOwnedStateProvider, StateFactory, StateProvider
 from recovery.faults import FaultPlan
+from statefulbolts.namespaces import TaskNamespace, topology_prefix
 from statefulbolts.runtime import (
     ExecutionPlan,
     ImageShipper,
@@ -67,6 +68,7 @@ class CheckpointJobs:
         commit_location: str = "auto",
     ) -> None:
         self._name, self._topology, self._plan, self._ledger = name, topology, plan, ledger
+        self._prefix = topology_prefix(name)
         self._shipper = images
         self._ackers, self._faults = ackers, faults
         self._provider, self._conf = provider, conf or {}
@@ -125,7 +127,7 @@ class CheckpointJobs:
         for c, t in plan.stateful_tasks():
             cid = plan.component_ids[c]
             try:
-                self._commit_one(f"{self._name}/{cid}-{t}", txid)
+                self._commit_one(str(TaskNamespace(self._prefix, cid, t)), txid)
             except Exception as exc:
                 spec = self._topology.component(cid)
                 raise encode_task_error(
@@ -185,9 +187,9 @@ class CheckpointJobs:
         """The driver-owned state of every stateful task, shipped with its job."""
         if self._shipper is None:
             return None
-        names = self._plan.component_ids
+        names, prefix = self._plan.component_ids, self._prefix
         return self._shipper.ship(
-            f"{self._name}/{names[c]}-{t}" for c, t in self._plan.stateful_tasks()
+            str(TaskNamespace(prefix, names[c], t)) for c, t in self._plan.stateful_tasks()
         )
 
 

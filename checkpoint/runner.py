@@ -55,7 +55,7 @@ from statefulbolts.collectors import SpoutOutputCollector
 from statefulbolts.context import TopologyContext
 from statefulbolts.errors import TopologyError
 from statefulbolts.keygroups import component_key_groups
-from statefulbolts.namespaces import topology_prefix
+from statefulbolts.namespaces import TaskNamespace, topology_prefix
 from statefulbolts.runtime import (
     Engine,
     JobResult,
@@ -504,7 +504,10 @@ class CheckpointRunner(TopologyRunner):
             msg = f"component {component_id!r} is not a stateful bolt"
             raise TopologyError(msg)
         with self._lock:
-            namespaces = [f"{self.name}/{component_id}-{t}" for t in range(spec.parallelism)]
+            prefix = topology_prefix(self.name)
+            namespaces = [
+                str(TaskNamespace(prefix, component_id, t)) for t in range(spec.parallelism)
+            ]
             return merged_state(self.conf, namespaces)
 
     def _failure_gate(self) -> FailureGate:

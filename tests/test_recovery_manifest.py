@@ -9,8 +9,7 @@ from typing import Any
 
 import pytest
 
-from checkpoint import CheckPointState, TxPhase
-from checkpoint import MANIFEST_KEY, SpoutMessages, TransactionManifest
+from checkpoint import MANIFEST_KEY, CheckPointState, SpoutMessages, TransactionManifest, TxPhase
 from providers import (
     STATE_PROVIDER_KEY,
     InMemoryKeyValueState,

@@ -27,6 +27,7 @@ from types import CodeType
 from typing import Any, NamedTuple
 
 from statefulbolts.context import TopologyContext
+from statefulbolts.namespaces import TaskNamespace, topology_prefix
 from statefulbolts.runtime._collector import TaskCollector
 from statefulbolts.runtime._held_images import finish_images, install_images
 from statefulbolts.runtime._images import ShippedImage
@@ -207,7 +208,7 @@ def _begin_state(job: TaskJob, spec: ComponentSpec, task: int) -> str | None:
         return None
     from providers import DriverOwnedStateProvider, get_provider
 
-    root = f"{job.state_root or job.topology_name}/{spec.id}-{task}"
+    root = str(TaskNamespace(topology_prefix(job.state_root or job.topology_name), spec.id, task))
     provider = get_provider(job.conf)
     assert isinstance(provider, DriverOwnedStateProvider)  # noqa: S101 - the driver checked
     install_images(provider, root, _shipped(job, root))

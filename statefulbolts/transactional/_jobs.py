@@ -30,6 +30,7 @@ from typing import Any
 
 from providers import StateProvider
 from recovery.faults import FaultPlan
+from statefulbolts.namespaces import TRANSACTIONAL_ROOT
 from statefulbolts.runtime import (
     ExecutionPlan,
     ImageShipper,
@@ -66,7 +67,7 @@ class TransactionalJobs:
         self._faults = faults
         self._lineage = lineage  # batch bolts pass lineages on (poison tuples are isolated)
         self.tid = topology.transactional_id
-        self.root = f"$transactional/{self.tid}"
+        self.root = f"{TRANSACTIONAL_ROOT}/{self.tid}"  # the prefix, without its last "/"
         self.spout = plan.index[topology.spout_id]
         commit = {plan.index[c] for c in topology.commit_phase}
         self.commit_components = frozenset(commit)

@@ -61,7 +61,7 @@ from statefulbolts.clock import Clock
 from statefulbolts.context import TopologyContext
 from statefulbolts.errors import TopologyError
 from statefulbolts.keygroups import component_key_groups
-from statefulbolts.namespaces import transactional_prefix
+from statefulbolts.namespaces import TaskNamespace, transactional_prefix
 from statefulbolts.runtime import (
     Engine,
     JobResult,
@@ -541,11 +541,11 @@ class TransactionalRunner(TopologyRunner):
         committed never shows.
         """
         spec = self.topology.topology.component(component_id)
-        prefix = f"{self.jobs.root}/{component_id}-"
+        prefix = transactional_prefix(self.topology.transactional_id)
         merged: dict[Any, Any] = {}
         with self._lock:
             for task in range(spec.parallelism):
-                namespace = f"{prefix}{task}/{name}"
+                namespace = str(TaskNamespace(prefix, component_id, task, name))
                 state = self._system_state(namespace)
                 stored = committed_items(state, self.conf, system=True)
                 for key, value in read_backing_state(stored).items():
