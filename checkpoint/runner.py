@@ -57,7 +57,6 @@ from statefulbolts.errors import TopologyError
 from statefulbolts.keygroups import component_key_groups
 from statefulbolts.namespaces import TaskNamespace, topology_prefix
 from statefulbolts.runtime import (
-    Engine,
     JobResult,
     Progress,
     Router,
@@ -66,6 +65,7 @@ from statefulbolts.runtime import (
     TupleBatch,
     describe_job_failure,
     merged_state,
+    open_engine,
     worker_traceback,
 )
 from statefulbolts.topology import CHECKPOINT_COMPONENT_ID, StormTopology
@@ -105,7 +105,11 @@ class _CheckpointCollector(SpoutOutputCollector):
 
 
 class CheckpointRunner(TopologyRunner):
-    """Runs one topology of Storm's checkpointing protocol on a SparkContext."""
+    """Runs one topology of Storm's checkpointing protocol on an engine.
+
+    ``engine``: "spark" (the default) runs its jobs on the SparkSession ``spark``; "inline"
+    runs them in this process (``spark`` unused, may be ``None``).
+    """
 
     kind = "checkpoint"
 
@@ -119,6 +123,7 @@ class CheckpointRunner(TopologyRunner):
         clock: Clock | None = None,
         on_transaction: Callable[[TransactionInfo], None] | None = None,
         faults: Any = None,
+        engine: str = "spark",
     ) -> None:
         super().__init__(name, conf, clock=clock, on_transaction=on_transaction, faults=faults)
         if self.faults is None:
@@ -136,7 +141,8 @@ class CheckpointRunner(TopologyRunner):
         self.wanted = wanted_shapes(topology.components, stateful, key_groups, self.conf)
         self.evolution: EvolutionReport | None = None
         # Spouts run here, in the driver (``_spouts``): tasks get the topology without them.
-        self.engine = Engine(
+        self.engine = open_engine(
+            engine,
             spark,
             topology,
             name,

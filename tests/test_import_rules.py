@@ -123,8 +123,8 @@ def test_no_file_imports_in_a_circle():
 def test_the_rule_sees_what_it_should():
     # The walker itself: a known public cross-package import and a known in-package private one.
     assert "providers" in EDGES["checkpoint.runner"]
-    assert "statefulbolts.runtime._task" in EDGES["statefulbolts.runtime._engine"]
-    assert not _private_across("statefulbolts.runtime._engine", "statefulbolts.runtime._task")
+    assert "statefulbolts.runtime._task" in EDGES["statefulbolts.runtime._spark_engine"]
+    assert not _private_across("statefulbolts.runtime._spark_engine", "statefulbolts.runtime._task")
     assert _private_across("checkpoint.task", "statefulbolts._config")
 
 

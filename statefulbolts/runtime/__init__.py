@@ -1,16 +1,19 @@
 """The engine: runs a protocol's jobs of component tasks, on Spark or in this process.
 
 The engine knows no protocol. A protocol (``checkpoint``, ``statefulbolts.transactional``)
-describes each job as a ``JobSpec`` with its own ``TaskProgram`` and hands it to an ``Engine``;
-its driver loop is a ``TopologyRunner``. This face is everything a protocol may use: the
-protocols import nothing else of the engine, and the engine imports no protocol.
+describes each job as a ``JobSpec`` with its own ``TaskProgram`` and hands it to an ``Engine``
+(``open_engine``: a ``SparkEngine`` or an ``InlineEngine``); its driver loop is a
+``TopologyRunner``. This face is everything a protocol may use: the protocols import nothing
+else of the engine, and the engine imports no protocol.
 
 The only package that imports pyspark, and only when a Spark engine starts.
 """
 
 from statefulbolts._config import TopologyConfig
 from statefulbolts.runtime._engine import Engine, JobLabels, JobSpec, job_labels
+from statefulbolts.runtime._engines import ENGINES, open_engine
 from statefulbolts.runtime._images import ImageShipper, ShippedImage
+from statefulbolts.runtime._inline import InlineEngine
 from statefulbolts.runtime._plan import ExecutionPlan, JobLayout, Router
 from statefulbolts.runtime._program import TaskExecutor, TaskInfo, TaskJob, TaskProgram
 from statefulbolts.runtime._records import JobResult, TupleBatch, id_column
@@ -29,6 +32,7 @@ from statefulbolts.runtime._spark import (
     task_attempt,
     under_spark_submit,
 )
+from statefulbolts.runtime._spark_engine import SparkEngine
 from statefulbolts.runtime._stats import Stats, TransactionInfo, format_traceback, worker_traceback
 from statefulbolts.runtime._task_errors import (
     TaskError,
@@ -38,10 +42,12 @@ from statefulbolts.runtime._task_errors import (
 )
 
 __all__ = [
+    "ENGINES",
     "BackendFigures",
     "Engine",
     "ExecutionPlan",
     "ImageShipper",
+    "InlineEngine",
     "JobLabels",
     "JobLayout",
     "JobResult",
@@ -50,6 +56,7 @@ __all__ = [
     "Progress",
     "Router",
     "ShippedImage",
+    "SparkEngine",
     "Stats",
     "TaskError",
     "TaskExecutor",
@@ -70,6 +77,7 @@ __all__ = [
     "is_local",
     "job_labels",
     "merged_state",
+    "open_engine",
     "shown_values",
     "task_attempt",
     "under_spark_submit",

@@ -1,30 +1,13 @@
-"""The engine seam: run a set of component tasks as one Spark job, and give back what they did.
+"""The Spark engine: run a set of component tasks as one Spark job, and give back what they did.
 
-A protocol (the checkpoint protocol's driver, the transactional protocol's) describes a job as a
-``JobSpec``: which component tasks run, in which stages (``JobLayout``), the records each
-first-stage task is fed, and its own ``TaskProgram`` (what a task does around its tuples). The
-``Engine`` turns that into one chain of Spark stages (``mapPartitionsWithIndex`` per stage, a
-``partitionBy`` on the destination slot between two), runs it on a thread of its own, and hands
-back a ``JobResult``: the roots left open (XOR acks), the failed roots, every task's report
-and the tuples the tasks emitted for components outside the job. Everything Spark-specific of
+``SparkEngine`` turns a ``JobSpec`` (see ``_engine``, the seam) into one chain of Spark stages
+(``mapPartitionsWithIndex`` per stage, a ``partitionBy`` on the destination slot between two),
+runs it on a thread of its own, and hands back a ``JobResult``. Everything Spark-specific of
 running a topology lives here: the topology's broadcast, shipping code to the executors
 (``extlib/`` folders always, as files beside the tasks and never on their ``sys.path``; on a
 non-local master also the framework and the user's modules, see ``_shipping``), job groups and
-their cancellation.
-
-Every job is labelled for Spark's UI and event logs (``job_labels``): its job group names the
-topology, the action and the txid (``wc/PREPARE/txid=3``, ``wc/COMMIT/txid=3/attempt=2``) and
-its description says the same in words (``wc: PREPARE txid=3 (120 tuples)``). A protocol
-cancels its jobs by its own ``JobSpec.group`` (the topology name when it gives none): that key
-is the job's Spark job *tag*, so ``Engine.cancel(group)`` reaches every job started under it
-whatever its action.
-
-Example (what a protocol driver does):
-
-    engine = Engine(spark, topology, "wc", conf, max_jobs=1)
-    layout = engine.plan.layout(engine.plan.bolts())
-    spec = JobSpec(layout, program, inputs, txid=3, description="120 tuples", action="PREPARE")
-    result = engine.submit(spec).result()  # a JobResult
+their cancellation: a job's ``JobSpec.group`` is its Spark job *tag*, so ``cancel(group)``
+reaches every job started under it whatever its action.
 """
 
 from __future__ import annotations
@@ -32,16 +15,16 @@ from __future__ import annotations
 import concurrent.futures
 import logging
 import threading
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
-from typing import Any, NamedTuple
+from collections.abc import Mapping
+from typing import Any
 
 from providers import DriverOwnedStateProvider, add_extlib_dirs, extlib_dirs
 from statefulbolts.errors import TopologyError
-from statefulbolts.runtime._images import ImageShipper, ShippedImage
+from statefulbolts.runtime._engine import JobSpec, job_labels, tag, task_job
+from statefulbolts.runtime._images import ImageShipper
 from statefulbolts.runtime._inline import run_inline
-from statefulbolts.runtime._plan import ExecutionPlan, JobLayout
-from statefulbolts.runtime._program import TaskJob, TaskProgram
+from statefulbolts.runtime._plan import ExecutionPlan
+from statefulbolts.runtime._program import TaskJob
 from statefulbolts.runtime._records import JobResult
 from statefulbolts.runtime._results import merge_results, reduce_acks
 from statefulbolts.runtime._shipping import build_zip, code_to_ship, folder_source, sources, zip_dir
@@ -49,7 +32,7 @@ from statefulbolts.runtime._spark import is_local
 from statefulbolts.runtime._task import run_task
 from statefulbolts.topology import StormTopology
 
-__all__ = ["Engine", "JobLabels", "JobSpec", "job_labels"]
+__all__ = ["SparkEngine"]
 
 log = logging.getLogger(__name__)
 
@@ -58,76 +41,11 @@ _SHIPPED: dict[str, set[str]] = {}
 _SHIPPED_LOCK = threading.Lock()
 
 
-@dataclass(frozen=True)
-class JobSpec:
-    """One job, as a protocol asks for it.
-
-    ``inputs[s]`` is the list of records for slot ``s`` of the first stage (``TupleBatch`` for
-    data; a record for a task of a later stage is carried there). ``ackers`` > 0 reduces the
-    acks over that many Spark partitions, 0 on the driver. ``images`` ships a driver-owned
-    provider's state to the tasks under whose roots (``<state_root>/<component>-<task>``) the
-    namespaces are (``ImageShipper.ship``: descriptors, or whole images); ``None`` when the job
-    touches no driver-owned state. ``group`` is the key ``Engine.cancel`` cancels the job by
-    (default: the topology name). ``action`` names the protocol step (``PREPARE``, ``COMMIT``,
-    ...) and ``attempt`` the batch attempt, if any, for Spark's UI; ``description`` is free
-    text shown after them (``120 tuples``).
-    """
-
-    layout: JobLayout
-    program: TaskProgram
-    inputs: Sequence[Sequence[Any]]
-    txid: int
-    description: str
-    ackers: int = 0
-    images: Mapping[str, bytes | ShippedImage] | None = None
-    group: str | None = None
-    state_root: str = ""
-    # The leading values every tuple of the job shares (``ExecutionPlan.lead`` of them).
-    lead: tuple[Any, ...] = ()
-    action: str = "JOB"
-    attempt: int | None = None
-
-
-class JobLabels(NamedTuple):
-    """How a job shows in Spark: its job group and description, and its cancellation tag."""
-
-    group: str
-    description: str
-    tag: str
-
-
-def job_labels(topology: str, spec: JobSpec) -> JobLabels:
-    """The Spark job group, description and tag of ``spec`` in topology ``topology``.
-
-    Example:
-        >>> spec = JobSpec(None, None, [], 3, "120 tuples", action="PREPARE")
-        >>> labels = job_labels("wc", spec)
-        >>> labels.group, labels.description, labels.tag
-        ('wc/PREPARE/txid=3', 'wc: PREPARE txid=3 (120 tuples)', 'wc')
-        >>> spec = JobSpec(None, None, [], 3, "", group="wc-3:2", action="COMMIT", attempt=2)
-        >>> job_labels("wc", spec)[:2]
-        ('wc/COMMIT/txid=3/attempt=2', 'wc: COMMIT txid=3 attempt=2')
-    """
-    group = f"{topology}/{spec.action}/txid={spec.txid}"
-    description = f"{topology}: {spec.action} txid={spec.txid}"
-    if spec.attempt is not None:
-        group += f"/attempt={spec.attempt}"
-        description += f" attempt={spec.attempt}"
-    if spec.description:
-        description += f" ({spec.description})"
-    return JobLabels(group, description, _tag(spec.group or topology))
-
-
-def _tag(key: str) -> str:
-    """A Spark job tag for ``key`` (tags may not hold commas; escaped reversibly)."""
-    return key.replace("%", "%25").replace(",", "%2C") or "%"
-
-
 def _identity(key: int) -> int:
     return key
 
 
-class Engine:
+class SparkEngine:
     """Runs the jobs of one topology on a SparkContext, up to ``max_jobs`` at a time.
 
     Tasks load the topology from a broadcast; with ``tasks_run_spouts`` False (spouts run in
@@ -238,26 +156,7 @@ class Engine:
 
     def _job(self, spec: JobSpec) -> TaskJob:
         """What every task of ``spec`` needs."""
-        if len(spec.lead) != self.plan.lead:
-            description = job_labels(self.name, spec).description
-            msg = (
-                f"job {description!r} gives {len(spec.lead)} leading values; its "
-                f"topology's tuples have {self.plan.lead}"
-            )
-            raise ValueError(msg)
-        return TaskJob(
-            plan=self.plan,
-            layout=spec.layout,
-            program=spec.program,
-            topology_name=self.name,
-            conf=self.conf,
-            txid=spec.txid,
-            ackers=spec.ackers,
-            images=None if spec.images is None else dict(spec.images),
-            faults=self.faults,
-            state_root=spec.state_root,
-            lead=spec.lead,
-        )
+        return task_job(self.name, self.conf, self.plan, spec, self.faults)
 
     def cancel(self, group: str) -> None:
         """Cancel the running jobs started under ``JobSpec.group`` ``group`` (their futures fail).
@@ -265,7 +164,7 @@ class Engine:
         The topology name cancels the jobs whose spec gave no group.
         """
         if self.sc._jsc is not None:
-            self.sc.cancelJobsWithTag(_tag(group))
+            self.sc.cancelJobsWithTag(tag(group))
 
     def close(self, wait: bool = True) -> None:
         """Stop taking jobs and drop the topology's broadcasts (JVM blocks, temp files)."""

@@ -63,7 +63,6 @@ from statefulbolts.errors import TopologyError
 from statefulbolts.keygroups import component_key_groups
 from statefulbolts.namespaces import TaskNamespace, transactional_prefix
 from statefulbolts.runtime import (
-    Engine,
     JobResult,
     Progress,
     TopologyRunner,
@@ -71,6 +70,7 @@ from statefulbolts.runtime import (
     TupleBatch,
     describe_job_failure,
     hashable,
+    open_engine,
     worker_traceback,
 )
 from statefulbolts.state import committed_items
@@ -125,7 +125,11 @@ class _Batch:
 
 
 class TransactionalRunner(TopologyRunner):
-    """Runs one transactional topology on a SparkContext (see the module docstring)."""
+    """Runs one transactional topology on an engine (see the module docstring).
+
+    ``engine``: "spark" (the default) runs its jobs on the SparkSession ``spark``; "inline"
+    runs them in this process (``spark`` unused, may be ``None``).
+    """
 
     kind = "transactional"
 
@@ -139,6 +143,7 @@ class TransactionalRunner(TopologyRunner):
         clock: Clock | None = None,
         on_transaction: Callable[[TransactionInfo], None] | None = None,
         faults: Any = None,
+        engine: str = "spark",
     ) -> None:
         super().__init__(name, conf, clock=clock, on_transaction=on_transaction, faults=faults)
         if self.faults is None:
@@ -157,7 +162,8 @@ class TransactionalRunner(TopologyRunner):
             topology.topology.components, topology.commit_phase, key_groups, self.conf
         )
         self.evolution: EvolutionReport | None = None
-        self.engine = Engine(
+        self.engine = open_engine(
+            engine,
             spark,
             topology.topology,
             name,
