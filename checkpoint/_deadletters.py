@@ -54,6 +54,7 @@ from statefulbolts.deadletter import (
     why_not_poison,
 )
 from statefulbolts.errors import TopologyError, TopologyFailedError
+from statefulbolts.listeners import NO_FAULTS, FaultListener
 from statefulbolts.runtime import (
     ExecutionPlan,
     Stats,
@@ -143,7 +144,7 @@ class CheckpointDeadLetters:
         stats: Stats,
         failures: FailureGate,
         clock: Clock,
-        faults: Any = None,
+        faults: FaultListener = NO_FAULTS,
         now: Callable[[], float] = time.time,
     ) -> None:
         self._name, self._tc, self._plan = name, tc, plan
@@ -396,8 +397,7 @@ class CheckpointDeadLetters:
         self.tracker.committed()
 
     def _kill(self, point: KillPoint, txid: int) -> None:
-        if self._faults is not None:
-            self._faults.on_driver(point, txid)
+        self._faults.on_driver(point, txid)
 
     # ----------------------------------------------------------------- reading
     def status(self) -> dict[str, Any]:

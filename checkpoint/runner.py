@@ -48,13 +48,14 @@ from providers import (
     get_provider,
 )
 from recovery.evolve import EvolutionReport, evolve, wanted_shapes
-from recovery.faults import FaultPlan, KillPoint
+from recovery.faults import KillPoint, fault_listener
 from recovery.gate import FailureGate
 from statefulbolts.clock import Clock
 from statefulbolts.collectors import SpoutOutputCollector
 from statefulbolts.context import TopologyContext
 from statefulbolts.errors import TopologyError
 from statefulbolts.keygroups import component_key_groups
+from statefulbolts.listeners import FaultListener
 from statefulbolts.namespaces import TaskNamespace, topology_prefix
 from statefulbolts.runtime import (
     JobResult,
@@ -122,12 +123,12 @@ class CheckpointRunner(TopologyRunner):
         *,
         clock: Clock | None = None,
         on_transaction: Callable[[TransactionInfo], None] | None = None,
-        faults: Any = None,
+        faults: FaultListener | None = None,
         engine: str = "spark",
     ) -> None:
         super().__init__(name, conf, clock=clock, on_transaction=on_transaction, faults=faults)
-        if self.faults is None:
-            self.faults = FaultPlan.from_conf(self.conf)
+        if faults is None:
+            self.faults = fault_listener(self.conf)
         if not isinstance(topology, StormTopology):
             msg = f"expected a StormTopology from create_topology(), got {type(topology).__name__}"
             raise TopologyError(msg)
@@ -419,18 +420,16 @@ class CheckpointRunner(TopologyRunner):
             self._failures.failed(what, txid, cause, outage=outage, fatal=fatal)
             return
         if action.decides_commit:
-            if faults is not None:
-                faults.on_driver(KillPoint.AFTER_PREPARE, txid)
+            faults.on_driver(KillPoint.AFTER_PREPARE, txid)
             self._save_manifest(txid)
         what = f"saving checkpoint state after {action.value}({txid})"
         self._failures.with_backend(what, lambda: cp.ack(txid))
-        if action.decides_commit and faults is not None:
+        if action.decides_commit:
             faults.on_driver(KillPoint.AFTER_COMMITTING_SAVED, txid)
         if action.makes_durable:
             self._failures.succeeded()
             self.deadletters.committed()
-            if faults is not None:
-                faults.on_driver(KillPoint.AFTER_COMMITTED, txid)
+            faults.on_driver(KillPoint.AFTER_COMMITTED, txid)
             self.ledger.committed(txid)
             if self._manifest is not None:
                 self.spouts.ack_recovered(self._manifest.committed(txid))

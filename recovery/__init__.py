@@ -12,7 +12,14 @@ from recovery.evolve import (
     plan_evolution,
     wanted_shapes,
 )
-from recovery.faults import FAULTS_KEY, FaultPlan, InjectedFault, KillPoint, TaskFault
+from recovery.faults import (
+    FAULTS_KEY,
+    FaultPlan,
+    InjectedFault,
+    KillPoint,
+    TaskFault,
+    fault_listener,
+)
 from recovery.gate import FailureGate
 from recovery.retry import RetryBudget, RetryPolicy, backend_outage, transaction_retries
 from recovery.status import (
@@ -54,6 +61,7 @@ __all__ = [
     "checkpoint_status",
     "evolve",
     "exit_status",
+    "fault_listener",
     "plan_evolution",
     "provider_stateful_tasks",
     "recovery_actions",

@@ -35,6 +35,7 @@ from dataclasses import dataclass
 from typing import Any, NamedTuple, Protocol
 
 from providers import DriverOwnedStateProvider
+from statefulbolts.listeners import FaultListener
 from statefulbolts.runtime._images import ImageShipper, ShippedImage
 from statefulbolts.runtime._plan import ExecutionPlan, JobLayout
 from statefulbolts.runtime._program import TaskJob, TaskProgram
@@ -134,7 +135,11 @@ class Engine(Protocol):
 
 
 def task_job(
-    name: str, conf: Mapping[str, Any], plan: ExecutionPlan, spec: JobSpec, faults: Any
+    name: str,
+    conf: Mapping[str, Any],
+    plan: ExecutionPlan,
+    spec: JobSpec,
+    faults: FaultListener,
 ) -> TaskJob:
     """What every task of ``spec`` needs, in topology ``name`` (whichever engine runs it)."""
     if len(spec.lead) != plan.lead:

@@ -28,6 +28,7 @@ from typing import Any
 
 from providers import DriverOwnedStateProvider
 from statefulbolts.errors import TopologyError
+from statefulbolts.listeners import NO_FAULTS, FaultListener
 from statefulbolts.runtime._engine import JobSpec, task_job
 from statefulbolts.runtime._images import ImageShipper
 from statefulbolts.runtime._plan import ExecutionPlan
@@ -119,7 +120,7 @@ class InlineEngine:
         name: str,
         conf: Mapping[str, Any],
         *,
-        faults: Any = None,
+        faults: FaultListener = NO_FAULTS,
         max_jobs: int = 1,
         lead: int = 0,
         tasks_run_spouts: bool = True,

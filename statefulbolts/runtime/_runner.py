@@ -28,6 +28,7 @@ from providers import KeyValueState, StateFactory
 from statefulbolts._config import TopologyConfig, validate_config
 from statefulbolts.clock import Clock
 from statefulbolts.errors import TopologyError, TopologyFailedError
+from statefulbolts.listeners import NO_FAULTS, FaultListener
 from statefulbolts.namespaces import RECORD_MARK
 from statefulbolts.runtime._stats import Stats, StatsSnapshot, TransactionInfo, format_traceback
 from statefulbolts.state import committed_items
@@ -109,7 +110,7 @@ class TopologyRunner(ABC):
         *,
         clock: Clock | None = None,
         on_transaction: Callable[[TransactionInfo], None] | None = None,
-        faults: Any = None,
+        faults: FaultListener | None = None,
     ) -> None:
         if (
             not isinstance(name, str)
@@ -130,7 +131,8 @@ class TopologyRunner(ABC):
             self.conf["topology.state.extlib.dir"] = self.tc.extlib_dir
         self.clock = clock or Clock()
         self.stats = Stats(on_transaction=on_transaction)
-        self.faults = faults
+        # Told at every fault point; a protocol reads ``topology.faults`` when none is given.
+        self.faults: FaultListener = faults if faults is not None else NO_FAULTS
         self.error: BaseException | None = None
         self.started_at = time.time()
         self._view: tuple[dict[str, Any], Progress] = ({}, Progress("starting", None, None))

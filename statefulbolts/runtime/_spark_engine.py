@@ -20,6 +20,7 @@ from typing import Any
 
 from providers import DriverOwnedStateProvider, add_extlib_dirs, extlib_dirs
 from statefulbolts.errors import TopologyError
+from statefulbolts.listeners import NO_FAULTS, FaultListener
 from statefulbolts.runtime._engine import JobSpec, job_labels, tag, task_job
 from statefulbolts.runtime._images import ImageShipper
 from statefulbolts.runtime._inline import run_inline
@@ -59,7 +60,7 @@ class SparkEngine:
         name: str,
         conf: Mapping[str, Any],
         *,
-        faults: Any = None,
+        faults: FaultListener = NO_FAULTS,
         max_jobs: int = 1,
         lead: int = 0,
         tasks_run_spouts: bool = True,

@@ -51,6 +51,7 @@ from statefulbolts.deadletter import (
     why_not_poison,
 )
 from statefulbolts.errors import TopologyFailedError
+from statefulbolts.listeners import NO_FAULTS, FaultListener
 from statefulbolts.runtime import Stats, TaskError, TopologyConfig
 from statefulbolts.transactional._deadletters import (
     BATCHES_NAMESPACE,
@@ -89,7 +90,7 @@ class TransactionalDeadLetters:
         stats: Stats,
         failures: FailureGate,
         clock: Clock,
-        faults: Any = None,
+        faults: FaultListener = NO_FAULTS,
         now: Callable[[], float] = time.time,
     ) -> None:
         self._name, self._tid, self._tc = name, transactional_id, tc
@@ -359,8 +360,7 @@ class TransactionalDeadLetters:
         return Verdict(True)
 
     def _kill(self, point: KillPoint, txid: int) -> None:
-        if self._faults is not None:
-            self._faults.on_driver(point, txid)
+        self._faults.on_driver(point, txid)
 
     # ----------------------------------------------------------------- reading
     def status(self) -> dict[str, Any]:

@@ -29,7 +29,8 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from providers import StateProvider
-from recovery.faults import FaultPlan
+from statefulbolts.errors import ConfigError
+from statefulbolts.listeners import NO_FAULTS, FaultListener
 from statefulbolts.namespaces import TRANSACTIONAL_ROOT
 from statefulbolts.runtime import (
     ExecutionPlan,
@@ -56,7 +57,7 @@ class TransactionalJobs:
         plan: ExecutionPlan,
         conf: Mapping[str, Any],
         provider: StateProvider,
-        faults: Any = None,
+        faults: FaultListener = NO_FAULTS,
         images: ImageShipper | None = None,
         commit_location: str = "auto",
         lineage: bool = True,
@@ -80,7 +81,9 @@ class TransactionalJobs:
         self._fused_layout = plan.layout({self.spout} | self.processing_components, chain=True)
         self._processing_layout = plan.layout(self.processing_components, chain=True)
         self._commit_layout = plan.layout(commit)
-        self.commit_here = _commit_here(commit_location, topology, faults)
+        self.commit_here = _commit_here(commit_location, topology)
+        if self.commit_here:
+            _refuse_worker_faults(commit_location, topology, faults)
 
     def emit(self, attempt: TransactionAttempt, order: EmitOrder) -> JobSpec:
         """The emit job of ``attempt``, as ``order`` says."""
@@ -104,7 +107,11 @@ class TransactionalJobs:
         """
         # No lineage in the commit phase: a failure there is never isolated.
         program = BatchTaskProgram(
-            attempt, self.tid, StateMaps(self._conf), committing=True, hooks=self._faults,
+            attempt,
+            self.tid,
+            StateMaps(self._conf),
+            committing=True,
+            hooks=self._faults,
             lineage=False,
         )
         spec = self._spec(attempt, self._commit_layout, program, to_commit, "COMMIT")
@@ -157,16 +164,35 @@ class TransactionalJobs:
         return shipper.ship(found)
 
 
-def _commit_here(where: str, topology: TransactionalTopology, faults: FaultPlan | None) -> bool:
+def _commit_here(where: str, topology: TransactionalTopology) -> bool:
     """Whether the commit phase runs in the driver (``topology.transactional.commit.location``).
 
     "driver" and "executors" say so. "auto": in the driver, whatever the provider (the driver
     keeps the coordinator's state in it, so it reaches it; an in-memory map lives there), as
     a commit phase is short and strictly one batch at a time, where a Spark job's own cost
-    (tens of ms) would be most of it; unless ``topology.faults`` injects a fault into a task
-    of the commit phase: an injected crash is a Python worker's crash, and a raise on a
-    task's first Spark attempt expects Spark's retry.
+    (tens of ms) would be most of it. Injected faults (``topology.faults``) never change it:
+    a run whose faults cannot fire in the driver is refused (``_refuse_worker_faults``).
     """
     if where != "auto":
         return where == "driver"
-    return faults is None or not faults.task_components & topology.commit_phase
+    return True
+
+
+def _refuse_worker_faults(
+    where: str, topology: TransactionalTopology, faults: FaultListener
+) -> None:
+    """Refuse faults in the commit phase that need a Spark worker, when the driver commits.
+
+    Raises:
+        ConfigError: naming the components and the setting that runs the phase on executors.
+    """
+    needing = faults.needing_workers(topology.commit_phase)
+    if needing and where == "auto":
+        msg = (
+            f"topology.faults crashes, or fails on the first attempt only, tasks of "
+            f"{sorted(needing)} in the commit phase, which the driver runs "
+            "(topology.transactional.commit.location 'auto'): such a fault needs a Spark "
+            "worker and Spark's task retry; set topology.transactional.commit.location to "
+            "'executors' for this run"
+        )
+        raise ConfigError(msg)

@@ -55,12 +55,13 @@ from providers import (
     get_provider,
 )
 from recovery.evolve import EvolutionReport, evolve, wanted_shapes
-from recovery.faults import FaultPlan, KillPoint
+from recovery.faults import KillPoint, fault_listener
 from recovery.gate import FailureGate
 from statefulbolts.clock import Clock
 from statefulbolts.context import TopologyContext
 from statefulbolts.errors import TopologyError
 from statefulbolts.keygroups import component_key_groups
+from statefulbolts.listeners import FaultListener
 from statefulbolts.namespaces import TaskNamespace, transactional_prefix
 from statefulbolts.runtime import (
     JobResult,
@@ -142,12 +143,12 @@ class TransactionalRunner(TopologyRunner):
         *,
         clock: Clock | None = None,
         on_transaction: Callable[[TransactionInfo], None] | None = None,
-        faults: Any = None,
+        faults: FaultListener | None = None,
         engine: str = "spark",
     ) -> None:
         super().__init__(name, conf, clock=clock, on_transaction=on_transaction, faults=faults)
-        if self.faults is None:
-            self.faults = FaultPlan.from_conf(self.conf)
+        if faults is None:
+            self.faults = fault_listener(self.conf)
         if not isinstance(topology, TransactionalTopology):
             msg = f"expected a TransactionalTopology, got {type(topology).__name__}"
             raise TopologyError(msg)
@@ -346,8 +347,7 @@ class TransactionalRunner(TopologyRunner):
         if self.max_pending == 1:
             batch.phase, batch.fused = "processing", True
             self._submit(batch, self.jobs.emit_and_process(batch.attempt, order))
-            if self.faults is not None:
-                self.faults.on_driver(KillPoint.DURING_PROCESSING, batch.txid)
+            self.faults.on_driver(KillPoint.DURING_PROCESSING, batch.txid)
             return True
         batch.phase = "emitting"
         self._submit(batch, self.jobs.emit(batch.attempt, order))
@@ -421,22 +421,19 @@ class TransactionalRunner(TopologyRunner):
         batch.phase = "processing"
         rest = [b for b in result.outputs if not self.jobs.for_commit(b)]
         self._submit(batch, self.jobs.processing(batch.attempt, rest))
-        if self.faults is not None:
-            self.faults.on_driver(KillPoint.DURING_PROCESSING, batch.txid)
+        self.faults.on_driver(KillPoint.DURING_PROCESSING, batch.txid)
 
     def _processed(self, batch: _Batch, result: JobResult) -> None:
         batch.to_commit.extend(result.outputs)
         batch.phase = "processed"
-        if self.faults is not None:
-            self.faults.on_driver(KillPoint.AFTER_PROCESSED, batch.txid)
+        self.faults.on_driver(KillPoint.AFTER_PROCESSED, batch.txid)
         assert self._coordinator is not None  # noqa: S101
         self._execute(self._coordinator.ack(batch.attempt))
 
     def _committed(self, batch: _Batch) -> None:
         coordinator, metas = self._coordinator, self._metas
         assert coordinator is not None and metas is not None  # noqa: S101
-        if self.faults is not None:
-            self.faults.on_driver(KillPoint.AFTER_COMMIT, batch.txid)
+        self.faults.on_driver(KillPoint.AFTER_COMMIT, batch.txid)
         self._failures.with_backend(
             f"storing the metas of txid {batch.txid}", lambda: metas.committed(batch.txid)
         )
