@@ -89,6 +89,7 @@ from statefulbolts.transactional._isolation import TransactionalDeadLetters
 from statefulbolts.transactional._jobs import TransactionalJobs
 from statefulbolts.transactional._maps import read_backing_state
 from statefulbolts.transactional._pacing import Pacing
+from statefulbolts.transactional._phase import BatchPhase
 from statefulbolts.transactional._spouts import (
     OpaquePartitionedTransactionalSpout,
     PartitionedTransactionalSpout,
@@ -112,7 +113,7 @@ class _Batch:
     meta: Any
     committed: int | None
     started: float = field(default_factory=time.perf_counter)
-    phase: str = "queued"  # queued, emitting, processing, processed, committing
+    phase: BatchPhase = BatchPhase.QUEUED
     future: concurrent.futures.Future[JobResult] | None = None
     tuples: int = 0
     to_commit: list[TupleBatch] = field(default_factory=list)
@@ -323,7 +324,7 @@ class TransactionalRunner(TopologyRunner):
                     f"checking the store before committing txid {batch.txid}",
                     lambda: coordinator.check_store(batch.txid),  # noqa: B023 - called at once
                 )
-                batch.phase = "committing"
+                batch.phase = BatchPhase.COMMITTING
                 batch.started = time.perf_counter()
                 spec = self.jobs.commit(batch.attempt, batch.to_commit)
                 if self.jobs.commit_here:  # done when it returns; ``_step`` takes it next
@@ -334,9 +335,9 @@ class TransactionalRunner(TopologyRunner):
 
     def _start_emit(self) -> bool:
         """Start the lowest queued emission, unless one runs: t+1 starts where t ended."""
-        if any(b.phase == "emitting" or b.fused for b in self._live.values()):
+        if any(b.phase is BatchPhase.EMITTING or b.fused for b in self._live.values()):
             return False
-        queued = [b for b in self._live.values() if b.phase == "queued"]
+        queued = [b for b in self._live.values() if b.phase is BatchPhase.QUEUED]
         if not queued:
             return False
         batch = min(queued, key=lambda b: b.txid)
@@ -345,11 +346,11 @@ class TransactionalRunner(TopologyRunner):
         order = dataclasses.replace(order, spout=self.topology.spout)
         order = self.deadletters.adjust(batch.txid, order)
         if self.max_pending == 1:
-            batch.phase, batch.fused = "processing", True
+            batch.phase, batch.fused = BatchPhase.PROCESSING, True
             self._submit(batch, self.jobs.emit_and_process(batch.attempt, order))
             self.faults.on_driver(KillPoint.DURING_PROCESSING, batch.txid)
             return True
-        batch.phase = "emitting"
+        batch.phase = BatchPhase.EMITTING
         self._submit(batch, self.jobs.emit(batch.attempt, order))
         return True
 
@@ -360,15 +361,15 @@ class TransactionalRunner(TopologyRunner):
     # ----------------------------------------------------------------- a job ended
     def _ended(self, batch: _Batch, future: concurrent.futures.Future[JobResult]) -> None:
         phase = batch.phase
-        name = {"emitting": "emit", "processing": "process"}.get(phase, "commit")
-        batch.phases[name] = round(time.perf_counter() - batch.job_started, 4)
+        batch.phases[phase.job.timing] = round(time.perf_counter() - batch.job_started, 4)
         exc = future.exception()
         if exc is not None:
             error, component, task, cause = describe_job_failure(exc)
             outage = error is not None and error.is_a(StateBackendError)
             fatal = error is not None and error.is_a(*FATAL_STATE_ERRORS)
             trace = worker_traceback(exc)
-            verdict = self.deadletters.isolate(batch.txid, phase == "processing", error, trace)
+            processing = phase is BatchPhase.PROCESSING
+            verdict = self.deadletters.isolate(batch.txid, processing, error, trace)
             if verdict.isolated:
                 cause = f"{cause}; the emitted tuple it came from was dead-lettered"
             elif verdict.why_not is not None:
@@ -378,21 +379,24 @@ class TransactionalRunner(TopologyRunner):
             )
             return
         result = future.result()
-        owned = self.images if phase == "committing" else None
+        owned = self.images if phase is BatchPhase.COMMITTING else None
         errors = self.stats.take_reports(result, self.plan, batch.txid, owned, log)
         if result.aborted:
             self._failed(batch, *self._why_aborted(result, errors))
             return
-        if phase == "emitting":
+        if phase is BatchPhase.EMITTING:
             self._emitted(batch, result)
-        elif phase == "processing":
+        elif phase is BatchPhase.PROCESSING:
             if batch.fused:  # the emitters ran in this job (``_start_emit``)
                 self._take_emission(batch, result)
                 batch.to_commit = []
                 batch.fused = False  # its emission is over: the next one may start
             self._processed(batch, result)
-        else:
+        elif phase is BatchPhase.COMMITTING:
             self._committed(batch)
+        else:
+            msg = f"txid {batch.txid}: a job ended while its batch was {phase.value}"
+            raise AssertionError(msg)
 
     def _why_aborted(self, result: JobResult, errors: list[Any]) -> tuple[str, str, int, bool]:
         names = self.plan.component_ids
@@ -418,14 +422,14 @@ class TransactionalRunner(TopologyRunner):
         if not self.jobs.has_processing:
             self._processed(batch, JobResult())
             return
-        batch.phase = "processing"
+        batch.phase = BatchPhase.PROCESSING
         rest = [b for b in result.outputs if not self.jobs.for_commit(b)]
         self._submit(batch, self.jobs.processing(batch.attempt, rest))
         self.faults.on_driver(KillPoint.DURING_PROCESSING, batch.txid)
 
     def _processed(self, batch: _Batch, result: JobResult) -> None:
         batch.to_commit.extend(result.outputs)
-        batch.phase = "processed"
+        batch.phase = BatchPhase.PROCESSED
         self.faults.on_driver(KillPoint.AFTER_PROCESSED, batch.txid)
         assert self._coordinator is not None  # noqa: S101
         self._execute(self._coordinator.ack(batch.attempt))
@@ -471,7 +475,7 @@ class TransactionalRunner(TopologyRunner):
         ``isolated``: it failed on a tuple now dead-lettered; the replay starts at once.
         """
         assert self._coordinator is not None and self._metas is not None  # noqa: S101
-        phase = {"emitting": "EMIT", "processing": "PROCESS"}.get(batch.phase, "COMMIT")
+        phase = batch.phase.job.label
         if batch.fused:
             phase = "EMIT+PROCESS"  # as its job is labelled
         log.warning("%s(%s) failed (%s): %s", phase, batch.attempt, component or "spark", cause)
@@ -517,7 +521,7 @@ class TransactionalRunner(TopologyRunner):
                 "active": {
                     str(t): {
                         "attempt": str(b.attempt),
-                        "phase": "emitting+processing" if b.fused else b.phase,
+                        "phase": "emitting+processing" if b.fused else b.phase.value,
                     }
                     for t, b in sorted(self._live.items())
                 },
