@@ -30,8 +30,9 @@ from typing import Any
 from checkpoint import TX_STATE_KEY, CheckPointState, TxPhase
 from providers import KeyValueState, StateFactory, resolve_serializers
 from providers._config import parse_provider_config
-from statefulbolts import CHECKPOINT_COMPONENT_ID, validate_config
+from statefulbolts import validate_config
 from statefulbolts.keygroups import KeyGroups
+from statefulbolts.namespaces import TaskNamespace, checkpoint_namespace, topology_prefix
 from statefulbolts.state import (
     ComponentShape,
     Partitioning,
@@ -48,7 +49,7 @@ COUNTER = "count"  # the counting bolt's component id in the benchmark topologie
 
 def namespaces(name: str, parallelism: int) -> list[str]:
     """The counter tasks' namespaces of topology ``name``."""
-    return [f"{name}/{COUNTER}-{task}" for task in range(parallelism)]
+    return [str(TaskNamespace.of_topology(name, COUNTER, task)) for task in range(parallelism)]
 
 
 def _kv(namespace: str, conf: Mapping[str, Any], system: bool = False) -> KeyValueState:
@@ -103,8 +104,9 @@ def seed(conf: Mapping[str, Any], name: str, keys: int, parallelism: int) -> flo
         key_arity=1,
         serializers=serializers_of(conf),
     )
-    write_shape(_kv(shape_namespace(f"{name}/"), conf, system=True), StoredShape({COUNTER: shape}))
-    spout = _kv(f"{name}/{CHECKPOINT_COMPONENT_ID}-0", conf, system=True)
+    prefix = topology_prefix(name)
+    write_shape(_kv(shape_namespace(prefix), conf, system=True), StoredShape({COUNTER: shape}))
+    spout = _kv(checkpoint_namespace(prefix), conf, system=True)
     spout.put(TX_STATE_KEY, CheckPointState(SAVED_TXID, TxPhase.COMMITTED).to_value())
     spout.commit()
     return time.perf_counter() - started
@@ -164,6 +166,7 @@ def drop(conf: Mapping[str, Any], name: str, parallelism: int) -> None:
     ``replace_stored`` with nothing leaves a namespace holding nothing (its Redis keys deleted,
     its in-memory image emptied), so a long sweep does not keep each run's state.
     """
-    records = [f"{name}/{CHECKPOINT_COMPONENT_ID}-0", shape_namespace(f"{name}/")]
+    prefix = topology_prefix(name)
+    records = [checkpoint_namespace(prefix), shape_namespace(prefix)]
     for namespace in [*namespaces(name, parallelism), *records]:
         _kv(namespace, conf).replace_stored(None, iter(()), None, {})

@@ -36,7 +36,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from checkpoint import TX_STATE_KEY, CheckPointState, TxPhase  # noqa: E402
 from examples.wordcount import build, expected_counts  # noqa: E402
 from providers import KeyValueState, StateFactory  # noqa: E402
-from statefulbolts import CHECKPOINT_COMPONENT_ID  # noqa: E402
+from statefulbolts.namespaces import (  # noqa: E402
+    TaskNamespace,
+    checkpoint_namespace,
+    topology_prefix,
+)
 
 SAVED_TXID = 41
 CHUNK = 50_000  # keys per prepare_commit: bounds one script call's arguments
@@ -68,14 +72,14 @@ def populate(conf: dict[str, Any], name: str, keys: int, parallelism: int) -> fl
     started = time.perf_counter()
     per_task = keys // parallelism
     for task in range(parallelism):
-        state = _state(f"{name}/count-{task}", conf)
+        state = _state(str(TaskNamespace.of_topology(name, "count", task)), conf)
         for first in range(0, per_task, CHUNK):
             for i in range(first, min(first + CHUNK, per_task)):
                 # Filler keys never collide with corpus words, so the word counts stay checkable.
                 state.put(f"filler-{task}-{i:08d}", i)
             state.prepare_commit(SAVED_TXID)
         state.commit(SAVED_TXID)
-    spout = _state(f"{name}/{CHECKPOINT_COMPONENT_ID}-0", conf)
+    spout = _state(checkpoint_namespace(topology_prefix(name)), conf)
     spout.put(TX_STATE_KEY, CheckPointState(SAVED_TXID, TxPhase.COMMITTED).to_value())
     spout.commit()
     return time.perf_counter() - started
@@ -87,7 +91,7 @@ def restart(
     """Submit the word count over saved state; time it to the first COMMIT, then let it finish."""
     from statefulbolts import LocalCluster
 
-    spout = _state(f"{name}/{CHECKPOINT_COMPONENT_ID}-0", conf)
+    spout = _state(checkpoint_namespace(topology_prefix(name)), conf)
     saved = CheckPointState.from_value(spout.get(TX_STATE_KEY))
     seen: list[tuple[float, Any]] = []
     cluster = LocalCluster(spark=spark)
@@ -206,9 +210,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     args.sizes = [int(s) for s in args.sizes.split(",") if s.strip()]
 
-    import redis
-
     from bench._redis import start_redis
+    from providers.redis import connect
     from statefulbolts.runtime import build_session
 
     server = start_redis()
@@ -219,7 +222,7 @@ def main(argv: list[str] | None = None) -> int:
         spark = build_session(args.master, app_name="statefulbolts-bench-recovery")
         session_start = time.perf_counter() - started
         rows = run_all(spark, conf, args)
-        client = redis.Redis(host="127.0.0.1", port=server.port)
+        client = connect({"host": "127.0.0.1", "port": server.port}, purpose="bench")
         memory_mb = int(client.info("memory")["used_memory"]) / 2**20
         client.close()
         result = {

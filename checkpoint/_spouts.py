@@ -65,6 +65,8 @@ class SpoutTask:
         "shuffle",
         "streams",
         "emitted",
+        "acked",
+        "failed",
         "live",
         "name",
         "context",
@@ -82,6 +84,8 @@ class SpoutTask:
         # that route the buffer's batch per destination task, None until the first emit there).
         self.streams: dict[str, tuple[int, int, list[Any] | None, list[Any]]] = {}
         self.emitted = 0
+        self.acked = 0
+        self.failed = 0
         self.live = 0
         self.context: TopologyContext | None = None
         # Message ids failed and not yet emitted again or acked, oldest first (values unused).
@@ -141,6 +145,7 @@ class SpoutTasks:
         self._buffer_roots: list[int] = []
         self._filling_since: float | None = None
         ledger.attach(self)
+        stats.task_sources.append(self.task_counters)
 
     # ---------------------------------------------------------------- lifecycle
     def open(self) -> None:
@@ -325,6 +330,7 @@ class SpoutTasks:
             st.live += 1
         elif message_id is not None:
             st.spout.ack(message_id)  # untracked, or a tree with no edges: complete at once
+            st.acked += 1
             self._stats.add(st.name, acked=1)
 
     def _stream_info(
@@ -360,6 +366,7 @@ class SpoutTasks:
         st = self.tasks[index]
         st.live -= len(message_ids)
         collections.deque(map(st.spout.ack, message_ids), maxlen=0)
+        st.acked += len(message_ids)
         self._stats.add(st.name, acked=len(message_ids))
         if st.failed_ids:  # acked without a replay we saw: no longer waiting for one
             for message_id in message_ids:
@@ -381,6 +388,7 @@ class SpoutTasks:
             if len(st.failed_ids) > _MAX_FAILED_IDS:
                 del st.failed_ids[next(iter(st.failed_ids))]
         st.spout.fail(message_id)
+        st.failed += 1
         self._stats.add(st.name, failed=1)
 
     def describe(self, index: int) -> str:
@@ -415,6 +423,24 @@ class SpoutTasks:
             if k < self._users or st.emitted:
                 out[st.name] = out.get(st.name, 0) + st.emitted
         return out
+
+    def task_counters(self) -> dict[tuple[str, int], dict[str, float]]:
+        """Per user spout task (component, task index): its id and figures, with ``pending``.
+
+        ``pending`` is the task's live tuple trees (``topology.max.spout.pending`` bounds it).
+        Read from a reader's thread (``Stats.task_counters``): plain attribute reads.
+        """
+        task_ids = self._plan.task_ids
+        return {
+            (st.name, st.task): {
+                "task": task_ids[st.comp][st.task],
+                "emitted": st.emitted,
+                "acked": st.acked,
+                "failed": st.failed,
+                "pending": st.live,
+            }
+            for st in list(self.tasks[: self._users])
+        }
 
     def lags(self) -> dict[str, int]:
         """Per spout component, what its source holds that the topology has not yet acked.

@@ -1,7 +1,7 @@
 """``CheckPointState`` and ``Action``: the checkpoint spout's state machine as tables.
 
 ``next_state`` and ``next_action`` are lookups in ``_NEXT_STATE`` / ``_NEXT_ACTION``, keyed by
-(phase, recovering). The tables are Storm's (STORM-PROTOCOL 1.2). ``_EFFECTS`` says what each
+(phase, recovering). The tables: docs/protocol/checkpoint.md. ``_EFFECTS`` says what each
 action means for the runtime that carries it, so the runtime asks an action rather than
 comparing its name:
 

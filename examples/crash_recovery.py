@@ -199,13 +199,13 @@ def with_redis(
 
 
 def demo(args: argparse.Namespace, url: str, workdir: Path) -> int:
-    import redis
+    from providers.redis import connect
 
     started = time.monotonic()
     rng = random.Random(args.seed)
     run_id = uuid.uuid4().hex[:8]
     name, stream = f"crashdemo-{run_id}", f"crashdemo-{run_id}:sentences"
-    client = redis.Redis.from_url(url)
+    client = connect(url, purpose="the crash demo")
     db = client.connection_pool.connection_kwargs
     conf: dict[str, Any] = {
         "topology.state.provider": "providers.redis.RedisKeyValueStateProvider",

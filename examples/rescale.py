@@ -193,13 +193,13 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def demo(args: argparse.Namespace, url: str, workdir: Path) -> int:
-    import redis
+    from providers.redis import connect
 
     started = time.monotonic()
     rng = random.Random(args.seed)
     run_id = uuid.uuid4().hex[:8]
     name, stream = f"rescale-{run_id}", f"rescale-{run_id}:sentences"
-    client = redis.Redis.from_url(url)
+    client = connect(url, purpose="the rescale demo")
     conf: dict[str, Any] = {
         "topology.state.provider": "providers.redis.RedisKeyValueStateProvider",
         "topology.state.provider.config": {"redisConfig": {"url": url}},

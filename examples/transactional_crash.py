@@ -188,12 +188,15 @@ def expected(
 def stored_maps(conf: Mapping[str, Any], transactional_id: str) -> dict[str, dict[Any, Any]]:
     """The committers' maps as stored: ``{component: {key: [txid, value]}}``, tasks merged."""
     from providers import KeyValueState, StateFactory
+    from statefulbolts.namespaces import TaskNamespace
 
     found: dict[str, dict[Any, Any]] = {}
     for component in ("count", "buckets"):
         merged: dict[Any, Any] = {}
         for task in range(2):
-            namespace = f"$transactional/{transactional_id}/{component}-{task}/default"
+            namespace = str(
+                TaskNamespace.of_transactional(transactional_id, component, task, "default")
+            )
             state = StateFactory.get_system_state(namespace, conf)
             assert isinstance(state, KeyValueState)  # every provider's system state is one
             for key, plain in state:

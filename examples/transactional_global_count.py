@@ -33,7 +33,7 @@ from statefulbolts import (
     TransactionalTopologyBuilder,
 )
 
-# storm-starter's data (TRANSACTIONAL.md §7), three partitions.
+# storm-starter's data, three partitions.
 DATA: dict[int, list[list[Any]]] = {
     0: [[w] for w in "cat dog chicken cat dog apple".split()],
     1: [[w] for w in "cat dog apple banana".split()],

@@ -30,7 +30,6 @@ from examples.corpus import sentence, words
 from providers import KeyValueState, StateFactory, get_provider, provider_name
 from recovery import checkpoint_status
 from statefulbolts import (
-    CHECKPOINT_COMPONENT_ID,
     BasicBolt,
     Config,
     Fields,
@@ -40,7 +39,7 @@ from statefulbolts import (
     StormTopology,
     TopologyBuilder,
 )
-from statefulbolts.namespaces import TaskNamespace, topology_prefix
+from statefulbolts.namespaces import TaskNamespace, checkpoint_namespace, topology_prefix
 
 
 class SentenceSpout(Spout):
@@ -140,8 +139,8 @@ def expected_counts(sentences: int, start: int = 0) -> collections.Counter[str]:
 
 def state_namespaces(name: str, parallelism: int) -> list[str]:
     """Where the topology ``name`` keeps its state: the count tasks, then the checkpoint spout."""
-    counts = [f"{name}/count-{task}" for task in range(parallelism)]
-    return [*counts, f"{name}/{CHECKPOINT_COMPONENT_ID}-0"]
+    counts = [str(TaskNamespace.of_topology(name, "count", task)) for task in range(parallelism)]
+    return [*counts, checkpoint_namespace(topology_prefix(name))]
 
 
 def describe_state(conf: Mapping[str, Any], name: str, parallelism: int) -> dict[str, str]:

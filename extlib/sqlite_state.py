@@ -104,7 +104,6 @@ library; copy it and swap SQL for your store's calls.
 from __future__ import annotations
 
 import errno
-import json
 import logging
 import os
 import sqlite3
@@ -127,6 +126,7 @@ from providers import (
     StateTransactionError,
     encode_value,
     merge_layers,
+    provider_config_fields,
     resolve_serializers,
 )
 
@@ -243,18 +243,8 @@ class SqliteConfig:
 
     @staticmethod
     def _as_dict(raw: str | Mapping[str, Any] | None) -> dict[str, Any]:
-        if raw is None:
-            return {}
-        if isinstance(raw, str):
-            try:
-                raw = json.loads(raw) if raw.strip() else {}
-            except json.JSONDecodeError as exc:
-                msg = f"{STATE_PROVIDER_CONFIG_KEY} is not valid JSON: {exc}"
-                raise ProviderConfigError(msg) from None
-        if not isinstance(raw, Mapping):
-            msg = f"{STATE_PROVIDER_CONFIG_KEY} must be a JSON object or a dict"
-            raise ProviderConfigError(msg)
-        return dict(raw)
+        # Parsed as every provider's config is (one place, one message, cached by text).
+        return dict(provider_config_fields(raw))
 
     def serializers(self, conf: Mapping[str, Any] | None) -> tuple[Serializer, Serializer]:
         """The key and value serializers (``providers.resolve_serializers``, as every provider)."""

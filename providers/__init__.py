@@ -8,6 +8,7 @@ from providers._base import (
     merge_layers,
     under,
 )
+from providers._config import provider_config_fields, redacted_url
 from providers._extlib import add_extlib_dirs, extlib_dirs, extlib_origin, load_module
 from providers._factory import (
     DEFAULT_PROVIDER,
@@ -67,7 +68,9 @@ __all__ = [
     "load_module",
     "load_object",
     "merge_layers",
+    "provider_config_fields",
     "provider_name",
+    "redacted_url",
     "resolve_serializers",
     "under",
 ]

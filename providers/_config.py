@@ -22,6 +22,15 @@ none, as in Jedis. When a pool and a cluster are both configured the pool wins, 
 Errors are ``ProviderConfigError`` naming the field as a dotted path and what is allowed.
 Passwords, and URLs since they may carry one, are ``SecretStr``: they never appear in a repr, a log
 line or an error message.
+
+``provider_config_fields`` is the one parse of the key's JSON (every provider, the serializer
+fields the state tool and the stored shape record, the system states' config): one place, one
+message, cached by text.
+
+The same model validates every other Redis address in the project (a stream spout's URL or
+host, a ``RedisBackingMap``'s URL): ``redis_endpoint_of`` turns a URL or a mapping of
+``redisConfig`` fields into a ``RedisEndpoint`` with the same rules and messages, and
+``providers.redis.connect`` makes the client.
 """
 
 from __future__ import annotations
@@ -31,8 +40,9 @@ import functools
 import json
 import logging
 from collections.abc import Mapping
+from types import MappingProxyType
 from typing import Annotated, Any
-from urllib.parse import unquote, urlsplit
+from urllib.parse import unquote, urlsplit, urlunsplit
 
 from pydantic import (
     BaseModel,
@@ -44,11 +54,11 @@ from pydantic import (
     model_validator,
 )
 
-from providers._factory import STATE_PROVIDER_CONFIG_KEY
 from providers.errors import ProviderConfigError
 
 __all__ = [
     "DEFAULT_HOST",
+    "DEFAULT_PROVIDER",
     "DEFAULT_PORT",
     "DEFAULT_TIMEOUT_MS",
     "RedisClusterConfig",
@@ -56,11 +66,24 @@ __all__ = [
     "RedisConfig",
     "RedisEndpoint",
     "RedisPoolConfig",
+    "SERIALIZER_FIELDS",
+    "STATE_PROVIDER_CONFIG_KEY",
+    "STATE_PROVIDER_KEY",
     "StateProviderConfig",
     "parse_provider_config",
+    "provider_config_fields",
+    "redacted_url",
+    "redis_endpoint_of",
 ]
 
 log = logging.getLogger(__name__)
+
+STATE_PROVIDER_KEY = "topology.state.provider"
+STATE_PROVIDER_CONFIG_KEY = "topology.state.provider.config"
+DEFAULT_PROVIDER = "providers.memory.InMemoryKeyValueStateProvider"
+# The fields of the provider config that choose how keys and values are encoded (Storm's names);
+# every provider honours them (providers.resolve_serializers).
+SERIALIZER_FIELDS = ("keyClass", "valueClass", "keySerializerClass", "valueSerializerClass")
 
 DEFAULT_HOST = "localhost"
 DEFAULT_PORT = 6379
@@ -217,6 +240,64 @@ def _split_url(url: str) -> dict[str, Any]:
     }
 
 
+def redacted_url(url: str) -> str:
+    """``url`` with its password (if any) replaced by ``***``: for messages and logs.
+
+    Example:
+        >>> redacted_url("redis://app:s3cret@10.0.0.5:6379/0"), redacted_url("redis://h:1/0")
+        ('redis://app:***@10.0.0.5:6379/0', 'redis://h:1/0')
+    """
+    try:
+        parts = urlsplit(url)
+        password = parts.password
+    except ValueError:
+        return "<a URL that cannot be parsed>"
+    if password is None:
+        return url
+    user, _, host = parts.netloc.rpartition("@")
+    name = user.split(":", 1)[0]
+    return urlunsplit(parts._replace(netloc=f"{name}:***@{host}"))
+
+
+def redis_endpoint_of(
+    target: str | Mapping[str, Any], *, where: str, timeout_ms: int = DEFAULT_TIMEOUT_MS
+) -> RedisEndpoint:
+    """The server a URL or a mapping of ``redisConfig`` fields names, validated as the provider's.
+
+    Args:
+        target: ``redis://[[user]:password@]host[:port][/db]`` (``rediss://`` for TLS), or
+            ``{"host": ..., "port": ..., "database": ..., "timeout": ...}`` and the other
+            ``redisConfig`` fields.
+        where: who was given it, for messages (``RedisStreamSpout``, ``RedisBackingMap``).
+        timeout_ms: the socket timeout when ``target`` sets none (0: none).
+
+    Raises:
+        ProviderConfigError: naming ``where`` and the field; never the password.
+
+    Example:
+        >>> redis_endpoint_of("rediss://:pw@10.0.0.5/2", where="doc").address
+        '10.0.0.5:6379'
+        >>> endpoint = redis_endpoint_of({"host": "h", "port": 7000}, where="doc", timeout_ms=0)
+        >>> endpoint.address, endpoint.timeout_s
+        ('h:7000', None)
+    """
+    if isinstance(target, str):
+        try:
+            parts = _split_url(target)
+        except ValueError as exc:
+            msg = f"{where}: {redacted_url(target)!r} is not a Redis URL: {exc}"
+            raise ProviderConfigError(msg) from None
+        return RedisEndpoint(timeout_ms=timeout_ms, **parts)
+    if not isinstance(target, Mapping):
+        msg = f"{where}: expected a Redis URL or a mapping of redisConfig fields, got {target!r}"
+        raise ProviderConfigError(msg)
+    try:
+        config = RedisConfig.model_validate({"timeout": timeout_ms, **target})
+    except ValidationError as exc:
+        raise ProviderConfigError(_describe(exc, RedisConfig, where)) from None
+    return config.endpoint()
+
+
 class RedisClusterConfig(_Model):
     """Storm's ``jedisClusterConfig``: seed nodes of a Redis cluster."""
 
@@ -310,13 +391,7 @@ class StateProviderConfig(_Model):
             return cls()
         if isinstance(raw, str | bytes):
             return _parse_json(raw if isinstance(raw, str) else raw.decode("utf-8"))
-        if not isinstance(raw, Mapping):
-            msg = (
-                f"{STATE_PROVIDER_CONFIG_KEY} must be a JSON object string or a dict, "
-                f"got {type(raw).__name__}"
-            )
-            raise ProviderConfigError(msg)
-        return _validate(dict(raw))
+        return _validate(dict(provider_config_fields(raw)))
 
     def redis_endpoint(self) -> RedisEndpoint | RedisClusterEndpoint:
         """The Redis target: the pool config if any (Storm: the pool wins), else the cluster."""
@@ -345,6 +420,46 @@ _warned_both: set[RedisEndpoint] = set()
 
 @functools.lru_cache(maxsize=128)
 def _parse_json(text: str) -> StateProviderConfig:
+    return _validate(dict(provider_config_fields(text)))
+
+
+def provider_config_fields(raw: Any) -> Mapping[str, Any]:
+    """``topology.state.provider.config`` as a read-only mapping of its fields: the one parse.
+
+    Storm's JSON object string (or bytes), a mapping, or ``None`` / a blank string (no fields).
+    Every provider's own validation starts from this; so do the serializer fields the state tool
+    and the stored shape read. A JSON text is parsed once per process (cached by text).
+
+    Raises:
+        ProviderConfigError: not JSON (only the position is said: the text may hold a
+            password), not an object, or neither a string nor a mapping.
+
+    Example:
+        >>> provider_config_fields('{"valueClass": "int"}')["valueClass"]
+        'int'
+        >>> try:
+        ...     provider_config_fields("[1]")
+        ... except ProviderConfigError as exc:
+        ...     print(exc)
+        topology.state.provider.config must be a JSON object, got list
+    """
+    if raw is None:
+        return MappingProxyType({})
+    if isinstance(raw, bytes):
+        raw = raw.decode("utf-8", "replace")
+    if isinstance(raw, str):
+        return _json_fields(raw)
+    if not isinstance(raw, Mapping):
+        msg = (
+            f"{STATE_PROVIDER_CONFIG_KEY} must be a JSON object string or a dict, "
+            f"got {type(raw).__name__}"
+        )
+        raise ProviderConfigError(msg)
+    return MappingProxyType(dict(raw))
+
+
+@functools.lru_cache(maxsize=128)
+def _json_fields(text: str) -> Mapping[str, Any]:
     try:
         data = json.loads(text) if text.strip() else {}
     except json.JSONDecodeError as exc:
@@ -357,7 +472,7 @@ def _parse_json(text: str) -> StateProviderConfig:
     if not isinstance(data, dict):
         msg = f"{STATE_PROVIDER_CONFIG_KEY} must be a JSON object, got {type(data).__name__}"
         raise ProviderConfigError(msg)
-    return _validate(data)
+    return MappingProxyType(data)
 
 
 def _validate(data: dict[str, Any]) -> StateProviderConfig:
@@ -372,9 +487,11 @@ def parse_provider_config(conf: Mapping[str, Any] | None) -> StateProviderConfig
     return StateProviderConfig.parse((conf or {}).get(STATE_PROVIDER_CONFIG_KEY))
 
 
-def _model_at(path: tuple[str | int, ...]) -> type[BaseModel] | None:
+def _model_at(
+    path: tuple[str | int, ...], root: type[BaseModel] = StateProviderConfig
+) -> type[BaseModel] | None:
     """The model class that owns the field at ``path`` (for listing what is allowed there)."""
-    model: type[BaseModel] | None = StateProviderConfig
+    model: type[BaseModel] | None = root
     for part in path:
         if model is None or isinstance(part, int):
             return None
@@ -400,14 +517,21 @@ def _dotted(loc: tuple[str | int, ...]) -> str:
     return text
 
 
-def _describe(exc: ValidationError) -> str:
-    """One line per problem: the dotted field, what is wrong, what is allowed; never a secret."""
+def _describe(
+    exc: ValidationError,
+    root: type[BaseModel] = StateProviderConfig,
+    label: str = STATE_PROVIDER_CONFIG_KEY,
+) -> str:
+    """One line per problem: the dotted field, what is wrong, what is allowed; never a secret.
+
+    ``root`` is the model validated, ``label`` what the message starts with (whose config).
+    """
     lines = []
     for err in exc.errors(include_url=False, include_input=True):
         loc = tuple(err["loc"])
         where = _dotted(loc)
         if err["type"] == "extra_forbidden":
-            owner = _model_at(loc[:-1])
+            owner = _model_at(loc[:-1], root)
             allowed = _allowed(owner) if owner else []
             hint = difflib.get_close_matches(str(loc[-1]), allowed, n=1)
             line = f"unknown field {where!r}"
@@ -425,4 +549,4 @@ def _describe(exc: ValidationError) -> str:
             shown = f" (got {value!r:.80})"
         target = f"field {where!r}: " if where else ""
         lines.append(f"{target}{message}{shown}")
-    return f"{STATE_PROVIDER_CONFIG_KEY}: " + "; ".join(lines)
+    return f"{label}: " + "; ".join(lines)

@@ -13,15 +13,27 @@ from pathlib import Path
 from typing import Any
 
 from providers._base import State, StateProvider
+from providers._config import (
+    DEFAULT_PROVIDER,
+    SERIALIZER_FIELDS,
+    STATE_PROVIDER_CONFIG_KEY,
+    STATE_PROVIDER_KEY,
+    provider_config_fields,
+)
 from providers._extlib import extlib_dirs, import_by_rule
-from providers.errors import ProviderNotFoundError
+from providers.errors import ProviderConfigError, ProviderNotFoundError
 
-STATE_PROVIDER_KEY = "topology.state.provider"
-STATE_PROVIDER_CONFIG_KEY = "topology.state.provider.config"
-DEFAULT_PROVIDER = "providers.memory.InMemoryKeyValueStateProvider"
-# The fields of the provider config that choose how keys and values are encoded (Storm's names);
-# every provider honours them (providers.resolve_serializers).
-SERIALIZER_FIELDS = ("keyClass", "valueClass", "keySerializerClass", "valueSerializerClass")
+__all__ = [
+    "DEFAULT_PROVIDER",
+    "SERIALIZER_FIELDS",
+    "STATE_PROVIDER_CONFIG_KEY",
+    "STATE_PROVIDER_KEY",
+    "StateFactory",
+    "get_provider",
+    "load_object",
+    "provider_name",
+]
+
 _SERIALIZER_FIELD_SET = frozenset(SERIALIZER_FIELDS)
 
 
@@ -94,19 +106,14 @@ def _system_conf(conf: Mapping[str, Any]) -> Mapping[str, Any]:
     own words; so is a ``conf`` with nothing to take out (the same object comes back).
     """
     raw = conf.get(STATE_PROVIDER_CONFIG_KEY)
-    if isinstance(raw, str | bytes):
-        text = raw if isinstance(raw, str) else raw.decode("utf-8", "replace")
-        try:
-            data = json.loads(text) if text.strip() else {}
-        except json.JSONDecodeError:
-            return conf
-        if not isinstance(data, dict) or _SERIALIZER_FIELD_SET.isdisjoint(data):
-            return conf
-        stripped: Any = json.dumps({k: v for k, v in data.items() if k not in SERIALIZER_FIELDS})
-    elif isinstance(raw, Mapping) and not _SERIALIZER_FIELD_SET.isdisjoint(raw):
-        stripped = {k: v for k, v in raw.items() if k not in SERIALIZER_FIELDS}
-    else:
+    try:
+        fields = provider_config_fields(raw)
+    except ProviderConfigError:
         return conf
+    if _SERIALIZER_FIELD_SET.isdisjoint(fields):
+        return conf
+    kept = {k: v for k, v in fields.items() if k not in SERIALIZER_FIELDS}
+    stripped: Any = json.dumps(kept) if isinstance(raw, str | bytes) else kept
     return {**conf, STATE_PROVIDER_CONFIG_KEY: stripped}
 
 

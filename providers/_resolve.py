@@ -22,8 +22,8 @@ import builtins
 from collections.abc import Mapping
 from typing import Any
 
-from providers._config import StateProviderConfig
-from providers._factory import SERIALIZER_FIELDS, STATE_PROVIDER_CONFIG_KEY, load_object
+from providers._config import SERIALIZER_FIELDS, STATE_PROVIDER_CONFIG_KEY, StateProviderConfig
+from providers._factory import load_object
 from providers._serializers import MsgpackSerializer, Serializer
 from providers.errors import ProviderConfigError
 

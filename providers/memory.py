@@ -7,7 +7,7 @@ under str keys stay Python objects until a prepare). Keys and values are stored 
 so a value that could not go to Redis cannot go here either, and a caller mutating an object after
 ``put`` cannot change a snapshot.
 
-Differences from Storm, deliberate (ARCHITECTURE section 6): ``commit(txid)`` of the txid already
+Differences from Storm, deliberate (docs/guarantees.md): ``commit(txid)`` of the txid already
 committed is a no-op instead of an error (Storm loops forever on a retried COMMIT); ``rollback``
 never aliases the committed map; a new state object on a namespace sees its committed data and any
 pending prepare (Storm's is empty); state is not durable across a driver restart.

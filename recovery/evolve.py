@@ -46,7 +46,7 @@ from providers import KeyValueState, StateFactory, StateLostError, get_provider
 from recovery.faults import KillPoint
 from statefulbolts.errors import StateEvolutionError
 from statefulbolts.listeners import NO_FAULTS, FaultListener
-from statefulbolts.namespaces import TaskNamespace, record_namespace
+from statefulbolts.namespaces import TaskNamespace, record_namespace, transactional_id_of
 from statefulbolts.state import (
     ComponentShape,
     LayoutError,
@@ -191,8 +191,9 @@ class EvolutionPlan:
 
 
 def _label(prefix: str) -> str:
-    if prefix.startswith("$transactional/"):
-        return f"transactional id {prefix[len('$transactional/') : -1]!r}"
+    transactional_id = transactional_id_of(prefix)
+    if transactional_id is not None:
+        return f"transactional id {transactional_id!r}"
     return f"topology {prefix[:-1]!r}"
 
 
@@ -480,9 +481,13 @@ class EvolutionReport:
         return bool(self.moved) or self.resumed
 
 
+def _staging_prefix(prefix: str) -> str:
+    """``<prefix>$evolve/``: where the staged copies of task namespaces are."""
+    return f"{record_namespace(prefix, STAGING)}/"
+
+
 def _staging(prefix: str, target: TaskNamespace) -> str:
-    rest = str(target)[len(prefix) :]
-    return f"{record_namespace(prefix, STAGING)}/{rest}"
+    return str(target.with_prefix(_staging_prefix(prefix)))
 
 
 def _maps_of(plan: EvolutionPlan, stored_as: str) -> list[str | None]:
@@ -629,9 +634,7 @@ def _finish_swap(
 
 
 def _discard_staging(conf: Mapping[str, Any], prefix: str, system: bool) -> None:
-    empty(
-        conf, system=system, namespaces=_list(conf, record_namespace(prefix, STAGING) + "/") or []
-    )
+    empty(conf, system=system, namespaces=_list(conf, _staging_prefix(prefix)) or [])
 
 
 def evolve(

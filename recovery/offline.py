@@ -31,7 +31,7 @@ from recovery.evolve import EvolutionReport, Wanted, evolve, wanted_shapes
 from statefulbolts import validate_config
 from statefulbolts.errors import StateEvolutionError, StateNotFoundError
 from statefulbolts.keygroups import component_key_groups
-from statefulbolts.namespaces import TaskNamespace
+from statefulbolts.namespaces import TaskNamespace, transactional_id_of
 from statefulbolts.state import Partitioning, StoredShape, empty, read_shape, shape_namespace
 from statefulbolts.topology import StormTopology
 from statefulbolts.transactional import TransactionalTopology
@@ -47,7 +47,7 @@ __all__ = [
 
 
 def _checkpointed(prefix: str) -> bool:
-    return not prefix.startswith("$transactional/")
+    return transactional_id_of(prefix) is None
 
 
 def stored_shape(conf: Mapping[str, Any], prefix: str) -> StoredShape | None:

@@ -24,8 +24,8 @@ from typing import Any
 
 from checkpoint import TX_STATE_KEY, CheckPointState, TxPhase
 from providers import KeyValueState, StateFactory, get_provider, provider_name
-from statefulbolts.namespaces import TaskNamespace, topology_prefix
-from statefulbolts.topology import CHECKPOINT_COMPONENT_ID, StormTopology
+from statefulbolts.namespaces import TaskNamespace, checkpoint_namespace, topology_prefix
+from statefulbolts.topology import StormTopology
 
 __all__ = [
     "CheckpointStatus",
@@ -85,7 +85,7 @@ class CheckpointStatus:
 
 
 def recovery_actions(saved: CheckPointState | None) -> list[str]:
-    """What the checkpoint spout runs on start from ``saved`` (STORM-PROTOCOL section 1.3).
+    """What the checkpoint spout runs on start from ``saved`` (docs/protocol/checkpoint.md).
 
     ``PREPARING(t)``: ROLLBACK(t), INITSTATE(t-1); ``COMMITTING(t)``: COMMIT(t), INITSTATE(t);
     ``COMMITTED(t)``: INITSTATE(t); nothing saved: INITSTATE(-1).
@@ -122,7 +122,7 @@ def provider_stateful_tasks(conf: Mapping[str, Any], topology_name: str) -> list
         ProviderConfigError, ProviderNotFoundError: the provider config is wrong.
         StateBackendError: the store could not be reached.
     """
-    found = get_provider(conf).namespaces(conf, f"{topology_name}/")
+    found = get_provider(conf).namespaces(conf, topology_prefix(topology_name))
     return [] if found is None else _parse_namespaces(topology_name, found)
 
 
@@ -155,7 +155,7 @@ def checkpoint_status(
         StateBackendError: the store could not be reached.
     """
     provider = provider_name(conf)
-    cp_namespace = f"{topology_name}/{CHECKPOINT_COMPONENT_ID}-0"
+    cp_namespace = checkpoint_namespace(topology_prefix(topology_name))
     cp_state = StateFactory.get_system_state(cp_namespace, conf)
     saved = cp_state.get(TX_STATE_KEY) if isinstance(cp_state, KeyValueState) else None
     checkpoint = None if saved is None else CheckPointState.from_value(saved)
@@ -163,7 +163,7 @@ def checkpoint_status(
         tasks = provider_stateful_tasks(conf, topology_name)
     rows = []
     for component, task in tasks:
-        namespace = f"{topology_name}/{component}-{task}"
+        namespace = str(TaskNamespace.of_topology(topology_name, component, task))
         committed, prepared = _txids(StateFactory.get_system_state(namespace, conf))
         rows.append(TaskStatus(component, task, namespace, committed, prepared))
     return CheckpointStatus(topology_name, provider, checkpoint, rows)

@@ -3,6 +3,10 @@
 Users write Storm's keys in a dict, a ``Config``, or a JSON / YAML file. The runtime validates them
 into ``TopologyConfig``; a wrong type or value raises ``ConfigError`` naming the key and what is
 allowed, and an unknown ``topology.*`` key warns with the closest known key.
+
+Code that is handed a raw config (a spout's ``open``, a component's own settings) reads a key
+with ``read_setting``, which validates it by the same model: one rule and one message per key,
+and the model's default when the key is missing.
 """
 
 from __future__ import annotations
@@ -214,14 +218,44 @@ def validate_config(conf: Mapping[str, Any] | None) -> TopologyConfig:
     try:
         tc = TopologyConfig.model_validate(known)
     except ValidationError as exc:
-        problems = []
-        for err in exc.errors():
-            key = ".".join(str(p) for p in err["loc"])
-            problems.append(f"{key}: {err['msg']} (got {err.get('input')!r})")
-        msg = "invalid topology config: " + "; ".join(problems)
-        raise ConfigError(msg) from None
+        raise _invalid(exc) from None
     _check_deadletter(tc)
     return tc
+
+
+def _invalid(exc: ValidationError) -> ConfigError:
+    """One message for every problem: each key, what is wrong, and what was given."""
+    problems = []
+    for err in exc.errors():
+        key = ".".join(str(p) for p in err["loc"])
+        problems.append(f"{key}: {err['msg']} (got {err.get('input')!r})")
+    return ConfigError("invalid topology config: " + "; ".join(problems))
+
+
+def read_setting(conf: Mapping[str, Any] | None, key: str) -> Any:
+    """The value of ``key`` in ``conf``, validated as ``TopologyConfig`` validates it.
+
+    For code handed a raw config: a missing (or ``None``) key gives the model's default.
+
+    Raises:
+        ConfigError: the value is not allowed (names the key, what is allowed, what was got).
+        KeyError: ``key`` is not a ``TopologyConfig`` key (a mistake in the caller).
+
+    Example:
+        >>> read_setting({"topology.max.spout.pending": 500}, Config.TOPOLOGY_MAX_SPOUT_PENDING)
+        500
+        >>> read_setting({}, Config.TOPOLOGY_STATE_CHECKPOINT_INTERVAL)
+        1000
+    """
+    name = KNOWN_KEYS[key]
+    value = (conf or {}).get(key)
+    if value is None:
+        return TopologyConfig.model_fields[name].get_default(call_default_factory=True)
+    try:
+        tc = TopologyConfig.model_validate({key: value})
+    except ValidationError as exc:
+        raise _invalid(exc) from None
+    return getattr(tc, name)
 
 
 def _check_deadletter(tc: TopologyConfig) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Protocol
 
+from statefulbolts.namespaces import TaskNamespace
 from statefulbolts.streams import GlobalStreamId, Grouping, InputSpec
 from statefulbolts.tuples import Fields
 
@@ -87,7 +88,11 @@ class TopologyContext:
 
     def state_namespace(self) -> str:
         """``<topology>/<component>-<task index>``: where this task's state lives."""
-        return f"{self.topology_name}/{self.this_component_id}-{self.this_task_index}"
+        return str(
+            TaskNamespace.of_topology(
+                self.topology_name, self.this_component_id, self.this_task_index
+            )
+        )
 
     def __repr__(self) -> str:
         return (

@@ -30,7 +30,8 @@ from typing import Any
 
 import msgpack
 
-from statefulbolts.errors import TopologyError
+from statefulbolts._config import read_setting
+from statefulbolts.errors import ConfigError, TopologyError
 
 __all__ = [
     "DEFAULT_KEY_GROUPS",
@@ -189,13 +190,12 @@ def component_key_groups(
     groups: dict[str, int] = {}
     for cid, spec in components.items():
         own = (getattr(spec, "conf", None) or {}).get(MAX_PARALLELISM_KEY)
-        count = default if own is None else own
-        if not _valid_count(count):
-            msg = (
-                f"component {cid!r}: {MAX_PARALLELISM_KEY} must be an int from 1 to "
-                f"{MAX_KEY_GROUPS}, got {count!r}"
-            )
-            raise TopologyError(msg)
+        setting = {MAX_PARALLELISM_KEY: default if own is None else own}
+        try:
+            count = read_setting(setting, MAX_PARALLELISM_KEY)  # the config model's rule
+        except ConfigError as exc:
+            msg = f"component {cid!r}: {exc}"
+            raise TopologyError(msg) from exc
         n = spec.parallelism
         if n > count:
             if cid in stateful:

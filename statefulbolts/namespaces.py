@@ -7,7 +7,13 @@ transactional id ``I`` with ``$transactional/I/`` (the *prefix*). Below it:
 - ``<component>-<task index>/<map>``: a transactional committer task's map ``<map>``;
 - ``$<name>...``: the framework's own records (``$checkpointspout-0``, ``$shape``,
   ``$deadletter``, ...). Component ids never start with ``$`` (``TopologyBuilder`` refuses
-  them), so a record can never be taken for a task.
+  them), so a record can never be taken for a task;
+- below a transactional prefix only: ``coordinator`` (the coordinator's state),
+  ``partitions`` (the opaque partitions counted) and ``partition-<p>`` (partition ``p``'s
+  metas), older than the ``$`` convention and kept as they are stored.
+
+Nothing else in the project spells these layouts out: a namespace is made with the functions
+and the type below, and read back with ``TaskNamespace.parse`` (or ``partition_of``).
 
 Example:
     >>> ns = TaskNamespace(topology_prefix("wc"), "count", 1)
@@ -19,6 +25,8 @@ Example:
     TaskNamespace(prefix='$transactional/words/', component='count', task=0, map='default')
     >>> TaskNamespace.parse("wc/", "wc/$checkpointspout-0") is None
     True
+    >>> checkpoint_namespace(topology_prefix("wc"))
+    'wc/$checkpointspout-0'
 """
 
 from __future__ import annotations
@@ -26,17 +34,33 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 __all__ = [
+    "COORDINATOR",
+    "PARTITION_INDEX",
     "RECORD_MARK",
     "TRANSACTIONAL_ROOT",
     "TaskNamespace",
+    "checkpoint_namespace",
+    "coordinator_namespace",
+    "partition_namespace",
+    "partition_of",
     "record_namespace",
+    "task_name",
     "topology_prefix",
+    "transactional_id_of",
     "transactional_prefix",
 ]
 
 # The first character of a framework record's name below a prefix.
 RECORD_MARK = "$"
 TRANSACTIONAL_ROOT = "$transactional"
+# The checkpoint spout's record: the component ``$checkpointspout`` (``statefulbolts.topology``)
+# and its one task, 0.
+_CHECKPOINT_SPOUT_RECORD = "checkpointspout-0"
+# Below a transactional prefix: the coordinator's namespace, the partition count's, and the
+# start of each partition's.
+COORDINATOR = "coordinator"
+PARTITION_INDEX = "partitions"
+_PARTITION = "partition-"
 
 
 def topology_prefix(name: str) -> str:
@@ -49,9 +73,63 @@ def transactional_prefix(transactional_id: str) -> str:
     return f"{TRANSACTIONAL_ROOT}/{transactional_id}/"
 
 
+def transactional_id_of(prefix: str) -> str | None:
+    """The transactional id a prefix belongs to; ``None`` for a checkpointed topology's prefix.
+
+    Example:
+        >>> transactional_id_of(transactional_prefix("words")), transactional_id_of("wc/")
+        ('words', None)
+    """
+    root = f"{TRANSACTIONAL_ROOT}/"
+    if not prefix.startswith(root) or not prefix.endswith("/") or len(prefix) <= len(root) + 1:
+        return None
+    return prefix[len(root) : -1]
+
+
 def record_namespace(prefix: str, name: str) -> str:
     """The namespace of the framework's record ``name`` under ``prefix`` (``T/$shape``)."""
     return f"{prefix}{RECORD_MARK}{name}"
+
+
+def checkpoint_namespace(prefix: str) -> str:
+    """``T/$checkpointspout-0``: where the checkpoint spout saves its txid and phase."""
+    return record_namespace(prefix, _CHECKPOINT_SPOUT_RECORD)
+
+
+def coordinator_namespace(prefix: str) -> str:
+    """``$transactional/I/coordinator``: the transactional coordinator's state."""
+    return f"{prefix}{COORDINATOR}"
+
+
+def partition_namespace(prefix: str, partition: int) -> str:
+    """``$transactional/I/partition-<p>``: partition ``p``'s metas, by txid."""
+    return f"{prefix}{_PARTITION}{partition}"
+
+
+def partition_of(prefix: str, namespace: str) -> int | None:
+    """The partition whose metas ``namespace`` holds; ``None`` for any other namespace.
+
+    Example:
+        >>> prefix = transactional_prefix("words")
+        >>> partition_of(prefix, partition_namespace(prefix, 3))
+        3
+        >>> partition_of(prefix, "$transactional/words/count-3/default") is None
+        True
+    """
+    if not namespace.startswith(prefix + _PARTITION):
+        return None
+    index = namespace[len(prefix) + len(_PARTITION) :]
+    return int(index) if index.isascii() and index.isdigit() else None
+
+
+def task_name(component: str, task: int) -> str:
+    """``<component>-<task index>``: a task's name below a prefix (and a map's owner).
+
+    Example:
+        >>> task_name("count", 2)
+        'count-2'
+    """
+    return f"{component}-{task}"
 
 
 @dataclass(frozen=True, order=True)
@@ -64,8 +142,38 @@ class TaskNamespace:
     map: str | None = None
 
     def __str__(self) -> str:
-        base = f"{self.prefix}{self.component}-{self.task}"
+        base = f"{self.prefix}{task_name(self.component, self.task)}"
         return base if self.map is None else f"{base}/{self.map}"
+
+    @classmethod
+    def of_topology(cls, topology: str, component: str, task: int) -> TaskNamespace:
+        """Task ``task`` of ``component`` in checkpointed topology ``topology``.
+
+        Example:
+            >>> str(TaskNamespace.of_topology("wc", "count", 0))
+            'wc/count-0'
+        """
+        return cls(topology_prefix(topology), component, task)
+
+    @classmethod
+    def of_transactional(
+        cls, transactional_id: str, component: str, task: int, map_name: str | None = None
+    ) -> TaskNamespace:
+        """Task ``task`` of ``component`` (its map ``map_name``) under a transactional id.
+
+        Example:
+            >>> str(TaskNamespace.of_transactional("words", "count", 1, "default"))
+            '$transactional/words/count-1/default'
+        """
+        return cls(transactional_prefix(transactional_id), component, task, map_name)
+
+    def with_prefix(self, prefix: str) -> TaskNamespace:
+        """The same task (and map) under another prefix (a staging area, say)."""
+        return replace(self, prefix=prefix)
+
+    def with_map(self, map_name: str | None) -> TaskNamespace:
+        """The same task's map ``map_name`` (``None``: the task's own namespace)."""
+        return replace(self, map=map_name)
 
     def with_task(self, task: int) -> TaskNamespace:
         """The same component (and map) in another task."""

@@ -64,6 +64,7 @@ import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
+from statefulbolts._config import Config, read_setting
 from statefulbolts.collectors import SpoutOutputCollector
 from statefulbolts.components import OutputFieldsDeclarer, Spout
 from statefulbolts.context import TopologyContext
@@ -100,11 +101,22 @@ def _redis() -> Any:
     return redis
 
 
+def _connect(target: Any, purpose: str) -> Any:
+    """A client for a URL or a mapping of ``redisConfig`` fields, or the given client.
+
+    Made by ``providers.redis.connect`` (one URL grammar; a bad URL is a
+    ``ProviderConfigError`` that never shows its password), without a socket timeout, and
+    returning bytes: the spout decodes entries itself (``encoding``).
+    """
+    _redis()
+    from providers.redis import connect
+
+    return connect(target, purpose=purpose, decode_responses=None, timeout_ms=0)
+
+
 def _client(client_or_url: Any) -> tuple[Any, bool]:
     """A client for a URL (``owned``: we close it), or the given client."""
-    if isinstance(client_or_url, str):
-        return _redis().Redis.from_url(client_or_url), True
-    return client_or_url, False
+    return _connect(client_or_url, "the Redis stream tools"), isinstance(client_or_url, str)
 
 
 def _text(value: Any) -> str:
@@ -226,9 +238,11 @@ class RedisStreamSpout(Spout):
     ) -> None:
         """Connect, create the group if missing, and start with this consumer's pending entries."""
         redis = _redis()
+        from providers.redis import reply_code
+
         self._reset()
         self._collector = collector
-        self._max_pending = int(conf.get("topology.max.spout.pending") or 0)
+        self._max_pending = read_setting(conf, Config.TOPOLOGY_MAX_SPOUT_PENDING) or 0
         self.stream = self.stream or conf.get(STREAM_KEY)
         if not self.stream:
             msg = (
@@ -239,13 +253,14 @@ class RedisStreamSpout(Spout):
         topology = context.topology_name
         self.group = self.group or conf.get(GROUP_KEY) or topology
         if self.consumer is None:
-            self.consumer = f"{topology}/{context.this_component_id}-{context.this_task_index}"
+            # The task's namespace: the same for a restarted driver.
+            self.consumer = context.state_namespace()
+        purpose = f"RedisStreamSpout {context.this_component_id!r}"
         if self.host is not None:
-            self._client = redis.Redis(host=self.host, port=self.port, db=self.db)
+            target: Any = {"host": self.host, "port": self.port, "database": self.db}
         else:
-            self._client = redis.Redis.from_url(self.redis_url or conf.get(URL_KEY) or DEFAULT_URL)
-        from providers.redis import reply_code
-
+            target = self.redis_url or conf.get(URL_KEY) or DEFAULT_URL
+        self._client = _connect(target, purpose)
         with self._backend("consumer group creation"):
             try:
                 self._client.xgroup_create(self.stream, self.group, id=self.start_id, mkstream=True)

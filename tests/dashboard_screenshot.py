@@ -6,7 +6,9 @@ Runs the burst word count on ``local[2]`` with the dashboard on a free 127.0.0.1
 Spark UI on (bound to 127.0.0.1 like every local Spark address). Its counter fails one
 transaction's job for good once (every Spark attempt of it raises), so the page shows a
 recovery (the ROLLBACK, the INITSTATE, the retried transaction) and an error with its
-traceback. When the topology is idle, headless Chromium takes the picture (1400x1000).
+traceback; ``topology.max.spout.pending`` bounds the pending trees the page shows against it.
+When the topology is idle, headless Chromium takes the picture (1400x1300): the rates, the
+task rows, capacity, the history charts and the error.
 """
 
 from __future__ import annotations
@@ -29,7 +31,11 @@ TASK_ATTEMPTS = 4  # local[2] becomes local[2,4]
 def main(argv: list[str]) -> int:
     """Run, picture, stop."""
     out = Path(argv[0]) if argv else HERE.parent / "docs" / "dashboard.png"
-    conf = {"topology.ui.port": 0, "topology.state.checkpoint.interval.ms": 200}
+    conf = {
+        "topology.ui.port": 0,
+        "topology.state.checkpoint.interval.ms": 200,
+        "topology.max.spout.pending": 120,
+    }
     spark_conf = {"spark.ui.enabled": "true", "spark.ui.port": "0"}
     with tempfile.TemporaryDirectory() as tmp, LocalCluster(spark_conf=spark_conf) as cluster:
         log = str(Path(tmp) / "flaky.log")
@@ -39,7 +45,7 @@ def main(argv: list[str]) -> int:
             handle.await_idle(300)
             url = handle.ui_url
             assert url is not None
-            screenshot(url, out)
+            screenshot(url, out, size=(1400, 1300))
         finally:
             handle.kill()
     print(f"wrote {out}")

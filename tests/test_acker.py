@@ -1,4 +1,4 @@
-"""RotatingMap (STORM-PROTOCOL 5.1), deterministic ids, and XOR acking over a tuple tree."""
+"""RotatingMap, deterministic ids, and XOR acking over a tuple tree."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""CheckpointSpout: the checkpoint state machine (STORM-PROTOCOL 1.3), driven without Spark."""
+"""CheckpointSpout: the state machine of docs/protocol/checkpoint.md, without Spark."""
 
 from __future__ import annotations
 
@@ -100,7 +100,7 @@ def test_has_checkpointed_turns_true_with_the_first_prepare_only():
 
 
 def test_storm_prepare_with_fail_trace_step_by_step():
-    """Storm's testPrepareWithFail (STORM-PROTOCOL 1.3), interval 0, one row per step."""
+    """Storm's testPrepareWithFail, interval 0, one row per step."""
     h = Harness(interval_ms=0)
     emits: list[tuple[int, str]] = []
 

@@ -1,4 +1,4 @@
-"""CheckPointState and its two transition tables (STORM-PROTOCOL 1.2), and its saved form."""
+"""CheckPointState and its two transition tables, and its saved form."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""StatefulBoltExecutor and CheckpointTupleForwarder (STORM-PROTOCOL 2), driven without Spark."""
+"""StatefulBoltExecutor and CheckpointTupleForwarder, driven without Spark."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""InMemoryKeyValueState and its provider (STORM-PROTOCOL 3.1, with ARCHITECTURE 6's fixes)."""
+"""InMemoryKeyValueState and its provider, with our fixes (docs/guarantees.md)."""
 
 from __future__ import annotations
 
@@ -233,7 +233,7 @@ def test_no_arg_commit_commits_pending_writes_at_once():
 
 
 def test_storm_prepare_commit_rollback_sequence():
-    """Storm's testPrepareCommitRollback steps (STORM-PROTOCOL 3.2), read on the in-memory state."""
+    """Storm's testPrepareCommitRollback steps, read on the in-memory state."""
     state = InMemoryKeyValueState(NS)
     state.put("a", 1)
     state.put("b", 2)

@@ -5,7 +5,7 @@ Each scenario loads sentences into a fresh Redis stream, runs the Redis word cou
 kill it at one point of transaction ``K``, checks that it died (status 137) and what it left in
 Redis, then runs the same command again without the fault until the topology is idle, and checks:
 
-- the restarted driver's first transactions are the recovery STORM-PROTOCOL 1.3 prescribes for
+- the restarted driver's first transactions are the recovery the checkpoint protocol prescribes for
   the saved checkpoint state, seen both in its JSON transaction lines and in the hooks the count
   bolt's tasks ran;
 - the committed counts in Redis equal a plain Python count of the same sentences, exactly, at

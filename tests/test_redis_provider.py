@@ -740,6 +740,7 @@ def test_package_face_is_sorted_and_resolves_by_dotted_name() -> None:
         "address_of",
         "backend_error",
         "classify_error",
+        "connect",
         "make_client",
         "override_client",
         "reply_code",

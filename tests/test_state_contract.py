@@ -212,7 +212,7 @@ def test_values_of_every_size_survive_commit_and_reopen(backend: Backend, size: 
 
 
 def test_storm_prepare_commit_rollback_scenario(backend: Backend) -> None:
-    """Storm's testPrepareCommitRollback (STORM-PROTOCOL 3.2), with our fixed semantics."""
+    """Storm's testPrepareCommitRollback, with our fixed semantics."""
     state = backend.state()
     # 1. prepare a and b
     state.put("a", 1)

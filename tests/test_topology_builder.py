@@ -1,4 +1,4 @@
-"""TopologyBuilder: validation, and the checkpoint wiring of STORM-PROTOCOL 1.1."""
+"""TopologyBuilder: validation, and the checkpoint wiring (docs/protocol/checkpoint.md)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The transactional coordinator (TRANSACTIONAL.md section 3) and its meta store, driver-side only.
+"""The transactional coordinator and its meta store, driver-side only.
 
 Covers section 8 items 1-7 and the fixes 9.2-9.6. No Spark: the coordinator is a pure machine
 that returns commands; these tests play the driver and check every command it returns.

@@ -1,4 +1,4 @@
-"""The emitters' partition metas on the driver (TRANSACTIONAL.md §4.2, §4.3; §8 items 17-20)."""
+"""The emitters' partition metas on the driver."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Transactional topologies end to end on Spark (TRANSACTIONAL.md §8, the batch and phase rules).
+"""Transactional topologies end to end on Spark: the batch and phase rules.
 
 Every test runs a real topology on the shared local session and reads back what the tasks
 logged (``tx_topologies.events``) and what the committers stored.

@@ -1,4 +1,4 @@
-"""Exactly-once writes (TRANSACTIONAL.md §6): the value rules, the maps, and the opaque map hole.
+"""Exactly-once writes: the value rules, the maps, and the opaque map hole.
 
 The map tests form one contract suite over every backing map: a dict, a provider's state (in
 memory, fakeredis, a real redis-server) and Redis directly (fakeredis, a real redis-server).

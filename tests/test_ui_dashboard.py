@@ -90,6 +90,20 @@ def _component_rows(page: _Elements) -> dict[str, tuple[str, list[str]]]:
     }
 
 
+def _task_rows(page: _Elements) -> dict[str, list[int]]:
+    """The task rows the component table shows: component id -> its task ids, in order."""
+    found: dict[str, list[int]] = {}
+    for a, _ in page.rows:
+        if "data-task-of" in a:
+            found.setdefault(a["data-task-of"], []).append(int(a["data-task"]))
+    return found
+
+
+def _element(page: _Elements, element_id: str) -> dict[str, str]:
+    [attrs] = [a for _, a in page.elements if a.get("id") == element_id]
+    return attrs
+
+
 def _transaction_rows(page: _Elements) -> list[tuple[str, str, str]]:
     return [
         (a["data-txid"], a["data-action"], a["data-outcome"])
@@ -101,7 +115,8 @@ def _transaction_rows(page: _Elements) -> list[tuple[str, str, str]]:
 def test_wordcount_page_in_chromium(cluster: Any, tmp_path: Path) -> None:
     name = topo.new_key("ui-page")
     sentences, burst = 120, 20
-    handle = cluster.submit_topology(name, UI, burst_wordcount(sentences, burst))
+    topology = burst_wordcount(sentences, burst)
+    handle = cluster.submit_topology(name, {**UI, "topology.max.spout.pending": 40}, topology)
     try:
         handle.await_idle(TIMEOUT)
         url = handle.ui_url
@@ -164,6 +179,31 @@ def test_wordcount_page_in_chromium(cluster: Any, tmp_path: Path) -> None:
     texts = [t for _, cells in page.rows for t in cells]
     assert texts  # the tables were filled by the script, not left as the static page
     assert png_size(shot) == (1400, 1000)
+
+    # Rates: the topology's tuples emitted per second, and per component in its row.
+    assert page.text["throughput"].endswith("/s") and page.text["throughput"] != "0/s"
+    assert page.text["throughput-sub"].startswith("trees acked ")
+    # The row's last figure: tuples executed per second over the last minute.
+    assert rows["count"][1][-1] != "–" and float(rows["count"][1][-1].replace(",", "")) > 0
+    # Task rows: the components with more than one task open into theirs, with their ids.
+    assert _task_rows(page) == {
+        "split": list(topology.task_ids("split")),
+        "count": list(topology.task_ids("count")),
+    }
+    # Capacity, per component and per task: a number in each bolt's row, every task's too.
+    capacities = [float(a["data-capacity"]) for tag, a in page.elements if "data-capacity" in a]
+    assert len(capacities) == 2 + 4 and all(0 <= c < 1 for c in capacities)
+    # Pending trees against topology.max.spout.pending (one spout task).
+    assert page.text["pending"] == "0 / 40"
+    # The charts, drawn by uPlot from the history the snapshot holds.
+    durations = _element(page, "chart-durations")
+    assert int(durations["data-points"]) == len(live["history"]["durations"])
+    assert durations["data-series"] == "INITSTATE,PREPARE,COMMIT"
+    sizes = _element(page, "chart-sizes")
+    assert sizes["data-series"] == "count"
+    assert int(sizes["data-points"]) == len(live["history"]["checkpoint_sizes"]["count"])
+    assert sum(1 for tag, a in page.elements if tag == "canvas") == 2
+    assert any("uplot" in a.get("class", "").split() for _, a in page.elements)
 
 
 def test_transactional_page_in_chromium(cluster: Any) -> None:

@@ -3,7 +3,8 @@
 Select it with ``topology.state.provider = "providers.redis.RedisKeyValueStateProvider"`` and
 configure it with ``topology.state.provider.config`` (see ``providers._config``). The package
 is in parts: ``_codec`` (the value envelope), ``_scripts`` (the Lua scripts), ``_clients``
-(connection pools per process), ``_errors`` (which Redis errors are an outage to wait out and
+(``connect``, the one factory of redis-py clients in the project, and the connection pools per
+process), ``_errors`` (which Redis errors are an outage to wait out and
 which a refusal that stops the topology; every user of Redis in the project asks it) and
 ``_state`` (the state and its provider).
 
@@ -48,7 +49,13 @@ Every script is idempotent, so redis-py may retry one after a dropped connection
 can list the namespaces it holds (``namespaces``: a ``SCAN`` for the ``$txid`` hashes).
 """
 
-from providers.redis._clients import address_of, make_client, override_client, reset_clients
+from providers.redis._clients import (
+    address_of,
+    connect,
+    make_client,
+    override_client,
+    reset_clients,
+)
 from providers.redis._codec import TOMBSTONE
 from providers.redis._errors import (
     BACKEND_ERRORS,
@@ -70,6 +77,7 @@ __all__ = [
     "address_of",
     "backend_error",
     "classify_error",
+    "connect",
     "make_client",
     "override_client",
     "reply_code",

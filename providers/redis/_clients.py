@@ -1,8 +1,27 @@
-"""Connections to Redis: one pooled client per process and endpoint.
+"""Connections to Redis: the one place the project makes a redis-py client.
 
-A provider is made every time a state is asked for, so clients (and their connection pools) are
-cached at module level, keyed by process id and endpoint: a Spark Python worker forked from
-another must not share its parent's sockets. ``override_client`` swaps in a client for tests.
+``connect`` is the factory every user of Redis calls (the state provider, ``RedisBackingMap``,
+the stream spouts, the stream tools). It takes what the user gave:
+
+- a URL (``redis://[[user]:password@]host[:port][/db]``, ``rediss://`` for TLS) or a mapping of
+  ``redisConfig`` fields, validated by the provider config's model
+  (``providers._config.redis_endpoint_of``), so every address in the project follows one
+  grammar and a bad one gets one kind of message, which never shows a password;
+- an endpoint of the provider config (``RedisEndpoint`` or ``RedisClusterEndpoint``);
+- a redis-py client, used as it is once its reply decoding is checked.
+
+Every client it makes has the same settings: the endpoint's socket and connect timeout, TLS and
+credentials (the password is a ``SecretStr`` until this module hands it to redis-py), a couple
+of quick retries on a dropped connection (``_retry``), and the reply decoding its caller reads
+(bytes for states and maps, ``str`` for the transactional stream spouts).
+
+A shared client (``shared=True``) is made once per process, endpoint and decoding, and cached at
+module level: a provider is made every time a state is asked for, and a Spark Python worker
+forked from another must not share its parent's sockets (the process id is in the key).
+``reset_clients`` closes them. ``override_client`` swaps in a client for tests.
+
+Nothing here talks to the server but ``client_for``'s script preload: errors of a command are
+the caller's to turn into a message, with ``providers.redis.backend_error``.
 """
 
 from __future__ import annotations
@@ -11,11 +30,17 @@ import contextlib
 import logging
 import os
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 import providers.redis._scripts as _scripts
-from providers._config import RedisClusterEndpoint, RedisEndpoint
+from providers._config import (
+    DEFAULT_TIMEOUT_MS,
+    RedisClusterEndpoint,
+    RedisEndpoint,
+    redis_endpoint_of,
+)
+from providers.errors import ProviderConfigError
 from providers.redis._errors import BACKEND_ERRORS, backend_error
 
 try:
@@ -31,6 +56,7 @@ __all__ = [
     "Endpoint",
     "address_of",
     "client_for",
+    "connect",
     "is_cluster",
     "make_client",
     "overriding_client",
@@ -44,7 +70,10 @@ Endpoint = RedisEndpoint | RedisClusterEndpoint
 # A couple of quick retries on a dropped connection; Spark retries the task after that.
 _RETRIES = 2
 
-_clients: dict[tuple[int, Endpoint], Any] = {}
+# Shared clients by (process id, endpoint, decode_responses).
+_clients: dict[tuple[int, Endpoint, bool], Any] = {}
+# The shared clients whose server has the provider's scripts loaded (``client_for``).
+_scripted: set[tuple[int, Endpoint, bool]] = set()
 _clients_lock = threading.Lock()
 _override: list[Any] = []
 
@@ -53,11 +82,12 @@ def _retry() -> Retry:
     return Retry(ExponentialWithJitterBackoff(cap=0.5, base=0.05), _RETRIES)
 
 
-def make_client(endpoint: Endpoint) -> Any:
+def make_client(endpoint: Endpoint, *, decode_responses: bool = False) -> Any:
     """A new redis-py client (``Redis`` or ``RedisCluster``) for an endpoint; the caller closes it.
 
     States share pooled clients per process; tools that read a provider's keys use this to
-    connect exactly as the provider does.
+    connect exactly as the provider does. ``connect`` is the same with a URL, a mapping or a
+    client accepted too.
     """
     password = endpoint.password.get_secret_value() if endpoint.password else None
     if isinstance(endpoint, RedisClusterEndpoint):
@@ -67,6 +97,7 @@ def make_client(endpoint: Endpoint) -> Any:
             socket_timeout=endpoint.timeout_s,
             socket_connect_timeout=endpoint.timeout_s,
             retry=_retry(),
+            decode_responses=decode_responses,
         )
         # Jedis' maxRedirections: how many MOVED / ASK hops one command may take.
         cluster.RedisClusterRequestTTL = endpoint.max_redirections
@@ -81,7 +112,85 @@ def make_client(endpoint: Endpoint) -> Any:
         socket_timeout=endpoint.timeout_s,
         socket_connect_timeout=endpoint.timeout_s,
         retry=_retry(),
+        decode_responses=decode_responses,
     )
+
+
+def connect(
+    target: str | Mapping[str, Any] | Endpoint | Any,
+    *,
+    purpose: str,
+    decode_responses: bool | None = False,
+    timeout_ms: int = DEFAULT_TIMEOUT_MS,
+    shared: bool = False,
+) -> Any:
+    """A redis-py client for ``target``, made the one way the project makes them.
+
+    Args:
+        target: a URL, a mapping of ``redisConfig`` fields, an endpoint, or a redis-py client
+            (see the module docstring).
+        purpose: who connects (``RedisBackingMap``, ``RedisStreamSpout 'reader'``): what a
+            message about a bad address or client names.
+        decode_responses: ``False``: replies are bytes; ``True``: ``str``. A client handed in
+            must decode as asked; ``None`` takes a client either way (and makes one that
+            returns bytes).
+        timeout_ms: the socket timeout in milliseconds when a URL or mapping sets none (0:
+            none); an endpoint carries its own.
+        shared: return this process's one client for the endpoint and decoding (never close
+            it: ``reset_clients`` does), rather than a new one the caller closes. A client
+            handed in is returned as it is either way.
+
+    Raises:
+        ProviderConfigError: the URL or mapping is not a valid Redis address, or the client
+            handed in decodes otherwise than asked; names ``purpose``, never a password.
+
+    Example:
+        >>> import fakeredis
+        >>> try:
+        ...     connect(fakeredis.FakeRedis(decode_responses=True), purpose="doc")
+        ... except ProviderConfigError as exc:
+        ...     print(exc)
+        doc needs a client made with decode_responses=False (binary values)
+        >>> client = connect("redis://:s3cret@10.0.0.5:6380/1", purpose="doc")
+        >>> address_of(client), client.connection_pool.connection_kwargs["db"]
+        ('10.0.0.5:6380', 1)
+    """
+    if isinstance(target, RedisEndpoint | RedisClusterEndpoint):
+        endpoint: Endpoint = target
+    elif isinstance(target, str | Mapping):
+        endpoint = redis_endpoint_of(target, where=purpose, timeout_ms=timeout_ms)
+    else:
+        _check_decoding(target, decode_responses, purpose)
+        return target
+    decode = bool(decode_responses)
+    if not shared:
+        return make_client(endpoint, decode_responses=decode)
+    key = (os.getpid(), endpoint, decode)
+    with _clients_lock:
+        client = _clients.get(key)
+        if client is None:
+            log.info(
+                "opening a Redis connection pool to %s for %s in process %s",
+                endpoint.address,
+                purpose,
+                key[0],
+            )
+            client = _clients[key] = make_client(endpoint, decode_responses=decode)
+        return client
+
+
+def _check_decoding(client: Any, decode_responses: bool | None, purpose: str) -> None:
+    if decode_responses is None:
+        return
+    encoder = getattr(client, "get_encoder", None)
+    if encoder is None:
+        return  # not a redis-py client (an instrumented stand-in): trusted as it is
+    if bool(encoder().decode_responses) != decode_responses:
+        wanted = "decode_responses=True (str replies)" if decode_responses else (
+            "decode_responses=False (binary values)"
+        )
+        msg = f"{purpose} needs a client made with {wanted}"
+        raise ProviderConfigError(msg)
 
 
 def _preload(client: Any) -> None:
@@ -97,32 +206,31 @@ def _preload(client: Any) -> None:
 
 
 def client_for(endpoint: Endpoint, namespace: str | None = None) -> Any:
-    """This process's client (and so connection pool) for ``endpoint``, made once.
+    """This process's shared client for ``endpoint``, with the provider's scripts loaded.
 
     Raises:
         StateBackendError: Redis could not be reached; names ``namespace`` when one is given.
         StateBackendRefusedError: Redis refused the connection (a wrong password, ...).
     """
-    key = (os.getpid(), endpoint)
-    with _clients_lock:
-        client = _clients.get(key)
-        if client is None:
-            log.info(
-                "opening a Redis connection pool to %s for process %s", endpoint.address, key[0]
-            )
-            made = None
-            try:
-                made = make_client(endpoint)
-                _preload(made)
-            except BACKEND_ERRORS as exc:
-                if made is not None:
-                    made.close()
-                subject = None if namespace is None else f"state {namespace!r}"
-                raise backend_error(
-                    exc, address=endpoint.address, step="connection", subject=subject
-                ) from exc
-            client = _clients[key] = made
-        return client
+    subject = None if namespace is None else f"state {namespace!r}"
+    key = (os.getpid(), endpoint, False)
+    client = None
+    try:
+        # A cluster client talks to its nodes as it is made; a single server's only when used.
+        client = connect(endpoint, purpose=subject or "the Redis state provider", shared=True)
+        with _clients_lock:
+            if key not in _scripted:
+                _preload(client)
+                _scripted.add(key)
+    except BACKEND_ERRORS as exc:
+        # Forget the client: the next state asks again, with a connection of its own.
+        with _clients_lock:
+            if _clients.pop(key, None) is not None and client is not None:
+                client.close()
+        raise backend_error(
+            exc, address=endpoint.address, step="connection", subject=subject
+        ) from exc
+    return client
 
 
 @contextlib.contextmanager
@@ -146,10 +254,11 @@ def overriding_client() -> Any | None:
 
 
 def reset_clients() -> None:
-    """Close and forget this process's cached clients (tests, or after a config change)."""
+    """Close and forget this process's shared clients (tests, or after a config change)."""
     with _clients_lock:
         clients = list(_clients.values())
         _clients.clear()
+        _scripted.clear()
     for client in clients:
         client.close()
 

@@ -17,8 +17,14 @@ from providers._config import parse_provider_config
 from providers._layered import LayeredKeyValueState
 from providers._resolve import resolve_serializers
 from providers._serializers import Serializer
-from providers.errors import ProviderConfigError, StateSerializationError, StateTransactionError
-from providers.redis._clients import address_of, client_for, is_cluster, overriding_client
+from providers.errors import StateSerializationError, StateTransactionError
+from providers.redis._clients import (
+    address_of,
+    client_for,
+    connect,
+    is_cluster,
+    overriding_client,
+)
 from providers.redis._codec import TOMBSTONE, parse_txid, unwrap, wire
 from providers.redis._errors import BACKEND_ERRORS, backend_error
 from providers.redis._image import StoredImageReads, replace_image, scan_hash
@@ -79,10 +85,7 @@ class RedisKeyValueState(StoredImageReads, LayeredKeyValueState):
         *,
         address: str | None = None,
     ) -> None:
-        encoder = getattr(client, "get_encoder", None)
-        if encoder is not None and encoder().decode_responses:
-            msg = "the Redis state needs a client made with decode_responses=False (binary values)"
-            raise ProviderConfigError(msg)
+        client = connect(client, purpose="the Redis state")  # checks it returns bytes
         super().__init__(namespace, key_serializer, value_serializer)
         self._client = client
         self._address = address or address_of(client)

@@ -40,11 +40,13 @@ from typing import Any
 from providers import KeyValueState, StateFactory
 from statefulbolts.deadletter._record import REPLAY, DeadLetter
 from statefulbolts.errors import DeadLetterError
+from statefulbolts.namespaces import record_namespace, topology_prefix, transactional_prefix
 
 __all__ = ["CHANGES_KEY", "DeadLetterStore", "deadletter_namespace"]
 
 CHANGES_KEY = "$changes"
-NAMESPACE = "$deadletter"
+# The record's name below a topology's or transactional id's prefix: ``$deadletter``.
+RECORD = "deadletter"
 
 
 def deadletter_namespace(topology: str | None = None, transactional_id: str | None = None) -> str:
@@ -64,9 +66,8 @@ def deadletter_namespace(topology: str | None = None, transactional_id: str | No
             f"got {name!r}"
         )
         raise DeadLetterError(msg)
-    if topology is not None:
-        return f"{topology}/{NAMESPACE}"
-    return f"$transactional/{transactional_id}/{NAMESPACE}"
+    prefix = topology_prefix(name) if topology is not None else transactional_prefix(name)
+    return record_namespace(prefix, RECORD)
 
 
 class DeadLetterStore:

@@ -33,7 +33,14 @@ from statefulbolts.runtime._spark import (
     under_spark_submit,
 )
 from statefulbolts.runtime._spark_engine import SparkEngine
-from statefulbolts.runtime._stats import Stats, TransactionInfo, format_traceback, worker_traceback
+from statefulbolts.runtime._stats import (
+    StateWrite,
+    Stats,
+    TaskCounters,
+    TransactionInfo,
+    format_traceback,
+    worker_traceback,
+)
 from statefulbolts.runtime._task_errors import (
     TaskError,
     describe_job_failure,
@@ -57,8 +64,10 @@ __all__ = [
     "Router",
     "ShippedImage",
     "SparkEngine",
+    "StateWrite",
     "Stats",
     "TaskError",
+    "TaskCounters",
     "TaskExecutor",
     "TaskInfo",
     "TaskJob",

@@ -11,6 +11,12 @@ What is kept:
 
 - per component: executed, emitted, acked, failed, replayed (a spout re-emitting a message id
   it was told had failed), errors (``report_error`` calls) and task seconds;
+- per task (``tasks``, keyed by component and task index): the same figures of its jobs, and
+  its Storm task id; the spout tasks on the driver count theirs themselves and are read
+  through ``task_sources`` (``task_counters`` merges both);
+- per stateful component, its checkpoint sizes (``StateWrite``): the bytes of state changes
+  its tasks sent back per transaction, when the provider is driver-owned (the others write
+  from the tasks, and the driver never sees the bytes);
 - per transaction: a ``TransactionInfo`` (the last ``_KEEP``), the count of each (action,
   outcome) since the start, and the durations per action as a histogram (``DurationHistogram``);
 - errors: the text of each reported error (``errors``) and, in ``error_log``, the last
@@ -31,7 +37,7 @@ import logging
 import threading
 import time
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -44,8 +50,10 @@ __all__ = [
     "DurationHistogram",
     "ErrorRecord",
     "RecoveryRecord",
+    "StateWrite",
     "Stats",
     "StatsSnapshot",
+    "TaskCounters",
     "TransactionInfo",
     "format_traceback",
     "worker_traceback",
@@ -63,6 +71,8 @@ class ChangeSink(Protocol):
 _KEEP = 10_000
 # Errors and recoveries kept with their details (counts are kept for all of them).
 _LOG = 200
+# Checkpoint sizes kept per component (the newest).
+_SIZES = 600
 # Characters of one traceback kept.
 _TRACEBACK_CHARS = 20_000
 # Upper bounds (seconds) of the transaction duration histogram's buckets; +Inf is implied.
@@ -71,6 +81,11 @@ DURATION_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0
 RETRY = "RETRY"
 
 _COUNTERS = ("executed", "emitted", "acked", "failed", "replayed", "errors")
+# The figures of one task; a spout task on the driver adds ``pending`` (its live tuple trees).
+_TASK_COUNTERS = ("executed", "emitted", "acked", "failed", "seconds")
+
+# Per task, (component, task index) -> its figures (``_TASK_COUNTERS``, ``task``: its id).
+TaskCounters = dict[tuple[str, int], dict[str, float]]
 _PYTHON_TRACEBACK = "Traceback (most recent call last):"
 _TASK_ERROR_MARK = " [statefulbolts-task-error "
 
@@ -114,6 +129,24 @@ class ErrorRecord:
     task: int | None = None
     txid: int | None = None
     traceback: str | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        """A JSON-friendly dict."""
+        return dict(self.__dict__)
+
+
+@dataclass(frozen=True)
+class StateWrite:
+    """A checkpoint's size: the bytes of state changes a component's tasks sent back for a txid.
+
+    Summed over the txid's jobs (a checkpoint's PREPARE and COMMIT; a batch's jobs), and known
+    only for a driver-owned provider, whose changes travel back to the driver.
+    """
+
+    at: float
+    txid: int
+    component: str
+    size: int
 
     def as_dict(self) -> dict[str, Any]:
         """A JSON-friendly dict."""
@@ -205,6 +238,12 @@ class Stats:
     # (action, ok) -> transactions recorded, since the start.
     outcomes: collections.Counter[tuple[str, bool]] = field(default_factory=collections.Counter)
     durations: dict[str, DurationHistogram] = field(default_factory=dict)
+    # Per task of the jobs: see ``task_counters``.
+    tasks: TaskCounters = field(default_factory=dict)
+    # Who else counts per task (the spout tasks on the driver): called by ``task_counters``.
+    task_sources: list[Callable[[], TaskCounters]] = field(default_factory=list)
+    # Per component, its checkpoint sizes, oldest first.
+    state_writes: dict[str, collections.deque[StateWrite]] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
     def add(self, component: str, **values: float) -> None:
@@ -290,6 +329,36 @@ class Stats:
         if self.on_transaction is not None:
             self.on_transaction(info)
 
+    def task_counters(self) -> TaskCounters:
+        """A copy of the figures per task: the jobs' tasks, then the other sources' (any thread).
+
+        Like the component counters, read without a lock: each task's dict is copied whole.
+        """
+        out = {key: dict(row) for key, row in list(self.tasks.items())}
+        for source in list(self.task_sources):
+            out.update(source())
+        return out
+
+    def checkpoint_sizes(self) -> dict[str, list[StateWrite]]:
+        """A copy of the checkpoint sizes per component, oldest first (any thread)."""
+        with self._lock:
+            return {cid: list(sizes) for cid, sizes in self.state_writes.items()}
+
+    def state_written(self, txid: int, sizes: dict[str, int]) -> None:
+        """Add the bytes of state changes each component's tasks sent back in a job of ``txid``.
+
+        A txid's jobs add to one record per component (its checkpoint's size).
+        """
+        at = time.time()
+        with self._lock:
+            for component, size in sizes.items():
+                kept = self.state_writes.get(component)
+                if kept is None:
+                    kept = self.state_writes[component] = collections.deque(maxlen=_SIZES)
+                if kept and kept[-1].txid == txid:
+                    size += kept.pop().size
+                kept.append(StateWrite(at, txid, component, size))
+
     def snapshot(self, last: int | None = None) -> StatsSnapshot:
         """A copy of the records (only the ``last`` transactions, if given)."""
         with self._lock:
@@ -319,10 +388,15 @@ class Stats:
         """
         names = plan.component_ids
         if provider is not None:
+            written: dict[str, int] = {}
             for report in result.reports:
                 for ns, changes in report.changes:
                     provider.apply_changes(ns, changes)
-        self.add_reports(result, names)
+                    name = names[report.comp]
+                    written[name] = written.get(name, 0) + len(changes)
+            if written:
+                self.state_written(txid, written)
+        self.add_reports(result, names, plan.task_ids)
         errors = result.errors
         for e in errors:
             task = plan.task_ids[e.comp][e.task]
@@ -331,18 +405,41 @@ class Stats:
             self.error(names[e.comp], text, task=task, txid=txid, traceback=e.traceback)
         return errors
 
-    def add_reports(self, result: JobResult, names: list[str]) -> None:
-        """Add every task report's metrics of a job (component names by plan index)."""
+    def add_reports(
+        self,
+        result: JobResult,
+        names: list[str],
+        task_ids: Sequence[Sequence[int]] | None = None,
+    ) -> None:
+        """Add every task report's metrics of a job (component names by plan index).
+
+        With ``task_ids`` (the plan's, by component and task index) each task's own figures
+        are added to ``tasks`` too.
+        """
         for report in result.reports:
             m = report.metrics
+            name = names[report.comp]
             self.add(
-                names[report.comp],
+                name,
                 executed=m.executed,
                 emitted=m.emitted,
                 acked=m.acked,
                 failed=m.failed,
                 seconds=m.seconds,
             )
+            if task_ids is None:
+                continue
+            key = (name, report.task)
+            row = self.tasks.get(key)
+            if row is None:
+                row = dict.fromkeys(_TASK_COUNTERS, 0)
+                row["task"] = task_ids[report.comp][report.task]
+                row = self.tasks.setdefault(key, row)
+            row["executed"] += m.executed
+            row["emitted"] += m.emitted
+            row["acked"] += m.acked
+            row["failed"] += m.failed
+            row["seconds"] += m.seconds
 
 
 def worker_traceback(exc: BaseException) -> str | None:

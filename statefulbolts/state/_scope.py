@@ -19,8 +19,6 @@ file says.
 
 from __future__ import annotations
 
-import json
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -30,11 +28,20 @@ from providers import (
     STATE_PROVIDER_CONFIG_KEY,
     DriverOwnedStateProvider,
     KeyValueState,
+    ProviderConfigError,
     StateFactory,
     get_provider,
+    provider_config_fields,
     provider_name,
 )
 from statefulbolts.errors import StateNotFoundError, StateToolError
+from statefulbolts.namespaces import (
+    RECORD_MARK,
+    TRANSACTIONAL_ROOT,
+    topology_prefix,
+    transactional_prefix,
+)
+from statefulbolts.namespaces import TaskNamespace as StoredTask
 
 __all__ = [
     "Scope",
@@ -47,9 +54,6 @@ __all__ = [
     "serializer_fields",
 ]
 
-TRANSACTIONAL_ROOT = "$transactional"
-# What starts a framework record's name inside a topology (no component id may).
-RECORD_MARK = "$"
 _KINDS = ("topology", "transactional")
 
 
@@ -105,8 +109,8 @@ class Scope:
     def prefix(self) -> str:
         """What every namespace of the scope starts with (``T/`` or ``$transactional/ID/``)."""
         if self.kind == "topology":
-            return f"{self.name}/"
-        return f"{TRANSACTIONAL_ROOT}/{self.name}/"
+            return topology_prefix(self.name)
+        return transactional_prefix(self.name)
 
     def describe(self) -> str:
         """``topology 'wc'`` or ``transactional id 'words'``, for messages."""
@@ -136,7 +140,7 @@ class Scope:
 
 @dataclass(frozen=True)
 class TaskNamespace:
-    """One task's namespace of a component."""
+    """One task's namespace of a component, as listed (``statefulbolts.namespaces`` parses it)."""
 
     task: int
     namespace: str
@@ -174,17 +178,13 @@ def component_tasks(
             the components' namespaces it does hold).
         StateToolError: the provider cannot list its namespaces.
     """
-    if scope.kind == "topology":
-        pattern = re.compile(re.escape(component) + r"-(\d+)")
-    else:
-        pattern = re.compile(re.escape(component) + r"-(\d+)/" + re.escape(map_name))
+    wanted_map = None if scope.kind == "topology" else map_name
     names = [n for n in listed(conf, scope.prefix) if scope.owns(n)]
     found = []
-    if not component.startswith(RECORD_MARK):
-        for namespace in names:
-            match = pattern.fullmatch(namespace[len(scope.prefix) :])
-            if match is not None:
-                found.append(TaskNamespace(int(match.group(1)), namespace))
+    for namespace in names:
+        parsed = StoredTask.parse(scope.prefix, namespace)
+        if parsed is not None and (parsed.component, parsed.map) == (component, wanted_map):
+            found.append(TaskNamespace(parsed.task, namespace))
     if not found:
         what = f"component {component!r}" + (
             f" (map {map_name!r})" if scope.kind == "transactional" else ""
@@ -256,12 +256,8 @@ def driver_owned(conf: Mapping[str, Any]) -> DriverOwnedStateProvider | None:
 
 def serializer_fields(conf: Mapping[str, Any]) -> dict[str, Any]:
     """The key / value serializer fields set in the provider config (Storm's names)."""
-    raw = conf.get(STATE_PROVIDER_CONFIG_KEY)
-    if isinstance(raw, str | bytes):
-        try:
-            raw = json.loads(raw) if raw.strip() else {}
-        except json.JSONDecodeError:
-            raw = {}  # the provider reports a broken config in its own words when opened
-    if not isinstance(raw, Mapping):
-        return {}
-    return {k: raw[k] for k in SERIALIZER_FIELDS if raw.get(k) is not None}
+    try:
+        fields = provider_config_fields(conf.get(STATE_PROVIDER_CONFIG_KEY))
+    except ProviderConfigError:
+        return {}  # the provider reports a broken config when a state is opened
+    return {k: fields[k] for k in SERIALIZER_FIELDS if fields.get(k) is not None}

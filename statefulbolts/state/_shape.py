@@ -35,7 +35,7 @@ from providers import (
     SERIALIZER_FIELDS,
     STATE_PROVIDER_CONFIG_KEY,
     KeyValueState,
-    ProviderConfigError,
+    provider_config_fields,
 )
 from statefulbolts.errors import StateToolError
 from statefulbolts.namespaces import record_namespace
@@ -203,25 +203,10 @@ def serializers_of(conf: Mapping[str, Any]) -> tuple[tuple[str, str | None], ...
     """The serializer fields of the provider config in ``conf``, as a shape records them.
 
     Raises:
-        ProviderConfigError: the provider config is not JSON or not an object.
+        ProviderConfigError: the provider config is not JSON or not an object
+            (``providers.provider_config_fields``).
     """
-    import json
-
-    raw = conf.get(STATE_PROVIDER_CONFIG_KEY)
-    if raw is None:
-        data: Any = {}
-    elif isinstance(raw, str | bytes):
-        text = raw if isinstance(raw, str) else raw.decode("utf-8", "replace")
-        try:
-            data = json.loads(text) if text.strip() else {}
-        except json.JSONDecodeError as exc:
-            msg = f"{STATE_PROVIDER_CONFIG_KEY} is not valid JSON: {exc}"
-            raise ProviderConfigError(msg) from exc
-    else:
-        data = raw
-    if not isinstance(data, Mapping):
-        msg = f"{STATE_PROVIDER_CONFIG_KEY} must be a JSON object, got {data!r}"
-        raise ProviderConfigError(msg)
+    data = provider_config_fields(conf.get(STATE_PROVIDER_CONFIG_KEY))
     return tuple(
         sorted(
             (name, None if data.get(name) is None else str(data[name]))

@@ -3,7 +3,7 @@
 Every batch has a transaction id (txid) that stays the same when it is replayed; batches are
 processed in parallel (up to ``topology.max.spout.pending``) and committed one at a time, in
 txid order; committers store next to each value the txid that wrote it, so a replayed commit
-recognises itself. ``TRANSACTIONAL.md`` in the project's shared docs is the behaviour reference.
+recognises itself. ``docs/protocol/transactional.md`` is the protocol's reference.
 
 - Spouts: ``TransactionalSpout``, ``PartitionedTransactionalSpout``,
   ``OpaquePartitionedTransactionalSpout``; ready-made ``MemoryTransactionalSpout``,

@@ -2,7 +2,7 @@
 
 Emitter tasks run in Spark and touch no store: the driver tells each attempt's emitters what to
 do (an ``EmitOrder``) and keeps what they return. This module is that bookkeeping, per kind of
-spout (TRANSACTIONAL.md §4), over one namespace per partition,
+spout (docs/protocol/transactional.md), over one namespace per partition,
 ``$transactional/<id>/partition-<p>``, keyed by txid:
 
 **Partitioned** (exact replays). For each partition ``p`` below the txid's partition count

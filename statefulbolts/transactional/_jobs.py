@@ -3,7 +3,7 @@
 1. **Emit**: one stage, the spout's emitter tasks, each told by an ``EmitOrder`` what to emit;
    the spout object as it is on the driver goes with the job (memory spouts are read live). The
    emitted tuples come back to the driver, so the next attempt's emission may start from the
-   metas this one returned (TRANSACTIONAL.md §10.6), and so a tuple is never recomputed from
+   metas this one returned (docs/protocol/transactional.md), so a tuple is never recomputed from
    lineage (an opaque replay may differ).
 2. **Processing**: the processing-phase bolts (neither a committer nor downstream of one) in
    stages, fed with what the emitters sent them; what they send to the commit phase comes back.

@@ -10,7 +10,7 @@ Backing maps here: ``MemoryBackingMap`` (a dict in this process) and ``StateBack
 any provider's ``KeyValueState``; the one a committer gets in Spark tasks). ``RedisBackingMap``
 lives in ``statefulbolts.transactional._redis_map``.
 
-**The opaque map hole** (TRANSACTIONAL.md §6, a required fix). The opaque rule repairs only the
+**The opaque map hole** (docs/protocol/transactional.md). The opaque rule repairs only the
 keys a replay touches. Say attempt 1 of txid t wrote keys A and K, and then the commit failed (a
 later committer failed, the driver died). The opaque replay of t may be a different batch, with
 no tuple for K: K keeps attempt 1's increment, and when K's tuples come in t+1 they are counted
@@ -452,7 +452,7 @@ class OpaqueMap:
 
     Each value is stored as ``[txid, curr, prev]`` (``OpaqueValue``); reads give ``curr``. One
     object is one commit attempt of one committer task: make a new one for each attempt. It
-    closes the opaque map hole of TRANSACTIONAL.md §6 (see the module docstring), so call
+    closes the opaque map hole (docs/protocol/transactional.md; the module docstring), so call
     ``multi_update`` on every commit, even with no keys.
 
     Example:

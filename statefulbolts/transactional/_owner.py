@@ -28,6 +28,8 @@ from __future__ import annotations
 from contextvars import ContextVar
 from typing import Any
 
+from statefulbolts.namespaces import task_name
+
 __all__ = ["context_owner", "enter_task", "leave_task", "running_task", "task_owner"]
 
 _RUNNING: ContextVar[str | None] = ContextVar("statefulbolts_transactional_task", default=None)
@@ -35,7 +37,7 @@ _RUNNING: ContextVar[str | None] = ContextVar("statefulbolts_transactional_task"
 
 def task_owner(component: str, task: int) -> str:
     """The owner name of a component's task: ``<component>-<task index>``."""
-    return f"{component}-{task}"
+    return task_name(component, task)
 
 
 def context_owner(context: Any) -> str:

@@ -11,7 +11,7 @@ __all__ = ["Pacing"]
 
 
 class Pacing:
-    """The user's coordinator, paced while the stream is quiet (TRANSACTIONAL.md §10.8).
+    """The user's coordinator, paced while quiet (docs/protocol/transactional.md).
 
     After a batch that emitted nothing committed, no new txid starts until every active one
     has committed and one checkpoint interval has passed; then one txid starts, alone, to see

@@ -64,14 +64,12 @@ from typing import Any
 
 import msgpack
 
-from providers.errors import ProviderConfigError, StateSerializationError, StateTransactionError
+from providers.errors import StateSerializationError, StateTransactionError
 from statefulbolts.transactional._maps import BackingMap, pack_value
 from statefulbolts.transactional._owner import context_owner, running_task
 
 try:
-    import redis as redis_py
-
-    from providers.redis import BACKEND_ERRORS, address_of, backend_error
+    from providers.redis import BACKEND_ERRORS, address_of, backend_error, connect
 except ImportError as exc:  # pragma: no cover - depends on the environment
     _msg = "RedisBackingMap needs redis-py: pip install 'statefulbolts[redis]'"
     raise ImportError(_msg) from exc
@@ -88,8 +86,9 @@ _WRITER = b"\xfd"
 class RedisBackingMap(BackingMap):
     r"""A ``BackingMap`` in Redis, at ``prefix + key`` (see the module docstring for the layout).
 
-    ``url_or_client`` is a URL (``redis://host:port/db``; the map makes a client and ``close()``
-    closes it) or a redis-py client made without ``decode_responses`` (the caller keeps it).
+    ``url_or_client`` is a URL (``redis://[[user]:password@]host[:port][/db]``, ``rediss://``
+    for TLS; the map makes a client and ``close()`` closes it) or a redis-py client made
+    without ``decode_responses`` (the caller keeps it); ``providers.redis.connect`` checks both.
     A client does not travel to Spark executors: make the map where it is used, in a
     committer's ``prepare``.
 
@@ -136,21 +135,9 @@ class RedisBackingMap(BackingMap):
         self._task = context_owner(context) if context is not None else running_task()
         self._owner = self._task if context is not None else owner
         self._owns_client = isinstance(url_or_client, str)
-        if isinstance(url_or_client, str):
-            try:
-                client = redis_py.Redis.from_url(url_or_client)
-            except ValueError as exc:
-                msg = (
-                    f"RedisBackingMap: {url_or_client!r} is not a Redis URL ({exc}); "
-                    "expected redis://host:port/db"
-                )
-                raise ProviderConfigError(msg) from exc
-        else:
-            client = url_or_client
-        encoder = getattr(client, "get_encoder", None)
-        if encoder is not None and encoder().decode_responses:
-            msg = "RedisBackingMap needs a client made with decode_responses=False (binary values)"
-            raise ProviderConfigError(msg)
+        # A URL gets a client of its own (closed by ``close``), without a socket timeout as
+        # before; a client handed in must return bytes.
+        client = connect(url_or_client, purpose="RedisBackingMap", timeout_ms=0)
         self._client = client
         self.prefix = prefix
         self._prefix = prefix.encode("utf-8")

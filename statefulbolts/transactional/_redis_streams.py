@@ -36,7 +36,8 @@ fails the batch, which is retried (the opaque spout emits nothing from that part
 on); a refusal (a wrong password, a key that is not a stream, out of memory) raises
 ``StateBackendRefusedError``, which stops the topology at once with its cause and fix.
 
-Connections are made once per process and server URL, and shared. Needs redis-py:
+Connections are made once per process and server (and timeout), and shared
+(``providers.redis.connect``, which also checks the URL). Needs redis-py:
 ``pip install 'statefulbolts[redis]'``.
 
 Example:
@@ -51,12 +52,10 @@ Example:
 from __future__ import annotations
 
 import logging
-import os
-import threading
-import urllib.parse
 from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar
 
+from providers import redacted_url
 from statefulbolts.components import Component, OutputFieldsDeclarer
 from statefulbolts.errors import FailedException
 from statefulbolts.transactional._attempt import TransactionAttempt
@@ -113,8 +112,6 @@ def _redis() -> Any:
 
 
 # ------------------------------------------------------------------ connections
-_clients: dict[tuple[int, str, float], Any] = {}
-_clients_lock = threading.Lock()
 # A pattern's registry as this process last read it: the fallback while the server is away.
 _registries: dict[tuple[str, str], list[str]] = {}
 
@@ -126,38 +123,38 @@ def shown_url(url: str) -> str:
         >>> shown_url("redis://app:s3cret@10.0.0.5:6379/0"), shown_url("redis://h:1/0")
         ('redis://app:***@10.0.0.5:6379/0', 'redis://h:1/0')
     """
-    parts = urllib.parse.urlsplit(url)
-    if parts.password is None:
-        return url
-    user, _, host = parts.netloc.rpartition("@")
-    name = user.split(":", 1)[0]
-    return urllib.parse.urlunsplit(parts._replace(netloc=f"{name}:***@{host}"))
+    return redacted_url(url)
 
 
-def _client(url: str, timeout: float) -> Any:
-    """This process's client for ``url``: made once, shared by every spout object."""
-    key = (os.getpid(), url, timeout)  # a forked worker must not share its parent's sockets
-    with _clients_lock:
-        client = _clients.get(key)
-        if client is None:
-            client = _redis().Redis.from_url(
-                url,
-                decode_responses=True,
-                socket_connect_timeout=timeout,
-                socket_timeout=timeout,
-            )
-            _clients[key] = client
-        return client
+def _client(url: str, timeout: float, purpose: str) -> Any:
+    """This process's client for ``url`` (replies as ``str``): made once, shared by every spout.
+
+    Raises:
+        ProviderConfigError: ``url`` is not a Redis URL (names ``purpose``).
+    """
+    _redis()
+    from providers.redis import connect
+
+    return connect(
+        url,
+        purpose=purpose,
+        decode_responses=True,
+        timeout_ms=max(1, round(timeout * 1000)),
+        shared=True,
+    )
 
 
 def close_connections() -> None:
-    """Close and forget this process's cached connections (tests, or after a server moved)."""
-    with _clients_lock:
-        clients = list(_clients.values())
-        _clients.clear()
-        _registries.clear()
-    for client in clients:
-        client.close()
+    """Close and forget this process's shared connections (tests, or after a server moved).
+
+    Every shared Redis client of the process goes (``providers.redis.reset_clients``), the
+    state provider's included: they reconnect when next used.
+    """
+    _redis()
+    from providers.redis import reset_clients
+
+    _registries.clear()
+    reset_clients()
 
 
 def _backend_errors() -> tuple[type[BaseException], ...]:
@@ -249,7 +246,7 @@ class _RedisStreamsSpout(Component):
 
     # -------------------------------------------------------------- partitions
     def _client(self) -> Any:
-        return _client(self.url, self.timeout)
+        return _client(self.url, self.timeout, type(self).__qualname__)
 
     def _refused(self, exc: BaseException, step: str) -> None:
         """Raise ``StateBackendRefusedError`` if Redis refused; an outage returns to the caller.
@@ -606,7 +603,7 @@ def load_streams(
         ...              {"p0": ["cat", {"value": "dog", "n": 2}]})  # doctest: +SKIP
         {'p0': ['1700000000000-0', '1700000000000-1']}
     """
-    client = _client(url, 5.0)
+    client = _client(url, 5.0, "load_streams")
     pipe = client.pipeline(transaction=False)
     order: list[str] = []
     for stream, entries in streams.items():

@@ -16,7 +16,7 @@ ones) is stored by the runtime in the topology's state provider, serialized with
 therefore be built from ``None``, ``bool``, ``int``, ``float``, ``str``, ``bytes``, lists and
 dicts with string keys; a tuple comes back as a list.
 
-What each kind guarantees, and how the runtime drives it, is in ``TRANSACTIONAL.md`` section 4:
+What each kind guarantees (``docs/protocol/transactional.md``), in short:
 a partitioned spout replays the identical batch from the stored meta; an opaque spout is asked
 again from the last committed meta and may emit a different batch.
 """

@@ -13,21 +13,21 @@ Example:
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from providers import KeyValueState, StateFactory, get_provider, provider_name
+from statefulbolts.namespaces import (
+    TaskNamespace,
+    coordinator_namespace,
+    partition_of,
+    transactional_prefix,
+)
 from statefulbolts.transactional._coordinator import CURRTX_KEY, FIRST_TXID, META_PREFIX
 from statefulbolts.transactional._txstate import RotatingTransactionalState
 
 __all__ = ["TransactionalStatus", "transactional_status"]
-
-# Namespaces below $transactional/<id>/ (matched on the rest, so an id like "words-2" is no map).
-_PARTITION = re.compile(r"partition-(\d+)")
-_TASK_MAP = re.compile(r"(?P<component>[^/]+)-(?P<task>\d+)/(?P<name>[^/]+)")
-
 
 @dataclass(frozen=True)
 class TransactionalStatus:
@@ -82,20 +82,19 @@ def transactional_status(conf: Mapping[str, Any], transactional_id: str) -> Tran
         ProviderConfigError, ProviderNotFoundError: the provider config is wrong.
         StateBackendError: the store could not be reached.
     """
-    root = f"$transactional/{transactional_id}"
-    coordinator = _state(f"{root}/coordinator", conf)
+    prefix = transactional_prefix(transactional_id)
+    coordinator = _state(coordinator_namespace(prefix), conf)
     currtx = coordinator.get(CURRTX_KEY)
     metas = RotatingTransactionalState(coordinator, strict=True, prefix=META_PREFIX)
-    listed = get_provider(conf).namespaces(conf, f"{root}/") or []
+    listed = get_provider(conf).namespaces(conf, prefix) or []
     partitions: dict[int, dict[int, Any]] = {}
     maps: list[str] = []
     for namespace in listed:
-        rest = namespace[len(root) + 1 :]
-        found = _PARTITION.fullmatch(rest)
-        if found is not None:
+        partition = partition_of(prefix, namespace)
+        if partition is not None:
             store = RotatingTransactionalState(_state(namespace, conf), strict=False, prefix="")
-            partitions[int(found.group(1))] = {t: store.get(t) for t in store.txids()}
-        elif _TASK_MAP.fullmatch(rest) is not None:
+            partitions[partition] = {t: store.get(t) for t in store.txids()}
+        elif (task := TaskNamespace.parse(prefix, namespace)) is not None and task.map:
             maps.append(namespace)
     return TransactionalStatus(
         transactional_id,

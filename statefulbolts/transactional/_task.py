@@ -1,6 +1,6 @@
 """The transactional protocol's part in a Spark task: emitters, fresh batch bolts, ``finish_batch``.
 
-A job of this protocol runs one phase of one batch attempt (TRANSACTIONAL.md §10): the emitters
+A job runs one phase of one batch attempt (docs/protocol/transactional.md): the emitters
 of the attempt, its processing phase, or its commit phase. In every task:
 
 1. The component is new: the task unpickled the topology, so a ``BatchBolt`` is a fresh copy
@@ -431,7 +431,7 @@ def _emit(
         last = order.partitions.get(p)
         meta = emitter.emit_partition_batch(attempt, slot(p), p, last)
         # A None meta (a disabled or unreachable partition) keeps the previous position: Storm
-        # started the partition over from its beginning (TRANSACTIONAL.md §9.11).
+        # started the partition over from its beginning (docs/protocol/transactional.md).
         metas[p] = last if meta is None else meta
     return EmitResult(metas, n)
 

@@ -2,7 +2,7 @@
 
 A transactional topology has one transactional spout (its emitter tasks run as the first stage of
 every batch), batch bolts, ``BasicBolt``s and committers, wired with the usual groupings. Its
-components split in two sets the runtime schedules differently (TRANSACTIONAL.md §5.5):
+components split in two sets run differently (docs/protocol/transactional.md):
 
 - **processing** (P): the spout and every bolt that is neither a committer nor downstream of one;
   they run for many transactions at once;

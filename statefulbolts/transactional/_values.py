@@ -1,7 +1,7 @@
 """``TransactionalValue`` and ``OpaqueValue``: a stored value and the txid that last wrote it.
 
 A committer makes its writes exactly-once by storing, next to each value, the txid of the batch
-that wrote it (TRANSACTIONAL.md §0 rule 3, §6). When a txid commits again (a replay), the stored
+that wrote it (docs/protocol/transactional.md). When a txid commits again (a replay), the stored
 txid says what to do:
 
 - A transactional spout replays the *identical* batch. A value that txid t already wrote holds
@@ -110,7 +110,7 @@ class TransactionalValue:
 
     Right for transactional spouts, whose replays are identical batches.
 
-    Example (TRANSACTIONAL.md §6):
+    Example:
         >>> def add(n):
         ...     return lambda old: (old or 0) + n
         >>> v = TransactionalValue.apply(TransactionalValue(3, 10), 4, add(5))
@@ -171,7 +171,7 @@ class OpaqueValue:
     Right for opaque spouts, whose replay of a txid may be a different batch: the replay starts
     again from ``prev``. Reads outside a commit use ``curr``.
 
-    Example (TRANSACTIONAL.md §6):
+    Example:
         >>> def add(n):
         ...     return lambda old: (old or 0) + n
         >>> v = OpaqueValue.apply(OpaqueValue(3, 10, 7), 4, add(5))

@@ -2,10 +2,14 @@
 
 Turn it on with ``topology.ui.port`` (0: a free port) in the topology's config, or
 ``statefulbolts run ... --ui [PORT]``; ``handle.ui_url`` (and the log, and the command line) say
-where it is. The page shows the topology as a picture, per component counters and latency, the
-transaction timeline, the current phase, recoveries, recent errors with their tracebacks and a
-link to the Spark UI, and refreshes every second; ``/metrics`` serves the same figures to
-Prometheus. It stops when the topology is killed.
+where it is. The page shows the topology as a picture; per component, and per task when
+expanded, counters, latency, capacity (busy time / wall time) and tuples per second over the
+last minute or ten; pending tuple trees against ``topology.max.spout.pending``; charts of the
+transactions' durations and of the checkpoint sizes; the transaction timeline, the current
+phase, recoveries, recent errors with their tracebacks and a link to the Spark UI. It refreshes
+every second; ``/metrics`` serves the same figures to Prometheus. It answers only requests
+whose ``Host`` is a loopback name or ``topology.ui.host``, warns once when it listens beyond
+loopback, and stops when the topology is killed.
 
 Needs the ``ui`` extra: ``pip install 'statefulbolts[ui]'`` (Starlette, uvicorn,
 prometheus_client).

@@ -31,16 +31,31 @@ metric                                              type       labels, meaning
 ``statefulbolts_spout_lag``                         gauge      ``component``: entries its
                                                                source holds not yet acked
 ``statefulbolts_topology_up``                       gauge      ``state``: 1 for the current
+``statefulbolts_task_tuples_emitted_total``         counter    ``component``, ``task`` (its
+                                                               Storm task id); also
+                                                               ``_acked``, ``_failed``,
+                                                               ``_executed``
+``statefulbolts_task_busy_seconds_total``           counter    ``component``, ``task``: the
+                                                               task's job time (its rate is
+                                                               the task's capacity)
+``statefulbolts_spout_pending_tuple_trees``         gauge      ``component``, ``task``: the
+                                                               spout task's live trees
+``statefulbolts_max_spout_pending``                 gauge      the limit per spout task
+``statefulbolts_checkpoint_size_bytes``             gauge      ``component``: state change
+                                                               bytes of its last checkpoint
 ==================================================  =========  ===============================
 
 A gauge with nothing to say is left out (no committed txid yet, no tuple trees in a
-transactional topology, no spout that knows its lag).
+transactional topology, no spout that knows its lag, no ``topology.max.spout.pending``, no
+checkpoint size from a provider that is not driver-owned). Rates and capacity are Prometheus'
+to compute: ``rate(statefulbolts_task_tuples_executed_total[1m])``, and
+``rate(statefulbolts_task_busy_seconds_total[1m])`` for the capacity the dashboard shows.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING
 
 from prometheus_client.core import (
@@ -52,12 +67,13 @@ from prometheus_client.core import (
 from prometheus_client.registry import Collector
 
 if TYPE_CHECKING:
-    from statefulbolts.runtime import Observation
+    from statefulbolts.runtime import Observation, StateWrite, TaskCounters
 
 __all__ = ["STATES", "TopologyCollector"]
 
 STATES = ("running", "idle", "failed", "stopped")
 _TUPLES = ("emitted", "acked", "failed", "replayed", "executed")
+_TASK_TUPLES = ("emitted", "acked", "failed", "executed")
 
 
 def _bound(value: float) -> str:
@@ -70,11 +86,25 @@ class TopologyCollector(Collector):
     Args:
         observe: returns a fresh ``Observation`` (``TopologyRunner.observe``).
         components: every component id, so each has its series from the first scrape on.
+        tasks: returns the figures per task (``Stats.task_counters``); none without it.
+        sizes: returns the checkpoint sizes (``Stats.checkpoint_sizes``); none without it.
+        max_spout_pending: ``topology.max.spout.pending`` (``None``: unset).
     """
 
-    def __init__(self, observe: Callable[[], Observation], components: Sequence[str]) -> None:
+    def __init__(
+        self,
+        observe: Callable[[], Observation],
+        components: Sequence[str],
+        *,
+        tasks: Callable[[], TaskCounters] | None = None,
+        sizes: Callable[[], Mapping[str, Sequence[StateWrite]]] | None = None,
+        max_spout_pending: int | None = None,
+    ) -> None:
         self._observe = observe
         self._components = list(components)
+        self._tasks = tasks
+        self._sizes = sizes
+        self._max_spout_pending = max_spout_pending
 
     def describe(self) -> list[Metric]:
         """Nothing up front: the families depend on the run (the registry need not ask)."""
@@ -88,6 +118,61 @@ class TopologyCollector(Collector):
         yield from self._components_families(obs, name)
         yield from self._protocol(obs, name)
         yield from self._backend(obs, name)
+        yield from self._task_families(name)
+        yield from self._sizes_family(name)
+
+    def _task_families(self, name: str) -> Iterator[Metric]:
+        if self._tasks is None:
+            return
+        tasks = sorted(self._tasks().items())
+        labels = ["topology", "component", "task"]
+        for what in _TASK_TUPLES:
+            family = CounterMetricFamily(
+                f"statefulbolts_task_tuples_{what}",
+                f"Tuples {what} per task (its Storm task id).",
+                labels=labels,
+            )
+            for (cid, _), row in tasks:
+                family.add_metric([name, cid, str(int(row.get("task", -1)))], row.get(what, 0))
+            yield family
+        busy = CounterMetricFamily(
+            "statefulbolts_task_busy_seconds",
+            "Seconds the task's jobs ran; its rate is the task's capacity (busy share of time).",
+            labels=labels,
+        )
+        pending = GaugeMetricFamily(
+            "statefulbolts_spout_pending_tuple_trees",
+            "A spout task's tuple trees not yet acked (topology.max.spout.pending bounds it).",
+            labels=labels,
+        )
+        for (cid, _), row in tasks:
+            task = str(int(row.get("task", -1)))
+            if "seconds" in row:
+                busy.add_metric([name, cid, task], row["seconds"])
+            if "pending" in row:
+                pending.add_metric([name, cid, task], row["pending"])
+        yield busy
+        yield pending
+        if self._max_spout_pending is not None:
+            yield _gauge(
+                "statefulbolts_max_spout_pending",
+                "topology.max.spout.pending: tuple trees (or txids) in flight per spout task.",
+                name,
+                self._max_spout_pending,
+            )
+
+    def _sizes_family(self, name: str) -> Iterator[Metric]:
+        if self._sizes is None:
+            return
+        family = GaugeMetricFamily(
+            "statefulbolts_checkpoint_size_bytes",
+            "Bytes of state changes the component's tasks wrote in its last checkpoint.",
+            labels=["topology", "component"],
+        )
+        for cid, kept in sorted(self._sizes().items()):
+            if kept:
+                family.add_metric([name, cid], kept[-1].size)
+        yield family
 
     def _transactions(self, obs: Observation, name: str) -> Iterator[Metric]:
         stats = obs.stats

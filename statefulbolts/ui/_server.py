@@ -8,6 +8,14 @@ Routes:
 - ``/api/snapshot``: the live figures (``snapshot``).
 - ``/metrics``: Prometheus' text format (``TopologyCollector``, in a registry of its own).
 
+Every route answers only requests whose ``Host`` names the dashboard (``_hosts``: loopback
+names, the configured host); the others get 400. Bound beyond loopback (``0.0.0.0``), the
+server says so in one warning: the page shows errors and tracebacks, with no login.
+
+A sampler thread records the runner's per-task counters every ``SAMPLE_SECONDS`` (stamped
+with the runner's clock, or the one given: ``LiveFigures``), so the rates of the last minute
+and ten minutes are there when the page opens.
+
 ``DashboardServer.start`` binds the socket itself before the thread starts, so a port in use
 fails in the caller's thread with an error naming it, and port 0 (a free port) is known at once
 (``url``). Every endpoint is a plain function, run by Starlette on its worker threads: reading
@@ -22,27 +30,31 @@ import socket
 import threading
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import uvicorn
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 from starlette.applications import Starlette
+from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import FileResponse, JSONResponse, Response
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
+from statefulbolts.clock import Clock
 from statefulbolts.errors import ConfigError
 from statefulbolts.ui._graph import topology_graph
+from statefulbolts.ui._hosts import HostCheck, allowed_hosts, exposure_warning
+from statefulbolts.ui._live import LiveFigures, backpressure
 from statefulbolts.ui._metrics import TopologyCollector
 from statefulbolts.ui._snapshot import snapshot
 
 if TYPE_CHECKING:
-    from statefulbolts.runtime import TopologyRunner
+    from statefulbolts.runtime import Observation, TopologyRunner
     from statefulbolts.topology import StormTopology
     from statefulbolts.transactional import TransactionalTopology
 
-__all__ = ["STATIC_DIR", "DashboardServer"]
+__all__ = ["SAMPLE_SECONDS", "STATIC_DIR", "DashboardServer"]
 
 log = logging.getLogger(__name__)
 
@@ -50,6 +62,8 @@ STATIC_DIR = Path(__file__).with_name("static")
 # How long ``start`` waits for uvicorn to serve, and ``stop`` for it to end.
 _START_TIMEOUT = 30.0
 _STOP_TIMEOUT = 15.0
+# How often the sampler records the counters (the shortest window's step: 60 s / 60).
+SAMPLE_SECONDS = 1.0
 
 
 class DashboardServer:
@@ -61,6 +75,7 @@ class DashboardServer:
         host: the address to listen on (default loopback only).
         port: the port; 0 picks a free one.
         spark_ui: the Spark UI's URL, linked from the page (``None``: the UI is disabled).
+        clock: the clock of the rates (default: the runner's).
 
     Example:
         >>> server = DashboardServer(handle.runner, topology, port=0)  # doctest: +SKIP
@@ -77,17 +92,33 @@ class DashboardServer:
         host: str = "127.0.0.1",
         port: int = 0,
         spark_ui: str | None = None,
+        clock: Clock | None = None,
     ) -> None:
         self._runner = runner
         self._host, self._port = host, port
         self._spark_ui = spark_ui
         self._graph = topology_graph(topology)
+        nodes = self._graph["nodes"]
+        kinds = {n["id"]: n["kind"] for n in nodes}
+        self._spout_tasks = sum(n["parallelism"] for n in nodes if n["kind"] == "spout")
+        self._clock = clock or runner.clock
+        self.live = LiveFigures(runner.stats, kinds, self._clock)
         self._registry = CollectorRegistry(auto_describe=False)
         # The checkpoint spout is the protocol's: it counts nothing of its own.
-        components = [n["id"] for n in self._graph["nodes"] if n["kind"] != "checkpoint spout"]
-        self._registry.register(TopologyCollector(runner.observe, components))
+        components = [n["id"] for n in nodes if n["kind"] != "checkpoint spout"]
+        collector = TopologyCollector(
+            runner.observe,
+            components,
+            tasks=runner.stats.task_counters,
+            sizes=runner.stats.checkpoint_sizes,
+            max_spout_pending=runner.tc.max_spout_pending,
+        )
+        self._registry.register(collector)
+        self._allowed: frozenset[str] = allowed_hosts(host, host)
         self._server: uvicorn.Server | None = None
         self._thread: threading.Thread | None = None
+        self._sampler: threading.Thread | None = None
+        self._stopping = threading.Event()
         self._socket: socket.socket | None = None
         self.url: str | None = None
 
@@ -95,6 +126,11 @@ class DashboardServer:
     def running(self) -> bool:
         """Whether the server thread is alive."""
         return self._thread is not None and self._thread.is_alive()
+
+    @property
+    def allowed_hosts(self) -> frozenset[str]:
+        """The ``Host`` names the server answers (``_hosts``), known once it listens."""
+        return self._allowed
 
     def app(self) -> Starlette:
         """The Starlette application (also usable with Starlette's ``TestClient``)."""
@@ -105,7 +141,21 @@ class DashboardServer:
                 Route("/api/snapshot", self._snapshot),
                 Route("/metrics", self._metrics),
                 Mount("/static", StaticFiles(directory=STATIC_DIR), name="static"),
-            ]
+            ],
+            middleware=[
+                Middleware(HostCheck, allowed=self._allowed, topology=self._runner.name)
+            ],
+        )
+
+    def pressure(self, obs: Observation) -> dict[str, Any]:
+        """The protocol's work in flight against its limit (``backpressure``)."""
+        active = obs.status.get("active") if obs.kind == "transactional" else None
+        return backpressure(
+            obs.kind,
+            obs.progress.pending_trees,
+            len(active) if isinstance(active, dict) else 0,
+            self._runner.tc.max_spout_pending,
+            self._spout_tasks,
         )
 
     # ----------------------------------------------------------------- endpoints
@@ -116,7 +166,15 @@ class DashboardServer:
         return JSONResponse({"topology": self._runner.name, **self._graph})
 
     def _snapshot(self, request: Request) -> Response:
-        body = snapshot(self._runner.observe(), self._graph["nodes"], self._spark_ui)
+        obs = self._runner.observe()
+        body = snapshot(
+            obs,
+            self._graph["nodes"],
+            self._spark_ui,
+            live=self.live.view(),
+            pressure=self.pressure(obs),
+            sizes=self._runner.stats.checkpoint_sizes(),
+        )
         return JSONResponse(body, headers={"Cache-Control": "no-store"})
 
     def _metrics(self, request: Request) -> Response:
@@ -134,6 +192,8 @@ class DashboardServer:
             msg = f"the dashboard of topology {self._runner.name!r} was already started"
             raise RuntimeError(msg)
         sock = self._bind()
+        host, port = sock.getsockname()[:2]
+        self._allowed = allowed_hosts(self._host, host)
         config = uvicorn.Config(
             self.app(),
             log_config=None,  # a library does not configure logging
@@ -159,11 +219,22 @@ class DashboardServer:
                 msg = f"the dashboard server of topology {self._runner.name!r} did not start"
                 raise RuntimeError(msg)
             time.sleep(0.01)
-        host, port = sock.getsockname()[:2]
         shown = f"[{host}]" if ":" in host else host
         self.url = f"http://{shown}:{port}/"
         log.info("dashboard of topology %r at %s", self._runner.name, self.url)
+        warning = exposure_warning(self._runner.name, self._host, host, port)
+        if warning is not None:
+            log.warning("%s", warning)
+        self._sampler = threading.Thread(
+            target=self._sample, name=f"sb-ui-rates-{self._runner.name}", daemon=True
+        )
+        self._sampler.start()
         return self.url
+
+    def _sample(self) -> None:
+        """Record the counters every ``SAMPLE_SECONDS`` until ``stop``."""
+        while not self._stopping.wait(SAMPLE_SECONDS):
+            self.live.sample()
 
     def _bind(self) -> socket.socket:
         try:
@@ -189,6 +260,9 @@ class DashboardServer:
     def stop(self) -> None:
         """Stop serving, wait for the thread, close the socket (idempotent)."""
         server, thread, sock = self._server, self._thread, self._socket
+        self._stopping.set()
+        if self._sampler is not None and self._sampler is not threading.current_thread():
+            self._sampler.join(_STOP_TIMEOUT)
         if server is not None:
             server.should_exit = True
         if thread is not None and thread is not threading.current_thread():

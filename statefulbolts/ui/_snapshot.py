@@ -3,21 +3,28 @@
 ``snapshot`` is the body of ``/api/snapshot``; the page polls it and redraws. Lists come newest
 first and are cut to what a page shows (``SHOWN``); counts cover the whole run. Every number is
 finite (Starlette's JSON refuses NaN).
+
+Given the dashboard's ``LiveFigures`` view, each component row also carries its ``tasks``
+(one row each), its ``rates`` and ``capacity`` per window, and the body the topology's
+``rates``, its ``backpressure`` and its ``history``: the last ``HISTORY`` transactions'
+durations (oldest first, for the charts) and each stateful component's checkpoint sizes.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from statefulbolts.runtime import Observation
+    from statefulbolts.runtime import Observation, StateWrite, TransactionInfo
 
-__all__ = ["SHOWN", "snapshot"]
+__all__ = ["HISTORY", "SHOWN", "snapshot"]
 
 # Transactions, errors and recoveries sent to the page, newest first.
 SHOWN = 60
+# Points of each history chart sent to the page, oldest first.
+HISTORY = 200
 
 _COUNTERS = ("executed", "emitted", "acked", "failed", "replayed", "errors", "dead_lettered")
 
@@ -26,9 +33,13 @@ def _finite(value: float) -> float | None:
     return value if math.isfinite(value) else None
 
 
-def _component_rows(obs: Observation, nodes: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+def _component_rows(
+    obs: Observation, nodes: Sequence[dict[str, Any]], live: Mapping[str, Any] | None
+) -> list[dict[str, Any]]:
     """One row per component of the picture (counters 0 until it ran), then any other."""
     counters = obs.components
+    per_component = live["components"] if live is not None else {}
+    windows = list(live["windows"]) if live is not None else []
     rows = []
     known = [n["id"] for n in nodes]
     for cid in known + sorted(set(counters) - set(known)):
@@ -36,6 +47,7 @@ def _component_rows(obs: Observation, nodes: Sequence[dict[str, Any]]) -> list[d
         node = next((n for n in nodes if n["id"] == cid), {})
         executed = row.get("executed", 0)
         seconds = row.get("seconds", 0.0)
+        figures = per_component.get(cid, {})
         rows.append(
             {
                 "id": cid,
@@ -46,15 +58,33 @@ def _component_rows(obs: Observation, nodes: Sequence[dict[str, Any]]) -> list[d
                 # Mean task time per executed tuple (Storm's execute latency).
                 "latency_ms": _finite(1000.0 * seconds / executed) if executed else None,
                 "lag": obs.spout_lags.get(cid),
+                "rates": figures.get("rates", dict.fromkeys(windows)),
+                "capacity": figures.get("capacity", dict.fromkeys(windows)),
+                "tasks": figures.get("tasks", []),
             }
         )
     return rows
 
 
 def snapshot(
-    obs: Observation, nodes: Sequence[dict[str, Any]], spark_ui: str | None
+    obs: Observation,
+    nodes: Sequence[dict[str, Any]],
+    spark_ui: str | None,
+    *,
+    live: Mapping[str, Any] | None = None,
+    pressure: Mapping[str, Any] | None = None,
+    sizes: Mapping[str, Sequence[StateWrite]] | None = None,
 ) -> dict[str, Any]:
-    """The page's view of ``obs``; ``nodes`` are the picture's (``topology_graph``)."""
+    """The page's view of ``obs``; ``nodes`` are the picture's (``topology_graph``).
+
+    Args:
+        obs: the runner's observation.
+        nodes: the picture's nodes.
+        spark_ui: the Spark UI's URL, or ``None``.
+        live: ``LiveFigures.view()``: rates, tasks and capacity.
+        pressure: ``backpressure(...)``.
+        sizes: ``Stats.checkpoint_sizes()``.
+    """
     stats = obs.stats
     outcomes = [
         {"action": action, "outcome": "ok" if ok else "failed", "count": n}
@@ -75,7 +105,7 @@ def snapshot(
         "pending_trees": obs.progress.pending_trees,
         "status": obs.status,
         "spark_ui": spark_ui,
-        "components": _component_rows(obs, nodes),
+        "components": _component_rows(obs, nodes, live),
         "transactions": transactions,
         "outcomes": outcomes,
         "committed": committed,
@@ -91,6 +121,34 @@ def snapshot(
         "spout_lag": dict(sorted(obs.spout_lags.items())),
         "dead_letters": _dead_letters(obs),
         "error": obs.error,
+        "rates": _rates(live),
+        "backpressure": dict(pressure) if pressure is not None else None,
+        "history": {
+            "durations": [_duration(t) for t in stats.transactions[-HISTORY:]],
+            "checkpoint_sizes": {
+                cid: [[w.at, w.txid, w.size] for w in list(kept)[-HISTORY:]]
+                for cid, kept in sorted((sizes or {}).items())
+            },
+        },
+    }
+
+
+def _rates(live: Mapping[str, Any] | None) -> dict[str, Any]:
+    """The windows (seconds), the seconds each covers so far, the totals per second."""
+    if live is None:
+        return {"windows": {}, "spans": {}, "total": {}}
+    return {"windows": live["windows"], "spans": live["spans"], "total": live["total"]}
+
+
+def _duration(t: TransactionInfo) -> dict[str, Any]:
+    """One transaction as a point of the duration chart."""
+    return {
+        "at": t.at,
+        "txid": t.txid,
+        "action": t.action or "BATCH",
+        "seconds": round(t.seconds, 6),
+        "ok": t.ok,
+        "phases": {k: round(v, 6) for k, v in t.phases.items()},
     }
 
 

@@ -1,6 +1,7 @@
 // The statefulbolts dashboard: fetches the topology picture once, then polls the live figures
-// (api/snapshot) every second and redraws. No dependencies, no build step: plain DOM and SVG.
-// Every text from the server goes in with textContent, never as HTML.
+// (api/snapshot) every second and redraws. No build step: plain DOM and SVG, and uPlot (vendored
+// beside this file, MIT) for the history charts. Every text from the server goes in with
+// textContent, never as HTML.
 "use strict";
 
 const REFRESH_MS = 1000;
@@ -16,8 +17,16 @@ const ACTION_COLORS = {
   BATCH: "#7d8799",
 };
 const FAILED_COLOR = "#d64545";
+const SIZE_COLORS = ["#d98a00", "#2f6fde", "#1f9d55", "#7a68b8", "#0f8b8d", "#c2417a"];
+// Components with at most this many tasks start expanded into their task rows.
+const EXPANDED_TASKS = 8;
 
 let graph = null;
+let latest = null;
+// The window the rates and capacity are shown over: "1m" or "10m" (api/snapshot's names).
+let rateWindow = "1m";
+// Components whose task rows are open, as the reader left them (first seen: EXPANDED_TASKS).
+const expanded = new Map();
 
 // ---------------------------------------------------------------- small helpers
 function $(id) {
@@ -67,6 +76,49 @@ function fmtSeconds(s) {
 function fmtLatency(ms) {
   if (ms === null || ms === undefined) return "–";
   return ms < 1 ? `${(ms * 1000).toFixed(ms < 0.01 ? 1 : 0)} µs` : `${ms.toFixed(ms < 10 ? 2 : 1)} ms`;
+}
+
+function fmtRate(r) {
+  if (r === null || r === undefined) return "–";
+  if (r === 0) return "0";
+  if (r < 10) return r.toFixed(2);
+  if (r < 1000) return r.toFixed(1);
+  return Math.round(r).toLocaleString("en-US");
+}
+
+function fmtCapacity(c) {
+  return c === null || c === undefined ? "–" : c.toFixed(3);
+}
+
+function capacityClass(c) {
+  if (c === null || c === undefined) return "num";
+  return c >= 0.8 ? "num fail" : c >= 0.5 ? "num warn" : "num";
+}
+
+function fmtBytes(n) {
+  if (n === null || n === undefined) return "–";
+  if (n < 10 * 1024) return `${Math.round(n).toLocaleString("en-US")} B`;
+  if (n < 10 * 1024 * 1024) return `${(n / 1024).toFixed(1)} KiB`;
+  return `${(n / 1024 / 1024).toFixed(1)} MiB`;
+}
+
+// A duration axis tick (powers of ten): 10 s, 100 ms, 1 ms, 10 µs.
+function fmtAxisSeconds(s) {
+  const round = (v) => Number(v.toPrecision(3));
+  if (s >= 1) return `${round(s)} s`;
+  if (s >= 0.001) return `${round(s * 1000)} ms`;
+  return `${round(s * 1e6)} µs`;
+}
+
+// The powers of ten between a log scale's ends: its ticks and grid lines.
+function decades(u, axis, min, max) {
+  const out = [];
+  for (let p = Math.ceil(Math.log10(min)); p <= Math.floor(Math.log10(max)); p++) out.push(10 ** p);
+  return out;
+}
+
+function windowLabel(name) {
+  return name === "10m" ? "10 min" : "1 min";
 }
 
 function fmtClock(unix) {
@@ -218,12 +270,14 @@ function render(s) {
   const fatal = $("fatal");
   fatal.hidden = !s.error;
   fatal.textContent = s.error ? `The topology stopped: ${s.error}` : "";
+  latest = s;
   renderCards(s);
   // Sections are rebuilt only when their figures changed: an idle topology's page stays still.
-  whenChanged("components", s.components, () => {
+  whenChanged("components", [s.components, rateWindow, [...expanded]], () => {
     renderComponents(s.components);
     updateNodeStats(s.components);
   });
+  whenChanged("history", s.history, () => renderHistory(s.history));
   whenChanged("transactions", s.transactions, () => renderTransactions(s.transactions));
   whenChanged("recoveries", [s.recoveries, s.recovery_counts], () => renderRecoveries(s));
   whenChanged("errors", s.errors, () => renderErrors(s.errors));
@@ -243,15 +297,23 @@ function renderCards(s) {
   setText("phase", s.phase);
   setText("committed-txid", s.committed_txid === null ? "none" : s.committed_txid);
   setText("tx-counts", `${fmtInt(s.committed)} commits · ${fmtInt(s.failed_transactions)} failed`);
+  renderThroughput(s);
+  const bp = s.backpressure || {};
+  const limit = bp.limit ? ` / ${fmtInt(bp.limit)}` : "";
+  const full = bp.fill === null || bp.fill === undefined ? "" : ` · ${Math.round(bp.fill * 100)}% of the limit`;
+  const fill = $("pending-fill");
+  fill.style.width = `${Math.min(100, Math.round((bp.fill || 0) * 100))}%`;
+  fill.className = `fill${bp.fill >= 0.9 ? " full" : ""}`;
   if (s.kind === "transactional") {
     const active = Object.keys((s.status && s.status.active) || {});
     setText("pending-label", "Active txids");
-    setText("pending", active.length);
-    setText("pending-sub", active.length ? `txids ${active.join(", ")}` : "none in flight");
+    setText("pending", `${active.length}${limit}`);
+    setText("pending-sub", (active.length ? `txids ${active.join(", ")}` : "none in flight") + full);
   } else {
-    setText("pending-label", "Pending tuple trees");
-    setText("pending", fmtInt(s.pending_trees));
-    setText("pending-sub", `awaiting commit: ${fmtInt((s.status || {}).awaiting_commit)}`);
+    setText("pending-label", "Pending trees");
+    setText("pending", `${fmtInt(s.pending_trees)}${limit}`);
+    const bound = bp.limit ? full : " · no limit (topology.max.spout.pending)";
+    setText("pending-sub", `awaiting commit: ${fmtInt((s.status || {}).awaiting_commit)}${bound}`);
   }
   const b = s.backend;
   const backend = $("backend");
@@ -270,13 +332,64 @@ function renderCards(s) {
   }
 }
 
+function renderThroughput(s) {
+  for (const node of document.querySelectorAll(".window-name")) {
+    node.textContent = `· ${windowLabel(rateWindow)}`;
+  }
+  const total = ((s.rates || {}).total || {})[rateWindow];
+  if (!total || total.emitted === null) {
+    setText("throughput", "–");
+    setText("throughput-sub", "measuring: rates need two samples");
+    return;
+  }
+  setText("throughput", `${fmtRate(total.emitted)}/s`);
+  if (s.kind === "transactional") {
+    setText("throughput-sub", `executed ${fmtRate(total.executed)}/s`);
+  } else {
+    setText("throughput-sub", `trees acked ${fmtRate(total.acked)}/s · failed ${fmtRate(total.failed)}/s`);
+  }
+
+}
+
+function isExpanded(c) {
+  if (!expanded.has(c.id)) expanded.set(c.id, c.tasks.length > 1 && c.tasks.length <= EXPANDED_TASKS);
+  return expanded.get(c.id);
+}
+
+function rateCells(rates, capacity) {
+  const r = (rates || {})[rateWindow] || {};
+  const cap = (capacity || {})[rateWindow];
+  return [
+    el("td", { class: `${capacityClass(cap)} rate`, "data-capacity": cap === null || cap === undefined ? null : cap }, fmtCapacity(cap)),
+    el("td", { class: "num rate" }, fmtRate(r.emitted)),
+    el("td", { class: "num rate" }, fmtRate(r.acked)),
+    el("td", { class: `num rate${r.failed ? " fail" : ""}` }, fmtRate(r.failed)),
+    el("td", { class: "num rate" }, fmtRate(r.executed)),
+  ];
+}
+
 function renderComponents(components) {
   const body = $("components").tBodies[0];
   body.replaceChildren();
   for (const c of components) {
     const latency = fmtLatency(c.latency_ms);
-    body.append(el("tr", { "data-component": c.id, "data-parallelism": c.parallelism },
-      el("td", { class: "action" }, c.id),
+    const tasks = c.tasks || [];
+    const open = tasks.length > 0 && isExpanded(c);
+    const name = el("td", { class: "action" });
+    if (tasks.length) {
+      const toggle = el("button", {
+        type: "button", class: `toggle${open ? " open" : ""}`, "aria-expanded": open ? "true" : "false",
+        "aria-label": `${open ? "hide" : "show"} the tasks of ${c.id}`, title: `${tasks.length} task${tasks.length === 1 ? "" : "s"}`,
+      });
+      toggle.addEventListener("click", () => {
+        expanded.set(c.id, !open);
+        if (latest) render(latest);
+      });
+      name.append(toggle);
+    }
+    name.append(c.id);
+    body.append(el("tr", { "data-component": c.id, "data-parallelism": c.parallelism, class: "component" },
+      name,
       el("td", {}, c.kind),
       el("td", { class: "num" }, c.parallelism === null ? "–" : c.parallelism),
       el("td", { class: "num" }, fmtInt(c.executed)),
@@ -286,9 +399,157 @@ function renderComponents(components) {
       el("td", { class: "num" }, fmtInt(c.replayed)),
       el("td", { class: `num${c.errors ? " fail" : ""}` }, fmtInt(c.errors)),
       el("td", { class: `num${c.dead_lettered ? " fail" : ""}` }, fmtInt(c.dead_lettered)),
-      el("td", { class: "num" }, latency)));
+      el("td", { class: "num" }, latency),
+      ...rateCells(c.rates, c.capacity)));
+    if (!open) continue;
+    for (const t of tasks) {
+      const pending = t.pending === null || t.pending === undefined ? "" : `pending ${fmtInt(t.pending)}`;
+      body.append(el("tr", { class: "task", "data-task-of": c.id, "data-task": t.task, "data-index": t.index },
+        el("td", { class: "task-name" }, `task ${t.task}`),
+        el("td", { class: "muted" }, pending || `#${t.index}`),
+        el("td", {}, ""),
+        el("td", { class: "num" }, fmtInt(t.executed)),
+        el("td", { class: "num" }, fmtInt(t.emitted)),
+        el("td", { class: "num" }, fmtInt(t.acked)),
+        el("td", { class: `num${t.failed ? " fail" : ""}` }, fmtInt(t.failed)),
+        el("td", {}, ""),
+        el("td", {}, ""),
+        el("td", {}, ""),
+        el("td", { class: "num" }, fmtLatency(t.latency_ms)),
+        ...rateCells(t.rates, t.capacity)));
+    }
   }
+  const span = latest && ((latest.rates || {}).spans || {})[rateWindow];
+  const note = span === null || span === undefined ? "rates: measuring" : `rates and capacity over the last ${windowLabel(rateWindow)}${span < ((latest.rates.windows || {})[rateWindow] || 0) ? ` (${fmtSeconds(span)} so far)` : ""}`;
+  setText("components-note", `${note} · capacity: busy time / wall time`);
 }
+
+// ---------------------------------------------------------------- the history charts
+const charts = new Map();
+
+function chartWidth(root) {
+  return Math.max(280, root.clientWidth || root.parentElement.clientWidth - 32);
+}
+
+// Draw (or redraw) one uPlot chart in ``root``: x is Unix seconds, one series per name; ``y``
+// is the y scale's options, ``splits`` the y ticks (uPlot's own when undefined).
+function drawChart(root, key, series, data, yLabel, yFormat, y, splits) {
+  const signature = JSON.stringify(series.map((s) => s.label));
+  let chart = charts.get(key);
+  if (chart && chart.signature !== signature) {
+    chart.plot.destroy();
+    chart = null;
+  }
+  root.setAttribute("data-points", data[0].length);
+  root.setAttribute("data-series", series.map((s) => s.label).join(","));
+  if (chart) {
+    chart.plot.setData(data);
+    return;
+  }
+  root.replaceChildren();
+  const opts = {
+    width: chartWidth(root),
+    height: 170,
+    legend: { live: false },
+    cursor: { drag: { x: false, y: false } },
+    scales: { x: { time: true }, y },
+    axes: [
+      { stroke: "#6b7385", grid: { stroke: "#eef1f5" }, ticks: { stroke: "#dfe3ea" } },
+      {
+        stroke: "#6b7385", grid: { stroke: "#eef1f5" }, ticks: { stroke: "#dfe3ea" }, size: 64,
+        label: yLabel, labelSize: 16, splits,
+        // uPlot hands ticks it leaves unlabelled (no room) as null.
+        values: (u, ticks) => ticks.map((v) => (v === null ? null : yFormat(v))),
+      },
+    ],
+    series: [{ label: "time" }, ...series],
+  };
+  const plot = new uPlot(opts, data, root);
+  charts.set(key, { plot, signature });
+}
+
+function renderHistory(history) {
+  renderDurations(history.durations || []);
+  renderSizes(history.checkpoint_sizes || {});
+}
+
+function renderDurations(points) {
+  const root = $("chart-durations");
+  const actions = [];
+  for (const p of points) if (p.ok && !actions.includes(p.action)) actions.push(p.action);
+  const failed = points.some((p) => !p.ok);
+  const xs = points.map((p) => p.at);
+  // A log scale: a recovery's seconds and a commit's milliseconds on one chart (never 0).
+  const column = (keep) => points.map((p) => (keep(p) ? Math.max(p.seconds, 1e-6) : null));
+  // A frequent action reads as a line; a rare one (a recovery's) as its points alone.
+  const series = actions.map((a) => {
+    const n = points.filter((p) => p.ok && p.action === a).length;
+    const color = ACTION_COLORS[a] || "#7d8799";
+    const line = n >= 8 ? { width: 1.5, spanGaps: true } : { width: 0, paths: () => null };
+    return { label: a, stroke: color, ...line, points: { show: true, size: n >= 8 ? 4 : 7, fill: color } };
+  });
+  const data = [xs, ...actions.map((a) => column((p) => p.ok && p.action === a))];
+  if (failed) {
+    series.push({ label: "failed", stroke: FAILED_COLOR, width: 0, paths: () => null, points: { show: true, size: 8, fill: FAILED_COLOR } });
+    data.push(column((p) => !p.ok));
+  }
+  setText("durations-note", points.length ? `the last ${points.length}, by action` : "none yet");
+  drawChart(root, "durations", series, data, "duration", fmtAxisSeconds, { distr: 3 }, decades);
+}
+
+function renderSizes(sizes) {
+  const root = $("chart-sizes");
+  const components = Object.keys(sizes);
+  $("no-sizes").hidden = components.length > 0;
+  root.hidden = components.length === 0;
+  if (!components.length) return;
+  // One x per (time, txid) across the components; each series has its component's points.
+  const rows = [];
+  components.forEach((cid, k) => {
+    for (const [at, txid, size] of sizes[cid]) rows.push({ at, txid, size, k });
+  });
+  rows.sort((a, b) => a.at - b.at || a.k - b.k);
+  const xs = [];
+  const ys = components.map(() => []);
+  for (const r of rows) {
+    if (!xs.length || xs[xs.length - 1] !== r.at) {
+      xs.push(r.at);
+      for (const y of ys) y.push(null);
+    }
+    ys[r.k][xs.length - 1] = r.size;
+  }
+  const series = components.map((cid, k) => ({
+    label: cid, stroke: SIZE_COLORS[k % SIZE_COLORS.length], width: 1.5, spanGaps: true,
+    points: { show: true, size: 4, fill: SIZE_COLORS[k % SIZE_COLORS.length] },
+  }));
+  const top = (u, min, max) => [0, max > 0 ? max * 1.15 : 1];
+  drawChart(root, "sizes", series, [xs, ...ys], "bytes", fmtBytes, { range: top });
+}
+
+window.addEventListener("resize", () => {
+  for (const [key, chart] of charts) {
+    const root = $(key === "durations" ? "chart-durations" : "chart-sizes");
+    chart.plot.setSize({ width: chartWidth(root), height: 170 });
+  }
+});
+
+function chooseWindow(name) {
+  rateWindow = name;
+  for (const b of document.querySelectorAll(".window-switch button")) {
+    b.classList.toggle("on", b.dataset.window === name);
+  }
+  const url = new URL(window.location.href);
+  url.searchParams.set("window", name);
+  window.history.replaceState(null, "", url);
+  if (latest) render(latest);
+}
+
+for (const button of document.querySelectorAll(".window-switch button")) {
+  button.addEventListener("click", () => chooseWindow(button.dataset.window));
+}
+// A link may name the window: ?window=10m.
+const asked = new URLSearchParams(window.location.search).get("window");
+if (asked === "1m" || asked === "10m") chooseWindow(asked);
 
 function renderTransactions(txs) {
   drawTimeline(txs.slice(0, TIMELINE_BARS).reverse());

@@ -1,0 +1,333 @@
+"""Every code block of README.md and docs/ runs, and the docs site builds with ``--strict``.
+
+How a block is checked depends on its info string (see docs/development.md, "The docs"):
+
+- ``python``: run in a fresh Python process, from a temporary folder, with the repository on
+  ``sys.path``. The blocks of one page share that process (Spark starts once per page), each with
+  its own globals, in page order, so each must stand alone as pasted.
+- ``pycon``: a doctest.
+- ``bash`` / ``sh`` / ``shell`` / ``console``: run with bash in a temporary folder per page, in
+  page order, when the line before the fence is ``<!-- docs-test: run -->``, with ``.venv``'s
+  ``bin`` first on ``PATH`` (as after ``source .venv/bin/activate``); ``console`` runs its
+  ``$ `` lines only.
+- ``json`` / ``yaml``: parsed.
+- ``text``: output, not run.
+
+``<!-- docs-test: skip (reason) -->`` on the line before a fence leaves a block out; a shell block
+must carry one marker or the other. A block that appears on several pages runs once.
+"""
+
+from __future__ import annotations
+
+import doctest
+import importlib.util
+import json
+import os
+import re
+import subprocess
+import sys
+import textwrap
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
+SHELL = {"bash", "sh", "shell", "console"}
+KNOWN = SHELL | {"python", "pycon", "json", "yaml", "text"}
+FENCE = re.compile(r"^(?P<indent> *)```(?P<lang>[\w-]*) *$")
+MARKER = re.compile(r"^ *<!-- docs-test: (?:(?P<run>run)|skip \((?P<reason>.+)\)) -->$")
+# Skipped blocks need a cluster, a fixed port, a long run or a shell of the reader's; keep few.
+MOST_SKIPPED = 24
+BLOCK_TIMEOUT_S = 600
+TEXT_SUFFIXES = {".py", ".md", ".toml", ".yml", ".yaml", ".txt"}
+
+
+@dataclass(frozen=True)
+class Block:
+    """One fenced code block of a page."""
+
+    page: Path
+    line: int
+    lang: str
+    code: str
+    marker: str | None  # "run", "skip", or None
+    reason: str = ""
+
+    @property
+    def where(self) -> str:
+        return f"{self.page.relative_to(ROOT)}:{self.line}"
+
+
+def _blocks(page: Path) -> Iterator[Block]:
+    lines = page.read_text(encoding="utf-8").split("\n")
+    i = 0
+    while i < len(lines):
+        fence = FENCE.match(lines[i])
+        if fence is None:
+            i += 1
+            continue
+        start, indent = i, len(fence["indent"])
+        end = next(j for j in range(i + 1, len(lines)) if lines[j].strip() == "```")
+        code = textwrap.dedent("\n".join(line[indent:] for line in lines[start + 1 : end]))
+        marker = MARKER.match(lines[start - 1]) if start else None
+        kind = None if marker is None else ("run" if marker["run"] else "skip")
+        reason = "" if marker is None or marker["run"] else marker["reason"]
+        yield Block(page, start + 1, fence["lang"], code + "\n", kind, reason)
+        i = end + 1
+
+
+BLOCKS = [block for page in PAGES for block in _blocks(page)]
+
+
+def _first_of_each(blocks: list[Block]) -> list[Block]:
+    """Each distinct block once, where it first appears."""
+    seen: set[tuple[str, str]] = set()
+    out = []
+    for block in blocks:
+        if (block.lang, block.code) not in seen:
+            seen.add((block.lang, block.code))
+            out.append(block)
+    return out
+
+
+def _runnable(langs: set[str]) -> dict[Path, list[Block]]:
+    by_page: dict[Path, list[Block]] = {}
+    for block in _first_of_each(BLOCKS):
+        if block.lang not in langs or block.marker == "skip":
+            continue
+        if block.lang in SHELL and block.marker != "run":
+            continue
+        by_page.setdefault(block.page, []).append(block)
+    return by_page
+
+
+PYTHON_PAGES = _runnable({"python"})
+SHELL_PAGES = _runnable(SHELL)
+
+
+def _page_id(page: Path) -> str:
+    return str(page.relative_to(ROOT))
+
+
+def _env() -> dict[str, str]:
+    """The environment of an activated ``.venv`` whose code is this checkout's."""
+    env = dict(os.environ)
+    env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH", "")) if p)
+    env.pop("SPARK_HOME", None)
+    return env
+
+
+# ------------------------------------------------------------------------ every block accounted
+
+
+def test_every_block_has_a_known_kind_and_shell_blocks_a_marker() -> None:
+    problems = []
+    for block in BLOCKS:
+        if block.lang not in KNOWN:
+            problems.append(
+                f"{block.where}: info string {block.lang!r}, not one of {sorted(KNOWN)}"
+            )
+        elif block.lang in SHELL and block.marker is None:
+            problems.append(
+                f"{block.where}: a {block.lang} block needs <!-- docs-test: run --> or "
+                "<!-- docs-test: skip (reason) --> on the line before its fence"
+            )
+        elif block.marker == "run" and block.lang not in SHELL:
+            problems.append(
+                f"{block.where}: 'run' marks shell blocks only ({block.lang} runs anyway)"
+            )
+    assert not problems, "\n".join(problems)
+    assert len(BLOCKS) > 40, f"only {len(BLOCKS)} code blocks found: is the fence parser right?"
+
+
+def test_skipped_blocks_are_few_and_say_why() -> None:
+    skipped = [b for b in BLOCKS if b.marker == "skip"]
+    assert all(len(b.reason) > 15 for b in skipped), [
+        b.where for b in skipped if len(b.reason) <= 15
+    ]
+    assert len(skipped) <= MOST_SKIPPED, "\n".join(f"{b.where}: {b.reason}" for b in skipped)
+
+
+def test_the_readme_is_short_and_has_both_tours_and_the_two_commands() -> None:
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    assert len(readme.splitlines()) <= 300
+    assert "scripts/wordcount     #" in readme and "scripts/test          #" in readme
+    assert "source .venv/bin/activate" in readme
+    tours = [b for b in BLOCKS if b.page.name == "README.md" and b.lang == "python"]
+    assert len(tours) == 2 and all(b.marker is None for b in tours)
+    assert "TopologyBuilder()" in tours[0].code and "TransactionalTopologyBuilder" in tours[1].code
+
+
+def test_no_pointer_to_files_outside_the_repository() -> None:
+    tracked = subprocess.run(
+        ["git", "ls-files"], cwd=ROOT, capture_output=True, text=True, check=True
+    ).stdout.split()
+    names = ("ARCHITECTURE.md", "TRANSACTIONAL.md", "STORM-PROTOCOL", "ARCHITECTURE section")
+    found = []
+    for name in tracked:
+        path = ROOT / name
+        if path.suffix not in TEXT_SUFFIXES or path == Path(__file__):
+            continue
+        text = path.read_text(encoding="utf-8", errors="replace")
+        found += [f"{name}: {n}" for n in names if n in text]
+    assert not found, found
+
+
+# --------------------------------------------------------------------------- data and doctests
+
+
+@pytest.mark.parametrize(
+    "block", [b for b in BLOCKS if b.lang in {"json", "yaml"}], ids=lambda b: b.where
+)
+def test_data_block_parses(block: Block) -> None:
+    data = json.loads(block.code) if block.lang == "json" else yaml.safe_load(block.code)
+    assert isinstance(data, dict) and data, f"{block.where}: not a mapping"
+
+
+@pytest.mark.parametrize("block", [b for b in BLOCKS if b.lang == "pycon"], ids=lambda b: b.where)
+def test_pycon_block_passes_as_a_doctest(block: Block) -> None:
+    test = doctest.DocTestParser().get_doctest(block.code, {}, block.where, str(block.page), 0)
+    assert test.examples, f"{block.where}: a pycon block without >>> examples"
+    runner = doctest.DocTestRunner(optionflags=doctest.ELLIPSIS)
+    runner.run(test)
+    assert runner.failures == 0, f"{block.where}: {runner.failures} doctest example(s) failed"
+
+
+# ----------------------------------------------------------------------------- running blocks
+
+_RUNNER = """
+import sys, traceback
+for where, path in {blocks!r}:
+    print(f"==== {{where}}", flush=True)
+    code = compile(open(path, encoding="utf-8").read(), where, "exec")
+    try:
+        exec(code, {{"__name__": "__main__", "__file__": where}})
+    except BaseException:
+        traceback.print_exc()
+        print(f"==== FAILED {{where}}", flush=True)
+        sys.exit(1)
+"""
+
+
+@pytest.mark.spark
+@pytest.mark.parametrize("page", sorted(PYTHON_PAGES), ids=_page_id)
+def test_python_blocks_run_as_pasted(page: Path, tmp_path: Path) -> None:
+    blocks = []
+    for n, block in enumerate(PYTHON_PAGES[page]):
+        path = tmp_path / f"block{n}.py"
+        path.write_text(block.code, encoding="utf-8")
+        blocks.append((block.where, str(path)))
+    work = tmp_path / "work"
+    work.mkdir()
+    done = subprocess.run(
+        [sys.executable, "-c", _RUNNER.format(blocks=blocks)],
+        cwd=work,
+        env=_env(),
+        capture_output=True,
+        text=True,
+        timeout=BLOCK_TIMEOUT_S,
+    )
+    assert done.returncode == 0, f"{done.stdout[-6000:]}\n{done.stderr[-6000:]}"
+    for where, _ in blocks:
+        assert f"==== {where}" in done.stdout
+
+
+def _shell_code(block: Block) -> str:
+    if block.lang != "console":
+        return block.code
+    return "\n".join(line[2:] for line in block.code.splitlines() if line.startswith("$ ")) + "\n"
+
+
+@pytest.mark.spark
+@pytest.mark.parametrize("page", sorted(SHELL_PAGES), ids=_page_id)
+def test_shell_blocks_run(page: Path, tmp_path: Path) -> None:
+    for block in SHELL_PAGES[page]:
+        done = subprocess.run(
+            ["bash", "-euo", "pipefail", "-c", _shell_code(block)],
+            cwd=tmp_path,
+            env=_env(),
+            capture_output=True,
+            text=True,
+            timeout=BLOCK_TIMEOUT_S,
+        )
+        assert done.returncode == 0, (
+            f"{block.where} exited {done.returncode}\n{done.stdout[-6000:]}\n{done.stderr[-6000:]}"
+        )
+        assert done.stdout.strip(), f"{block.where} printed nothing"
+
+
+def test_the_tours_and_the_state_tour_are_run() -> None:
+    """The blocks a newcomer meets first are among those run, not skipped."""
+    run = {b.where for blocks in (*PYTHON_PAGES.values(), *SHELL_PAGES.values()) for b in blocks}
+    readme = [b.where for b in BLOCKS if b.page.name == "README.md" and b.lang == "python"]
+    assert set(readme) <= run
+    state = [b for b in SHELL_PAGES.get(ROOT / "docs/operations/state-tool.md", [])]
+    assert any("state dump" in b.code for b in state)
+
+
+# ------------------------------------------------------------------------------ the site itself
+
+
+def _generator() -> ModuleType:
+    spec = importlib.util.spec_from_file_location(
+        "config_reference", ROOT / "docs" / "_gen" / "config_reference.py"
+    )
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_config_reference_has_every_key_of_the_models() -> None:
+    from providers._config import StateProviderConfig
+    from statefulbolts._config import KNOWN_KEYS, Config
+
+    text = _generator().render()
+    constants = {v for k, v in vars(Config).items() if k.startswith("TOPOLOGY_")}
+    for key in {*KNOWN_KEYS, *constants}:
+        assert f"| `{key}` |" in text, key
+    for name, field in StateProviderConfig.model_fields.items():
+        assert f"| `{field.alias or name}` |" in text, name
+    for nested in ("jedisPoolConfig.port", "redisConfig.url", "jedisClusterConfig.nodes"):
+        assert f"| `{nested}` |" in text, nested
+    assert "| `redis.stream.group` |" in text
+
+
+def test_a_key_without_a_meaning_fails_the_generator(monkeypatch: pytest.MonkeyPatch) -> None:
+    generator = _generator()
+    meanings = dict(generator.TOPOLOGY_MEANINGS)
+    del meanings["topology.ui.port"]
+    monkeypatch.setattr(generator, "TOPOLOGY_MEANINGS", meanings)
+    with pytest.raises(KeyError, match="topology.ui.port"):
+        generator.render()
+    stale = {**generator.PROVIDER_MEANINGS, "jedisPoolConfig.nosuch": "gone"}
+    monkeypatch.setattr(generator, "PROVIDER_MEANINGS", stale)
+    monkeypatch.setattr(generator, "TOPOLOGY_MEANINGS", dict(_generator().TOPOLOGY_MEANINGS))
+    with pytest.raises(ValueError, match="jedisPoolConfig.nosuch"):
+        generator.render()
+
+
+def test_mkdocs_builds_strictly(tmp_path: Path) -> None:
+    if importlib.util.find_spec("mkdocs") is None or importlib.util.find_spec("material") is None:
+        pytest.fail("the docs need mkdocs and mkdocs-material: pip install -e '.[docs]'")
+    site = tmp_path / "site"
+    done = subprocess.run(
+        [sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(site)],
+        cwd=ROOT,
+        env={**_env(), "NO_MKDOCS_2_WARNING": "1"},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr[-6000:]
+    reference = (site / "configuration" / "index.html").read_text(encoding="utf-8")
+    assert "topology.state.checkpoint.interval.ms" in reference
+    assert "<!-- config-reference -->" not in reference
+    for page in ("protocol/checkpoint", "protocol/transactional", "operations/cluster"):
+        assert (site / page / "index.html").is_file(), page
