@@ -1,8 +1,13 @@
-"""The checkpoint protocol: the spout's state machine and the bolt executors."""
+"""The checkpoint protocol: the spout's state machine, the bolt executors and the manifest.
+
+The driver half, ``CheckpointRunner``, is the public module ``checkpoint.runner``: it runs
+jobs on the engine (``statefulbolts.runtime``), which this face does not import.
+"""
 
 from checkpoint._base import BaseStatefulBoltExecutor
 from checkpoint._collectors import AckTrackingOutputCollector, AnchoringOutputCollector
 from checkpoint._expected import check_stored_txids, expected_committed
+from checkpoint._manifest import MANIFEST_KEY, SpoutMessages, TransactionManifest
 from checkpoint._state import Action, CheckPointState, TxPhase
 from checkpoint.driver_commit import commit_hooks
 from checkpoint.executor import StatefulBoltExecutor
@@ -11,6 +16,7 @@ from checkpoint.spout import TX_STATE_KEY, CheckpointSpout
 from checkpoint.task import CheckpointTask, CheckpointTaskProgram, TaskHooks
 
 __all__ = [
+    "MANIFEST_KEY",
     "TX_STATE_KEY",
     "AckTrackingOutputCollector",
     "Action",
@@ -21,8 +27,10 @@ __all__ = [
     "CheckpointTask",
     "CheckpointTaskProgram",
     "CheckpointTupleForwarder",
+    "SpoutMessages",
     "StatefulBoltExecutor",
     "TaskHooks",
+    "TransactionManifest",
     "TxPhase",
     "check_stored_txids",
     "commit_hooks",

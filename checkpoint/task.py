@@ -40,20 +40,14 @@ from checkpoint.forwarder import CheckpointTupleForwarder
 from statefulbolts.collectors import OutputCollector
 from statefulbolts.components import BasicBolt, BasicBoltExecutor, Bolt
 from statefulbolts.context import TopologyContext
+from statefulbolts.listeners import NO_FAULTS, FaultListener
 from statefulbolts.topology import CHECKPOINT_STREAM_ID, ComponentSpec, ExecutorKind
 from statefulbolts.tuples import Tuple
 
 __all__ = ["CheckpointTask", "CheckpointTaskProgram", "TaskHooks", "TaskInfoLike"]
 
-
-class TaskHooks(Protocol):
-    """Fault injection at protocol points (``recovery.FaultPlan`` is one)."""
-
-    def on_task_prepared(self, component: str, task: int, txid: int, attempt: int) -> None:
-        """Right after a stateful task's state prepared ``txid``."""
-
-    def on_task_committed(self, component: str, task: int, txid: int) -> None:
-        """Right after a stateful task's state committed ``txid``."""
+# The hooks a checkpoint task calls (it prepared, it committed): the run's fault listener.
+TaskHooks = FaultListener
 
 
 class TaskInfoLike(Protocol):
@@ -82,7 +76,7 @@ class CheckpointTaskProgram:
 
     action: Action | None
     txid: int
-    hooks: TaskHooks | None = None
+    hooks: FaultListener = NO_FAULTS
 
     @property
     def data_free(self) -> str | None:
@@ -118,7 +112,7 @@ class CheckpointTask:
         action: Action | None,
         txid: int,
         info: TaskInfoLike,
-        hooks: TaskHooks | None = None,
+        hooks: FaultListener = NO_FAULTS,
     ) -> None:
         obj = spec.obj
         if isinstance(obj, BasicBolt):
@@ -176,9 +170,8 @@ class CheckpointTask:
             return
         if self._action is Action.PREPARE:
             bolt.release_prepared_acks()
-            if hooks is not None:
-                hooks.on_task_prepared(info.component, info.task, self._txid, info.attempt)
-        elif self._action is Action.COMMIT and hooks is not None:
+            hooks.on_task_prepared(info.component, info.task, self._txid, info.attempt)
+        elif self._action is Action.COMMIT:
             hooks.on_task_committed(info.component, info.task, self._txid)
 
     def cleanup(self) -> None:

@@ -1,4 +1,8 @@
-"""Recovery: fault injection, restarting a crashed driver, and reading where a checkpoint stands."""
+"""Recovery: retries and outage waits, fault injection, restarting a crashed driver.
+
+Also changing the stored state's shape, and reading where a checkpoint stands. The checkpoint
+protocol's transaction manifest is ``checkpoint``'s (``checkpoint.TransactionManifest``).
+"""
 
 from recovery.evolve import (
     EvolutionPlan,
@@ -8,8 +12,15 @@ from recovery.evolve import (
     plan_evolution,
     wanted_shapes,
 )
-from recovery.faults import FAULTS_KEY, FaultPlan, InjectedFault, KillPoint, TaskFault
-from recovery.manifest import MANIFEST_KEY, SpoutMessages, TransactionManifest
+from recovery.faults import (
+    FAULTS_KEY,
+    FaultPlan,
+    InjectedFault,
+    KillPoint,
+    TaskFault,
+    fault_listener,
+)
+from recovery.gate import FailureGate
 from recovery.retry import RetryBudget, RetryPolicy, backend_outage, transaction_retries
 from recovery.status import (
     CheckpointStatus,
@@ -33,11 +44,11 @@ from recovery.supervisor import (
 __all__ = [
     "BAD_INPUT_EXIT_CODE",
     "FAULTS_KEY",
-    "MANIFEST_KEY",
     "TIMEOUT_EXIT_CODE",
     "CheckpointStatus",
     "EvolutionPlan",
     "EvolutionReport",
+    "FailureGate",
     "FaultPlan",
     "InjectedFault",
     "KillPoint",
@@ -45,15 +56,14 @@ __all__ = [
     "RestartPolicy",
     "RetryBudget",
     "RetryPolicy",
-    "SpoutMessages",
     "TaskFault",
     "TaskStatus",
-    "TransactionManifest",
     "Wanted",
     "backend_outage",
     "checkpoint_status",
     "evolve",
     "exit_status",
+    "fault_listener",
     "last_committed_txid",
     "plan_evolution",
     "provider_stateful_tasks",

@@ -45,6 +45,7 @@ from checkpoint import TX_STATE_KEY, CheckPointState, TxPhase, check_stored_txid
 from providers import KeyValueState, StateFactory, StateLostError, get_provider
 from recovery.faults import KillPoint
 from statefulbolts.errors import StateEvolutionError
+from statefulbolts.listeners import NO_FAULTS, FaultListener
 from statefulbolts.namespaces import TaskNamespace, record_namespace, transactional_id_of
 from statefulbolts.state import (
     ComponentShape,
@@ -618,14 +619,13 @@ def _finish_swap(
     prefix: str,
     operation: Mapping[str, Any],
     system: bool,
-    faults: Any,
+    faults: FaultListener,
 ) -> StoredShape:
     """Swap from the recorded operation's staging copies; write its final shape."""
     pairs = [(str(a), str(b)) for a, b in operation["pairs"]]
     for i, (staging_ns, target_ns) in enumerate(pairs):
         swap(conf, system=system, staging=staging_ns, target=target_ns)
-        if faults is not None:
-            faults.on_driver(KillPoint.EVOLVE_MID_SWAP, i)
+        faults.on_driver(KillPoint.EVOLVE_MID_SWAP, i)
     empty(conf, system=system, namespaces=[str(ns) for ns in operation["drop"]])
     empty(conf, system=system, namespaces=[staging_ns for staging_ns, _ in pairs])
     final = StoredShape.from_value(operation["final"])
@@ -646,7 +646,7 @@ def evolve(
     renames: Mapping[str, str] | None = None,
     mode: str = "auto",
     allow_orphaned: bool = False,
-    faults: Any = None,
+    faults: FaultListener = NO_FAULTS,
     command: str | None = None,
 ) -> EvolutionReport:
     """Bring the stored state under ``prefix`` to ``wanted`` (see the module docstring).
@@ -721,8 +721,7 @@ def evolve(
             raise StateEvolutionError(str(exc)) from exc
         operation = _operation("swapping", txid, pairs, drop, final)
         write_shape(shape_state, StoredShape(shape_now.components, operation))
-        if faults is not None:
-            faults.on_driver(KillPoint.EVOLVE_STAGED, 0)
+        faults.on_driver(KillPoint.EVOLVE_STAGED, 0)
         _finish_swap(conf, prefix, operation, system, faults)
     if checkpointed and txid is not None:
         _give_namespaces(conf, plan, txid)

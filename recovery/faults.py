@@ -35,11 +35,13 @@ import enum
 import json
 import logging
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from statefulbolts.errors import ConfigError
+from statefulbolts.listeners import NO_FAULTS, FaultListener
+from statefulbolts.tuples import Tuple
 
 log = logging.getLogger(__name__)
 
@@ -155,7 +157,48 @@ class FaultPlan:
         """The components whose tasks this plan injects faults into."""
         return frozenset(fault.component for fault in self.tasks)
 
+    def needing_workers(self, components: Collection[str]) -> frozenset[str]:
+        """Those of ``components`` with a crash, or a fault on the first attempt only.
+
+        A crash is ``os._exit`` of the Python worker, and a first-attempt fault expects Spark to
+        run the task again: in a task the driver runs, the first would end the driver and the
+        second would fire on every retry of the transaction.
+        """
+        return frozenset(
+            fault.component
+            for fault in self.tasks
+            if fault.component in components
+            and (fault.kind == "crash" or fault.attempts == "first")
+        )
+
     # ---------------------------------------------------------------- task side
+    def tuple_target(
+        self,
+        execute: Callable[[Tuple], None],
+        component: str,
+        task: int,
+        txid: int,
+        attempt: int,
+    ) -> Callable[[Tuple], None]:
+        """``execute`` behind ``on_tuple``: told the task's n-th data tuple before it runs.
+
+        ``execute`` itself when no fault of this plan can fire in this task and txid.
+        """
+        if not any(
+            fault.component == component and fault.task == task and fault.at == "tuple"
+            for fault in self.tasks
+        ):
+            return execute
+        executed = 0
+
+        def target(tuple_: Tuple) -> None:
+            nonlocal executed
+            n, executed = executed, executed + 1
+            self.on_tuple(component, task, txid, attempt, n)  # an injected "raise" is the bolt's
+            execute(tuple_)
+
+        return target
+
     def on_tuple(self, component: str, task: int, txid: int, attempt: int, n: int) -> None:
         """Called in the task before it executes its n-th data tuple (and once with n = 0)."""
         for fault in self.tasks:
@@ -215,3 +258,9 @@ class FaultPlan:
             return False
         os.close(fd)
         return True
+
+
+def fault_listener(conf: Mapping[str, Any]) -> FaultListener:
+    """The listener of a run: ``topology.faults``' ``FaultPlan``, else ``NO_FAULTS``."""
+    plan = FaultPlan.from_conf(conf)
+    return NO_FAULTS if plan is None else plan

@@ -65,7 +65,7 @@ from statefulbolts.transactional import (
 from statefulbolts.tuples import Fields, Tuple, Values
 
 if TYPE_CHECKING:
-    from statefulbolts.runtime import LocalCluster, TopologyHandle
+    from statefulbolts._cluster import LocalCluster, TopologyHandle
     from statefulbolts.submitter import StormSubmitter
 
 __all__ = [
@@ -125,15 +125,16 @@ __all__ = [
 ]
 
 _LAZY = {
-    "LocalCluster": "statefulbolts.runtime",
+    "LocalCluster": "statefulbolts._cluster",
     "StormSubmitter": "statefulbolts.submitter",
-    "TopologyHandle": "statefulbolts.runtime",
+    "TopologyHandle": "statefulbolts._cluster",
 }
 
 
 def __getattr__(name: str) -> Any:
-    # The runtime imports pyspark; load it only when asked for, so components (which run inside
-    # Spark workers) and the checkpoint package import statefulbolts cheaply and without cycles.
+    # The cluster imports the engine, which imports pyspark; load it only when asked for, so
+    # components (which run inside Spark workers) and the protocol packages import
+    # statefulbolts cheaply and without cycles.
     if name in _LAZY:
         from importlib import import_module
 

@@ -42,8 +42,8 @@ from executor_probe import executor_views, spark_jobs  # noqa: E402
 from outage_topologies import redis_conf  # noqa: E402
 
 from examples.wordcount import build  # noqa: E402
+from statefulbolts import LocalCluster  # noqa: E402
 from statefulbolts._output import print_event  # noqa: E402
-from statefulbolts.runtime import LocalCluster  # noqa: E402
 
 LOOPBACK = "127.0.0.1"
 

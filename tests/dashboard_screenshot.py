@@ -23,7 +23,7 @@ sys.path[:0] = [str(HERE), str(HERE.parent)]
 from ui_browser import screenshot  # noqa: E402
 from ui_topologies import flaky_wordcount  # noqa: E402
 
-from statefulbolts.runtime import LocalCluster  # noqa: E402
+from statefulbolts import LocalCluster  # noqa: E402
 
 TASK_ATTEMPTS = 4  # local[2] becomes local[2,4]
 

@@ -18,7 +18,7 @@ def spark():
 @pytest.fixture
 def cluster(spark):
     """A ``LocalCluster`` on the shared session; kills its topologies after the test."""
-    from statefulbolts.runtime import LocalCluster
+    from statefulbolts import LocalCluster
 
     c = LocalCluster(spark=spark)
     yield c

@@ -15,8 +15,9 @@ import pytest
 from checkpoint import CheckpointTaskProgram
 from statefulbolts import Bolt, Fields, Spout, TopologyBuilder
 from statefulbolts.errors import FailedException
-from statefulbolts.runtime._engine import Engine, JobSpec
+from statefulbolts.runtime._engine import JobSpec
 from statefulbolts.runtime._records import JobResult, TupleBatch
+from statefulbolts.runtime._spark_engine import SparkEngine as Engine
 from statefulbolts.runtime._task_errors import decode_task_error
 from statefulbolts.topology import ComponentSpec, StormTopology
 

@@ -7,9 +7,9 @@ import threading
 import pytest
 
 from providers import StateBackendError, StateBackendRefusedError, StateLostError
+from recovery.gate import FailureGate
 from statefulbolts._config import validate_config
 from statefulbolts.errors import TopologyFailedError
-from statefulbolts.runtime._failures import FailureGate
 from statefulbolts.testing import ManualClock
 
 

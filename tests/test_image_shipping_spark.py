@@ -22,9 +22,9 @@ from statefulbolts import (
     TopologyBuilder,
     TransactionalTopologyBuilder,
 )
-from statefulbolts.runtime._engine import Engine
 from statefulbolts.runtime._held_images import loads
 from statefulbolts.runtime._images import ShippedImage
+from statefulbolts.runtime._spark_engine import SparkEngine as Engine
 
 pytestmark = pytest.mark.spark
 

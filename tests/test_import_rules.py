@@ -7,6 +7,8 @@ that only type checkers see still ties the files together for a reader.
 from __future__ import annotations
 
 import ast
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -120,15 +122,15 @@ def test_no_file_imports_in_a_circle():
 
 def test_the_rule_sees_what_it_should():
     # The walker itself: a known public cross-package import and a known in-package private one.
-    assert "providers" in EDGES["statefulbolts.runtime._driver"]
-    assert "statefulbolts.runtime._task" in EDGES["statefulbolts.runtime._engine"]
-    assert not _private_across("statefulbolts.runtime._engine", "statefulbolts.runtime._task")
+    assert "providers" in EDGES["checkpoint.runner"]
+    assert "statefulbolts.runtime._task" in EDGES["statefulbolts.runtime._spark_engine"]
+    assert not _private_across("statefulbolts.runtime._spark_engine", "statefulbolts.runtime._task")
     assert _private_across("checkpoint.task", "statefulbolts._config")
 
 
-@pytest.mark.parametrize("package", ["providers", "checkpoint", "recovery"])
+@pytest.mark.parametrize("package", ["providers", "recovery"])
 def test_layering_api_packages_never_import_the_runtime(package):
-    # Only the runtime and the CLI know Spark; the protocol packages stay testable without it.
+    # Only the runtime and the CLI know Spark; these packages stay testable without it.
     offenders = sorted(
         f"{m} -> {t}"
         for m, targets in EDGES.items()
@@ -137,3 +139,67 @@ def test_layering_api_packages_never_import_the_runtime(package):
         if t.startswith(("statefulbolts.runtime", "statefulbolts.cli"))
     )
     assert offenders == []
+
+
+ENGINE = "statefulbolts.runtime"
+PROTOCOLS = ("checkpoint", "statefulbolts.transactional")
+# What sits above the engine: the protocols, recovery, the dashboard and the wiring.
+ABOVE_THE_ENGINE = (*PROTOCOLS, "recovery", "statefulbolts.ui", "statefulbolts._cluster")
+# The one module that wires the protocols to the engine, and the runners it picks from.
+WIRING = "statefulbolts._cluster"
+RUNNERS = ("checkpoint.runner", "statefulbolts.transactional.runner")
+
+
+def _in(module: str, package: str) -> bool:
+    return module == package or module.startswith(f"{package}.")
+
+
+def test_the_engine_never_imports_a_protocol_or_what_sits_above_it():
+    offenders = sorted(
+        f"{m} -> {t}"
+        for m, targets in EDGES.items()
+        if _in(m, ENGINE)
+        for t in targets
+        if any(_in(t, above) for above in ABOVE_THE_ENGINE)
+    )
+    assert offenders == []
+
+
+def test_only_the_engine_imports_its_private_modules():
+    # Protocols (and everyone else) use the engine's face, ``statefulbolts.runtime.__all__``.
+    offenders = sorted(
+        f"{m} -> {t}"
+        for m, targets in EDGES.items()
+        if not _in(m, ENGINE)
+        for t in targets
+        if _in(t, ENGINE) and t != ENGINE
+    )
+    assert offenders == []
+
+
+def test_each_protocol_lives_in_one_package_and_imports_no_other():
+    offenders = sorted(
+        f"{m} -> {t}"
+        for m, targets in EDGES.items()
+        for own in PROTOCOLS
+        if _in(m, own)
+        for t in targets
+        for other in PROTOCOLS
+        if other != own and _in(t, other) and not _in(t, own)
+    )
+    assert offenders == []
+
+
+def test_only_the_wiring_module_picks_a_runner():
+    users = sorted(m for m, targets in EDGES.items() for t in targets if t in RUNNERS)
+    assert users == [WIRING, WIRING]
+
+
+@pytest.mark.parametrize("statement", ["import checkpoint", "import statefulbolts.transactional"])
+def test_a_protocols_face_does_not_load_the_engine(statement):
+    # The task side of a protocol runs in Spark workers: importing it costs no engine.
+    code = f"import sys\n{statement}\nprint('{ENGINE}' in sys.modules)\n"
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60
+    )
+    assert result.stdout.strip() == "False"

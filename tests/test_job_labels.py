@@ -18,10 +18,10 @@ from typing import Any
 import pytest
 
 from checkpoint import CheckpointTaskProgram
-from statefulbolts import Bolt, Fields, Spout, StatefulBolt, TopologyBuilder
-from statefulbolts.runtime import LocalCluster
-from statefulbolts.runtime._engine import Engine, JobLabels, JobSpec, job_labels
+from statefulbolts import Bolt, Fields, LocalCluster, Spout, StatefulBolt, TopologyBuilder
+from statefulbolts.runtime._engine import JobLabels, JobSpec, job_labels
 from statefulbolts.runtime._records import TupleBatch
+from statefulbolts.runtime._spark_engine import SparkEngine as Engine
 
 
 def test_a_checkpoint_job_names_the_topology_the_action_and_the_txid() -> None:

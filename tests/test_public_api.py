@@ -102,7 +102,7 @@ def test_lazy_runtime_names_resolve():
     # In a child process: resolving them imports the runtime, which may load pyspark.
     code = (
         "import statefulbolts\n"
-        "from statefulbolts.runtime import LocalCluster, TopologyHandle\n"
+        "from statefulbolts._cluster import LocalCluster, TopologyHandle\n"
         "from statefulbolts.submitter import StormSubmitter\n"
         "assert statefulbolts.LocalCluster is LocalCluster\n"
         "assert statefulbolts.StormSubmitter is StormSubmitter\n"

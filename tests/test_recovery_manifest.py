@@ -1,4 +1,4 @@
-"""recovery.manifest: saving a transaction's message ids and reading them back on recovery."""
+"""checkpoint._manifest: saving a transaction's message ids and reading them back on recovery."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from checkpoint import CheckPointState, TxPhase
+from checkpoint import MANIFEST_KEY, CheckPointState, SpoutMessages, TransactionManifest, TxPhase
 from providers import (
     STATE_PROVIDER_KEY,
     InMemoryKeyValueState,
@@ -17,7 +17,6 @@ from providers import (
     KeyValueState,
     StateFactory,
 )
-from recovery.manifest import MANIFEST_KEY, SpoutMessages, TransactionManifest
 from statefulbolts.errors import CheckpointError
 
 GROUPS = [
@@ -150,11 +149,11 @@ def test_recovering_again_forgets_what_was_pending():
 
 # --------------------------------------------------------------------------- at-least-once fallback
 def manifest_warnings(caplog: Any) -> list[str]:
-    return [r.getMessage() for r in caplog.records if r.name == "recovery.manifest"]
+    return [r.getMessage() for r in caplog.records if r.name == "checkpoint._manifest"]
 
 
 def test_unserializable_ids_save_none_and_warn_once_per_manifest(store, caplog):
-    caplog.set_level(logging.WARNING, logger="recovery.manifest")
+    caplog.set_level(logging.WARNING, logger="checkpoint._manifest")
     state = store.open()
     manifest = TransactionManifest(state)
     bad = [SpoutMessages("words", 0, ["ok", object()])]

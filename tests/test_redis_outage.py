@@ -38,7 +38,7 @@ from statefulbolts import TopologyFailedError
 
 pytestmark = [pytest.mark.spark, pytest.mark.redis]
 
-DRIVER_LOG = "statefulbolts.runtime._driver"
+DRIVER_LOG = "checkpoint.runner"
 SENTENCES = 400
 BURST = 20  # one burst per transaction: 20 transactions, most of them after the outage
 OUTAGE_AT = 3  # the outage meets PREPARE(OUTAGE_AT)

@@ -274,7 +274,7 @@ def test_a_topology_defined_in_a_script_travels_by_value(user_code: Path, tmp_pa
 def test_a_local_master_ships_nothing_but_extlib_and_not_on_the_path(
     spark: Any, tmp_path: Path
 ) -> None:
-    from statefulbolts.runtime._engine import Engine
+    from statefulbolts.runtime._spark_engine import SparkEngine as Engine
 
     engine = Engine(spark, build(3), "local-ship", {})
     try:

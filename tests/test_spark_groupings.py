@@ -31,7 +31,7 @@ class GroupingRun:
 @pytest.fixture(scope="module")
 def grouping_run(spark: Any) -> Iterator[GroupingRun]:
     """One topology with a stateful tally per grouping, fed three bursts of ``(n, word)`` rows."""
-    from statefulbolts.runtime import LocalCluster
+    from statefulbolts import LocalCluster
 
     name = topo.new_key("groupings")
     cluster = LocalCluster(spark=spark)

@@ -9,8 +9,8 @@ import pytest
 import topologies as topo
 from redis_fixtures import free_port
 
+from checkpoint import MANIFEST_KEY
 from examples.wordcount import build
-from recovery.manifest import MANIFEST_KEY
 from statefulbolts import TopologyBuilder
 from statefulbolts.errors import StatefulBoltsError
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
+from checkpoint.runner import CheckpointRunner
 from examples.wordcount import build
 from statefulbolts.errors import TopologyError
-from statefulbolts.runtime._driver import CheckpointRunner
 
 
 @pytest.mark.parametrize("name", ["$transactional", "$shape", ".", "..", "a/b", ""])

@@ -1,9 +1,9 @@
 """Where a transactional batch's commit phase runs: ``topology.transactional.commit.location``.
 
-"auto" runs it in the driver (unless ``topology.faults`` injects a fault into a commit-phase
-task), for in-memory and Redis maps alike; "driver" and "executors" force it. The committers
-log their process id, so each test sees where they ran; Spark's status tracker shows whether
-COMMIT jobs ran.
+"auto" runs it in the driver, for in-memory and Redis maps alike (a commit-phase fault that
+needs a Spark worker is refused, never a reason to move it); "driver" and "executors" force
+it. The committers log their process id, so each test sees where they ran; Spark's status
+tracker shows whether COMMIT jobs ran.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from statefulbolts import (
 )
 from statefulbolts._config import validate_config
 from statefulbolts.errors import ConfigError
-from statefulbolts.runtime._tx_jobs import _commit_here
+from statefulbolts.transactional._jobs import _commit_here, _refuse_worker_faults
 
 pytestmark = pytest.mark.spark
 
@@ -83,13 +83,14 @@ def expected() -> dict[str, int]:
 
 def test_auto_is_the_driver_for_every_provider() -> None:
     topology = words_topology("decide", tx.Log("/nonexistent"))
-    assert _commit_here("auto", topology, None) is True
-    assert _commit_here("driver", topology, None) is True
-    assert _commit_here("executors", topology, None) is False
+    assert _commit_here("auto", topology) is True
+    assert _commit_here("driver", topology) is True
+    assert _commit_here("executors", topology) is False
 
 
-def test_auto_keeps_a_commit_phase_with_injected_task_faults_on_the_executors() -> None:
+def test_auto_refuses_commit_phase_faults_that_need_a_worker_instead_of_moving_the_commit() -> None:
     from recovery.faults import FaultPlan
+    from statefulbolts.listeners import NO_FAULTS
 
     topology = words_topology("decide", tx.Log("/nonexistent"))
     on_commit = FaultPlan.from_conf(
@@ -98,10 +99,18 @@ def test_auto_keeps_a_commit_phase_with_injected_task_faults_on_the_executors() 
     on_count = FaultPlan.from_conf(
         {"topology.faults": {"tasks": [{"component": "count", "task": 0, "kind": "crash"}]}}
     )
-    assert _commit_here("auto", topology, on_commit) is False
-    assert _commit_here("auto", topology, on_count) is True
+    every = FaultPlan.from_conf(
+        {"topology.faults": {"tasks": [
+            {"component": "commit", "task": 0, "kind": "raise", "attempts": "every"}
+        ]}}
+    )  # fmt: skip
+    assert on_commit is not None and on_count is not None and every is not None
+    with pytest.raises(ConfigError, match=r"\['commit'\].*commit.location to 'executors'"):
+        _refuse_worker_faults("auto", topology, on_commit)
+    for fine in (on_count, every, NO_FAULTS):  # none needs a worker under the commit phase
+        _refuse_worker_faults("auto", topology, fine)
     # Said outright, the driver it is: the user asked for it.
-    assert _commit_here("driver", topology, on_commit) is True
+    _refuse_worker_faults("driver", topology, on_commit)
 
 
 def test_a_wrong_location_names_the_key_and_the_allowed_values() -> None:

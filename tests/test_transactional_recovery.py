@@ -260,6 +260,8 @@ def test_a_python_worker_killed_mid_batch_is_retried_by_spark_and_fails_nothing(
         **redis_conf(redis_db),
         tx.LOG_KEY: str(log),
         "topology.faults": {"tasks": [{**c, "attempts": "first"} for c in crashes]},
+        # A worker must die under the committer: the commit phase runs on the executors.
+        "topology.transactional.commit.location": "executors",
     }
     tid = "tx-worker-crash"
     handle = cluster.submit_topology("tx-worker-crash", conf, tx.build(tid))

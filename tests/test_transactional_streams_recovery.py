@@ -257,6 +257,8 @@ def test_a_worker_crash_is_retried_by_spark_and_counts_stay_exact(
     conf = {
         **provider_conf(redis, 2),
         "topology.faults": {"tasks": [{**fault, "attempts": "first", "txid": 2}]},
+        # A worker must die under the committer: its commit phase runs on the executors.
+        **({"topology.transactional.commit.location": "executors"} if component == "count" else {}),
     }
     handle = cluster.submit_topology(tid, conf, tc.build(params))
     handle.await_idle(TIMEOUT)

@@ -21,8 +21,8 @@ from ui_browser import dump_dom
 from ui_topologies import scrape, snapshot, value, wait_for
 
 from examples.wordcount import expected_counts
+from statefulbolts import LocalCluster
 from statefulbolts.clock import ManualClock
-from statefulbolts.runtime import LocalCluster
 from statefulbolts.ui import DashboardServer
 from statefulbolts.ui._live import LiveFigures
 

@@ -402,8 +402,8 @@ def test_failure_gate_counts_backend_errors_and_outage_time() -> None:
     import threading
 
     from providers import StateBackendError
+    from recovery.gate import FailureGate
     from statefulbolts import validate_config
-    from statefulbolts.runtime._failures import FailureGate
 
     clock = ManualClock()
     gate = FailureGate("t", validate_config({}), clock, threading.Event())

@@ -17,6 +17,7 @@ Records are read, replayed into a running (or the next) topology, and purged wit
 No pyspark here: this package is the records, the store and the rules; the drivers use them.
 """
 
+from statefulbolts.deadletter._outcome import Verdict, poison_limit_error, summary
 from statefulbolts.deadletter._record import (
     DEAD,
     REPLAY,
@@ -41,8 +42,11 @@ __all__ = [
     "PoisonTracker",
     "SpoutOrigin",
     "Suspect",
+    "Verdict",
     "batch_record_id",
     "deadletter_namespace",
+    "poison_limit_error",
     "spout_record_id",
+    "summary",
     "why_not_poison",
 ]

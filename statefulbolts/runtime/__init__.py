@@ -1,18 +1,94 @@
-"""The Spark runtime: the only package that imports pyspark."""
+"""The engine: runs a protocol's jobs of component tasks, on Spark or in this process.
 
-from statefulbolts.runtime._cluster import LocalCluster, TopologyHandle
-from statefulbolts.runtime._driver import CheckpointRunner
-from statefulbolts.runtime._runner import TopologyRunner
-from statefulbolts.runtime._spark import build_session, is_local, task_attempt
-from statefulbolts.runtime._stats import TransactionInfo
+The engine knows no protocol. A protocol (``checkpoint``, ``statefulbolts.transactional``)
+describes each job as a ``JobSpec`` with its own ``TaskProgram`` and hands it to an ``Engine``
+(``open_engine``: a ``SparkEngine`` or an ``InlineEngine``); its driver loop is a
+``TopologyRunner``. This face is everything a protocol may use: the protocols import nothing
+else of the engine, and the engine imports no protocol.
+
+The only package that imports pyspark, and only when a Spark engine starts.
+"""
+
+from statefulbolts._config import TopologyConfig
+from statefulbolts.runtime._engine import Engine, JobLabels, JobSpec, job_labels
+from statefulbolts.runtime._engines import ENGINES, open_engine
+from statefulbolts.runtime._images import ImageShipper, ShippedImage
+from statefulbolts.runtime._inline import InlineEngine
+from statefulbolts.runtime._plan import ExecutionPlan, JobLayout, Router
+from statefulbolts.runtime._program import TaskExecutor, TaskInfo, TaskJob, TaskProgram
+from statefulbolts.runtime._records import JobResult, TupleBatch, id_column
+from statefulbolts.runtime._runner import (
+    BackendFigures,
+    Observation,
+    Progress,
+    TopologyRunner,
+    hashable,
+    merged_state,
+)
+from statefulbolts.runtime._spark import (
+    application_session,
+    build_session,
+    is_local,
+    task_attempt,
+    under_spark_submit,
+)
+from statefulbolts.runtime._spark_engine import SparkEngine
+from statefulbolts.runtime._stats import (
+    StateWrite,
+    Stats,
+    TaskCounters,
+    TransactionInfo,
+    format_traceback,
+    worker_traceback,
+)
+from statefulbolts.runtime._task_errors import (
+    TaskError,
+    describe_job_failure,
+    encode_task_error,
+    shown_values,
+)
 
 __all__ = [
-    "CheckpointRunner",
-    "LocalCluster",
-    "TopologyHandle",
+    "ENGINES",
+    "BackendFigures",
+    "Engine",
+    "ExecutionPlan",
+    "ImageShipper",
+    "InlineEngine",
+    "JobLabels",
+    "JobLayout",
+    "JobResult",
+    "JobSpec",
+    "Observation",
+    "Progress",
+    "Router",
+    "ShippedImage",
+    "SparkEngine",
+    "StateWrite",
+    "Stats",
+    "TaskError",
+    "TaskCounters",
+    "TaskExecutor",
+    "TaskInfo",
+    "TaskJob",
+    "TaskProgram",
+    "TopologyConfig",
     "TopologyRunner",
     "TransactionInfo",
+    "TupleBatch",
+    "application_session",
     "build_session",
+    "describe_job_failure",
+    "encode_task_error",
+    "format_traceback",
+    "hashable",
+    "id_column",
     "is_local",
+    "job_labels",
+    "merged_state",
+    "open_engine",
+    "shown_values",
     "task_attempt",
+    "under_spark_submit",
+    "worker_traceback",
 ]

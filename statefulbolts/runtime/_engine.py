@@ -1,27 +1,27 @@
-"""The engine seam: run a set of component tasks as one Spark job, and give back what they did.
+"""The engine seam: what a protocol asks of the thing that runs its jobs.
 
 A protocol (the checkpoint protocol's driver, the transactional protocol's) describes a job as a
 ``JobSpec``: which component tasks run, in which stages (``JobLayout``), the records each
-first-stage task is fed, and its own ``TaskProgram`` (what a task does around its tuples). The
-``Engine`` turns that into one chain of Spark stages (``mapPartitionsWithIndex`` per stage, a
-``partitionBy`` on the destination slot between two), runs it on a thread of its own, and hands
-back a ``JobResult``: the roots left open (XOR acks), the failed roots, every task's report
-and the tuples the tasks emitted for components outside the job. Everything Spark-specific of
-running a topology lives here: the topology's broadcast, shipping code to the executors
-(``extlib/`` folders always, as files beside the tasks and never on their ``sys.path``; on a
-non-local master also the framework and the user's modules, see ``_shipping``), job groups and
-their cancellation.
+first-stage task is fed, and its own ``TaskProgram`` (what a task does around its tuples). An
+``Engine`` runs it and hands back a ``JobResult``: the roots left open (XOR acks), the failed
+roots, every task's report and the tuples the tasks emitted for components outside the job.
 
-Every job is labelled for Spark's UI and event logs (``job_labels``): its job group names the
-topology, the action and the txid (``wc/PREPARE/txid=3``, ``wc/COMMIT/txid=3/attempt=2``) and
-its description says the same in words (``wc: PREPARE txid=3 (120 tuples)``). A protocol
-cancels its jobs by its own ``JobSpec.group`` (the topology name when it gives none): that key
-is the job's Spark job *tag*, so ``Engine.cancel(group)`` reaches every job started under it
-whatever its action.
+Two engines implement the seam, chosen by name (``open_engine``):
+
+- ``"spark"`` (``SparkEngine``): each job is a chain of Spark stages on a SparkSession, run
+  on a thread of its own; a driver-owned provider's state is shipped to the tasks.
+- ``"inline"`` (``InlineEngine``): each job's tasks run in this process, one after another,
+  with the same task code; the state is the driver's own. No SparkSession: a protocol's tests
+  run in milliseconds.
+
+Every job is labelled (``job_labels``): its job group names the topology, the action and the
+txid (``wc/PREPARE/txid=3``, ``wc/COMMIT/txid=3/attempt=2``) and its description says the same
+in words (``wc: PREPARE txid=3 (120 tuples)``). A protocol cancels its jobs by its own
+``JobSpec.group`` (the topology name when it gives none).
 
 Example (what a protocol driver does):
 
-    engine = Engine(spark, topology, "wc", conf, max_jobs=1)
+    engine = open_engine("spark", spark, topology, "wc", conf, max_jobs=1)
     layout = engine.plan.layout(engine.plan.bolts())
     spec = JobSpec(layout, program, inputs, txid=3, description="120 tuples", action="PREPARE")
     result = engine.submit(spec).result()  # a JobResult
@@ -30,32 +30,18 @@ Example (what a protocol driver does):
 from __future__ import annotations
 
 import concurrent.futures
-import logging
-import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, Protocol
 
-from providers import DriverOwnedStateProvider, add_extlib_dirs, extlib_dirs
-from statefulbolts.errors import TopologyError
+from providers import DriverOwnedStateProvider
+from statefulbolts.listeners import FaultListener
 from statefulbolts.runtime._images import ImageShipper, ShippedImage
-from statefulbolts.runtime._inline import run_inline
 from statefulbolts.runtime._plan import ExecutionPlan, JobLayout
 from statefulbolts.runtime._program import TaskJob, TaskProgram
 from statefulbolts.runtime._records import JobResult
-from statefulbolts.runtime._results import merge_results, reduce_acks
-from statefulbolts.runtime._shipping import build_zip, code_to_ship, folder_source, sources, zip_dir
-from statefulbolts.runtime._spark import is_local
-from statefulbolts.runtime._task import run_task
-from statefulbolts.topology import StormTopology
 
-__all__ = ["Engine", "JobLabels", "JobSpec", "job_labels"]
-
-log = logging.getLogger(__name__)
-
-# The zips already added, per Spark application (its id): each is added once.
-_SHIPPED: dict[str, set[str]] = {}
-_SHIPPED_LOCK = threading.Lock()
+__all__ = ["Engine", "JobLabels", "JobSpec", "job_labels", "tag", "task_job"]
 
 
 @dataclass(frozen=True)
@@ -115,223 +101,64 @@ def job_labels(topology: str, spec: JobSpec) -> JobLabels:
         description += f" attempt={spec.attempt}"
     if spec.description:
         description += f" ({spec.description})"
-    return JobLabels(group, description, _tag(spec.group or topology))
+    return JobLabels(group, description, tag(spec.group or topology))
 
 
-def _tag(key: str) -> str:
+def tag(key: str) -> str:
     """A Spark job tag for ``key`` (tags may not hold commas; escaped reversibly)."""
     return key.replace("%", "%25").replace(",", "%2C") or "%"
 
 
-def _identity(key: int) -> int:
-    return key
+class Engine(Protocol):
+    """Runs the jobs of one topology: the seam every protocol driver uses.
 
-
-class Engine:
-    """Runs the jobs of one topology on a SparkContext, up to ``max_jobs`` at a time.
-
-    Tasks load the topology from a broadcast; with ``tasks_run_spouts`` False (spouts run in
-    the driver) it is shipped without its spouts' objects.
+    ``plan`` is the topology's ``ExecutionPlan``. A job's future holds its ``JobResult``, or
+    the error that failed it (a task's fatal error as ``TaskFailedError``, or the engine's).
     """
 
-    def __init__(
-        self,
-        spark: Any,
-        topology: StormTopology,
-        name: str,
-        conf: Mapping[str, Any],
-        *,
-        faults: Any = None,
-        max_jobs: int = 1,
-        lead: int = 0,
-        tasks_run_spouts: bool = True,
-        key_groups: Mapping[str, int] | None = None,
-    ) -> None:
-        from pyspark import cloudpickle
+    plan: ExecutionPlan
 
-        self.name = name
-        self.conf = conf
-        self.plan = ExecutionPlan(topology, lead, key_groups)
-        self.faults = faults
-        self.sc = spark.sparkContext
-        try:
-            blob = cloudpickle.dumps(
-                topology if tasks_run_spouts else topology.without_spout_objects()
-            )
-        except Exception as exc:
-            msg = f"topology {name!r} cannot be serialized for Spark: {exc}"
-            raise TopologyError(msg) from exc
-        self._blob = self.sc.broadcast(blob)
-        self._topology = blob  # for the jobs run in this process (``run_here``)
-        self._released = False
-        self._shippers: list[ImageShipper] = []
-        self._pool = concurrent.futures.ThreadPoolExecutor(
-            max_jobs, thread_name_prefix=f"sb-{name}-job"
-        )
-        # The file names of the extlib zips: every task looks in them (``_use_extlib``).
-        self._extlib = _ship_extlib(self.sc, conf)
-        if not is_local(self.sc.master):
-            _ship_code(self.sc, blob, conf)
-
-    def image_shipper(self, provider: DriverOwnedStateProvider) -> ImageShipper:
-        """A new ``ImageShipper`` of ``provider``'s images for this topology's jobs.
-
-        Its broadcasts go when the engine closes.
-        """
-        shipper = ImageShipper(self.sc, provider)
-        self._shippers.append(shipper)
-        return shipper
+    def image_shipper(self, provider: DriverOwnedStateProvider) -> ImageShipper | None:
+        """What ships ``provider``'s images to the tasks; ``None``: the tasks use them here."""
 
     def submit(self, spec: JobSpec) -> concurrent.futures.Future[JobResult]:
-        """Start ``spec`` on the engine's threads; the future holds its ``JobResult``."""
-        if spec.layout.depth == 0:  # nothing to run (a topology of spouts only)
-            done: concurrent.futures.Future[JobResult] = concurrent.futures.Future()
-            done.set_result(JobResult())
-            return done
-        return self._pool.submit(self.run, spec)
+        """Start ``spec``; the future holds its ``JobResult``."""
 
     def run_here(self, spec: JobSpec) -> concurrent.futures.Future[JobResult]:
-        """Run ``spec``'s tasks in this process, now; the future is done (``_inline``).
-
-        For small jobs on state this process holds; ``spec.images`` must be ``None``.
-        """
-        done: concurrent.futures.Future[JobResult] = concurrent.futures.Future()
-        try:
-            done.set_result(run_inline(self._job(spec), self._topology, spec.inputs))
-        except Exception as exc:  # the job failed, as a Spark job's future would
-            done.set_exception(exc)
-        return done
-
-    def run(self, spec: JobSpec) -> JobResult:
-        """Run ``spec`` on the calling thread and return its ``JobResult``."""
-        if spec.layout.depth == 0:
-            return JobResult()
-        job = self._job(spec)
-        labels = job_labels(self.name, spec)
-        sc, blob, extlib = self.sc, self._blob, self._extlib
-        # Always set: a pool thread keeps its job group and tags from one job to the next.
-        sc.setJobGroup(labels.group, labels.description, interruptOnCancel=True)
-        sc.clearJobTags()
-        sc.addJobTag(labels.tag)
-        log.debug("running %s", labels.description)
-
-        def stage(k: int) -> Any:
-            def fn(slot: int, items: Any) -> Any:
-                _use_extlib(extlib)
-                return run_task(job, blob, k, slot, items)
-
-            return fn
-
-        layout = spec.layout
-        n0 = len(layout.stages[0])
-        first = [list(spec.inputs[s]) if s < len(spec.inputs) else [] for s in range(n0)]
-        rdd = sc.parallelize([(s, first[s]) for s in range(n0)], n0)
-        rdd = rdd.mapPartitionsWithIndex(stage(0), preservesPartitioning=False)
-        for k in range(1, layout.depth):
-            if not layout.narrow[k - 1]:  # a narrow boundary: Spark pipelines k - 1 and k
-                rdd = rdd.partitionBy(len(layout.stages[k]), _identity)
-            rdd = rdd.mapPartitionsWithIndex(stage(k))
-        if spec.ackers > 0:
-            parts = rdd.partitionBy(spec.ackers, _identity).mapPartitions(reduce_acks).collect()
-            return merge_results(parts)
-        return merge_results(reduce_acks(rdd.collect()))
-
-    def _job(self, spec: JobSpec) -> TaskJob:
-        """What every task of ``spec`` needs."""
-        if len(spec.lead) != self.plan.lead:
-            description = job_labels(self.name, spec).description
-            msg = (
-                f"job {description!r} gives {len(spec.lead)} leading values; its "
-                f"topology's tuples have {self.plan.lead}"
-            )
-            raise ValueError(msg)
-        return TaskJob(
-            plan=self.plan,
-            layout=spec.layout,
-            program=spec.program,
-            topology_name=self.name,
-            conf=self.conf,
-            txid=spec.txid,
-            ackers=spec.ackers,
-            images=None if spec.images is None else dict(spec.images),
-            faults=self.faults,
-            state_root=spec.state_root,
-            lead=spec.lead,
-        )
+        """Run ``spec``'s tasks in this process, now (``spec.images`` must be ``None``)."""
 
     def cancel(self, group: str) -> None:
-        """Cancel the running jobs started under ``JobSpec.group`` ``group`` (their futures fail).
-
-        The topology name cancels the jobs whose spec gave no group.
-        """
-        if self.sc._jsc is not None:
-            self.sc.cancelJobsWithTag(_tag(group))
+        """Cancel the running jobs started under ``JobSpec.group`` ``group``."""
 
     def close(self, wait: bool = True) -> None:
-        """Stop taking jobs and drop the topology's broadcasts (JVM blocks, temp files)."""
-        self._pool.shutdown(wait=wait)
-        if self._released:
-            return
-        self._released = True
-        for shipper in self._shippers:
-            shipper.close()
-        if self.sc._jsc is None:  # the SparkContext was stopped, and its broadcasts with it
-            return
-        self._blob.destroy()
+        """Stop taking jobs and release what the engine holds."""
 
 
-def _add_once(sc: Any, path: str, *, on_path: bool = True) -> None:
-    """Add ``path`` to this Spark application unless it has it already.
-
-    ``on_path``: ``sc.addPyFile`` (the executors put it on ``sys.path``); else ``sc.addFile``
-    (a file beside the tasks, ``SparkFiles.get(name)``).
-    """
-    with _SHIPPED_LOCK:
-        added = _SHIPPED.setdefault(str(sc.applicationId), set())
-        if path in added:
-            return
-        if on_path:
-            sc.addPyFile(path)
-        else:
-            sc.addFile(path)
-        added.add(path)
-
-
-def _ship_extlib(sc: Any, conf: Mapping[str, Any]) -> tuple[str, ...]:
-    """Send every extlib folder to the executors as a zip; return the zips' file names.
-
-    The zips are files beside the tasks (``sc.addFile``), never on the executors' ``sys.path``:
-    a task looks in them only for a module that is not installed there, as the driver does
-    (``providers.load_module``), so a file in extlib cannot hide an installed module on an
-    executor either. Each folder is zipped once per version into this process's temporary
-    directory (see ``_shipping``), and added once per Spark application.
-    """
-    names: list[str] = []
-    for folder in extlib_dirs(conf):
-        source = folder_source(str(folder), folder) if folder.is_dir() else None
-        if source is not None and source.files:
-            path = build_zip(source, zip_dir(), label="extlib")
-            _add_once(sc, str(path), on_path=False)
-            names.append(path.name)
-    return tuple(names)
-
-
-def _use_extlib(names: tuple[str, ...]) -> None:
-    """In a task: look in the extlib zips the driver shipped, after this machine's folders.
-
-    They sit beside the task (``SparkFiles``), never on ``sys.path``: a module is taken from
-    them only when it is not installed here (``providers.load_module``).
-    """
-    if names:
-        from pyspark import SparkFiles
-
-        add_extlib_dirs(SparkFiles.get(name) for name in names)
-
-
-def _ship_code(sc: Any, blob: bytes, conf: Mapping[str, Any]) -> None:
-    """Send the framework and the topology's own modules to executors of a non-local master."""
-    shipped = []
-    for source in sources(code_to_ship(blob, conf)):
-        _add_once(sc, str(build_zip(source, zip_dir())))
-        shipped.append(source.name)
-    log.info("shipped to the executors: %s", ", ".join(shipped))
+def task_job(
+    name: str,
+    conf: Mapping[str, Any],
+    plan: ExecutionPlan,
+    spec: JobSpec,
+    faults: FaultListener,
+) -> TaskJob:
+    """What every task of ``spec`` needs, in topology ``name`` (whichever engine runs it)."""
+    if len(spec.lead) != plan.lead:
+        description = job_labels(name, spec).description
+        msg = (
+            f"job {description!r} gives {len(spec.lead)} leading values; its "
+            f"topology's tuples have {plan.lead}"
+        )
+        raise ValueError(msg)
+    return TaskJob(
+        plan=plan,
+        layout=spec.layout,
+        program=spec.program,
+        topology_name=name,
+        conf=conf,
+        txid=spec.txid,
+        ackers=spec.ackers,
+        images=None if spec.images is None else dict(spec.images),
+        faults=faults,
+        state_root=spec.state_root,
+        lead=spec.lead,
+    )

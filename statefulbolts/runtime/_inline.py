@@ -1,30 +1,44 @@
 """Running a job's tasks in this process, stage after stage, instead of as a Spark job.
 
-Some jobs are too small to be worth Spark's scheduling: a transactional batch's commit phase
-against state the driver holds (the in-memory provider) moves a few thousand per-key updates
-into maps that live in the driver anyway, and a Spark job of one Python stage costs 35-60 ms on
-a 2-core machine however little it carries. ``run_inline`` runs such a job's tasks with the
-same code a Spark task runs (``run_task``), in stage order, each stage's output keyed to the
-next stage's slots the way ``partitionBy`` would, and reduces the acks as the driver does after
-a Spark job. What differs: no images are shipped (a driver-owned provider's states are the
-driver's own, written in place), no Python worker tuning (``run_task(in_worker=False)``), and a
-task's fatal error is raised here, as the ``TaskFailedError`` a Spark task would raise, instead
-of arriving wrapped in Spark's exception.
+``run_inline`` runs a job's tasks with the same code a Spark task runs (``run_task``), in stage
+order, each stage's output keyed to the next stage's slots the way ``partitionBy`` would, and
+reduces the acks as the driver does after a Spark job. What differs: no images are shipped (a
+driver-owned provider's states are the driver's own, written in place), no Python worker tuning
+(``run_task(in_worker=False)``), no task retries, and a task's fatal error is raised here, as
+the ``TaskFailedError`` a Spark task would raise, instead of arriving wrapped in Spark's
+exception.
+
+Two users:
+
+- ``SparkEngine.run_here``: some jobs are too small to be worth Spark's scheduling. A
+  transactional batch's commit phase against state the driver holds (the in-memory provider)
+  moves a few thousand per-key updates into maps that live in the driver anyway, and a Spark job
+  of one Python stage costs 35-60 ms on a 2-core machine however little it carries.
+- ``InlineEngine``: the whole topology's jobs, for protocol tests without a SparkSession.
 
 No pyspark here.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import concurrent.futures
+import pickle
+from collections.abc import Mapping, Sequence
 from typing import Any
 
+from providers import DriverOwnedStateProvider
+from statefulbolts.errors import TopologyError
+from statefulbolts.listeners import NO_FAULTS, FaultListener
+from statefulbolts.runtime._engine import JobSpec, task_job
+from statefulbolts.runtime._images import ImageShipper
+from statefulbolts.runtime._plan import ExecutionPlan
 from statefulbolts.runtime._program import TaskJob
 from statefulbolts.runtime._records import JobResult
 from statefulbolts.runtime._results import reduce_acks
 from statefulbolts.runtime._task import run_task
+from statefulbolts.topology import StormTopology
 
-__all__ = ["run_inline"]
+__all__ = ["InlineEngine", "freeze_topology", "run_inline"]
 
 
 def run_inline(job: TaskJob, topology: bytes, inputs: Sequence[Sequence[Any]]) -> JobResult:
@@ -49,3 +63,100 @@ def run_inline(job: TaskJob, topology: bytes, inputs: Sequence[Sequence[Any]]) -
             for key, records in out:
                 fed[key].append((key, records))
     return reduce_acks(out)[0]
+
+
+def freeze_topology(topology: StormTopology, name: str) -> bytes:
+    """``topology`` pickled, as every task loads its own fresh copy of it.
+
+    The standard pickle when it can (a topology of module-level classes), else the cloudpickle
+    Spark uses (lambdas, classes defined in a function or in ``__main__``).
+
+    Raises:
+        TopologyError: neither can serialize it.
+    """
+    try:
+        return pickle.dumps(topology)
+    except (pickle.PicklingError, AttributeError, TypeError):
+        pass
+    from pyspark import cloudpickle
+
+    try:
+        return cloudpickle.dumps(topology)
+    except Exception as exc:
+        msg = f"topology {name!r} cannot be serialized for its tasks: {exc}"
+        raise TopologyError(msg) from exc
+
+
+def _done(run: Any) -> concurrent.futures.Future[JobResult]:
+    """A finished future: ``run()``'s result, or the error it raised (as a failed job's)."""
+    done: concurrent.futures.Future[JobResult] = concurrent.futures.Future()
+    try:
+        done.set_result(run())
+    except Exception as exc:  # the job failed, as a Spark job's future would
+        done.set_exception(exc)
+    return done
+
+
+class InlineEngine:
+    """Runs the jobs of one topology in this process, each as soon as it is submitted.
+
+    The engine of ``LocalCluster(engine="inline")``: no SparkSession, no task retries (a task
+    that fails fails its job at once, and the protocol retries the transaction), jobs one at a
+    time. A driver-owned provider's state is the driver's own: nothing is shipped, the tasks
+    read and write it in place, as a job run by ``SparkEngine.run_here`` does.
+
+    Example:
+        >>> from examples.wordcount import build
+        >>> engine = InlineEngine(build(10, parallelism=2), "wc", {})
+        >>> engine.plan.component_ids
+        ['$checkpointspout', 'count', 'sentences', 'split']
+        >>> engine.image_shipper(None) is None
+        True
+    """
+
+    def __init__(
+        self,
+        topology: StormTopology,
+        name: str,
+        conf: Mapping[str, Any],
+        *,
+        faults: FaultListener = NO_FAULTS,
+        max_jobs: int = 1,
+        lead: int = 0,
+        tasks_run_spouts: bool = True,
+        key_groups: Mapping[str, int] | None = None,
+    ) -> None:
+        del max_jobs  # one job at a time: each runs when submitted
+        self.name = name
+        self.conf = conf
+        self.plan = ExecutionPlan(topology, lead, key_groups)
+        self.faults = faults
+        self._topology = freeze_topology(
+            topology if tasks_run_spouts else topology.without_spout_objects(), name
+        )
+
+    def image_shipper(self, provider: DriverOwnedStateProvider) -> ImageShipper | None:
+        """``None``: the tasks run here, on the driver's own images."""
+        return None
+
+    def submit(self, spec: JobSpec) -> concurrent.futures.Future[JobResult]:
+        """Run ``spec`` now; the future is done."""
+        return self.run_here(spec)
+
+    def run_here(self, spec: JobSpec) -> concurrent.futures.Future[JobResult]:
+        """Run ``spec``'s tasks in this process, now; the future is done."""
+        if spec.layout.depth == 0:
+            return _done(JobResult)
+        return _done(
+            lambda: run_inline(
+                task_job(self.name, self.conf, self.plan, spec, self.faults),
+                self._topology,
+                spec.inputs,
+            )
+        )
+
+    def cancel(self, group: str) -> None:
+        """Nothing runs between two calls: there is nothing to cancel."""
+
+    def close(self, wait: bool = True) -> None:
+        """Nothing to release."""

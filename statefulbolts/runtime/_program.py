@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Any, NamedTuple, Protocol
 
 from statefulbolts.context import TopologyContext
+from statefulbolts.listeners import NO_FAULTS, FaultListener
 from statefulbolts.runtime._collector import TaskCollector
 from statefulbolts.runtime._images import ShippedImage
 from statefulbolts.runtime._plan import ExecutionPlan, JobLayout
@@ -33,7 +34,7 @@ class TaskInfo(NamedTuple):
     component: str
     task: int
     txid: int
-    attempt: int  # Spark's attempt number of this task (0 outside Spark, or without faults)
+    attempt: int  # Spark's attempt number of this task (0 outside Spark)
 
 
 class TaskExecutor(Protocol):
@@ -100,7 +101,8 @@ class TaskJob:
     # worker resolves against the copy it kept), for the tasks under whose roots they are;
     # ``None`` when the job uses no driver-owned state.
     images: dict[str, bytes | ShippedImage] | None = None
-    faults: Any = None
+    # Told at every fault point of a task (``statefulbolts.listeners``); a no-op by default.
+    faults: FaultListener = NO_FAULTS
     # The leading values every tuple of the job shares, not shipped (``ExecutionPlan.lead``).
     lead: tuple[Any, ...] = ()
     # Where the tasks' state lives: a task's namespaces are ``<root>/<component>-<task>[/...]``.

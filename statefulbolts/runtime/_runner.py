@@ -22,23 +22,45 @@ import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, Protocol
 
 from providers import KeyValueState, StateFactory
-from recovery.faults import FaultPlan
 from statefulbolts._config import TopologyConfig, validate_config
 from statefulbolts.clock import Clock
 from statefulbolts.errors import TopologyError, TopologyFailedError
+from statefulbolts.listeners import NO_FAULTS, FaultListener
 from statefulbolts.namespaces import RECORD_MARK
-from statefulbolts.runtime._failures import FailureGate
 from statefulbolts.runtime._stats import Stats, StatsSnapshot, TransactionInfo, format_traceback
 from statefulbolts.state import committed_items
 
-__all__ = ["Observation", "Progress", "TopologyRunner", "hashable", "merged_state"]
+__all__ = [
+    "BackendFigures",
+    "Observation",
+    "Progress",
+    "TopologyRunner",
+    "hashable",
+    "merged_state",
+]
 
 log = logging.getLogger(__name__)
 # How long ``observe`` waits for the driver loop's lock before showing the last view again.
 _OBSERVE_WAIT = 0.25
+
+
+class BackendFigures(Protocol):
+    """What a protocol's failure gate counts of its state backend, for dashboards and metrics."""
+
+    @property
+    def backend_errors(self) -> int:
+        """State backend errors seen so far."""
+
+    @property
+    def outage_seconds(self) -> float:
+        """Seconds of state backend outage so far, the one under way included."""
+
+    @property
+    def backend_down(self) -> bool:
+        """Whether an outage is under way."""
 
 
 class Progress(NamedTuple):
@@ -88,7 +110,7 @@ class TopologyRunner(ABC):
         *,
         clock: Clock | None = None,
         on_transaction: Callable[[TransactionInfo], None] | None = None,
-        faults: FaultPlan | None = None,
+        faults: FaultListener | None = None,
     ) -> None:
         if (
             not isinstance(name, str)
@@ -109,7 +131,8 @@ class TopologyRunner(ABC):
             self.conf["topology.state.extlib.dir"] = self.tc.extlib_dir
         self.clock = clock or Clock()
         self.stats = Stats(on_transaction=on_transaction)
-        self.faults = faults if faults is not None else FaultPlan.from_conf(self.conf)
+        # Told at every fault point; a protocol reads ``topology.faults`` when none is given.
+        self.faults: FaultListener = faults if faults is not None else NO_FAULTS
         self.error: BaseException | None = None
         self.started_at = time.time()
         self._view: tuple[dict[str, Any], Progress] = ({}, Progress("starting", None, None))
@@ -148,7 +171,7 @@ class TopologyRunner(ABC):
     def _progress(self) -> Progress:
         """The protocol's phase, committed txid and pending trees (holding the lock)."""
 
-    def _failure_gate(self) -> FailureGate | None:
+    def _failure_gate(self) -> BackendFigures | None:
         """The protocol's failure gate (its state backend figures), if it keeps one."""
         return None
 

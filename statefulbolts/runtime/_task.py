@@ -27,6 +27,7 @@ from types import CodeType
 from typing import Any, NamedTuple
 
 from statefulbolts.context import TopologyContext
+from statefulbolts.namespaces import TaskNamespace, topology_prefix
 from statefulbolts.runtime._collector import TaskCollector
 from statefulbolts.runtime._held_images import finish_images, install_images
 from statefulbolts.runtime._images import ShippedImage
@@ -39,6 +40,7 @@ from statefulbolts.runtime._records import (
     TaskReport,
     TupleBatch,
 )
+from statefulbolts.runtime._spark import task_attempt
 from statefulbolts.runtime._task_errors import FailingTuple, encode_task_error
 from statefulbolts.runtime._worker import YoungGarbage, broadcast_value, freeze_long_lived
 from statefulbolts.topology import ComponentSpec, StormTopology
@@ -207,7 +209,7 @@ def _begin_state(job: TaskJob, spec: ComponentSpec, task: int) -> str | None:
         return None
     from providers import DriverOwnedStateProvider, get_provider
 
-    root = f"{job.state_root or job.topology_name}/{spec.id}-{task}"
+    root = str(TaskNamespace(topology_prefix(job.state_root or job.topology_name), spec.id, task))
     provider = get_provider(job.conf)
     assert isinstance(provider, DriverOwnedStateProvider)  # noqa: S101 - the driver checked
     install_images(provider, root, _shipped(job, root))
@@ -255,16 +257,14 @@ def _execute(
     a counting task); young garbage is still collected between chunks. (``run_task`` turns the
     collector off around this.)
     """
-    plan, faults = job.plan, job.faults
-    attempt = 0
-    if faults is not None:
-        from statefulbolts.runtime._spark import task_attempt
-
-        attempt = task_attempt()
-    info = TaskInfo(spec.id, context.this_task_index, job.txid, attempt)
+    plan = job.plan
+    info = TaskInfo(spec.id, context.this_task_index, job.txid, task_attempt())
     executor = job.program.executor(spec, info)
     collect_young = YoungGarbage()
-    execute = executor.prepare(job.conf, context, collector)
+    # The fault listener's target: the executor's own, unless a fault may fire in this task.
+    execute = job.faults.tuple_target(
+        executor.prepare(job.conf, context, collector), spec.id, info.task, job.txid, info.attempt
+    )
     before_data = getattr(executor, "before_data", None)  # a protocol's optional step
     if before_data is not None:
         before_data(plan, into.data)
@@ -288,7 +288,7 @@ def _execute(
         single = widths[src][s] == 1
         first = deliver(roots, more)  # each tuple's number: first, first + 1, ...
         n = len(values)
-        if more is None and faults is None:
+        if more is None:
             source = (f, cid, tid, sid)
             _feed(execute, values, roots, first, single, source, lead, chunked, failing, sink)
             executed += n
@@ -302,8 +302,6 @@ def _execute(
                 t = Tuple(full, f, cid, tid, sid, (), root, first + i)
                 if more is not None and i in more:
                     t._more = tuple((extra, first + i) for extra in more[i])
-                if faults is not None:  # an injected "raise" stands for the bolt's own error
-                    faults.on_tuple(spec.id, info.task, job.txid, attempt, executed)
                 if sink is not None:
                     sink.lineage = root
                 execute(t)

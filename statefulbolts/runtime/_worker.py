@@ -68,7 +68,8 @@ def freeze_long_lived() -> None:
     if _frozen_in_this_process:
         return
     _frozen_in_this_process = True
-    import checkpoint  # noqa: F401 - imported now so that they are frozen too
+    # The job's protocol (its ``TaskProgram``'s package) came in with the job's closure; the
+    # providers its tasks open are imported now, so that they are frozen too.
     import providers  # noqa: F401
 
     gc.collect()

@@ -36,6 +36,7 @@ from statefulbolts.collectors import Anchors, BasicOutputCollector, OutputCollec
 from statefulbolts.components import BasicBolt, BasicBoltExecutor
 from statefulbolts.context import TopologyContext
 from statefulbolts.errors import FailedException, TopologyError
+from statefulbolts.listeners import NO_FAULTS, FaultListener
 from statefulbolts.topology import ComponentSpec
 from statefulbolts.transactional._attempt import TransactionAttempt
 from statefulbolts.transactional._bolts import BatchOutputCollector
@@ -336,9 +337,9 @@ class _BatchTask(_Executor):
     def finish(self) -> None:
         self.out.lineage = 0  # what finish_batch emits comes from the whole batch
         self.bolt.finish_batch()
-        hooks = self.program.hooks
-        if hooks is not None and self.program.committing:
-            hooks.on_task_committed(self.spec.id, self.task, self.program.attempt.transaction_id)
+        program = self.program
+        if program.committing:
+            program.hooks.on_task_committed(self.spec.id, self.task, program.attempt.transaction_id)
 
 
 class _BasicTask(_Executor):
@@ -444,7 +445,7 @@ class BatchTaskProgram:
     maps: MapSource | None = None
     emit: EmitOrder | None = None
     committing: bool = False
-    hooks: Any = None  # fault injection (``recovery.FaultPlan``): the mid-commit kill
+    hooks: FaultListener = NO_FAULTS  # fault injection: the mid-commit kill
     # Whether batch bolts pass the executing tuple's lineage on (dead letters are isolated).
     lineage: bool = True
 

@@ -27,7 +27,7 @@ from statefulbolts.clock import Clock
 from statefulbolts.ui._rates import WINDOWS, CounterHistory, Rates
 
 if TYPE_CHECKING:
-    from statefulbolts.runtime._stats import Stats
+    from statefulbolts.runtime import Stats
 
 __all__ = ["RATED", "LiveFigures", "backpressure"]
 

@@ -67,8 +67,7 @@ from prometheus_client.core import (
 from prometheus_client.registry import Collector
 
 if TYPE_CHECKING:
-    from statefulbolts.runtime._runner import Observation
-    from statefulbolts.runtime._stats import StateWrite, TaskCounters
+    from statefulbolts.runtime import Observation, StateWrite, TaskCounters
 
 __all__ = ["STATES", "TopologyCollector"]
 

@@ -50,7 +50,7 @@ from statefulbolts.ui._metrics import TopologyCollector
 from statefulbolts.ui._snapshot import snapshot
 
 if TYPE_CHECKING:
-    from statefulbolts.runtime._runner import Observation, TopologyRunner
+    from statefulbolts.runtime import Observation, TopologyRunner
     from statefulbolts.topology import StormTopology
     from statefulbolts.transactional import TransactionalTopology
 

@@ -17,8 +17,7 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from statefulbolts.runtime._runner import Observation
-    from statefulbolts.runtime._stats import StateWrite, TransactionInfo
+    from statefulbolts.runtime import Observation, StateWrite, TransactionInfo
 
 __all__ = ["HISTORY", "SHOWN", "snapshot"]
 

@@ -26,16 +26,25 @@ import concurrent.futures
 from collections.abc import Mapping
 from typing import Any
 
-from checkpoint import Action, CheckpointTaskProgram, check_stored_txids, commit_hooks
+from checkpoint._expected import check_stored_txids
+from checkpoint._ledger import RootLedger
+from checkpoint._spouts import SpoutTask
+from checkpoint._state import Action
+from checkpoint.driver_commit import commit_hooks
+from checkpoint.task import CheckpointTaskProgram
 from providers import DriverOwnedStateProvider, StateFactory, StateProvider
-from recovery.faults import FaultPlan
-from statefulbolts.runtime._engine import JobSpec
-from statefulbolts.runtime._images import ImageShipper, ShippedImage
-from statefulbolts.runtime._ledger import RootLedger
-from statefulbolts.runtime._plan import ExecutionPlan, JobLayout
-from statefulbolts.runtime._records import JobResult, TupleBatch
-from statefulbolts.runtime._spouts import SpoutTask
-from statefulbolts.runtime._task_errors import encode_task_error
+from statefulbolts.listeners import NO_FAULTS, FaultListener
+from statefulbolts.namespaces import TaskNamespace, topology_prefix
+from statefulbolts.runtime import (
+    ExecutionPlan,
+    ImageShipper,
+    JobLayout,
+    JobResult,
+    JobSpec,
+    ShippedImage,
+    TupleBatch,
+    encode_task_error,
+)
 from statefulbolts.topology import CHECKPOINT_STREAM_ID, StormTopology
 
 __all__ = ["CheckpointJobs"]
@@ -53,17 +62,18 @@ class CheckpointJobs:
         images: ImageShipper | None,
         *,
         ackers: int,
-        faults: Any = None,
+        faults: FaultListener = NO_FAULTS,
         provider: StateProvider | None = None,
         conf: Mapping[str, Any] | None = None,
         commit_location: str = "auto",
     ) -> None:
         self._name, self._topology, self._plan, self._ledger = name, topology, plan, ledger
+        self._prefix = topology_prefix(name)
         self._shipper = images
         self._ackers, self._faults = ackers, faults
         self._provider, self._conf = provider, conf or {}
         self.spout: SpoutTask | None = None  # the checkpoint spout's task, once it opened
-        self.commits_here = _commits_here(commit_location, topology, provider, faults)
+        self.commits_here = _commits_here(commit_location, topology, provider)
 
     def job(
         self, txid: int, action: Action | None, records: list[TupleBatch], tuples: int
@@ -117,14 +127,13 @@ class CheckpointJobs:
         for c, t in plan.stateful_tasks():
             cid = plan.component_ids[c]
             try:
-                self._commit_one(f"{self._name}/{cid}-{t}", txid)
+                self._commit_one(str(TaskNamespace(self._prefix, cid, t)), txid)
             except Exception as exc:
                 spec = self._topology.component(cid)
                 raise encode_task_error(
                     exc, cid, plan.task_ids[c][t], txid, spec.user_class
                 ) from exc
-            if faults is not None:
-                faults.on_task_committed(cid, t, txid)
+            faults.on_task_committed(cid, t, txid)
 
     def _commit_one(self, namespace: str, txid: int) -> None:
         provider = self._provider
@@ -177,9 +186,9 @@ class CheckpointJobs:
         """The driver-owned state of every stateful task, shipped with its job."""
         if self._shipper is None:
             return None
-        names = self._plan.component_ids
+        names, prefix = self._plan.component_ids, self._prefix
         return self._shipper.ship(
-            f"{self._name}/{names[c]}-{t}" for c, t in self._plan.stateful_tasks()
+            str(TaskNamespace(prefix, names[c], t)) for c, t in self._plan.stateful_tasks()
         )
 
 
@@ -187,21 +196,22 @@ def _commits_here(
     where: str,
     topology: StormTopology,
     provider: StateProvider | None,
-    faults: FaultPlan | None,
 ) -> bool:
     """Whether COMMITs are done by the driver (``topology.state.commit.location``).
 
     "executors": never. "auto": when the topology has stateful bolts, none of them has a
-    ``pre_commit`` (``checkpoint.commit_hooks``), ``topology.faults`` injects nothing into a
-    stateful task (an injected crash is a worker's), and the provider can commit from here
-    (a driver-owned one must give the change log, ``commit_changes``). Any other provider can:
-    Spark runs a task wherever it likes, so a namespace must be reachable from every process
-    of the application, and the driver already keeps the checkpoint spout's state there.
+    ``pre_commit`` (``checkpoint.commit_hooks``), and the provider can commit from here (a
+    driver-owned one must give the change log, ``commit_changes``). Injected faults
+    (``topology.faults``) never change the answer: a COMMIT feeds a task no data tuple, so no
+    task fault fires in it, and the mid-commit driver kill fires here as in a task. Any other
+    provider can: Spark runs a task wherever it likes, so a namespace must be reachable from
+    every process of the application, and the driver already keeps the checkpoint spout's
+    state there.
     """
     if where != "auto" or provider is None or commit_hooks(topology):
         return False
     stateful = {cid for cid in topology.components if topology.component(cid).is_stateful}
-    if not stateful or (faults is not None and faults.task_components & stateful):
+    if not stateful:
         return False
     if isinstance(provider, DriverOwnedStateProvider):
         return type(provider).commit_changes is not DriverOwnedStateProvider.commit_changes

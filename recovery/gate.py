@@ -27,19 +27,30 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable
-from typing import TypeVar
+from typing import Protocol, TypeVar
 
 from providers import FATAL_STATE_ERRORS, StateBackendError
 from recovery.retry import RetryBudget, backend_outage, transaction_retries
-from statefulbolts._config import TopologyConfig
 from statefulbolts.clock import Clock
 from statefulbolts.errors import TopologyFailedError
 
-__all__ = ["FailureGate"]
+__all__ = ["FailureGate", "RetryLimits"]
 
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
+
+
+class RetryLimits(Protocol):
+    """The two limits the gate follows: a topology's ``TopologyConfig`` has them."""
+
+    @property
+    def max_transaction_retries(self) -> int:
+        """``topology.max.transaction.retries``: failed transactions in a row allowed."""
+
+    @property
+    def state_backend_timeout_secs(self) -> float:
+        """``topology.state.backend.timeout.secs``: how long an outage is waited out."""
 
 
 class FailureGate:
@@ -48,7 +59,7 @@ class FailureGate:
     def __init__(
         self,
         name: str,
-        tc: TopologyConfig,
+        tc: RetryLimits,
         clock: Clock,
         stopping: threading.Event,
         logger: logging.Logger | None = None,

@@ -34,7 +34,7 @@ from typing import Any
 
 from providers import KeyValueState, StateBackendError
 from recovery.faults import KillPoint
-from statefulbolts._config import TopologyConfig
+from recovery.gate import FailureGate
 from statefulbolts.clock import Clock
 from statefulbolts.deadletter import (
     DEAD,
@@ -44,14 +44,15 @@ from statefulbolts.deadletter import (
     DeadLetterStore,
     FailedTuple,
     PoisonTracker,
+    Verdict,
     batch_record_id,
+    poison_limit_error,
+    summary,
     why_not_poison,
 )
 from statefulbolts.errors import TopologyFailedError
-from statefulbolts.runtime._deadletters import Verdict, poison_limit_error, summary
-from statefulbolts.runtime._failures import FailureGate
-from statefulbolts.runtime._stats import Stats
-from statefulbolts.runtime._task_errors import TaskError
+from statefulbolts.listeners import NO_FAULTS, FaultListener
+from statefulbolts.runtime import Stats, TaskError, TopologyConfig
 from statefulbolts.transactional._deadletters import (
     BATCHES_NAMESPACE,
     REPLAYED,
@@ -89,7 +90,7 @@ class TransactionalDeadLetters:
         stats: Stats,
         failures: FailureGate,
         clock: Clock,
-        faults: Any = None,
+        faults: FaultListener = NO_FAULTS,
         now: Callable[[], float] = time.time,
     ) -> None:
         self._name, self._tid, self._tc = name, transactional_id, tc
@@ -359,8 +360,7 @@ class TransactionalDeadLetters:
         return Verdict(True)
 
     def _kill(self, point: KillPoint, txid: int) -> None:
-        if self._faults is not None:
-            self._faults.on_driver(point, txid)
+        self._faults.on_driver(point, txid)
 
     # ----------------------------------------------------------------- reading
     def status(self) -> dict[str, Any]:

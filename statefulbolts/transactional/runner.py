@@ -19,7 +19,7 @@ through the ``Engine`` (``TransactionalJobs``). A step of its loop:
    coordinator starts them again with new attempts (after a backoff; a state outage is waited
    out, as in the checkpoint protocol). A processing job that failed on a poison tuple first
    dead-letters the emitted tuple it came from, which every replay of its txid leaves out
-   (``_tx_deadletters``); the replay starts at once.
+   (``_isolation``); the replay starts at once.
 2. Start the next emission, strictly one at a time and in txid order: t+1's partitions start
    where t's emission ended. With ``max.spout.pending`` 1 the emission is the first stage of
    the processing job (``TransactionalJobs.emit_and_process``): no other txid can wait for
@@ -55,21 +55,25 @@ from providers import (
     get_provider,
 )
 from recovery.evolve import EvolutionReport, evolve, wanted_shapes
-from recovery.faults import KillPoint
+from recovery.faults import KillPoint, fault_listener
+from recovery.gate import FailureGate
 from statefulbolts.clock import Clock
 from statefulbolts.context import TopologyContext
 from statefulbolts.errors import TopologyError
 from statefulbolts.keygroups import component_key_groups
-from statefulbolts.namespaces import transactional_prefix
-from statefulbolts.runtime._engine import Engine
-from statefulbolts.runtime._failures import FailureGate
-from statefulbolts.runtime._records import JobResult, TupleBatch
-from statefulbolts.runtime._runner import Progress, TopologyRunner, hashable
-from statefulbolts.runtime._stats import TransactionInfo, worker_traceback
-from statefulbolts.runtime._task_errors import describe_job_failure
-from statefulbolts.runtime._tx_deadletters import TransactionalDeadLetters
-from statefulbolts.runtime._tx_jobs import TransactionalJobs
-from statefulbolts.runtime._tx_pacing import Pacing
+from statefulbolts.listeners import FaultListener
+from statefulbolts.namespaces import TaskNamespace, transactional_prefix
+from statefulbolts.runtime import (
+    JobResult,
+    Progress,
+    TopologyRunner,
+    TransactionInfo,
+    TupleBatch,
+    describe_job_failure,
+    hashable,
+    open_engine,
+    worker_traceback,
+)
 from statefulbolts.state import committed_items
 from statefulbolts.transactional._attempt import TransactionAttempt
 from statefulbolts.transactional._coordinator import (
@@ -81,7 +85,11 @@ from statefulbolts.transactional._coordinator import (
     partitioned_coordinator,
 )
 from statefulbolts.transactional._emitting import OPAQUE, PARTITIONED, PLAIN, EmitterMetas
+from statefulbolts.transactional._isolation import TransactionalDeadLetters
+from statefulbolts.transactional._jobs import TransactionalJobs
 from statefulbolts.transactional._maps import read_backing_state
+from statefulbolts.transactional._pacing import Pacing
+from statefulbolts.transactional._phase import BatchPhase
 from statefulbolts.transactional._spouts import (
     OpaquePartitionedTransactionalSpout,
     PartitionedTransactionalSpout,
@@ -105,7 +113,7 @@ class _Batch:
     meta: Any
     committed: int | None
     started: float = field(default_factory=time.perf_counter)
-    phase: str = "queued"  # queued, emitting, processing, processed, committing
+    phase: BatchPhase = BatchPhase.QUEUED
     future: concurrent.futures.Future[JobResult] | None = None
     tuples: int = 0
     to_commit: list[TupleBatch] = field(default_factory=list)
@@ -119,7 +127,11 @@ class _Batch:
 
 
 class TransactionalRunner(TopologyRunner):
-    """Runs one transactional topology on a SparkContext (see the module docstring)."""
+    """Runs one transactional topology on an engine (see the module docstring).
+
+    ``engine``: "spark" (the default) runs its jobs on the SparkSession ``spark``; "inline"
+    runs them in this process (``spark`` unused, may be ``None``).
+    """
 
     kind = "transactional"
 
@@ -132,9 +144,12 @@ class TransactionalRunner(TopologyRunner):
         *,
         clock: Clock | None = None,
         on_transaction: Callable[[TransactionInfo], None] | None = None,
-        faults: Any = None,
+        faults: FaultListener | None = None,
+        engine: str = "spark",
     ) -> None:
         super().__init__(name, conf, clock=clock, on_transaction=on_transaction, faults=faults)
+        if faults is None:
+            self.faults = fault_listener(self.conf)
         if not isinstance(topology, TransactionalTopology):
             msg = f"expected a TransactionalTopology, got {type(topology).__name__}"
             raise TopologyError(msg)
@@ -149,7 +164,8 @@ class TransactionalRunner(TopologyRunner):
             topology.topology.components, topology.commit_phase, key_groups, self.conf
         )
         self.evolution: EvolutionReport | None = None
-        self.engine = Engine(
+        self.engine = open_engine(
+            engine,
             spark,
             topology.topology,
             name,
@@ -308,7 +324,7 @@ class TransactionalRunner(TopologyRunner):
                     f"checking the store before committing txid {batch.txid}",
                     lambda: coordinator.check_store(batch.txid),  # noqa: B023 - called at once
                 )
-                batch.phase = "committing"
+                batch.phase = BatchPhase.COMMITTING
                 batch.started = time.perf_counter()
                 spec = self.jobs.commit(batch.attempt, batch.to_commit)
                 if self.jobs.commit_here:  # done when it returns; ``_step`` takes it next
@@ -319,9 +335,9 @@ class TransactionalRunner(TopologyRunner):
 
     def _start_emit(self) -> bool:
         """Start the lowest queued emission, unless one runs: t+1 starts where t ended."""
-        if any(b.phase == "emitting" or b.fused for b in self._live.values()):
+        if any(b.phase is BatchPhase.EMITTING or b.fused for b in self._live.values()):
             return False
-        queued = [b for b in self._live.values() if b.phase == "queued"]
+        queued = [b for b in self._live.values() if b.phase is BatchPhase.QUEUED]
         if not queued:
             return False
         batch = min(queued, key=lambda b: b.txid)
@@ -330,12 +346,11 @@ class TransactionalRunner(TopologyRunner):
         order = dataclasses.replace(order, spout=self.topology.spout)
         order = self.deadletters.adjust(batch.txid, order)
         if self.max_pending == 1:
-            batch.phase, batch.fused = "processing", True
+            batch.phase, batch.fused = BatchPhase.PROCESSING, True
             self._submit(batch, self.jobs.emit_and_process(batch.attempt, order))
-            if self.faults is not None:
-                self.faults.on_driver(KillPoint.DURING_PROCESSING, batch.txid)
+            self.faults.on_driver(KillPoint.DURING_PROCESSING, batch.txid)
             return True
-        batch.phase = "emitting"
+        batch.phase = BatchPhase.EMITTING
         self._submit(batch, self.jobs.emit(batch.attempt, order))
         return True
 
@@ -346,15 +361,15 @@ class TransactionalRunner(TopologyRunner):
     # ----------------------------------------------------------------- a job ended
     def _ended(self, batch: _Batch, future: concurrent.futures.Future[JobResult]) -> None:
         phase = batch.phase
-        name = {"emitting": "emit", "processing": "process"}.get(phase, "commit")
-        batch.phases[name] = round(time.perf_counter() - batch.job_started, 4)
+        batch.phases[phase.job.timing] = round(time.perf_counter() - batch.job_started, 4)
         exc = future.exception()
         if exc is not None:
             error, component, task, cause = describe_job_failure(exc)
             outage = error is not None and error.is_a(StateBackendError)
             fatal = error is not None and error.is_a(*FATAL_STATE_ERRORS)
             trace = worker_traceback(exc)
-            verdict = self.deadletters.isolate(batch.txid, phase == "processing", error, trace)
+            processing = phase is BatchPhase.PROCESSING
+            verdict = self.deadletters.isolate(batch.txid, processing, error, trace)
             if verdict.isolated:
                 cause = f"{cause}; the emitted tuple it came from was dead-lettered"
             elif verdict.why_not is not None:
@@ -364,21 +379,24 @@ class TransactionalRunner(TopologyRunner):
             )
             return
         result = future.result()
-        owned = self.images if phase == "committing" else None
+        owned = self.images if phase is BatchPhase.COMMITTING else None
         errors = self.stats.take_reports(result, self.plan, batch.txid, owned, log)
         if result.aborted:
             self._failed(batch, *self._why_aborted(result, errors))
             return
-        if phase == "emitting":
+        if phase is BatchPhase.EMITTING:
             self._emitted(batch, result)
-        elif phase == "processing":
+        elif phase is BatchPhase.PROCESSING:
             if batch.fused:  # the emitters ran in this job (``_start_emit``)
                 self._take_emission(batch, result)
                 batch.to_commit = []
                 batch.fused = False  # its emission is over: the next one may start
             self._processed(batch, result)
-        else:
+        elif phase is BatchPhase.COMMITTING:
             self._committed(batch)
+        else:
+            msg = f"txid {batch.txid}: a job ended while its batch was {phase.value}"
+            raise AssertionError(msg)
 
     def _why_aborted(self, result: JobResult, errors: list[Any]) -> tuple[str, str, int, bool]:
         names = self.plan.component_ids
@@ -404,25 +422,22 @@ class TransactionalRunner(TopologyRunner):
         if not self.jobs.has_processing:
             self._processed(batch, JobResult())
             return
-        batch.phase = "processing"
+        batch.phase = BatchPhase.PROCESSING
         rest = [b for b in result.outputs if not self.jobs.for_commit(b)]
         self._submit(batch, self.jobs.processing(batch.attempt, rest))
-        if self.faults is not None:
-            self.faults.on_driver(KillPoint.DURING_PROCESSING, batch.txid)
+        self.faults.on_driver(KillPoint.DURING_PROCESSING, batch.txid)
 
     def _processed(self, batch: _Batch, result: JobResult) -> None:
         batch.to_commit.extend(result.outputs)
-        batch.phase = "processed"
-        if self.faults is not None:
-            self.faults.on_driver(KillPoint.AFTER_PROCESSED, batch.txid)
+        batch.phase = BatchPhase.PROCESSED
+        self.faults.on_driver(KillPoint.AFTER_PROCESSED, batch.txid)
         assert self._coordinator is not None  # noqa: S101
         self._execute(self._coordinator.ack(batch.attempt))
 
     def _committed(self, batch: _Batch) -> None:
         coordinator, metas = self._coordinator, self._metas
         assert coordinator is not None and metas is not None  # noqa: S101
-        if self.faults is not None:
-            self.faults.on_driver(KillPoint.AFTER_COMMIT, batch.txid)
+        self.faults.on_driver(KillPoint.AFTER_COMMIT, batch.txid)
         self._failures.with_backend(
             f"storing the metas of txid {batch.txid}", lambda: metas.committed(batch.txid)
         )
@@ -460,7 +475,7 @@ class TransactionalRunner(TopologyRunner):
         ``isolated``: it failed on a tuple now dead-lettered; the replay starts at once.
         """
         assert self._coordinator is not None and self._metas is not None  # noqa: S101
-        phase = {"emitting": "EMIT", "processing": "PROCESS"}.get(batch.phase, "COMMIT")
+        phase = batch.phase.job.label
         if batch.fused:
             phase = "EMIT+PROCESS"  # as its job is labelled
         log.warning("%s(%s) failed (%s): %s", phase, batch.attempt, component or "spark", cause)
@@ -506,7 +521,7 @@ class TransactionalRunner(TopologyRunner):
                 "active": {
                     str(t): {
                         "attempt": str(b.attempt),
-                        "phase": "emitting+processing" if b.fused else b.phase,
+                        "phase": "emitting+processing" if b.fused else b.phase.value,
                     }
                     for t, b in sorted(self._live.items())
                 },
@@ -533,11 +548,11 @@ class TransactionalRunner(TopologyRunner):
         committed never shows.
         """
         spec = self.topology.topology.component(component_id)
-        prefix = f"{self.jobs.root}/{component_id}-"
+        prefix = transactional_prefix(self.topology.transactional_id)
         merged: dict[Any, Any] = {}
         with self._lock:
             for task in range(spec.parallelism):
-                namespace = f"{prefix}{task}/{name}"
+                namespace = str(TaskNamespace(prefix, component_id, task, name))
                 state = self._system_state(namespace)
                 stored = committed_items(state, self.conf, system=True)
                 for key, value in read_backing_state(stored).items():

@@ -27,7 +27,7 @@ import reprlib
 from collections.abc import Iterable
 from typing import Any, NamedTuple
 
-from checkpoint import CheckPointState, TxPhase
+from checkpoint._state import CheckPointState, TxPhase
 from providers import KeyValueState, StateSerializationError
 from statefulbolts.errors import CheckpointError
 

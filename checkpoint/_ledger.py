@@ -21,7 +21,7 @@ from collections.abc import Iterable, Sequence
 from typing import Any, Protocol
 
 from statefulbolts.acker import RotatingMap
-from statefulbolts.runtime._records import JobResult
+from statefulbolts.runtime import JobResult
 
 __all__ = ["Root", "RootLedger", "SpoutCalls"]
 

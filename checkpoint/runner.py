@@ -34,7 +34,13 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from checkpoint import Action, CheckpointSpout, TxPhase
+from checkpoint._deadletters import CheckpointDeadLetters
+from checkpoint._jobs import CheckpointJobs
+from checkpoint._ledger import RootLedger
+from checkpoint._manifest import SpoutMessages, TransactionManifest
+from checkpoint._spouts import SpoutTask, SpoutTasks
+from checkpoint._state import Action, TxPhase
+from checkpoint.spout import CheckpointSpout
 from providers import (
     FATAL_STATE_ERRORS,
     DriverOwnedStateProvider,
@@ -42,25 +48,27 @@ from providers import (
     get_provider,
 )
 from recovery.evolve import EvolutionReport, evolve, wanted_shapes
-from recovery.faults import KillPoint
-from recovery.manifest import SpoutMessages, TransactionManifest
+from recovery.faults import KillPoint, fault_listener
+from recovery.gate import FailureGate
 from statefulbolts.clock import Clock
 from statefulbolts.collectors import SpoutOutputCollector
 from statefulbolts.context import TopologyContext
 from statefulbolts.errors import TopologyError
 from statefulbolts.keygroups import component_key_groups
-from statefulbolts.namespaces import topology_prefix
-from statefulbolts.runtime._checkpoint_jobs import CheckpointJobs
-from statefulbolts.runtime._deadletters import CheckpointDeadLetters
-from statefulbolts.runtime._engine import Engine
-from statefulbolts.runtime._failures import FailureGate
-from statefulbolts.runtime._ledger import RootLedger
-from statefulbolts.runtime._plan import Router
-from statefulbolts.runtime._records import JobResult, TupleBatch
-from statefulbolts.runtime._runner import Progress, TopologyRunner, merged_state
-from statefulbolts.runtime._spouts import SpoutTask, SpoutTasks
-from statefulbolts.runtime._stats import TransactionInfo, worker_traceback
-from statefulbolts.runtime._task_errors import describe_job_failure
+from statefulbolts.listeners import FaultListener
+from statefulbolts.namespaces import TaskNamespace, topology_prefix
+from statefulbolts.runtime import (
+    JobResult,
+    Progress,
+    Router,
+    TopologyRunner,
+    TransactionInfo,
+    TupleBatch,
+    describe_job_failure,
+    merged_state,
+    open_engine,
+    worker_traceback,
+)
 from statefulbolts.topology import CHECKPOINT_COMPONENT_ID, StormTopology
 from statefulbolts.tuples import DEFAULT_STREAM
 
@@ -98,7 +106,11 @@ class _CheckpointCollector(SpoutOutputCollector):
 
 
 class CheckpointRunner(TopologyRunner):
-    """Runs one topology of Storm's checkpointing protocol on a SparkContext."""
+    """Runs one topology of Storm's checkpointing protocol on an engine.
+
+    ``engine``: "spark" (the default) runs its jobs on the SparkSession ``spark``; "inline"
+    runs them in this process (``spark`` unused, may be ``None``).
+    """
 
     kind = "checkpoint"
 
@@ -111,9 +123,12 @@ class CheckpointRunner(TopologyRunner):
         *,
         clock: Clock | None = None,
         on_transaction: Callable[[TransactionInfo], None] | None = None,
-        faults: Any = None,
+        faults: FaultListener | None = None,
+        engine: str = "spark",
     ) -> None:
         super().__init__(name, conf, clock=clock, on_transaction=on_transaction, faults=faults)
+        if faults is None:
+            self.faults = fault_listener(self.conf)
         if not isinstance(topology, StormTopology):
             msg = f"expected a StormTopology from create_topology(), got {type(topology).__name__}"
             raise TopologyError(msg)
@@ -127,7 +142,8 @@ class CheckpointRunner(TopologyRunner):
         self.wanted = wanted_shapes(topology.components, stateful, key_groups, self.conf)
         self.evolution: EvolutionReport | None = None
         # Spouts run here, in the driver (``_spouts``): tasks get the topology without them.
-        self.engine = Engine(
+        self.engine = open_engine(
+            engine,
             spark,
             topology,
             name,
@@ -404,18 +420,16 @@ class CheckpointRunner(TopologyRunner):
             self._failures.failed(what, txid, cause, outage=outage, fatal=fatal)
             return
         if action.decides_commit:
-            if faults is not None:
-                faults.on_driver(KillPoint.AFTER_PREPARE, txid)
+            faults.on_driver(KillPoint.AFTER_PREPARE, txid)
             self._save_manifest(txid)
         what = f"saving checkpoint state after {action.value}({txid})"
         self._failures.with_backend(what, lambda: cp.ack(txid))
-        if action.decides_commit and faults is not None:
+        if action.decides_commit:
             faults.on_driver(KillPoint.AFTER_COMMITTING_SAVED, txid)
         if action.makes_durable:
             self._failures.succeeded()
             self.deadletters.committed()
-            if faults is not None:
-                faults.on_driver(KillPoint.AFTER_COMMITTED, txid)
+            faults.on_driver(KillPoint.AFTER_COMMITTED, txid)
             self.ledger.committed(txid)
             if self._manifest is not None:
                 self.spouts.ack_recovered(self._manifest.committed(txid))
@@ -454,7 +468,7 @@ class CheckpointRunner(TopologyRunner):
 
     # ----------------------------------------------------------------- the transaction manifest
     def _save_manifest(self, txid: int) -> None:
-        """Before COMMITTING(t) is saved: the message ids t carried (``recovery.manifest``)."""
+        """Before COMMITTING(t) is saved: the message ids t carried (``checkpoint._manifest``)."""
         cp = self.cp
         # A driver-owned provider's data dies with the driver, so no restart could read it: the
         # manifest would cost encoding every message id of the transaction for nothing.
@@ -495,7 +509,10 @@ class CheckpointRunner(TopologyRunner):
             msg = f"component {component_id!r} is not a stateful bolt"
             raise TopologyError(msg)
         with self._lock:
-            namespaces = [f"{self.name}/{component_id}-{t}" for t in range(spec.parallelism)]
+            prefix = topology_prefix(self.name)
+            namespaces = [
+                str(TaskNamespace(prefix, component_id, t)) for t in range(spec.parallelism)
+            ]
             return merged_state(self.conf, namespaces)
 
     def _failure_gate(self) -> FailureGate:

@@ -31,11 +31,13 @@ import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
-from typing import Any, NamedTuple
+from typing import Any
 
+from checkpoint._ledger import RootLedger
+from checkpoint._spouts import SpoutTask, SpoutTasks
 from providers import StateBackendError
 from recovery.faults import KillPoint
-from statefulbolts._config import TopologyConfig
+from recovery.gate import FailureGate
 from statefulbolts.clock import Clock
 from statefulbolts.deadletter import (
     DEAD,
@@ -45,19 +47,24 @@ from statefulbolts.deadletter import (
     FailedTuple,
     PoisonTracker,
     SpoutOrigin,
+    Verdict,
+    poison_limit_error,
     spout_record_id,
+    summary,
     why_not_poison,
 )
 from statefulbolts.errors import TopologyError, TopologyFailedError
-from statefulbolts.runtime._failures import FailureGate
-from statefulbolts.runtime._ledger import RootLedger
-from statefulbolts.runtime._plan import ExecutionPlan
-from statefulbolts.runtime._records import TupleBatch
-from statefulbolts.runtime._spouts import SpoutTask, SpoutTasks
-from statefulbolts.runtime._stats import Stats
-from statefulbolts.runtime._task_errors import TaskError, shown_values
+from statefulbolts.listeners import NO_FAULTS, FaultListener
+from statefulbolts.runtime import (
+    ExecutionPlan,
+    Stats,
+    TaskError,
+    TopologyConfig,
+    TupleBatch,
+    shown_values,
+)
 
-__all__ = ["REPLAY_SOURCE", "CheckpointDeadLetters", "Verdict", "summary"]
+__all__ = ["REPLAY_SOURCE", "CheckpointDeadLetters"]
 
 log = logging.getLogger(__name__)
 
@@ -66,38 +73,6 @@ REPLAY_SOURCE = "$deadletter"
 _LAST = 5
 # A replayed spout tuple's values are stored whole, up to this many msgpack bytes.
 _SPOUT_VALUES_CAP = 1 << 20
-
-
-class Verdict(NamedTuple):
-    """What ``isolate`` did: the tuple was dead-lettered, or why it could not be (if it tried)."""
-
-    isolated: bool
-    why_not: str | None = None
-
-
-def summary(record: DeadLetter) -> dict[str, Any]:
-    """A record as dashboards show it: id, where, what, when."""
-    return {
-        "id": record.id,
-        "component": record.component,
-        "task": record.task,
-        "values": record.failed.text,
-        "origin": record.origin.describe(),
-        "error": f"{record.type_name}: {record.message}",
-        "attempts": record.attempts,
-        "state": record.state,
-        "last_seen": record.last_seen,
-    }
-
-
-def poison_limit_error(name: str, held: int, limit: int, where: str, cause: str) -> str:
-    """The message of a topology stopped by ``topology.deadletter.max``."""
-    return (
-        f"topology {name!r} stopped: {where} failed on one more tuple ({cause}), and the "
-        f"dead-letter store already holds {held} records (topology.deadletter.max = {limit}). "
-        "A component that fails on this many tuples has a bug, not poison input: fix it, "
-        "restart, then replay the records (statefulbolts deadletter replay --all)"
-    )
 
 
 class _ReplaySpout:
@@ -169,7 +144,7 @@ class CheckpointDeadLetters:
         stats: Stats,
         failures: FailureGate,
         clock: Clock,
-        faults: Any = None,
+        faults: FaultListener = NO_FAULTS,
         now: Callable[[], float] = time.time,
     ) -> None:
         self._name, self._tc, self._plan = name, tc, plan
@@ -422,8 +397,7 @@ class CheckpointDeadLetters:
         self.tracker.committed()
 
     def _kill(self, point: KillPoint, txid: int) -> None:
-        if self._faults is not None:
-            self._faults.on_driver(point, txid)
+        self._faults.on_driver(point, txid)
 
     # ----------------------------------------------------------------- reading
     def status(self) -> dict[str, Any]:

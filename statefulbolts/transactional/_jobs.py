@@ -29,11 +29,17 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from providers import StateProvider
-from recovery.faults import FaultPlan
-from statefulbolts.runtime._engine import JobSpec
-from statefulbolts.runtime._images import ImageShipper, ShippedImage
-from statefulbolts.runtime._plan import ExecutionPlan, JobLayout
-from statefulbolts.runtime._records import TupleBatch
+from statefulbolts.errors import ConfigError
+from statefulbolts.listeners import NO_FAULTS, FaultListener
+from statefulbolts.namespaces import TRANSACTIONAL_ROOT
+from statefulbolts.runtime import (
+    ExecutionPlan,
+    ImageShipper,
+    JobLayout,
+    JobSpec,
+    ShippedImage,
+    TupleBatch,
+)
 from statefulbolts.transactional._attempt import TransactionAttempt
 from statefulbolts.transactional._task import BatchTaskProgram, EmitOrder, StateMaps
 from statefulbolts.transactional._topology import TransactionalTopology
@@ -51,7 +57,7 @@ class TransactionalJobs:
         plan: ExecutionPlan,
         conf: Mapping[str, Any],
         provider: StateProvider,
-        faults: Any = None,
+        faults: FaultListener = NO_FAULTS,
         images: ImageShipper | None = None,
         commit_location: str = "auto",
         lineage: bool = True,
@@ -62,7 +68,7 @@ class TransactionalJobs:
         self._faults = faults
         self._lineage = lineage  # batch bolts pass lineages on (poison tuples are isolated)
         self.tid = topology.transactional_id
-        self.root = f"$transactional/{self.tid}"
+        self.root = f"{TRANSACTIONAL_ROOT}/{self.tid}"  # the prefix, without its last "/"
         self.spout = plan.index[topology.spout_id]
         commit = {plan.index[c] for c in topology.commit_phase}
         self.commit_components = frozenset(commit)
@@ -75,7 +81,9 @@ class TransactionalJobs:
         self._fused_layout = plan.layout({self.spout} | self.processing_components, chain=True)
         self._processing_layout = plan.layout(self.processing_components, chain=True)
         self._commit_layout = plan.layout(commit)
-        self.commit_here = _commit_here(commit_location, topology, faults)
+        self.commit_here = _commit_here(commit_location, topology)
+        if self.commit_here:
+            _refuse_worker_faults(commit_location, topology, faults)
 
     def emit(self, attempt: TransactionAttempt, order: EmitOrder) -> JobSpec:
         """The emit job of ``attempt``, as ``order`` says."""
@@ -99,7 +107,11 @@ class TransactionalJobs:
         """
         # No lineage in the commit phase: a failure there is never isolated.
         program = BatchTaskProgram(
-            attempt, self.tid, StateMaps(self._conf), committing=True, hooks=self._faults,
+            attempt,
+            self.tid,
+            StateMaps(self._conf),
+            committing=True,
+            hooks=self._faults,
             lineage=False,
         )
         spec = self._spec(attempt, self._commit_layout, program, to_commit, "COMMIT")
@@ -152,16 +164,35 @@ class TransactionalJobs:
         return shipper.ship(found)
 
 
-def _commit_here(where: str, topology: TransactionalTopology, faults: FaultPlan | None) -> bool:
+def _commit_here(where: str, topology: TransactionalTopology) -> bool:
     """Whether the commit phase runs in the driver (``topology.transactional.commit.location``).
 
     "driver" and "executors" say so. "auto": in the driver, whatever the provider (the driver
     keeps the coordinator's state in it, so it reaches it; an in-memory map lives there), as
     a commit phase is short and strictly one batch at a time, where a Spark job's own cost
-    (tens of ms) would be most of it; unless ``topology.faults`` injects a fault into a task
-    of the commit phase: an injected crash is a Python worker's crash, and a raise on a
-    task's first Spark attempt expects Spark's retry.
+    (tens of ms) would be most of it. Injected faults (``topology.faults``) never change it:
+    a run whose faults cannot fire in the driver is refused (``_refuse_worker_faults``).
     """
     if where != "auto":
         return where == "driver"
-    return faults is None or not faults.task_components & topology.commit_phase
+    return True
+
+
+def _refuse_worker_faults(
+    where: str, topology: TransactionalTopology, faults: FaultListener
+) -> None:
+    """Refuse faults in the commit phase that need a Spark worker, when the driver commits.
+
+    Raises:
+        ConfigError: naming the components and the setting that runs the phase on executors.
+    """
+    needing = faults.needing_workers(topology.commit_phase)
+    if needing and where == "auto":
+        msg = (
+            f"topology.faults crashes, or fails on the first attempt only, tasks of "
+            f"{sorted(needing)} in the commit phase, which the driver runs "
+            "(topology.transactional.commit.location 'auto'): such a fault needs a Spark "
+            "worker and Spark's task retry; set topology.transactional.commit.location to "
+            "'executors' for this run"
+        )
+        raise ConfigError(msg)

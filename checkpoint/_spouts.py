@@ -28,13 +28,18 @@ import logging
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from checkpoint._ledger import RootLedger
 from statefulbolts.collectors import SpoutOutputCollector
 from statefulbolts.context import TopologyContext
 from statefulbolts.errors import TopologyError, TopologyFailedError
-from statefulbolts.runtime._ledger import RootLedger
-from statefulbolts.runtime._plan import ExecutionPlan, Router
-from statefulbolts.runtime._records import TupleBatch, id_column
-from statefulbolts.runtime._stats import Stats, format_traceback
+from statefulbolts.runtime import (
+    ExecutionPlan,
+    Router,
+    Stats,
+    TupleBatch,
+    format_traceback,
+    id_column,
+)
 from statefulbolts.topology import StormTopology
 from statefulbolts.tuples import DEFAULT_STREAM
 

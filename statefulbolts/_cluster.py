@@ -1,5 +1,9 @@
 """``LocalCluster`` and ``TopologyHandle``: submitting topologies to a SparkSession.
 
+The one module that wires the protocols to the engine: it picks each topology's runner
+(``checkpoint.runner.CheckpointRunner``, or
+``statefulbolts.transactional.runner.TransactionalRunner``).
+
 A topology whose config sets ``topology.ui.port`` gets its live dashboard and ``/metrics``
 (``statefulbolts.ui``) from the moment it is submitted until its handle is killed (``kill``,
 ``kill_topology`` or the cluster's ``shutdown``); ``handle.ui_url`` says where.
@@ -11,16 +15,14 @@ import logging
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from checkpoint.runner import CheckpointRunner
 from statefulbolts._config import validate_config
 from statefulbolts.clock import Clock
-from statefulbolts.errors import TopologyError
-from statefulbolts.runtime._driver import CheckpointRunner
-from statefulbolts.runtime._runner import TopologyRunner
-from statefulbolts.runtime._spark import build_session
-from statefulbolts.runtime._stats import TransactionInfo
-from statefulbolts.runtime._transactional import TransactionalRunner
+from statefulbolts.errors import ConfigError, TopologyError
+from statefulbolts.runtime import ENGINES, TopologyRunner, TransactionInfo, build_session
 from statefulbolts.topology import StormTopology
-from statefulbolts.transactional._topology import TransactionalTopology
+from statefulbolts.transactional import TransactionalTopology
+from statefulbolts.transactional.runner import TransactionalRunner
 
 log = logging.getLogger(__name__)
 
@@ -111,6 +113,10 @@ class LocalCluster:
     For ``local`` masters every Spark address is bound to 127.0.0.1 and ``local[N]`` becomes
     ``local[N,F]`` so that a failed task is retried as on a cluster.
 
+    ``engine="inline"`` runs every job's tasks in this process instead, with no SparkSession
+    (``master`` and the Spark options are then unused): the same protocols, in milliseconds,
+    for tests; a task that fails is not retried (its transaction is).
+
     Example:
         >>> with LocalCluster("local[2]") as cluster:  # doctest: +SKIP
         ...     handle = cluster.submit_topology("wc", {}, topology)
@@ -125,9 +131,17 @@ class LocalCluster:
         app_name: str = "statefulbolts",
         spark_conf: Mapping[str, Any] | None = None,
         task_max_failures: int = 4,
+        engine: str = "spark",
     ) -> None:
-        self._owns_session = spark is None
-        self.spark = spark or build_session(master, app_name, spark_conf, task_max_failures)
+        if engine not in ENGINES:
+            known = ", ".join(f"{k!r} ({what})" for k, what in ENGINES.items())
+            msg = f"LocalCluster: unknown engine {engine!r}; expected one of {known}"
+            raise ConfigError(msg)
+        self.engine = engine
+        self._owns_session = spark is None and engine == "spark"
+        if self._owns_session:
+            spark = build_session(master, app_name, spark_conf, task_max_failures)
+        self.spark: Any = spark  # None with the inline engine
         self._topologies: dict[str, TopologyHandle] = {}
 
     def submit_topology(
@@ -162,7 +176,7 @@ class LocalCluster:
         """Start the dashboard of ``runner``; it shows the whole run (``Stats`` keep it all)."""
         from statefulbolts.ui import DashboardServer
 
-        spark_ui = self.spark.sparkContext.uiWebUrl
+        spark_ui = self.spark.sparkContext.uiWebUrl if self.spark is not None else None
         server = DashboardServer(runner, topology, host=host, port=port, spark_ui=spark_ui)
         server.start()
         return server
@@ -197,6 +211,7 @@ class LocalCluster:
                 clock=clock,
                 on_transaction=on_transaction,
                 faults=faults,
+                engine=self.engine,
             )
         return CheckpointRunner(
             name,
@@ -206,6 +221,7 @@ class LocalCluster:
             clock=clock,
             on_transaction=on_transaction,
             faults=faults,
+            engine=self.engine,
         )
 
     def kill_topology(self, name: str) -> None:

@@ -1,0 +1,101 @@
+"""Both protocols end to end on the inline engine: no SparkSession, every job in this process.
+
+The protocols' runners take ``engine="inline"`` (``LocalCluster(engine="inline")``): the same
+jobs, task code and state as on Spark, run one after another in the test's process.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+import pytest
+
+from examples.transactional_global_count import DATA, GLOBAL_KEY
+from examples.transactional_global_count import build as build_global_count
+from examples.wordcount import build as build_wordcount
+from examples.wordcount import expected_counts
+from statefulbolts import LocalCluster, TopologyHandle
+from statefulbolts.errors import ConfigError, TopologyError
+from statefulbolts.runtime import InlineEngine, open_engine
+
+FAST = {"topology.state.checkpoint.interval.ms": 1}
+
+
+def _finished(handle: TopologyHandle) -> TopologyHandle:
+    handle.await_idle(60)
+    return handle
+
+
+def test_a_checkpointed_word_count_counts_every_word_exactly_once() -> None:
+    infos: list[Any] = []
+    with LocalCluster(engine="inline") as cluster:
+        handle = cluster.submit_topology(
+            "wc-inline", FAST, build_wordcount(200), on_transaction=infos.append
+        )
+        counts = _finished(handle).read_state("count")
+        metrics = handle.metrics()["components"]
+    assert counts == dict(expected_counts(200))
+    assert metrics["sentences"]["emitted"] == 200
+    assert metrics["split"]["executed"] == 200
+    assert metrics["count"]["executed"] == sum(expected_counts(200).values())
+    assert {info.action for info in infos} >= {"PREPARE", "COMMIT"}
+    assert all(info.ok for info in infos)
+
+
+def test_a_transactional_global_count_commits_each_batch_once() -> None:
+    committed: list[int] = []
+
+    def on_transaction(info: Any) -> None:
+        if info.ok and info.action == "COMMIT" and info.tuples:
+            committed.append(info.tuples)
+
+    conf = {**FAST, "topology.max.spout.pending": 3}
+    with LocalCluster(engine="inline") as cluster:
+        handle = cluster.submit_topology(
+            "count-inline", conf, build_global_count(), on_transaction=on_transaction
+        )
+        state = _finished(handle).read_state("sum")
+    expected = sum(len(rows) for rows in DATA.values())
+    assert state == {GLOBAL_KEY: expected}
+    assert sum(committed) == expected
+
+
+def test_the_inline_engine_needs_no_spark_session() -> None:
+    with LocalCluster(engine="inline") as cluster:
+        assert cluster.spark is None
+        handle = cluster.submit_topology("no-spark", FAST, build_wordcount(5))
+        assert _finished(handle).read_state("count") == dict(expected_counts(5))
+    assert "pyspark.sql" not in sys.modules or not _session_active()
+
+
+def _session_active() -> bool:
+    from pyspark.sql import SparkSession
+
+    return SparkSession.getActiveSession() is not None
+
+
+def test_a_transactional_word_and_bucket_count_matches_a_plain_count() -> None:
+    from examples.transactional_words import DATA as WORDS
+    from examples.transactional_words import build as build_words
+    from examples.transactional_words import expected
+
+    with LocalCluster(engine="inline") as cluster:
+        handle = cluster.submit_topology("words-inline", FAST, build_words())
+        _finished(handle)
+        stored, buckets = handle.read_state("count"), handle.read_state("buckets")
+    counts = {word: value[0] for word, value in stored.items()}  # (count, count before)
+    assert (counts, buckets) == expected(WORDS)
+
+
+def test_open_engine_names_the_engines_it_knows() -> None:
+    assert isinstance(open_engine("inline", None, build_wordcount(1), "wc", {}), InlineEngine)
+    with pytest.raises(ConfigError, match=r"unknown engine 'flink' for topology 'wc'.*'inline'"):
+        open_engine("flink", None, build_wordcount(1), "wc", {})
+    with pytest.raises(TopologyError, match="needs a SparkSession.*engine='inline'"):
+        open_engine("spark", None, build_wordcount(1), "wc", {})
+
+
+def test_a_cluster_refuses_an_unknown_engine_before_anything_starts() -> None:
+    with pytest.raises(ConfigError, match=r"LocalCluster: unknown engine 'lcoal'.*'spark'"):
+        LocalCluster(engine="lcoal")
