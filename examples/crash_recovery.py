@@ -46,12 +46,13 @@ from pathlib import Path
 from typing import Any
 
 from checkpoint import TxPhase
-from examples.corpus import SENTENCES, sentence, words
-from examples.wordcount import SplitSentence, WordCount
 from providers import StateFactory
 from recovery import RecoveryTracker, checkpoint_status, exit_status
 from statefulbolts import Fields, StormTopology, TopologyBuilder
 from statefulbolts.redis_stream import RedisStreamSpout, load_stream, pending_count
+
+from .corpus import SENTENCES, sentence, words
+from .wordcount import SplitSentence, WordCount
 
 POINTS = ["after-prepare", "after-committing-saved", "mid-commit", "after-committed"]
 # Points after the commit decision: the transaction's entries may be delivered a second time.
@@ -106,7 +107,8 @@ def redis_server(workdir: Path) -> Iterator[str]:
 # --------------------------------------------------------------------------- one child driver
 def run_child(conf_path: Path, name: str, log: Path, timeout: float) -> dict[str, Any]:
     """Run the driver once; follow its transactions; return what it did."""
-    cmd = [sys.executable, "-m", "statefulbolts.cli", "run", "examples.crash_recovery:topology"]
+    spec = f"{__package__}.crash_recovery:topology"  # examples or statefulbolts.examples
+    cmd = [sys.executable, "-m", "statefulbolts.cli", "run", spec]
     cmd += ["--conf", str(conf_path), "--name", name, "--json"]
     started = time.monotonic()
     tracker = RecoveryTracker()
@@ -171,7 +173,7 @@ def committed_counts(conf: dict[str, Any], name: str) -> collections.Counter[str
 # --------------------------------------------------------------------------- the demo
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m examples.crash_recovery", description=__doc__.split("\n")[0]
+        prog=f"python -m {__package__}.crash_recovery", description=__doc__.split("\n")[0]
     )
     parser.add_argument("--kills", type=int, default=4, help="driver kills (default 4)")
     parser.add_argument("--seed", type=int, default=7, help="seed of the kill plan (default 7)")

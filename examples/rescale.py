@@ -42,15 +42,16 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from examples.corpus import sentence, words
-from examples.crash_recovery import with_redis
-from examples.wordcount import SplitSentence, WordCount
 from providers import KeyValueState, StateFactory, get_provider
 from recovery.offline import stored_shape
 from statefulbolts import Fields, StormTopology, TopologyBuilder
 from statefulbolts.keygroups import KeyGroups
 from statefulbolts.namespaces import TaskNamespace, topology_prefix
 from statefulbolts.redis_stream import RedisStreamSpout, load_stream, pending_count
+
+from .corpus import sentence, words
+from .crash_recovery import with_redis
+from .wordcount import SplitSentence, WordCount
 
 STEPS = [(2, "count"), (3, "count"), (1, "counter"), (4, "counter")]
 KILLED = 137
@@ -83,7 +84,7 @@ def run_driver(
     """Run one driver; with ``kill_after_commit``, SIGKILL it soon after its first commit."""
     path = workdir / f"conf-{uuid.uuid4().hex[:6]}.json"
     path.write_text(json.dumps(conf), encoding="utf-8")
-    cmd = [sys.executable, "-m", "statefulbolts.cli", "run", "examples.rescale:topology"]
+    cmd = [sys.executable, "-m", "statefulbolts.cli", "run", f"{__package__}.rescale:topology"]
     cmd += ["--conf", str(path), "--name", name, "--json"]
     env = {**os.environ, _PARALLELISM_ENV: str(parallelism), _COUNTER_ENV: counter}
     log = workdir / "drivers.log"
@@ -178,7 +179,7 @@ def check(
 # --------------------------------------------------------------------------- the demo
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m examples.rescale", description=__doc__.split("\n")[0]
+        prog=f"python -m {__package__}.rescale", description=__doc__.split("\n")[0]
     )
     parser.add_argument("--seed", type=int, default=7, help="seed of the kills (default 7)")
     parser.add_argument("--sentences", type=int, default=300, help="new sentences per step")

@@ -66,20 +66,21 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from examples.corpus import sentence, words
-from examples.crash_recovery import with_redis
-from examples.transactional_words import (
-    BUCKET_SIZE,
-    BucketCountUpdater,
-    Bucketize,
-    KeyedCountUpdater,
-)
 from statefulbolts import (
     BaseTransactionalBolt,
     Fields,
     MemoryTransactionalSpout,
     TransactionalTopology,
     TransactionalTopologyBuilder,
+)
+
+from .corpus import sentence, words
+from .crash_recovery import with_redis
+from .transactional_words import (
+    BUCKET_SIZE,
+    BucketCountUpdater,
+    Bucketize,
+    KeyedCountUpdater,
 )
 
 ID_ENV = "TX_CRASH_ID"
@@ -282,7 +283,7 @@ class Run:
 
 def child_command(conf_path: Path, name: str) -> list[str]:
     """The command of one child driver (the same for every restart)."""
-    spec = "examples.transactional_crash:topology"
+    spec = f"{__package__}.transactional_crash:topology"
     cmd = [sys.executable, "-m", "statefulbolts.cli", "run", spec]
     return [*cmd, "--conf", str(conf_path), "--name", name, "--json"]
 
@@ -395,7 +396,7 @@ def plan(rng: random.Random, kills: int) -> list[str]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m examples.transactional_crash", description=__doc__.split("\n")[0]
+        prog=f"python -m {__package__}.transactional_crash", description=__doc__.split("\n")[0]
     )
     parser.add_argument(
         "--kills", type=int, default=len(KINDS), help=f"kills (default {len(KINDS)})"

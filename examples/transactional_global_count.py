@@ -91,7 +91,8 @@ def build(data: dict[int, list[list[Any]]] | None = None) -> TransactionalTopolo
 def main(argv: list[str] | None = None, *, spark: Any = None) -> int:
     """Run the global count, print the count after each batch, check the final one."""
     parser = argparse.ArgumentParser(
-        prog="python -m examples.transactional_global_count", description=__doc__.split("\n")[0]
+        prog=f"python -m {__package__}.transactional_global_count",
+        description=__doc__.split("\n")[0],
     )
     parser.add_argument("--master", default="local[2]", help="Spark master (default local[2])")
     parser.add_argument("--conf", help="JSON or YAML file of topology config keys")

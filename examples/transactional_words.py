@@ -140,7 +140,7 @@ def expected(
 def main(argv: list[str] | None = None, *, spark: Any = None) -> int:
     """Run the topology, print the counts and buckets, check them."""
     parser = argparse.ArgumentParser(
-        prog="python -m examples.transactional_words", description=__doc__.split("\n")[0]
+        prog=f"python -m {__package__}.transactional_words", description=__doc__.split("\n")[0]
     )
     parser.add_argument("--master", default="local[2]", help="Spark master (default local[2])")
     parser.add_argument("--conf", help="JSON or YAML file of topology config keys")

@@ -26,7 +26,6 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-from examples.corpus import sentence, words
 from providers import KeyValueState, StateFactory, get_provider, provider_name
 from recovery import checkpoint_status
 from statefulbolts import (
@@ -40,6 +39,8 @@ from statefulbolts import (
     TopologyBuilder,
 )
 from statefulbolts.namespaces import TaskNamespace, checkpoint_namespace, topology_prefix
+
+from .corpus import sentence, words
 
 
 class SentenceSpout(Spout):
@@ -194,7 +195,7 @@ def committed_counts(conf: Mapping[str, Any], name: str) -> dict[str, int]:
 def main(argv: list[str] | None = None, *, spark: Any = None) -> int:
     """Run the word count and check it (on ``spark``, a SparkSession, when given)."""
     parser = argparse.ArgumentParser(
-        prog="python -m examples.wordcount", description=__doc__.split("\n")[0]
+        prog=f"python -m {__package__}.wordcount", description=__doc__.split("\n")[0]
     )
     parser.add_argument(
         "--sentences", type=int, default=2000, help="sentences to count (default 2000)"

@@ -18,8 +18,10 @@ the same name hides is named, with the installed one, in a warning once per proc
 
 The folders, most specific first (``extlib_dirs``): ``topology.state.extlib.dir`` and
 ``STATEFULBOLTS_EXTLIB`` (each may list several, separated by ``os.pathsep``), ``./extlib`` in
-the working directory, the project's own ``extlib/``, and the folders handed to this process
-with ``add_extlib_dirs`` (a Spark executor's copies of the driver's folders, as zips).
+the working directory, the project's own ``extlib/`` (in a checkout of the repository), the
+bundled one (``providers/extlib/``: the wheel's copy of ``extlib/``, so that a ``pip install``
+finds the SQLite provider by the same name), and the folders handed to this process with
+``add_extlib_dirs`` (a Spark executor's copies of the driver's folders, as zips).
 """
 
 from __future__ import annotations
@@ -52,6 +54,8 @@ log = logging.getLogger(__name__)
 EXTLIB_DIR_KEY = "topology.state.extlib.dir"
 EXTLIB_ENV = "STATEFULBOLTS_EXTLIB"
 _PROJECT_EXTLIB = Path(__file__).resolve().parent.parent / "extlib"
+# Where the wheel puts extlib/ (setup.py); absent in a checkout, where _PROJECT_EXTLIB is it.
+_BUNDLED_EXTLIB = Path(__file__).resolve().parent / "extlib"
 
 # Loading a module from an extlib folder is ours, not the import system's: one at a time.
 _lock = threading.RLock()
@@ -79,7 +83,7 @@ def extlib_dirs(conf: Mapping[str, Any] | None = None) -> list[Path]:
     for raw in ((conf or {}).get(EXTLIB_DIR_KEY), os.environ.get(EXTLIB_ENV)):
         if raw:
             found.extend(Path(p).resolve() for p in str(raw).split(os.pathsep) if p)
-    for candidate in (Path.cwd() / "extlib", _PROJECT_EXTLIB):
+    for candidate in (Path.cwd() / "extlib", _PROJECT_EXTLIB, _BUNDLED_EXTLIB):
         if candidate.is_dir():
             found.append(candidate.resolve())
     with _lock:

@@ -1,5 +1,5 @@
-# Sourced by scripts/*: make .venv with the package and its extras, and check Java.
-# Idempotent: reinstalls only when pyproject.toml or the package list changed.
+# Sourced by scripts/*: check Python and Java, and make a virtualenv on demand (ensure_venv).
+# Idempotent: a venv is reinstalled only when pyproject.toml, setup.py or the package list changed.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
@@ -29,14 +29,25 @@ if ! command -v java >/dev/null 2>&1 || [ "$(java_major)" -lt 17 ] 2>/dev/null; 
     fi
 fi
 
-stamp_of() { cat pyproject.toml */__init__.py 2>/dev/null | sha1sum | cut -c1-12; }
-STAMP=".venv/.installed-$(stamp_of)"
-if [ ! -f "$STAMP" ]; then
-    echo "==> preparing .venv (the package with its redis, test and bench extras)" >&2
-    [ -x .venv/bin/python ] || "$PY" -m venv .venv
-    .venv/bin/python -m pip install -q --upgrade pip >/dev/null
-    .venv/bin/python -m pip install -q -e ".[redis,test,bench]"
-    rm -f .venv/.installed-*
-    touch "$STAMP"
-fi
-export PATH="$ROOT/.venv/bin:$PATH"
+stamp_of() { cat pyproject.toml setup.py */__init__.py 2>/dev/null | sha1sum | cut -c1-12; }
+
+# ensure_venv DIR KIND WHAT...: DIR holds the package (editable) and WHAT (pip requirements,
+# e.g. ".[redis,ui]"), stamped KIND with WHAT. A .venv stamped "full" (scripts/test) serves every
+# kind: scripts/wordcount runs in it as it is, and scripts/test completes a "run" .venv.
+ensure_venv() {
+    local dir="$1" kind="$2"
+    shift 2
+    local stamp="$dir/.installed-$kind-$(stamp_of)"
+    if [ "$(cat "$stamp" 2>/dev/null)" = "$*" ]; then
+        return 0
+    fi
+    if [ "$kind" != full ] && [ -f "$dir/.installed-full-$(stamp_of)" ]; then
+        return 0
+    fi
+    echo "==> preparing $dir: pip install -e $*" >&2
+    [ -x "$dir/bin/python" ] || "$PY" -m venv "$dir"
+    "$dir/bin/python" -m pip install -q --upgrade pip >/dev/null
+    "$dir/bin/python" -m pip install -q -e "$@"
+    rm -f "$dir"/.installed-*
+    printf '%s\n' "$*" >"$stamp"
+}

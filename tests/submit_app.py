@@ -18,14 +18,20 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+from pathlib import Path
 from typing import Any
 
-from executor_probe import executor_views
-from outage_topologies import redis_conf
+# The repository's examples, which an install carries only as statefulbolts.examples.
+_ROOT = str(Path(__file__).resolve().parent.parent)
+if _ROOT not in sys.path:
+    sys.path.append(_ROOT)
 
-from examples.wordcount import SentenceSpout, SplitSentence, WordCount
-from statefulbolts import Fields, StormSubmitter, TopologyBuilder
-from statefulbolts._output import print_event
+from executor_probe import executor_views  # noqa: E402
+from outage_topologies import redis_conf  # noqa: E402
+
+from examples.wordcount import SentenceSpout, SplitSentence, WordCount  # noqa: E402
+from statefulbolts import Fields, StormSubmitter, TopologyBuilder  # noqa: E402
+from statefulbolts._output import print_event  # noqa: E402
 
 
 class AppSplit(SplitSentence):

@@ -38,7 +38,7 @@ def _letter(message_id: Any, word: str, at: float, **more: Any) -> DeadLetter:
     )  # fmt: skip
 
 
-@pytest.fixture(params=["redis", "sqlite"])
+@pytest.fixture(params=[pytest.param("redis", marks=pytest.mark.redis), "sqlite"])
 def conf(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[dict[str, Any]]:
     """A config naming a real store: the test redis-server, or a SQLite file."""
     if request.param == "redis":

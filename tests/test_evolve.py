@@ -47,7 +47,7 @@ WORDS = [f"word{i}" for i in range(300)]
 GROUPS = KeyGroups(128)
 
 
-@pytest.fixture(params=["memory", "sqlite", "redis"])
+@pytest.fixture(params=["memory", "sqlite", pytest.param("redis", marks=pytest.mark.redis)])
 def conf(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[dict[str, Any]]:
     InMemoryKeyValueStateProvider.drop()
     if request.param == "memory":

@@ -240,7 +240,9 @@ def test_a_topology_defined_in_a_script_travels_by_value(user_code: Path, tmp_pa
     script = user_code / "my_topology.py"
     script.write_text(SCRIPT)
     blob_path = tmp_path / "topology.pickle"
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    # The repository's examples, as a user of a checkout reaches them: an install carries
+    # them only as statefulbolts.examples.
+    env = {**{k: v for k, v in os.environ.items() if k != "PYTHONPATH"}, "PYTHONPATH": str(ROOT)}
     made = subprocess.run(
         [sys.executable, str(script), str(blob_path)],
         cwd=user_code,

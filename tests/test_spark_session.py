@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pyspark
+import pytest
 
 from statefulbolts.runtime._spark import (
     DAEMON_KEY,
@@ -148,6 +149,7 @@ for _ in range(3):
 """
 
 
+@pytest.mark.spark
 def test_runs_end_without_worker_tracebacks():
     # PySpark's daemon printed a BrokenPipeError traceback for idle workers at session stop,
     # in about one run of three; three sessions here.

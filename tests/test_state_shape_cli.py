@@ -30,7 +30,7 @@ WORDS = {f"word{i}": i + 1 for i in range(120)}
 GROUPS = KeyGroups(128)
 
 
-@pytest.fixture(params=["sqlite", "redis"])
+@pytest.fixture(params=["sqlite", pytest.param("redis", marks=pytest.mark.redis)])
 def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[dict[str, Any], Path]]:
     if request.param == "sqlite":
         conf: dict[str, Any] = {

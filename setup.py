@@ -1,0 +1,35 @@
+"""The wheel's packages, and the two folders it renames (the rest is in ``pyproject.toml``).
+
+The repository keeps ``examples/`` and ``extlib/`` at its top (``python -m examples.wordcount``,
+a drop-in ``extlib/`` beside the code); a wheel must not put a generic top-level ``examples``
+into site-packages, nor leave out the SQLite provider that the state tour names. So the wheel
+carries them under the framework's packages:
+
+- ``examples/`` as ``statefulbolts.examples`` (``python -m statefulbolts.examples.wordcount``);
+  the examples import each other relatively, so both names work.
+- ``extlib/`` as ``providers/extlib/``, the bundled extlib folder that ``providers._extlib``
+  searches after the user's folders: ``sqlite_state.SqliteKeyValueStateProvider`` resolves
+  after ``pip install``, and an installed module still always wins over it.
+
+Every package and data folder is found (``find_namespace_packages``: a folder of data files
+such as ``ui/static`` is a package to setuptools), so a new one needs no edit here.
+"""
+
+from setuptools import find_namespace_packages, setup
+
+FRAMEWORK = ("statefulbolts", "providers", "checkpoint", "recovery")
+RENAMED = {"examples": "statefulbolts.examples", "extlib": "providers.extlib"}
+
+
+def _found(folder: str) -> list[str]:
+    return find_namespace_packages(include=[folder, f"{folder}.*"], exclude=["*__pycache__*"])
+
+
+def _packages() -> list[str]:
+    found = [name for folder in FRAMEWORK for name in _found(folder)]
+    for folder, package in RENAMED.items():
+        found += [package + name[len(folder) :] for name in _found(folder)]
+    return sorted(found)
+
+
+setup(packages=_packages(), package_dir={package: folder for folder, package in RENAMED.items()})
