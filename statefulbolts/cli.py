@@ -65,7 +65,7 @@ from statefulbolts.errors import (
     TopologyError,
     TopologyFailedError,
 )
-from statefulbolts.runtime._spark import (
+from statefulbolts.runtime import (
     DEFAULT_SPARK_LOG_LEVEL,
     SPARK_LOG_ENV,
     SPARK_LOG_LEVELS,

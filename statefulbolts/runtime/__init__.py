@@ -26,6 +26,9 @@ from statefulbolts.runtime._runner import (
     merged_state,
 )
 from statefulbolts.runtime._spark import (
+    DEFAULT_SPARK_LOG_LEVEL,
+    SPARK_LOG_ENV,
+    SPARK_LOG_LEVELS,
     application_session,
     build_session,
     is_local,
@@ -49,6 +52,9 @@ from statefulbolts.runtime._task_errors import (
 )
 
 __all__ = [
+    "DEFAULT_SPARK_LOG_LEVEL",
+    "SPARK_LOG_ENV",
+    "SPARK_LOG_LEVELS",
     "ENGINES",
     "BackendFigures",
     "Engine",
