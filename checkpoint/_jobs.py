@@ -93,7 +93,6 @@ class CheckpointJobs:
             layout = plan.flat_layout(plan.stateful_tasks())
             inputs, cp_root = self._checkpoint_per_task(txid, action)
             ackers = 0
-        name = action.value if action is not None else "BATCH"
         spec = JobSpec(
             layout,
             CheckpointTaskProgram(action, txid, self._faults),
@@ -102,7 +101,7 @@ class CheckpointJobs:
             f"{tuples} tuples",
             ackers=ackers,
             images=self._images(),
-            action=name,
+            action=action or "BATCH",  # an ``Action`` is the ``str`` the engine takes
         )
         return spec, cp_root
 

@@ -27,13 +27,32 @@ from typing import Any
 from statefulbolts.errors import CheckpointError
 
 
-class Action(enum.Enum):
-    """What a ``$checkpoint`` tuple asks stateful tasks to do."""
+class Action(enum.StrEnum):
+    """What a ``$checkpoint`` tuple asks stateful tasks to do.
+
+    A ``str``: a member equals, formats and serialises as its name, so a job's action
+    (``JobSpec.action``, ``TransactionInfo.action``) can be one and ``info.action == "COMMIT"``
+    holds. Any other name is an error.
+
+    Example:
+        >>> Action("COMMIT") is Action.COMMIT, Action.COMMIT == "COMMIT", f"{Action.PREPARE}"
+        (True, True, 'PREPARE')
+        >>> Action("X")
+        Traceback (most recent call last):
+        ...
+        ValueError: unknown checkpoint action 'X': not one of PREPARE, COMMIT, ROLLBACK, INITSTATE
+    """
 
     PREPARE = "PREPARE"
     COMMIT = "COMMIT"
     ROLLBACK = "ROLLBACK"
     INITSTATE = "INITSTATE"
+
+    @classmethod
+    def _missing_(cls, value: object) -> Action:
+        allowed = ", ".join(a.value for a in cls)
+        msg = f"unknown checkpoint action {value!r}: not one of {allowed}"
+        raise ValueError(msg)
 
     @property
     def carries_data(self) -> bool:

@@ -400,8 +400,9 @@ class CheckpointRunner(TopologyRunner):
         else:
             self.ledger.await_commit(job.txid, complete)
             self._advance(job, ok, errors[-1] if errors else None)
-        name = job.action.value if job.action is not None else None
-        info = TransactionInfo(job.txid, name, len(job.roots), seconds, ok, len(complete), failed)
+        info = TransactionInfo(
+            job.txid, job.action, len(job.roots), seconds, ok, len(complete), failed
+        )
         info.recovery = job.recovering
         if not ok:
             info.error = errors[-1].text if errors else "checkpoint failed"
@@ -447,9 +448,8 @@ class CheckpointRunner(TopologyRunner):
         cp = self.cp
         if cp is not None and job.cp_root is not None:
             self._failures.with_backend("recording a failed checkpoint", lambda: cp.fail(job.txid))
-        action = job.action.value if job.action else None
         failed = len(job.roots) - verdict.isolated
-        info = TransactionInfo(job.txid, action, len(job.roots), seconds, False, 0, failed)
+        info = TransactionInfo(job.txid, job.action, len(job.roots), seconds, False, 0, failed)
         info.error, info.recovery = cause, job.recovering
         if verdict.isolated:
             info.error = f"{cause}; its spout tuple was dead-lettered"

@@ -34,6 +34,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from checkpoint import Action
 from recovery.retry import RetryPolicy
 
 __all__ = [
@@ -49,7 +50,8 @@ log = logging.getLogger(__name__)
 
 BAD_INPUT_EXIT_CODE = 2
 TIMEOUT_EXIT_CODE = 3
-_RECOVERY_ACTIONS = ("ROLLBACK", "COMMIT", "INITSTATE")
+# What the checkpoint spout runs on start; an event's action is its name (a str equals it).
+_RECOVERY_ACTIONS = frozenset({Action.ROLLBACK, Action.COMMIT, Action.INITSTATE})
 
 
 def exit_status(returncode: int) -> int:
@@ -118,7 +120,7 @@ class RecoveryTracker:
         action = event.get("action") or "BATCH"
         ok = bool(event.get("ok"))
         if self.recovered:
-            if ok and action == "COMMIT":
+            if ok and action == Action.COMMIT:
                 self.progressed = True
             return False
         if action not in _RECOVERY_ACTIONS:
@@ -126,7 +128,7 @@ class RecoveryTracker:
             return False
         self.actions.append(f"{action}({event.get('txid')})" + ("" if ok else " failed"))
         self.seconds += float(event.get("seconds") or 0.0)
-        if ok and action == "INITSTATE":
+        if ok and action == Action.INITSTATE:
             self.recovered = True
             return True
         return False

@@ -57,6 +57,10 @@ class JobSpec:
     (default: the topology name). ``action`` names the protocol step (``PREPARE``, ``COMMIT``,
     ...) and ``attempt`` the batch attempt, if any, for Spark's UI; ``description`` is free
     text shown after them (``120 tuples``).
+
+    ``action`` is typed ``str`` because the engine imports no protocol: each protocol passes a
+    member of its own ``StrEnum`` (``checkpoint.Action``, ``statefulbolts.transactional``'s
+    ``BatchAction``), which is a ``str`` that formats as its value; the engine only shows it.
     """
 
     layout: JobLayout

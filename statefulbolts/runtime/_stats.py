@@ -92,7 +92,13 @@ _TASK_ERROR_MARK = " [statefulbolts-task-error "
 
 @dataclass
 class TransactionInfo:
-    """What one Spark job did; handed to ``on_transaction`` callbacks and kept in metrics."""
+    """What one Spark job did; handed to ``on_transaction`` callbacks and kept in metrics.
+
+    ``action`` is the job's ``JobSpec.action`` as its protocol gave it: a member of the
+    protocol's ``StrEnum`` (``checkpoint.Action``, ``statefulbolts.transactional``'s
+    ``BatchAction``), so ``info.action == "COMMIT"`` holds; ``None`` for a batch of a topology
+    without stateful bolts (shown as ``BATCH``). ``as_dict`` gives it as a plain ``str``.
+    """
 
     txid: int
     action: str | None
@@ -110,8 +116,11 @@ class TransactionInfo:
     at: float = 0.0
 
     def as_dict(self) -> dict[str, Any]:
-        """A JSON-friendly dict."""
-        return dict(self.__dict__)
+        """A JSON-friendly dict (the action a plain ``str``, not the protocol's enum)."""
+        found = dict(self.__dict__)
+        if self.action is not None:
+            found["action"] = str(self.action)
+        return found
 
 
 @dataclass(frozen=True)

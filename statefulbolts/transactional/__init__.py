@@ -53,6 +53,7 @@ from statefulbolts.transactional._memory import (
     MemoryTransactionalSpout,
     OpaqueMemoryTransactionalSpout,
 )
+from statefulbolts.transactional._phase import BatchAction
 from statefulbolts.transactional._spouts import (
     OpaquePartitionedTransactionalSpout,
     PartitionedTransactionalSpout,
@@ -77,6 +78,7 @@ from statefulbolts.transactional._values import OpaqueValue, TransactionalValue,
 __all__ = [
     "BackingMap",
     "BaseTransactionalBolt",
+    "BatchAction",
     "BatchBolt",
     "BatchFailed",
     "BatchOutputCollector",

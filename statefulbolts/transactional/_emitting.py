@@ -35,12 +35,18 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from providers import KeyValueState
-from statefulbolts.transactional._task import EmitOrder, EmitResult
+from statefulbolts.transactional._task import (
+    EmitKind,
+    EmitOrder,
+    EmitResult,
+    PartitionEmit,
+    SpoutKind,
+)
 from statefulbolts.transactional._txstate import RotatingTransactionalState, TransactionalStateError
 
 __all__ = ["PLAIN", "OPAQUE", "PARTITIONED", "PARTITION_INDEX", "EmitterMetas"]
 
-PLAIN, PARTITIONED, OPAQUE = "plain", "partitioned", "opaque"
+PLAIN, PARTITIONED, OPAQUE = SpoutKind.PLAIN, SpoutKind.PARTITIONED, SpoutKind.OPAQUE
 PARTITION_INDEX = "partitions"  # the namespace under $transactional/<id>/ counting partitions
 INDEX_KEY = "count"
 
@@ -51,10 +57,7 @@ class EmitterMetas:
     """The metas of every partition of one transactional spout (see the module docstring)."""
 
     def __init__(self, kind: str, transactional_id: str, state_for: StateFor) -> None:
-        if kind not in (PLAIN, PARTITIONED, OPAQUE):
-            msg = f"unknown kind of transactional spout {kind!r}"
-            raise ValueError(msg)
-        self.kind = kind
+        self.kind = SpoutKind(kind)  # a ValueError naming the kinds, for any other
         root = f"$transactional/{transactional_id}"
         self._prefix = f"{root}/partition-"
         self._state_for = state_for
@@ -97,14 +100,14 @@ class EmitterMetas:
             return EmitOrder(self.kind, coordinator_meta, committed, parts)
         return EmitOrder(self.kind, coordinator_meta, committed)
 
-    def _partitioned(self, p: int, txid: int) -> tuple[str, Any]:
+    def _partitioned(self, p: int, txid: int) -> PartitionEmit:
         store = self.store(p)
         if txid in store:
-            return ("replay", store.get(txid))
+            return PartitionEmit(EmitKind.REPLAY, store.get(txid))
         if any(t > txid for t in store.txids()):
             store.override(txid, None)
-            return ("skip", None)
-        return ("new", store.latest_before(txid))
+            return PartitionEmit(EmitKind.SKIP, None)
+        return PartitionEmit(EmitKind.NEW, store.latest_before(txid))
 
     def _opaque_partitions(self, txid: int) -> list[int]:
         # Every partition seen so far; emitters also start any newer ones from None.

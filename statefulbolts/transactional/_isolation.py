@@ -62,7 +62,7 @@ from statefulbolts.transactional._deadletters import (
     place_of,
 )
 from statefulbolts.transactional._emitting import OPAQUE, PLAIN
-from statefulbolts.transactional._task import EmitOrder, EmitResult
+from statefulbolts.transactional._task import EmitOrder, EmitResult, SpoutKind
 
 __all__ = ["TransactionalDeadLetters"]
 
@@ -102,7 +102,7 @@ class TransactionalDeadLetters:
         self.held = 0
         self.last: collections.deque[dict[str, Any]] = collections.deque(maxlen=_LAST)
         self.dead_lettered: collections.Counter[str] = collections.Counter()
-        self._kind = PLAIN
+        self._kind: SpoutKind = PLAIN
         self._changes: BatchChanges | None = None
         self._batches: dict[int, BatchChange] = {}
         self._decided = 0  # txids up to this one may have been emitted: their batch is fixed
@@ -112,7 +112,7 @@ class TransactionalDeadLetters:
         self._next_poll = 0.0
 
     # ----------------------------------------------------------------- opening
-    def open(self, kind: str, currtx: int, started: Iterable[int]) -> None:
+    def open(self, kind: SpoutKind, currtx: int, started: Iterable[int]) -> None:
         """Finish committed txids' replays, learn the batches decided, queue the replays.
 
         A store that cannot be read fails the start at once, as the coordinator's does.

@@ -41,6 +41,7 @@ from statefulbolts.runtime import (
     TupleBatch,
 )
 from statefulbolts.transactional._attempt import TransactionAttempt
+from statefulbolts.transactional._phase import BatchAction
 from statefulbolts.transactional._task import BatchTaskProgram, EmitOrder, StateMaps
 from statefulbolts.transactional._topology import TransactionalTopology
 
@@ -88,17 +89,17 @@ class TransactionalJobs:
     def emit(self, attempt: TransactionAttempt, order: EmitOrder) -> JobSpec:
         """The emit job of ``attempt``, as ``order`` says."""
         program = BatchTaskProgram(attempt, self.tid, emit=order, lineage=self._lineage)
-        return self._spec(attempt, self._emit_layout, program, [], "EMIT")
+        return self._spec(attempt, self._emit_layout, program, [], BatchAction.EMIT)
 
     def emit_and_process(self, attempt: TransactionAttempt, order: EmitOrder) -> JobSpec:
         """One job for both: the emitters of ``attempt`` as its first stage, then its P bolts."""
         program = BatchTaskProgram(attempt, self.tid, emit=order, lineage=self._lineage)
-        return self._spec(attempt, self._fused_layout, program, [], "EMIT+PROCESS")
+        return self._spec(attempt, self._fused_layout, program, [], BatchAction.EMIT_PROCESS)
 
     def processing(self, attempt: TransactionAttempt, emitted: Iterable[TupleBatch]) -> JobSpec:
         """The processing job of ``attempt``, fed with what its emitters sent the P bolts."""
         program = BatchTaskProgram(attempt, self.tid, lineage=self._lineage)
-        return self._spec(attempt, self._processing_layout, program, emitted, "PROCESS")
+        return self._spec(attempt, self._processing_layout, program, emitted, BatchAction.PROCESS)
 
     def commit(self, attempt: TransactionAttempt, to_commit: Iterable[TupleBatch]) -> JobSpec:
         """The commit job of ``attempt``, fed with every tuple sent to the commit phase.
@@ -114,7 +115,7 @@ class TransactionalJobs:
             hooks=self._faults,
             lineage=False,
         )
-        spec = self._spec(attempt, self._commit_layout, program, to_commit, "COMMIT")
+        spec = self._spec(attempt, self._commit_layout, program, to_commit, BatchAction.COMMIT)
         if self._shipper is None or self.commit_here:
             return spec
         return JobSpec(**{**spec.__dict__, "images": self._images()})
@@ -134,7 +135,7 @@ class TransactionalJobs:
         layout: JobLayout,
         program: BatchTaskProgram,
         records: Iterable[TupleBatch],
-        phase: str,
+        action: BatchAction,
     ) -> JobSpec:
         inputs: list[list[Any]] = [[] for _ in layout.stages[0]] if layout.depth else []
         for r in records:
@@ -149,7 +150,7 @@ class TransactionalJobs:
             group=f"{self._name}-{attempt}",
             state_root=self.root,
             lead=(attempt,),
-            action=phase,
+            action=action,
             attempt=attempt.attempt_id,
         )
 

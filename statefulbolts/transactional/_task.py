@@ -27,6 +27,7 @@ emission leaves out the places the driver's ``EmitOrder`` says were dead-lettere
 
 from __future__ import annotations
 
+import enum
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple, Protocol
@@ -48,9 +49,12 @@ from statefulbolts.tuples import DEFAULT_STREAM, Tuple
 __all__ = [
     "BatchFailed",
     "BatchTaskProgram",
+    "EmitKind",
     "EmitOrder",
     "EmitResult",
     "MapSource",
+    "PartitionEmit",
+    "SpoutKind",
     "StateMaps",
     "TransactionalContext",
 ]
@@ -96,19 +100,80 @@ class EmitResult(NamedTuple):
     dropped: dict[int, tuple[str, list[Any]]] = {}  # a new dict per emission (_EmitTask)
 
 
+class SpoutKind(enum.StrEnum):
+    """The kind of a transactional spout, which says how its emissions replay (§4).
+
+    Example:
+        >>> SpoutKind("opaque") is SpoutKind.OPAQUE
+        True
+        >>> SpoutKind("x")
+        Traceback (most recent call last):
+        ...
+        ValueError: unknown kind of transactional spout 'x': not one of plain, partitioned, opaque
+    """
+
+    PLAIN = "plain"
+    PARTITIONED = "partitioned"  # exact replays, from metas stored before processing
+    OPAQUE = "opaque"  # replays may differ; metas stored at commit
+
+    @classmethod
+    def _missing_(cls, value: object) -> SpoutKind:
+        allowed = ", ".join(k.value for k in cls)
+        msg = f"unknown kind of transactional spout {value!r}: not one of {allowed}"
+        raise ValueError(msg)
+
+
+class EmitKind(enum.StrEnum):
+    """What one partition of a partitioned spout emits for an attempt (``PartitionEmit``).
+
+    Example:
+        >>> EmitKind("replay") is EmitKind.REPLAY
+        True
+        >>> EmitKind("again")
+        Traceback (most recent call last):
+        ...
+        ValueError: unknown partition emission 'again': not one of replay, new, skip
+    """
+
+    REPLAY = "replay"  # emit exactly the stored batch again
+    NEW = "new"  # a first emission, from the partition's latest earlier meta
+    SKIP = "skip"  # a later txid was already stored: emit nothing
+
+    @classmethod
+    def _missing_(cls, value: object) -> EmitKind:
+        allowed = ", ".join(k.value for k in cls)
+        msg = f"unknown partition emission {value!r}: not one of {allowed}"
+        raise ValueError(msg)
+
+
+class PartitionEmit(NamedTuple):
+    """One partition's part of an ``EmitOrder`` of a partitioned spout: what, from which meta.
+
+    A ``NamedTuple`` (immutable), so it still equals the ``(kind, meta)`` pair it replaced.
+
+    Example:
+        >>> order = PartitionEmit(EmitKind.NEW, [0, 3])
+        >>> order.kind, order.meta, order == ("new", [0, 3])
+        (<EmitKind.NEW: 'new'>, [0, 3], True)
+    """
+
+    kind: EmitKind
+    meta: Any  # the batch to replay (REPLAY), the meta to start from (NEW), None (SKIP)
+
+
 @dataclass(frozen=True)
 class EmitOrder:
     """What the driver asks every emitter task of one attempt to emit (§4).
 
-    ``kind`` is ``"plain"``, ``"partitioned"`` or ``"opaque"``. For a partitioned spout,
-    ``partitions`` holds per partition ``("replay", meta)`` (emit exactly that batch again),
-    ``("new", last_meta)`` (a first emission, from the partition's latest earlier meta) or
-    ``("skip", None)`` (a later txid was already stored: emit nothing). For an opaque spout it
-    holds per partition the meta to continue from (any partition not there starts from None).
-    Task ``i`` of ``k`` emits the partitions ``p`` with ``p % k == i``.
+    ``kind`` is the spout's ``SpoutKind``. For a partitioned spout, ``partitions`` holds a
+    ``PartitionEmit`` for every partition below the partition count (``coordinator_meta``):
+    replay exactly a stored batch, emit a new one from the partition's latest earlier meta, or
+    skip it. For an opaque spout it holds per partition the meta to continue from (any
+    partition not there starts from None). Task ``i`` of ``k`` emits the partitions ``p``
+    with ``p % k == i``.
     """
 
-    kind: str
+    kind: SpoutKind
     coordinator_meta: Any
     committed_txid: int | None
     partitions: Mapping[int, Any] = field(default_factory=dict)
@@ -394,6 +459,23 @@ def _mine(partitions: int, context: TopologyContext) -> range:
     return range(context.this_task_index, partitions, len(context.this_component_tasks))
 
 
+def _partition_order(order: EmitOrder, partition: int) -> PartitionEmit:
+    """The driver's order for ``partition``; it orders every partition below the count.
+
+    Raises:
+        ValueError: the order has no entry for ``partition`` (never guessed as a new batch).
+    """
+    found = order.partitions.get(partition)
+    if found is None:
+        msg = (
+            f"the emit order of a partitioned spout has no entry for partition {partition} "
+            f"(it orders {sorted(order.partitions)}); the driver orders every partition "
+            f"below the partition count {order.coordinator_meta!r}"
+        )
+        raise ValueError(msg)
+    return PartitionEmit(EmitKind(found[0]), found[1])
+
+
 def _emit(
     emitter: Any,
     order: EmitOrder,
@@ -412,18 +494,18 @@ def _emit(
     def slot(number: int) -> LineageOut:
         return LineageOut(out, number, order.removed, dropped)
 
-    if order.kind == "plain":
+    if order.kind is SpoutKind.PLAIN:
         emitter.emit_batch(attempt, order.coordinator_meta, slot(context.this_task_index))
         if order.committed_txid is not None:
             emitter.cleanup_before(order.committed_txid)
         return EmitResult(metas, 0)
-    if order.kind == "partitioned":
+    if order.kind is SpoutKind.PARTITIONED:
         n = int(order.coordinator_meta or 0)
         for p in _mine(n, context):
-            how, meta = order.partitions.get(p, ("new", None))
-            if how == "replay" and meta is not None:
+            how, meta = _partition_order(order, p)
+            if how is EmitKind.REPLAY and meta is not None:
                 emitter.emit_partition_batch(attempt, slot(p), p, meta)
-            elif how == "new":
+            elif how is EmitKind.NEW:
                 metas[p] = emitter.emit_partition_batch_new(attempt, slot(p), p, meta)
         return EmitResult(metas, n)
     n = int(emitter.num_partitions())

@@ -89,7 +89,7 @@ from statefulbolts.transactional._isolation import TransactionalDeadLetters
 from statefulbolts.transactional._jobs import TransactionalJobs
 from statefulbolts.transactional._maps import read_backing_state
 from statefulbolts.transactional._pacing import Pacing
-from statefulbolts.transactional._phase import BatchPhase
+from statefulbolts.transactional._phase import BatchAction, BatchPhase
 from statefulbolts.transactional._spouts import (
     OpaquePartitionedTransactionalSpout,
     PartitionedTransactionalSpout,
@@ -455,7 +455,8 @@ class TransactionalRunner(TopologyRunner):
         seconds = time.perf_counter() - batch.started
         phases = dict(batch.phases)
         n = batch.tuples
-        self.stats.record(TransactionInfo(batch.txid, "COMMIT", n, seconds, True, n, phases=phases))
+        info = TransactionInfo(batch.txid, BatchAction.COMMIT, n, seconds, True, n, phases=phases)
+        self.stats.record(info)
         self._execute(commands)
 
     def _failed(
@@ -477,7 +478,7 @@ class TransactionalRunner(TopologyRunner):
         assert self._coordinator is not None and self._metas is not None  # noqa: S101
         phase = batch.phase.job.label
         if batch.fused:
-            phase = "EMIT+PROCESS"  # as its job is labelled
+            phase = BatchAction.EMIT_PROCESS  # as its job is labelled
         log.warning("%s(%s) failed (%s): %s", phase, batch.attempt, component or "spark", cause)
         seconds = time.perf_counter() - batch.started
         info = TransactionInfo(
