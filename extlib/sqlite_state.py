@@ -49,7 +49,7 @@ library; copy it and swap SQL for your store's calls.
    the config to get plain msgpack whatever the user configured.
 
 2. **The contract** (the in-memory and Redis providers keep the same one, and
-   ``tests/test_state_contract.py`` checks it; add your provider to that suite):
+   ``tests/providers/test_state_contract.py`` checks it; add your provider to that suite):
 
    - Keep three things per namespace: the *committed* map with its txid, the *prepared delta*
      (writes since the last commit that were prepared, deletions kept as tombstones) with its

@@ -17,7 +17,8 @@ group's pending entries list (PEL) under this task's consumer name, so:
    COMMITTING state, and the restarted driver, once the commit is complete, acks exactly those
    (``ack`` XACKs an id even if this run never read it) before this spout reads its pending
    entries; a crash before the commit decision rolls the state back and the entries are counted
-   once when re-delivered. Counts stay exact at every kill point (``tests/test_recovery_driver``).
+   once when re-delivered. Counts stay exact at every kill point
+   (``tests/recovery/test_recovery_driver``).
 
 Reads never block: ``XREADGROUP`` without ``BLOCK``, ``COUNT batch``; after an empty read the spout
 waits ``poll_interval_ms`` before asking Redis again, so an idle topology does not hammer Redis.

@@ -1,4 +1,4 @@
-"""The driver of ``tests/test_cluster.py``: the Redis word count on a Spark standalone master.
+"""The driver of ``tests/cli/test_cluster.py``: the Redis word count on a Spark standalone master.
 
 It runs in its own process because the test session already has a ``local[2]`` SparkSession and
 a process can hold only one. It prints one JSON object per line on stdout, each with ``event``

@@ -1,11 +1,11 @@
 """What a cluster's executors see, and how Spark labelled a driver's jobs: for the cluster tests.
 
-Used by the drivers of ``tests/test_cluster_submit.py`` (``cluster_driver.py``, ``submit_app.py``)
-inside their Spark application. ``executor_views`` runs a small job whose tasks report their
-Python (``sys.executable``), where ``statefulbolts`` imports from (or the error importing it),
-their working directory and ``PYTHONPATH``. This module is pickled by value (registered with
-cloudpickle), so executors need no file of this checkout to run it. ``spark_jobs`` reads every
-job's description, group and status from the driver's own REST API (``/api/v1``).
+Used by the drivers of ``tests/cli/test_cluster_submit.py`` (``cluster_driver.py``,
+``submit_app.py``) inside their Spark application. ``executor_views`` runs a small job whose tasks
+report their Python (``sys.executable``), where ``statefulbolts`` imports from (or the error
+importing it), their working directory and ``PYTHONPATH``. This module is pickled by value
+(registered with cloudpickle), so executors need no file of this checkout to run it. ``spark_jobs``
+reads every job's description, group and status from the driver's own REST API (``/api/v1``).
 """
 
 from __future__ import annotations

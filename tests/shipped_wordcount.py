@@ -1,6 +1,6 @@
 """A user's own word count module, as a user writes it next to their job: for the cluster tests.
 
-``tests/test_cluster_submit.py`` copies this file into a temporary folder under another name
+``tests/cli/test_cluster_submit.py`` copies this file into a temporary folder under another name
 (``my_wordcount.py``) and runs ``statefulbolts run my_wordcount:topology`` there under
 ``spark-submit``: the executors cannot import it, so it must be shipped; it imports
 ``examples.corpus``, which must be shipped too. Its classes are its own (not the example's).

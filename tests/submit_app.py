@@ -1,6 +1,6 @@
 """A ``spark-submit`` application: the Redis word count through ``StormSubmitter``.
 
-For ``tests/test_cluster_submit.py``::
+For ``tests/cli/test_cluster_submit.py``::
 
     spark-submit --master spark://127.0.0.1:7077 [--conf ...] tests/submit_app.py \
         --redis-port 6379 --sentences 1000 --name wc-submit

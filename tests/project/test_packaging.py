@@ -29,7 +29,7 @@ from examples.wordcount import expected_counts
 
 pytestmark = [pytest.mark.slow, pytest.mark.spark]
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 FRAMEWORK = ("statefulbolts", "providers", "checkpoint", "recovery")
 # Not part of a build: left out of the copy the wheel is built from.
 _NOT_BUILT = {".git", "tests", "docs", "bench", "build", "dist", "site"}

@@ -11,12 +11,12 @@ import subprocess
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 NO_SERVERS = ROOT / "tests" / "no_servers"
 
 
 def test_the_fast_selection_leaves_out_fixture_users_and_redis_parameters() -> None:
-    files = ["tests/test_spark_session.py", "tests/test_deadletter_cli.py"]
+    files = ["tests/engine/test_spark_session.py", "tests/deadletter/test_deadletter_cli.py"]
     result = subprocess.run(
         [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "--collect-only", "-q"]
         + ["-m", "not spark and not redis and not slow", *files],

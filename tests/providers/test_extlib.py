@@ -36,7 +36,7 @@ from providers import (
 )
 from statefulbolts.runtime._shipping import build_zip, folder_source
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 EXTLIB_KEY = "topology.state.extlib.dir"
 TX_STATE_KEY = "__state"
 

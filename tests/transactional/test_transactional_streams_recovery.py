@@ -44,7 +44,7 @@ from statefulbolts.transactional._redis_streams import close_connections
 
 pytestmark = [pytest.mark.spark, pytest.mark.redis]
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 SEED = int(os.environ.get("STATEFULBOLTS_TX_SEED", "0"))
 STREAMS = ("txc:0", "txc:1", "txc:2")
 PER_STREAM = 36

@@ -26,7 +26,7 @@ from providers import (
     load_module,
 )
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 EXTLIB = ROOT / "extlib"
 PROVIDER = "sqlite_state.SqliteKeyValueStateProvider"
 

@@ -35,7 +35,7 @@ from statefulbolts._load import EXAMPLE_SPEC, load_topology
 from statefulbolts.errors import ConfigError, TopologyError
 from statefulbolts.topology import StormTopology
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 # What pip writes for ``[project.scripts] statefulbolts = "statefulbolts.cli:main"``.
 CONSOLE_SCRIPT = """\

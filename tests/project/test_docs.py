@@ -35,7 +35,7 @@ from types import ModuleType
 import pytest
 import yaml
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
 SHELL = {"bash", "sh", "shell", "console"}
 KNOWN = SHELL | {"python", "pycon", "json", "yaml", "text"}

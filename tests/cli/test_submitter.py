@@ -2,7 +2,7 @@
 
 Under ``spark-submit`` these find the application's session; in this test session the shared
 ``local[2]`` session is that session (the active one), so the waiting, killing and signal
-handling are tested here, and ``tests/test_cluster_submit.py`` runs them under a real
+handling are tested here, and ``tests/cli/test_cluster_submit.py`` runs them under a real
 ``spark-submit``. ``PYSPARK_GATEWAY_PORT`` set by hand makes this process look launched by
 ``spark-submit`` where only that decision is tested.
 """
@@ -36,7 +36,7 @@ from statefulbolts.runtime._spark import (
 )
 from statefulbolts.submitter import check_supervise, cluster_for_run
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 # Endless input in small transactions.
 ENDLESS = {"topology.max.spout.pending": 200, "topology.state.checkpoint.interval.ms": 100}
 # The kill tests stop the topology this long after its first commit: varied by

@@ -34,7 +34,7 @@ from statefulbolts.redis_stream import load_stream, pending_count
 
 pytestmark = [pytest.mark.spark, pytest.mark.redis]
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 TOPOLOGY = "tests.recovery_topologies:wordcount"
 SENTENCES = 240
 MAX_PENDING = 40  # sentences per transaction, at most

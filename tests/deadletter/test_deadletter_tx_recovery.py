@@ -42,7 +42,7 @@ from statefulbolts.transactional._deadletters import lineage
 
 pytestmark = [pytest.mark.spark, pytest.mark.redis]
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 SEED = int(os.environ.get("STATEFULBOLTS_DL_SEED", "3"))
 RUN_TIMEOUT = 180
 KILLED = 137

@@ -34,7 +34,7 @@ from statefulbolts.errors import (
 )
 from statefulbolts.redis_stream import load_stream, pending_count
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 # --------------------------------------------------------------------------- exit statuses

@@ -31,7 +31,7 @@ from statefulbolts.redis_stream import load_stream, pending_count
 
 pytestmark = [pytest.mark.spark, pytest.mark.redis]
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 TOPOLOGY = "tests.rescale_topologies:wordcount"
 SEED = int(os.environ.get("STATEFULBOLTS_TEST_SEED", "11"))
 SENTENCES = 160

@@ -28,7 +28,7 @@ from statefulbolts.runtime._spark import (
     with_task_retries,
 )
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_local_jvm_runs_c1_only_unless_the_user_chose_options():

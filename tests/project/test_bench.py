@@ -17,7 +17,7 @@ import pytest
 
 pytestmark = pytest.mark.spark
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_wordcount_bench_reports_exact_runs_and_their_ratios() -> None:

@@ -38,7 +38,7 @@ from statefulbolts.state import read_state
 
 pytestmark = [pytest.mark.spark, pytest.mark.redis]
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 RUN_TIMEOUT = 180
 KILLED = 137
 

@@ -42,7 +42,7 @@ from statefulbolts.redis_stream import load_stream, pending_count
 
 pytestmark = [pytest.mark.spark, pytest.mark.redis]
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 TOPOLOGY = "tests.deadletter_topologies:redis_wordcount"
 SEED = int(os.environ.get("STATEFULBOLTS_DL_SEED", "3"))
 SENTENCES = 120

@@ -16,7 +16,8 @@ and the fix:
 These two meet the driver's first write, the checkpoint spout's initial save while the topology
 starts: ``submit_topology`` raises the refusal itself.
 
-The other side, a server killed and restarted, is still waited out: ``tests/test_redis_outage``.
+The other side, a server killed and restarted, is still waited out:
+``tests/providers/test_redis_outage``.
 """
 
 from __future__ import annotations

@@ -36,7 +36,7 @@ from statefulbolts.runtime._shipping import (
 )
 
 FRAMEWORK = list(FRAMEWORK_PACKAGES)
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 BOLTS = """
 from statefulbolts import BasicBolt, Fields
