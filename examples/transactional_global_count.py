@@ -79,10 +79,12 @@ class UpdateGlobalCount(BaseTransactionalBolt, Committer):
         declarer.declare(Fields("id", "sum"))
 
 
-def build(data: dict[int, list[list[Any]]] | None = None) -> TransactionalTopology:
-    """The global count over ``data`` (storm-starter's by default)."""
+def build(
+    data: dict[int, list[list[Any]]] | None = None, transactional_id: str = "global-count"
+) -> TransactionalTopology:
+    """The global count over ``data`` (storm-starter's by default), under ``transactional_id``."""
     spout = MemoryTransactionalSpout(DATA if data is None else data, ["word"], 3)
-    builder = TransactionalTopologyBuilder("global-count", "spout", spout, 3)
+    builder = TransactionalTopologyBuilder(transactional_id, "spout", spout, 3)
     builder.set_bolt("partial", BatchCount(), 5).none_grouping("spout")
     builder.set_bolt("sum", UpdateGlobalCount()).global_grouping("partial")
     return builder.build_topology()

@@ -53,7 +53,12 @@ def test_a_transactional_global_count_commits_each_batch_once() -> None:
     conf = {**FAST, "topology.max.spout.pending": 3}
     with LocalCluster(engine="inline") as cluster:
         handle = cluster.submit_topology(
-            "count-inline", conf, build_global_count(), on_transaction=on_transaction
+            "count-inline",
+            conf,
+            # An id of its own: the in-memory store outlives the test, and the example's
+            # own test (on Spark, same process) expects "global-count" to start from nothing.
+            build_global_count(transactional_id="global-count-inline"),
+            on_transaction=on_transaction,
         )
         state = _finished(handle).read_state("sum")
     expected = sum(len(rows) for rows in DATA.values())
