@@ -225,6 +225,9 @@ class DashboardServer:
         warning = exposure_warning(self._runner.name, self._host, host, port)
         if warning is not None:
             log.warning("%s", warning)
+        # The base sample, taken before the URL is handed out: a run that ends before the
+        # sampler's first step still has rates (from here), not 0/s against its own end.
+        self.live.sample()
         self._sampler = threading.Thread(
             target=self._sample, name=f"sb-ui-rates-{self._runner.name}", daemon=True
         )
