@@ -184,8 +184,11 @@ def test_soak_bench_counts_exactly_and_samples_rss_into_a_plot(tmp_path: Path) -
         "--sample-secs", "1", "--out", str(tmp_path),
     )  # fmt: skip
     assert report["exact"] is True and report["mismatched"] == []
-    assert report["emitted"] == report["acked"] == 9000
-    assert report["words_counted"] == report["words_expected"] == 90000
+    # The paced spout stops at the deadline: on a busy machine it may emit fewer than the
+    # 0.3 min x 500/s it plans, and every one it emitted must be acked and counted.
+    assert 0 < report["emitted"] == report["acked"] <= 9000
+    words = report["emitted"] * report["words_per_tuple"]
+    assert report["words_counted"] == report["words_expected"] == words
     assert report["growth"]
     assert {p.name for p in tmp_path.iterdir()} >= {"soak.csv", "soak.json", "soak.png"}
     assert (tmp_path / "soak.png").stat().st_size > 10_000
