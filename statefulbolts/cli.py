@@ -8,8 +8,8 @@
     statefulbolts checkpoint list --conf FILE [--json]
     statefulbolts transactional status --conf FILE --id TRANSACTIONAL_ID [--json]
     statefulbolts transactional list --conf FILE [--json]
-    statefulbolts state dump|get|export|import|verify ...   (see statefulbolts.state._cli)
-    statefulbolts deadletter list|show|replay|purge ...     (see statefulbolts.deadletter._cli)
+    statefulbolts state dump|get|export|import|verify ...   (see statefulbolts.state.cli)
+    statefulbolts deadletter list|show|replay|purge ...     (see statefulbolts.deadletter.cli)
 
 ``ATTR`` is a ``StormTopology`` or a ``TransactionalTopology`` (or their builder), or a function
 called with no arguments that returns one (``examples.wordcount:topology``). ``MODULE`` is
@@ -57,7 +57,7 @@ from recovery.supervisor import BAD_INPUT_EXIT_CODE, TIMEOUT_EXIT_CODE
 from statefulbolts._config import Config, load_config_file, validate_config
 from statefulbolts._load import EXAMPLE_SPEC, load_topology
 from statefulbolts._output import print_event, print_line
-from statefulbolts.deadletter._cli import add_deadletter_commands
+from statefulbolts.deadletter.cli import add_deadletter_commands
 from statefulbolts.errors import (
     ConfigError,
     StateBackendError,
@@ -70,7 +70,7 @@ from statefulbolts.runtime import (
     SPARK_LOG_ENV,
     SPARK_LOG_LEVELS,
 )
-from statefulbolts.state._cli import add_state_commands
+from statefulbolts.state.cli import add_state_commands
 from statefulbolts.topology import StormTopology
 
 FAILED_EXIT_CODE = 1
