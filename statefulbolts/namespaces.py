@@ -41,6 +41,7 @@ __all__ = [
     "TaskNamespace",
     "checkpoint_namespace",
     "coordinator_namespace",
+    "partition_index_namespace",
     "partition_namespace",
     "partition_of",
     "record_namespace",
@@ -104,6 +105,11 @@ def coordinator_namespace(prefix: str) -> str:
 def partition_namespace(prefix: str, partition: int) -> str:
     """``$transactional/I/partition-<p>``: partition ``p``'s metas, by txid."""
     return f"{prefix}{_PARTITION}{partition}"
+
+
+def partition_index_namespace(prefix: str) -> str:
+    """``$transactional/I/partitions``: how many partitions an opaque spout has stored metas of."""
+    return f"{prefix}{PARTITION_INDEX}"
 
 
 def partition_of(prefix: str, namespace: str) -> int | None:

@@ -35,6 +35,12 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from providers import KeyValueState
+from statefulbolts.namespaces import (
+    PARTITION_INDEX,
+    partition_index_namespace,
+    partition_namespace,
+    transactional_prefix,
+)
 from statefulbolts.transactional._task import (
     EmitKind,
     EmitOrder,
@@ -47,7 +53,6 @@ from statefulbolts.transactional._txstate import RotatingTransactionalState, Tra
 __all__ = ["PLAIN", "OPAQUE", "PARTITIONED", "PARTITION_INDEX", "EmitterMetas"]
 
 PLAIN, PARTITIONED, OPAQUE = SpoutKind.PLAIN, SpoutKind.PARTITIONED, SpoutKind.OPAQUE
-PARTITION_INDEX = "partitions"  # the namespace under $transactional/<id>/ counting partitions
 INDEX_KEY = "count"
 
 StateFor = Callable[[str], KeyValueState]
@@ -58,8 +63,7 @@ class EmitterMetas:
 
     def __init__(self, kind: str, transactional_id: str, state_for: StateFor) -> None:
         self.kind = SpoutKind(kind)  # a ValueError naming the kinds, for any other
-        root = f"$transactional/{transactional_id}"
-        self._prefix = f"{root}/partition-"
+        self._prefix = transactional_prefix(transactional_id)
         self._state_for = state_for
         self._stores: dict[int, RotatingTransactionalState] = {}
         # Opaque: txid -> partition -> the meta its live emission returned (not stored yet).
@@ -68,7 +72,7 @@ class EmitterMetas:
         self._index: KeyValueState | None = None
         self._indexed = 0
         if kind == OPAQUE:
-            self._index = state_for(f"{root}/{PARTITION_INDEX}")
+            self._index = state_for(partition_index_namespace(self._prefix))
             self._indexed = _count(self._index.get(INDEX_KEY, 0), self._index)
             for p in range(self._indexed):
                 self.store(p)
@@ -77,7 +81,7 @@ class EmitterMetas:
         """The stored metas of one partition (its namespace is opened on first use)."""
         found = self._stores.get(partition)
         if found is None:
-            state = self._state_for(f"{self._prefix}{partition}")
+            state = self._state_for(partition_namespace(self._prefix, partition))
             found = self._stores[partition] = RotatingTransactionalState(
                 state, strict=False, prefix="", first_txid=1
             )
