@@ -67,17 +67,23 @@ def test_a_transactional_global_count_commits_each_batch_once() -> None:
 
 
 def test_the_inline_engine_needs_no_spark_session() -> None:
+    # In the whole suite the shared Spark session may already be up: the inline run must
+    # neither start one nor touch the one there is.
+    before = _active_context()
     with LocalCluster(engine="inline") as cluster:
         assert cluster.spark is None
         handle = cluster.submit_topology("no-spark", FAST, build_wordcount(5))
         assert _finished(handle).read_state("count") == dict(expected_counts(5))
-    assert "pyspark.sql" not in sys.modules or not _session_active()
+    assert _active_context() is before
 
 
-def _session_active() -> bool:
-    from pyspark.sql import SparkSession
+def _active_context() -> object | None:
+    """The process's SparkContext, if pyspark was imported and started one."""
+    if "pyspark" not in sys.modules:
+        return None
+    from pyspark import SparkContext
 
-    return SparkSession.getActiveSession() is not None
+    return SparkContext._active_spark_context
 
 
 def test_a_transactional_word_and_bucket_count_matches_a_plain_count() -> None:
