@@ -39,6 +39,7 @@ from statefulbolts.runtime import (
     TupleBatch,
     format_traceback,
     id_column,
+    task_copy,
 )
 from statefulbolts.topology import StormTopology
 from statefulbolts.tuples import DEFAULT_STREAM
@@ -124,8 +125,6 @@ class SpoutTasks:
         max_pending: int | None,
         skip: Sequence[str] = (),
     ) -> None:
-        from pyspark import cloudpickle
-
         self._topology, self._plan, self._name, self._conf = topology, plan, name, conf
         self._ledger, self._stats = ledger, stats
         self._tracking = tracking
@@ -136,7 +135,7 @@ class SpoutTasks:
                 continue
             c = plan.index[cid]
             for t in range(spec.parallelism):
-                instance = cloudpickle.loads(cloudpickle.dumps(spec.obj))
+                instance = task_copy(spec.obj)
                 router = Router(plan, c, t)
                 self.tasks.append(SpoutTask(c, t, instance, router, cid, len(self.tasks)))
         self._users = len(self.tasks)  # the user spout tasks come first; sources after them

@@ -13,7 +13,7 @@ from statefulbolts._config import TopologyConfig
 from statefulbolts.runtime._engine import Engine, JobLabels, JobSpec, job_labels
 from statefulbolts.runtime._engines import ENGINES, open_engine
 from statefulbolts.runtime._images import ImageShipper, ShippedImage
-from statefulbolts.runtime._inline import InlineEngine
+from statefulbolts.runtime._inline import InlineEngine, task_copy
 from statefulbolts.runtime._plan import ExecutionPlan, JobLayout, Router
 from statefulbolts.runtime._program import TaskExecutor, TaskInfo, TaskJob, TaskProgram
 from statefulbolts.runtime._records import JobResult, TupleBatch, id_column
@@ -52,11 +52,9 @@ from statefulbolts.runtime._task_errors import (
 )
 
 __all__ = [
-    "DEFAULT_SPARK_LOG_LEVEL",
-    "SPARK_LOG_ENV",
-    "SPARK_LOG_LEVELS",
-    "ENGINES",
     "BackendFigures",
+    "DEFAULT_SPARK_LOG_LEVEL",
+    "ENGINES",
     "Engine",
     "ExecutionPlan",
     "ImageShipper",
@@ -68,12 +66,14 @@ __all__ = [
     "Observation",
     "Progress",
     "Router",
+    "SPARK_LOG_ENV",
+    "SPARK_LOG_LEVELS",
     "ShippedImage",
     "SparkEngine",
     "StateWrite",
     "Stats",
-    "TaskError",
     "TaskCounters",
+    "TaskError",
     "TaskExecutor",
     "TaskInfo",
     "TaskJob",
@@ -95,6 +95,7 @@ __all__ = [
     "open_engine",
     "shown_values",
     "task_attempt",
+    "task_copy",
     "under_spark_submit",
     "worker_traceback",
 ]

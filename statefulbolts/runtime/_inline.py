@@ -65,6 +65,17 @@ def run_inline(job: TaskJob, topology: bytes, inputs: Sequence[Sequence[Any]]) -
     return reduce_acks(out)[0]
 
 
+def task_copy(obj: Any) -> Any:
+    """A task's own copy of a user object, as a Spark task would get it (a cloudpickle round trip).
+
+    For what runs in the driver (a spout's tasks): each task gets an instance no other task
+    shares, with what cloudpickle carries (lambdas, classes of ``__main__``).
+    """
+    from pyspark import cloudpickle
+
+    return cloudpickle.loads(cloudpickle.dumps(obj))
+
+
 def freeze_topology(topology: StormTopology, name: str) -> bytes:
     """``topology`` pickled, as every task loads its own fresh copy of it.
 
