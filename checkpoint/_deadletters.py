@@ -35,7 +35,6 @@ from typing import Any
 
 from checkpoint._ledger import RootLedger
 from checkpoint._spouts import SpoutTask, SpoutTasks
-from providers import StateBackendError
 from recovery.faults import KillPoint
 from recovery.gate import FailureGate
 from statefulbolts.clock import Clock
@@ -46,6 +45,7 @@ from statefulbolts.deadletter import (
     DeadLetterStore,
     FailedTuple,
     PoisonTracker,
+    ReplayPoller,
     SpoutOrigin,
     Verdict,
     poison_limit_error,
@@ -157,8 +157,7 @@ class CheckpointDeadLetters:
         self.last: collections.deque[dict[str, Any]] = collections.deque(maxlen=_LAST)
         self.dead_lettered: collections.Counter[str] = collections.Counter()
         self._source: _ReplaySpout | None = None
-        self._changes: int | None = None
-        self._next_poll = 0.0
+        self._poller = ReplayPoller(self.store, clock, tc.deadletter_replay_poll_secs)
 
     # ----------------------------------------------------------------- opening
     def open_source(self) -> None:
@@ -169,8 +168,7 @@ class CheckpointDeadLetters:
 
     def load(self) -> None:
         """Read the store, ack the records' spout messages, queue the replays asked for."""
-        records = self.store.records()
-        self._changes = self.store.changes()
+        records = self._poller.load()
         self._remember(records)
         acked = 0
         for record in records:
@@ -183,7 +181,6 @@ class CheckpointDeadLetters:
         if acked:
             log.info("acked the spout messages of %d dead letters at their spouts", acked)
         self._queue(records)
-        self._next_poll = self._clock.now_ms() + self._tc.deadletter_replay_poll_secs * 1000.0
 
     def _remember(self, records: Sequence[DeadLetter]) -> None:
         self.held = len(records)
@@ -219,21 +216,10 @@ class CheckpointDeadLetters:
     # ----------------------------------------------------------------- replays
     def poll(self) -> None:
         """At most every poll interval: one read of the change counter; on a change, reread."""
-        now = self._clock.now_ms()
-        if now < self._next_poll:
-            return
-        self._next_poll = now + self._tc.deadletter_replay_poll_secs * 1000.0
-        try:
-            changes = self.store.changes()
-            if changes == self._changes:
-                return
-            records = self.store.records()
-        except StateBackendError as exc:
-            log.debug("dead letters not polled (%s); next time", exc)
-            return
-        self._changes = changes
-        self._remember(records)
-        self._queue(records)
+        records = self._poller.poll()
+        if records is not None:
+            self._remember(records)
+            self._queue(records)
 
     def emit_replay(self, record: DeadLetter) -> None:
         """Emit ``record``'s spout tuple as its spout task would (called by ``$deadletter``)."""

@@ -28,7 +28,12 @@ from statefulbolts.deadletter._record import (
     batch_record_id,
     spout_record_id,
 )
-from statefulbolts.deadletter._store import CHANGES_KEY, DeadLetterStore, deadletter_namespace
+from statefulbolts.deadletter._store import (
+    CHANGES_KEY,
+    DeadLetterStore,
+    ReplayPoller,
+    deadletter_namespace,
+)
 from statefulbolts.deadletter._tracker import PoisonTracker, Suspect, why_not_poison
 
 __all__ = [
@@ -40,6 +45,7 @@ __all__ = [
     "DeadLetterStore",
     "FailedTuple",
     "PoisonTracker",
+    "ReplayPoller",
     "SpoutOrigin",
     "Suspect",
     "Verdict",

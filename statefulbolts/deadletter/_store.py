@@ -33,16 +33,20 @@ Example:
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import replace
 from typing import Any
 
-from providers import KeyValueState, StateFactory
+from providers import KeyValueState, StateBackendError, StateFactory
+from statefulbolts.clock import Clock
 from statefulbolts.deadletter._record import REPLAY, DeadLetter
 from statefulbolts.errors import DeadLetterError
 from statefulbolts.namespaces import record_namespace, topology_prefix, transactional_prefix
 
-__all__ = ["CHANGES_KEY", "DeadLetterStore", "deadletter_namespace"]
+__all__ = ["CHANGES_KEY", "DeadLetterStore", "ReplayPoller", "deadletter_namespace"]
+
+log = logging.getLogger(__name__)
 
 CHANGES_KEY = "$changes"
 # The record's name below a topology's or transactional id's prefix: ``$deadletter``.
@@ -181,3 +185,41 @@ class DeadLetterStore:
         value = state.get(CHANGES_KEY, 0)
         count = value if isinstance(value, int) and not isinstance(value, bool) else 0
         state.put(CHANGES_KEY, count + 1)
+
+
+class ReplayPoller:
+    """How a running topology watches its dead-letter store for replays, for both protocols.
+
+    At most one read per ``interval_secs`` (the store's change counter); the records are read
+    again only when the counter moved. A store that cannot be read now is tried at the next
+    poll: replays wait, nothing fails.
+    """
+
+    def __init__(self, store: DeadLetterStore, clock: Clock, interval_secs: float) -> None:
+        self.store, self._clock, self._interval_ms = store, clock, interval_secs * 1000.0
+        self._changes: int | None = None
+        self._next_poll = 0.0
+
+    def load(self) -> list[DeadLetter]:
+        """Every record now (at start: a store that cannot be read fails the caller)."""
+        records = self.store.records()
+        self._changes = self.store.changes()
+        self._next_poll = self._clock.now_ms() + self._interval_ms
+        return records
+
+    def poll(self) -> list[DeadLetter] | None:
+        """Every record if the store changed since the last read and a poll is due, else None."""
+        now = self._clock.now_ms()
+        if now < self._next_poll:
+            return None
+        self._next_poll = now + self._interval_ms
+        try:
+            changes = self.store.changes()
+            if changes == self._changes:
+                return None
+            records = self.store.records()
+        except StateBackendError as exc:
+            log.debug("dead letters not polled (%s); next time", exc)
+            return None
+        self._changes = changes
+        return records

@@ -32,7 +32,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import replace
 from typing import Any
 
-from providers import KeyValueState, StateBackendError
+from providers import KeyValueState
 from recovery.faults import KillPoint
 from recovery.gate import FailureGate
 from statefulbolts.clock import Clock
@@ -44,6 +44,7 @@ from statefulbolts.deadletter import (
     DeadLetterStore,
     FailedTuple,
     PoisonTracker,
+    ReplayPoller,
     Verdict,
     batch_record_id,
     poison_limit_error,
@@ -52,6 +53,7 @@ from statefulbolts.deadletter import (
 )
 from statefulbolts.errors import TopologyFailedError
 from statefulbolts.listeners import NO_FAULTS, FaultListener
+from statefulbolts.namespaces import transactional_prefix
 from statefulbolts.runtime import Stats, TaskError, TopologyConfig
 from statefulbolts.transactional._deadletters import (
     BATCHES_NAMESPACE,
@@ -108,8 +110,7 @@ class TransactionalDeadLetters:
         self._decided = 0  # txids up to this one may have been emitted: their batch is fixed
         self._queue: collections.OrderedDict[str, DeadLetter] = collections.OrderedDict()
         self._joined: set[str] = set()  # records a txid not yet committed takes in
-        self._store_changes: int | None = None
-        self._next_poll = 0.0
+        self._poller = ReplayPoller(self.store, clock, tc.deadletter_replay_poll_secs)
 
     # ----------------------------------------------------------------- opening
     def open(self, kind: SpoutKind, currtx: int, started: Iterable[int]) -> None:
@@ -118,18 +119,16 @@ class TransactionalDeadLetters:
         A store that cannot be read fails the start at once, as the coordinator's does.
         """
         self._kind = kind
-        root = f"$transactional/{self._tid}"
-        changes = self._changes = BatchChanges(self._state_for(f"{root}/{BATCHES_NAMESPACE}"))
+        namespace = transactional_prefix(self._tid) + BATCHES_NAMESPACE
+        changes = self._changes = BatchChanges(self._state_for(namespace))
         self._batches = changes.all()
         for txid in [t for t in self._batches if t < currtx]:
             self._finish(txid)
         self._decided = max([currtx - 1, *started])
         self._joined = {r for c in self._batches.values() for r, _s, _v in c.replayed}
-        records = self.store.records()
-        self._store_changes = self.store.changes()
+        records = self._poller.load()
         self._remember(records)
         self._enqueue(records)
-        self._next_poll = self._clock.now_ms() + self._tc.deadletter_replay_poll_secs * 1000.0
 
     def _remember(self, records: list[DeadLetter]) -> None:
         self.held = len(records)
@@ -154,21 +153,10 @@ class TransactionalDeadLetters:
 
     def poll(self) -> None:
         """At most every poll interval: one read of the change counter; on a change, reread."""
-        now = self._clock.now_ms()
-        if now < self._next_poll:
-            return
-        self._next_poll = now + self._tc.deadletter_replay_poll_secs * 1000.0
-        try:
-            changes = self.store.changes()
-            if changes == self._store_changes:
-                return
-            records = self.store.records()
-        except StateBackendError as exc:
-            log.debug("dead letters not polled (%s); next time", exc)
-            return
-        self._store_changes = changes
-        self._remember(records)
-        self._enqueue(records)
+        records = self._poller.poll()
+        if records is not None:
+            self._remember(records)
+            self._enqueue(records)
 
     # ----------------------------------------------------------------- emissions
     def adjust(self, txid: int, order: EmitOrder) -> EmitOrder:
