@@ -12,6 +12,10 @@ several worker processes never interleave). An emitter line says which call it w
 ``emit_partition_batch_new``, ``replay``: ``emit_partition_batch``), for which txid, attempt and
 partition, with the meta it got and the one it returned; a bolt line carries Spark's attempt
 number of its task, so a test sees a task that Spark ran again.
+
+With the config key ``HOLD_KEY`` (``{"txid": t, "until": path}``), task 0 of ``split`` holds
+txid ``t``'s processing until the file ``path`` exists: a test then knows, without racing the
+topology, that ``t`` cannot commit while the txids after it emit and process.
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+import time
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -34,6 +39,8 @@ from statefulbolts import (
 
 ROOT = Path(__file__).resolve().parent.parent
 LOG_KEY = "tx.recovery.log"
+HOLD_KEY = "tx.recovery.hold"
+HOLD_LIMIT_SECS = 600  # a held task gives up (fails its batch) if no test releases it
 TRANSACTIONAL_ID = "tx-recovery"
 PARTITIONS = 4
 PER_PARTITION = 32
@@ -112,11 +119,25 @@ class _RecordingEmitter(MemoryTransactionalSpout.Emitter):
         self._inner.close()
 
 
+def _hold(conf: Mapping[str, Any], txid: int, task: int) -> None:
+    """Wait, in task 0 of txid ``HOLD_KEY["txid"]``, until the release file exists."""
+    hold = conf.get(HOLD_KEY)
+    if not hold or task != 0 or txid != hold["txid"]:
+        return
+    deadline = time.monotonic() + HOLD_LIMIT_SECS
+    while not os.path.exists(hold["until"]):
+        if time.monotonic() > deadline:
+            msg = f"txid {txid} held {HOLD_LIMIT_SECS} s: no test created {hold['until']}"
+            raise TimeoutError(msg)
+        time.sleep(0.02)
+
+
 class LoggedSplit(SplitCount):
     """``SplitCount`` that logs its prepare, with Spark's attempt number of the task."""
 
     def prepare(self, conf: Any, context: Any, collector: Any, id: Any) -> None:  # noqa: A002
         super().prepare(conf, context, collector, id)
+        _hold(conf, id.transaction_id, context.this_task_index)
         _append(
             conf.get(LOG_KEY),
             kind="prepare",

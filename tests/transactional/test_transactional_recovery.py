@@ -301,20 +301,25 @@ def test_a_killed_topology_started_again_resumes_at_currtx_replaying_stored_meta
         if info.ok and info.txid >= enough:
             committed.set()
 
+    # txid enough + 1 cannot commit before the kill: its processing is held until the kill is
+    # under way, while the txids after it emit (their partition metas are stored) and process.
+    # The restart must replay them, and enough + 1, from those metas.
+    release = tmp_path / "release"
+    hold = {"txid": enough + 1, "until": str(release)}
     first = cluster.submit_topology(
-        "tx-resume-1", {**conf, tx.LOG_KEY: str(logs[0])}, tx.build(tid),
+        "tx-resume-1", {**conf, tx.LOG_KEY: str(logs[0]), tx.HOLD_KEY: hold}, tx.build(tid),
         on_transaction=on_transaction,
     )  # fmt: skip
     assert committed.wait(RUN_TIMEOUT), f"{enough} commits did not come"
-    # Kill once a txid beyond the one being committed has emitted (its partition metas are
-    # stored) and cannot commit before the kill: the restart must replay it from them.
     wait_for(lambda: emitted_beyond_currtx(first.status()), RUN_TIMEOUT, "a txid past currtx")
+    first.runner.kill(timeout=0)  # the loop stops after its step; it never takes the held txid
+    release.touch()  # the held job ends; the loop's shutdown waits for it
     first.kill()
     commits_1 = [t["txid"] for t in first.metrics()["transactions"] if t["ok"]]
 
     status = transactional_status(conf, tid)
     assert commits_1 == list(range(1, status.current_txid))
-    assert status.current_txid > enough and status.replays, status.as_dict()
+    assert status.current_txid == enough + 1 and status.replays, status.as_dict()
     assert status.current_txid + len(status.replays) <= tx.expected_data_txids()
     stored = stored_partition_metas(status)
     assert stored, "the kill left no partition meta to replay"
