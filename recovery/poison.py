@@ -22,14 +22,13 @@ from __future__ import annotations
 
 import collections
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import Any, NamedTuple
 
-from statefulbolts.config import TopologyConfig
-
 from recovery.faults import KillPoint
 from recovery.gate import FailureGate
+from statefulbolts.config import TopologyConfig
 from statefulbolts.deadletter import (
     DEAD,
     DeadLetter,
@@ -88,6 +87,13 @@ class PoisonDesk:
         self.held = 0
         self.last: collections.deque[dict[str, Any]] = collections.deque(maxlen=_LAST)
         self.dead_lettered: collections.Counter[str] = collections.Counter()
+
+    def _remember(self, records: Sequence[DeadLetter]) -> None:
+        """The store's records, read at start: how many are held, the last few shown."""
+        self.held = len(records)
+        self.last.clear()
+        for record in sorted(records, key=lambda r: r.last_seen)[-_LAST:]:
+            self.last.appendleft(summary(record))
 
     def _judge(self, record_id: str, error: Any, txid: int) -> Judged | None:
         """Step 1: whether the tuple of ``record_id`` is poison now (``None``: not yet).
