@@ -35,8 +35,8 @@ from typing import Any
 
 from checkpoint._ledger import RootLedger
 from checkpoint._spouts import SpoutTask, SpoutTasks
-from recovery.faults import KillPoint
 from recovery.gate import FailureGate
+from recovery.poison import PoisonDesk
 from statefulbolts.clock import Clock
 from statefulbolts.deadletter import (
     DEAD,
@@ -44,16 +44,13 @@ from statefulbolts.deadletter import (
     DeadLetter,
     DeadLetterStore,
     FailedTuple,
-    PoisonTracker,
     ReplayPoller,
     SpoutOrigin,
     Verdict,
-    poison_limit_error,
     spout_record_id,
-    summary,
     why_not_poison,
 )
-from statefulbolts.errors import TopologyError, TopologyFailedError
+from statefulbolts.errors import TopologyError
 from statefulbolts.listeners import NO_FAULTS, FaultListener
 from statefulbolts.runtime import (
     ExecutionPlan,
@@ -69,8 +66,6 @@ __all__ = ["REPLAY_SOURCE", "CheckpointDeadLetters"]
 log = logging.getLogger(__name__)
 
 REPLAY_SOURCE = "$deadletter"
-# Records shown on dashboards and in status(), newest first.
-_LAST = 5
 # A replayed spout tuple's values are stored whole, up to this many msgpack bytes.
 _SPOUT_VALUES_CAP = 1 << 20
 
@@ -130,7 +125,7 @@ class _ReplaySpout:
         return record_id in self.queued or record_id in self.flying
 
 
-class CheckpointDeadLetters:
+class CheckpointDeadLetters(PoisonDesk):
     """Poison spout tuples of one checkpointed topology (see the module docstring)."""
 
     def __init__(
@@ -147,15 +142,10 @@ class CheckpointDeadLetters:
         faults: FaultListener = NO_FAULTS,
         now: Callable[[], float] = time.time,
     ) -> None:
-        self._name, self._tc, self._plan = name, tc, plan
-        self._spouts, self._ledger, self._stats = spouts, ledger, stats
-        self._failures, self._clock, self._faults, self._now = failures, clock, faults, now
-        self.store = DeadLetterStore(conf, topology=name)
-        self.tracker = PoisonTracker(tc.deadletter_after_failures, now)
-        self.isolating = tc.deadletter_policy == "isolate"
-        self.held = 0
-        self.last: collections.deque[dict[str, Any]] = collections.deque(maxlen=_LAST)
-        self.dead_lettered: collections.Counter[str] = collections.Counter()
+        store = DeadLetterStore(conf, topology=name)
+        super().__init__(name, tc, store, stats.add, failures, faults, now=now)
+        self._plan, self._spouts, self._ledger = plan, spouts, ledger
+        self._clock, self._now = clock, now
         self._source: _ReplaySpout | None = None
         self._poller = ReplayPoller(self.store, clock, tc.deadletter_replay_poll_secs)
 
@@ -181,12 +171,6 @@ class CheckpointDeadLetters:
         if acked:
             log.info("acked the spout messages of %d dead letters at their spouts", acked)
         self._queue(records)
-
-    def _remember(self, records: Sequence[DeadLetter]) -> None:
-        self.held = len(records)
-        self.last.clear()
-        for record in sorted(records, key=lambda r: r.last_seen)[-_LAST:]:
-            self.last.appendleft(summary(record))
 
     def _queue(self, records: Sequence[DeadLetter]) -> None:
         """Queue the records asked for replay that are not queued or in flight already."""
@@ -288,24 +272,11 @@ class CheckpointDeadLetters:
             record_id = str(message_id)
         else:
             record_id = spout_record_id(self._name, st.name, st.task, message_id)
-        held = self._failures.with_backend(
-            "reading a dead letter", lambda: self.store.get(record_id)
-        )
-        suspect = self.tracker.failed(
-            record_id, error.component, known=held is not None and held.state == DEAD
-        )
-        if not self.tracker.is_poison(suspect):
+        judged = self._judge(record_id, error, txid)
+        if judged is None:
             return Verdict(False)
-        if held is None and self.held >= self._tc.deadletter_max:
-            where = f"component {error.component!r} task {error.task}"
-            limit = self._tc.deadletter_max
-            text = poison_limit_error(self._name, self.held, limit, where, error.cause)
-            raise TopologyFailedError(
-                text, component=error.component, task=error.task, txid=txid, cause=error.cause
-            )
-        self._kill(KillPoint.DEADLETTER_DECIDED, txid)
-        if replay and held is not None:
-            origin = held.origin
+        if replay and judged.held is not None:
+            origin = judged.held.origin
         else:
             origin = self._origin(st, message_id, failing.root, records)
         record = DeadLetter.first(
@@ -326,36 +297,15 @@ class CheckpointDeadLetters:
             error.message,
             traceback,
             txid=txid,
-            attempts=suspect.failures,
-            at=suspect.last_seen,
+            attempts=judged.suspect.failures,
+            at=judged.suspect.last_seen,
             record_id=record_id,
         )
-        if held is not None:
-            record = held.again(record)
-        else:
-            record = replace(record, first_seen=suspect.first_seen)
-        self._failures.with_backend(
-            f"recording dead letter {record_id}", lambda: self.store.put(record)
-        )
-        self._kill(KillPoint.DEADLETTER_RECORDED, txid)
+        record = self._record(record, judged, txid)
         if replay and source is not None:
             source.again.add(record_id)
         self._ledger.ack([failing.root])
-        self._kill(KillPoint.DEADLETTER_EXCLUDED, txid)
-        self.tracker.isolated(suspect)
-        self.held += held is None
-        self.dead_lettered[error.component] += 1
-        self._stats.add(error.component, dead_lettered=1)
-        self.last.appendleft(summary(record))
-        log.warning(
-            "dead-lettered %s after %d failed transaction(s): %s raised %s on %s (record %s)",
-            origin.describe(),
-            suspect.failures,
-            error.component,
-            error.type_name,
-            failing.text,
-            record_id,
-        )
+        self._booked(record, judged, txid, failing.text, "transaction")
         return Verdict(True)
 
     def _origin(
@@ -382,17 +332,8 @@ class CheckpointDeadLetters:
         """A transaction committed: suspects start counting again."""
         self.tracker.committed()
 
-    def _kill(self, point: KillPoint, txid: int) -> None:
-        self._faults.on_driver(point, txid)
-
     # ----------------------------------------------------------------- reading
     def status(self) -> dict[str, Any]:
         """What ``status()`` and dashboards show: policy, records held, counts, the last few."""
         source = self._source
-        return {
-            "policy": self._tc.deadletter_policy,
-            "held": self.held,
-            "dead_lettered": dict(self.dead_lettered),
-            "replaying": 0 if source is None else len(source.queued) + len(source.flying),
-            "last": list(self.last),
-        }
+        return self._status(0 if source is None else len(source.queued) + len(source.flying))

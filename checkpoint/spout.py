@@ -22,6 +22,7 @@ from providers import KeyValueState, StateFactory
 from statefulbolts.clock import Clock
 from statefulbolts.collectors import SpoutOutputCollector
 from statefulbolts.components import OutputFieldsDeclarer, Spout
+from statefulbolts.config import Config, read_setting
 from statefulbolts.context import TopologyContext
 from statefulbolts.topology import CHECKPOINT_FIELDS, CHECKPOINT_STREAM_ID
 
@@ -29,7 +30,7 @@ log = logging.getLogger(__name__)
 
 TX_STATE_KEY = "__state"
 MIN_INTERVAL_MS = 100
-INTERVAL_KEY = "topology.state.checkpoint.interval.ms"
+INTERVAL_KEY = Config.TOPOLOGY_STATE_CHECKPOINT_INTERVAL
 
 
 class CheckpointSpout(Spout):
@@ -53,8 +54,14 @@ class CheckpointSpout(Spout):
     def open(
         self, conf: Mapping[str, Any], context: TopologyContext, collector: SpoutOutputCollector
     ) -> None:
-        """Read the interval (at least 100 ms) and the saved state from the provider."""
-        interval = max(MIN_INTERVAL_MS, int(conf.get(INTERVAL_KEY) or 0))
+        """Read the interval and the saved state from the provider.
+
+        The interval is the config model's (1000 ms when the key is missing, as the driver
+        reads it too), at least 100 ms. Storm's spout reads a missing key as 0 and so
+        checkpoints every 100 ms unless its cluster defaults fill the key in; here the
+        documented default holds wherever the topology runs.
+        """
+        interval = max(MIN_INTERVAL_MS, read_setting(conf, INTERVAL_KEY))
         # The framework's own record: plain msgpack, whatever serializers the user configured.
         state = StateFactory.get_system_state(context.state_namespace(), conf, context)
         if not isinstance(state, KeyValueState):

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from statefulbolts._config import Config, TopologyConfig, validate_config
 from statefulbolts.clock import Clock, ManualClock
 from statefulbolts.collectors import BasicOutputCollector, OutputCollector, SpoutOutputCollector
 from statefulbolts.components import (
@@ -22,6 +21,7 @@ from statefulbolts.components import (
     Spout,
     StatefulBolt,
 )
+from statefulbolts.config import Config, TopologyConfig, validate_config
 from statefulbolts.context import TopologyContext
 from statefulbolts.errors import (
     ConfigError,

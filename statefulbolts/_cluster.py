@@ -16,8 +16,8 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from checkpoint.runner import CheckpointRunner
-from statefulbolts._config import validate_config
 from statefulbolts.clock import Clock
+from statefulbolts.config import validate_config
 from statefulbolts.errors import ConfigError, TopologyError
 from statefulbolts.runtime import ENGINES, TopologyRunner, TransactionInfo, build_session
 from statefulbolts.topology import StormTopology

@@ -54,9 +54,9 @@ from typing import Any, TextIO
 
 from providers import FATAL_STATE_ERRORS, ProviderNotFoundError, get_provider, provider_name
 from recovery.supervisor import BAD_INPUT_EXIT_CODE, TIMEOUT_EXIT_CODE
-from statefulbolts._config import Config, load_config_file, validate_config
 from statefulbolts._load import EXAMPLE_SPEC, load_topology
 from statefulbolts._output import print_event, print_line
+from statefulbolts.config import Config, load_config_file, validate_config
 from statefulbolts.deadletter.cli import add_deadletter_commands
 from statefulbolts.errors import (
     ConfigError,

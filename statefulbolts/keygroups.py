@@ -30,7 +30,7 @@ from typing import Any
 
 import msgpack
 
-from statefulbolts._config import read_setting
+from statefulbolts.config import read_setting
 from statefulbolts.errors import ConfigError, TopologyError
 
 __all__ = [

@@ -65,9 +65,9 @@ import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
-from statefulbolts._config import Config, read_setting
 from statefulbolts.collectors import SpoutOutputCollector
 from statefulbolts.components import OutputFieldsDeclarer, Spout
+from statefulbolts.config import Config, read_setting
 from statefulbolts.context import TopologyContext
 from statefulbolts.errors import ConfigError
 from statefulbolts.tuples import Fields

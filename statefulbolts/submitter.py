@@ -48,7 +48,7 @@ from collections.abc import Callable, Mapping
 from typing import Any, ClassVar
 
 from statefulbolts._cluster import LocalCluster, TopologyHandle
-from statefulbolts._config import validate_config
+from statefulbolts.config import validate_config
 from statefulbolts.errors import ConfigError, TopologyError
 from statefulbolts.runtime import TransactionInfo, application_session, under_spark_submit
 from statefulbolts.topology import StormTopology

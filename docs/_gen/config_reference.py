@@ -1,7 +1,7 @@
 """The configuration reference, generated from the config models.
 
 Every key, its type, default and allowed values come from the models the runtime validates with:
-``statefulbolts._config.TopologyConfig`` (the ``topology.*`` keys, also ``Config``'s constants) and
+``statefulbolts.config.TopologyConfig`` (the ``topology.*`` keys, also ``Config``'s constants) and
 ``providers._config.StateProviderConfig`` (the fields of ``topology.state.provider.config``),
 plus the keys ``statefulbolts.redis_stream`` reads. Only the meaning of each key is written here,
 in ``TOPOLOGY_MEANINGS`` / ``PROVIDER_MEANINGS`` (a model field's own ``description`` wins): a key
@@ -253,7 +253,7 @@ def _meaning(key: str, field: FieldInfo, meanings: dict[str, str]) -> str:
 
 def topology_rows() -> list[Row]:
     """The ``topology.*`` keys, in the order ``TopologyConfig`` declares them."""
-    from statefulbolts._config import Config, TopologyConfig
+    from statefulbolts.config import Config, TopologyConfig
 
     rows = []
     for field in TopologyConfig.model_fields.values():
@@ -347,7 +347,7 @@ def render() -> str:
     return "\n\n".join(
         [
             "### Topology keys",
-            "Validated by `TopologyConfig` (`statefulbolts/_config.py`); each is also a constant "
+            "Validated by `TopologyConfig` (`statefulbolts/config.py`); each is also a constant "
             "of `Config` (`Config.TOPOLOGY_UI_PORT` is `topology.ui.port`). Types are strict: "
             '`"500"` is not a number and `"yes"` is not a boolean; an integer is a number.',
             _table(topology_rows()),

@@ -26,7 +26,7 @@ import sys
 from typing import Any
 
 from providers import DriverOwnedStateProvider, get_provider, provider_name
-from statefulbolts._config import Config, load_config_file
+from statefulbolts.config import Config, load_config_file
 from statefulbolts.deadletter._record import BatchOrigin, DeadLetter
 from statefulbolts.deadletter._store import DeadLetterStore
 from statefulbolts.errors import DeadLetterError, DeadLetterNotFoundError

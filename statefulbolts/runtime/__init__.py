@@ -9,7 +9,7 @@ else of the engine, and the engine imports no protocol.
 The only package that imports pyspark, and only when a Spark engine starts.
 """
 
-from statefulbolts._config import TopologyConfig
+from statefulbolts.config import TopologyConfig
 from statefulbolts.runtime._engine import Engine, JobLabels, JobSpec, job_labels
 from statefulbolts.runtime._engines import ENGINES, open_engine
 from statefulbolts.runtime._images import ImageShipper, ShippedImage

@@ -25,8 +25,8 @@ from dataclasses import dataclass
 from typing import Any, NamedTuple, Protocol
 
 from providers import KeyValueState, StateFactory
-from statefulbolts._config import TopologyConfig, validate_config
 from statefulbolts.clock import Clock
+from statefulbolts.config import TopologyConfig, validate_config
 from statefulbolts.errors import TopologyError, TopologyFailedError
 from statefulbolts.listeners import NO_FAULTS, FaultListener
 from statefulbolts.namespaces import RECORD_MARK

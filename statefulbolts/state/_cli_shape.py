@@ -29,8 +29,8 @@ from typing import Any
 from providers import provider_name
 from recovery.evolve import EvolutionReport
 from recovery.offline import drop, evolve_to_topology, rename, rescale, stored_shape
-from statefulbolts._config import Config, load_config_file
 from statefulbolts._load import load_topology
+from statefulbolts.config import Config, load_config_file
 from statefulbolts.errors import StateToolError, TopologyError
 from statefulbolts.namespaces import topology_prefix, transactional_prefix
 from statefulbolts.transactional import TransactionalTopology

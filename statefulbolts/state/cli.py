@@ -37,7 +37,7 @@ from contextlib import contextmanager
 from typing import Any, TextIO
 
 from providers import provider_name
-from statefulbolts._config import Config, load_config_file
+from statefulbolts.config import Config, load_config_file
 from statefulbolts.errors import StateNotFoundError, StateToolError
 from statefulbolts.state._cli_shape import add_shape_commands
 from statefulbolts.state._format import StateFileInfo

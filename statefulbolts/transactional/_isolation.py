@@ -33,8 +33,8 @@ from dataclasses import replace
 from typing import Any
 
 from providers import KeyValueState
-from recovery.faults import KillPoint
 from recovery.gate import FailureGate
+from recovery.poison import PoisonDesk
 from statefulbolts.clock import Clock
 from statefulbolts.deadletter import (
     DEAD,
@@ -43,15 +43,11 @@ from statefulbolts.deadletter import (
     DeadLetter,
     DeadLetterStore,
     FailedTuple,
-    PoisonTracker,
     ReplayPoller,
     Verdict,
     batch_record_id,
-    poison_limit_error,
-    summary,
     why_not_poison,
 )
-from statefulbolts.errors import TopologyFailedError
 from statefulbolts.listeners import NO_FAULTS, FaultListener
 from statefulbolts.namespaces import transactional_prefix
 from statefulbolts.runtime import Stats, TaskError, TopologyConfig
@@ -70,7 +66,6 @@ __all__ = ["TransactionalDeadLetters"]
 
 log = logging.getLogger(__name__)
 
-_LAST = 5
 _NO_LINEAGE = (
     "the failing tuple has no single source in the batch: it was emitted from finish_batch, "
     "or by a bolt that aggregates several inputs"
@@ -79,7 +74,7 @@ _NO_LINEAGE = (
 _REPLAYS_PER_TXID = 1000
 
 
-class TransactionalDeadLetters:
+class TransactionalDeadLetters(PoisonDesk):
     """Poison batch tuples of one transactional topology (see the module docstring)."""
 
     def __init__(
@@ -95,15 +90,9 @@ class TransactionalDeadLetters:
         faults: FaultListener = NO_FAULTS,
         now: Callable[[], float] = time.time,
     ) -> None:
-        self._name, self._tid, self._tc = name, transactional_id, tc
-        self._state_for, self._stats, self._failures = state_for, stats, failures
-        self._clock, self._faults, self._now = clock, faults, now
-        self.store = DeadLetterStore(conf, transactional_id=transactional_id, state_for=state_for)
-        self.tracker = PoisonTracker(tc.deadletter_after_failures, now)
-        self.isolating = tc.deadletter_policy == "isolate"
-        self.held = 0
-        self.last: collections.deque[dict[str, Any]] = collections.deque(maxlen=_LAST)
-        self.dead_lettered: collections.Counter[str] = collections.Counter()
+        store = DeadLetterStore(conf, transactional_id=transactional_id, state_for=state_for)
+        super().__init__(name, tc, store, stats.add, failures, faults, now=now)
+        self._tid, self._state_for, self._clock, self._now = transactional_id, state_for, clock, now
         self._kind: SpoutKind = PLAIN
         self._changes: BatchChanges | None = None
         self._batches: dict[int, BatchChange] = {}
@@ -129,12 +118,6 @@ class TransactionalDeadLetters:
         records = self._poller.load()
         self._remember(records)
         self._enqueue(records)
-
-    def _remember(self, records: list[DeadLetter]) -> None:
-        self.held = len(records)
-        self.last.clear()
-        for record in sorted(records, key=lambda r: r.last_seen)[-_LAST:]:
-            self.last.appendleft(summary(record))
 
     def _enqueue(self, records: list[DeadLetter]) -> None:
         for record in records:
@@ -276,22 +259,9 @@ class TransactionalDeadLetters:
             return Verdict(False, why)
         place = failing.root
         record_id = self._record_id(txid, place)
-        held = self._failures.with_backend(
-            "reading a dead letter", lambda: self.store.get(record_id)
-        )
-        suspect = self.tracker.failed(
-            record_id, error.component, known=held is not None and held.state == DEAD
-        )
-        if not self.tracker.is_poison(suspect):
+        judged = self._judge(record_id, error, txid)
+        if judged is None:
             return Verdict(False)
-        if held is None and self.held >= self._tc.deadletter_max:
-            where = f"component {error.component!r} task {error.task}"
-            limit = self._tc.deadletter_max
-            text = poison_limit_error(self._name, self.held, limit, where, error.cause)
-            raise TopologyFailedError(
-                text, component=error.component, task=error.task, txid=txid, cause=error.cause
-            )
-        self._kill(KillPoint.DEADLETTER_DECIDED, txid)
         slot, index = place_of(place)
         slot_name = "partition" if self._kind != PLAIN else "emitter-task"
         if slot == REPLAYED:
@@ -314,49 +284,19 @@ class TransactionalDeadLetters:
             error.message,
             traceback,
             txid=txid,
-            attempts=suspect.failures,
-            at=suspect.last_seen,
+            attempts=judged.suspect.failures,
+            at=judged.suspect.last_seen,
             record_id=record_id,
         )
-        if held is not None:
-            record = held.again(record)
-        else:
-            record = replace(record, first_seen=suspect.first_seen)
-        self._failures.with_backend(
-            f"recording dead letter {record_id}", lambda: self.store.put(record)
-        )
-        self._kill(KillPoint.DEADLETTER_RECORDED, txid)
+        record = self._record(record, judged, txid)
         change = self._batches.get(txid) or BatchChange()
         if place not in change.removed:
             change = change._replace(removed=(*change.removed, place))
             self._store_change(txid, change, f"storing what txid {txid} leaves out")
-        self._kill(KillPoint.DEADLETTER_EXCLUDED, txid)
-        self.tracker.isolated(suspect)
-        self.held += held is None
-        self.dead_lettered[error.component] += 1
-        self._stats.add(error.component, dead_lettered=1)
-        self.last.appendleft(summary(record))
-        log.warning(
-            "dead-lettered %s after %d failed attempt(s): %s raised %s on %s (record %s)",
-            record.origin.describe(),
-            suspect.failures,
-            error.component,
-            error.type_name,
-            failing.text,
-            record_id,
-        )
+        self._booked(record, judged, txid, failing.text, "attempt")
         return Verdict(True)
-
-    def _kill(self, point: KillPoint, txid: int) -> None:
-        self._faults.on_driver(point, txid)
 
     # ----------------------------------------------------------------- reading
     def status(self) -> dict[str, Any]:
         """What ``status()`` and dashboards show: policy, records held, counts, the last few."""
-        return {
-            "policy": self._tc.deadletter_policy,
-            "held": self.held,
-            "dead_lettered": dict(self.dead_lettered),
-            "replaying": len(self._queue) + len(self._joined),
-            "last": list(self.last),
-        }
+        return self._status(len(self._queue) + len(self._joined))

@@ -9,7 +9,7 @@ import pydantic
 import pytest
 
 from statefulbolts import Config, ConfigError, StatefulBoltsError, TopologyConfig, validate_config
-from statefulbolts._config import KNOWN_KEYS
+from statefulbolts.config import KNOWN_KEYS
 
 INTERVAL = "topology.state.checkpoint.interval.ms"
 

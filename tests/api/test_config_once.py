@@ -16,7 +16,7 @@ from providers import (
     provider_config_fields,
 )
 from statefulbolts import BasicBolt, Config, Fields, Spout, TopologyBuilder, TopologyContext
-from statefulbolts._config import read_setting
+from statefulbolts.config import read_setting
 from statefulbolts.errors import ConfigError, TopologyError
 from statefulbolts.keygroups import MAX_PARALLELISM_KEY, component_key_groups
 from statefulbolts.redis_stream import RedisStreamSpout

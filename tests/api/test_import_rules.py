@@ -125,7 +125,8 @@ def test_the_rule_sees_what_it_should():
     assert "providers" in EDGES["checkpoint.runner"]
     assert "statefulbolts.runtime._task" in EDGES["statefulbolts.runtime._spark_engine"]
     assert not _private_across("statefulbolts.runtime._spark_engine", "statefulbolts.runtime._task")
-    assert _private_across("checkpoint.task", "statefulbolts._config")
+    assert _private_across("checkpoint.task", "statefulbolts.runtime._task")
+    assert not _private_across("checkpoint.spout", "statefulbolts.config")
 
 
 @pytest.mark.parametrize("package", ["providers", "recovery"])

@@ -11,7 +11,7 @@ from providers import InMemoryKeyValueState, InMemoryKeyValueStateProvider
 from statefulbolts import CHECKPOINT_COMPONENT_ID, CHECKPOINT_STREAM_ID, Fields
 from statefulbolts.components import OutputFieldsDeclarer
 from statefulbolts.context import TopologyContext
-from statefulbolts.errors import CheckpointError
+from statefulbolts.errors import CheckpointError, ConfigError
 from statefulbolts.testing import ManualClock, RecordingSpoutCollector, make_context
 
 INTERVAL_KEY = "topology.state.checkpoint.interval.ms"
@@ -253,9 +253,9 @@ def topology_name():
 @pytest.mark.parametrize(
     ("conf", "expected"),
     [
-        ({}, 100),
-        ({INTERVAL_KEY: None}, 100),
-        ({INTERVAL_KEY: 0}, 100),
+        ({}, 1000),  # the config model's default, as the driver reads it
+        ({INTERVAL_KEY: None}, 1000),
+        ({INTERVAL_KEY: 1}, 100),
         ({INTERVAL_KEY: 10}, 100),
         ({INTERVAL_KEY: 100}, 100),
         ({INTERVAL_KEY: 2500}, 2500),
@@ -265,6 +265,13 @@ def test_open_clamps_interval_to_at_least_100_ms(topology_name, conf, expected):
     spout = CheckpointSpout(ManualClock())
     spout.open(conf, _spout_context(topology_name), RecordingSpoutCollector())
     assert spout.interval_ms == expected
+
+
+@pytest.mark.parametrize("value", [0, -5, "500", True])
+def test_open_refuses_an_interval_the_config_model_refuses(topology_name, value):
+    spout = CheckpointSpout(ManualClock())
+    with pytest.raises(ConfigError, match=INTERVAL_KEY.replace(".", r"\.")):
+        spout.open({INTERVAL_KEY: value}, _spout_context(topology_name), RecordingSpoutCollector())
 
 
 def test_open_with_does_not_clamp():
@@ -295,7 +302,7 @@ def test_second_spout_on_the_same_state_resumes_from_it(topology_name):
     for _ in range(3):  # INITSTATE(-1), PREPARE(0), COMMIT(0), all acked
         first.next_tuple()
         first.ack(first.cur.txid)
-    clock.advance(101)  # past the (clamped) 100 ms interval
+    clock.advance(1001)  # past the default 1000 ms interval
     first.next_tuple()  # PREPARE(1), then the driver "crashes"
     assert first.cur == CheckPointState(1, TxPhase.PREPARING)
 

@@ -16,7 +16,7 @@ import pytest
 
 from providers import InMemoryKeyValueState, StateBackendError
 from statefulbolts import ConfigError, Fields, Tuple
-from statefulbolts._config import validate_config
+from statefulbolts.config import validate_config
 from statefulbolts.deadletter import (
     DEAD,
     REPLAY,

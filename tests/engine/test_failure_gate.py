@@ -8,7 +8,7 @@ import pytest
 
 from providers import StateBackendError, StateBackendRefusedError, StateLostError
 from recovery.gate import FailureGate
-from statefulbolts._config import validate_config
+from statefulbolts.config import validate_config
 from statefulbolts.errors import TopologyFailedError
 from statefulbolts.testing import ManualClock
 

@@ -286,7 +286,7 @@ def _generator() -> ModuleType:
 
 def test_config_reference_has_every_key_of_the_models() -> None:
     from providers._config import StateProviderConfig
-    from statefulbolts._config import KNOWN_KEYS, Config
+    from statefulbolts.config import KNOWN_KEYS, Config
 
     text = _generator().render()
     constants = {v for k, v in vars(Config).items() if k.startswith("TOPOLOGY_")}

@@ -21,7 +21,7 @@ from statefulbolts import (
     TopologyFailedError,
     TransactionalTopologyBuilder,
 )
-from statefulbolts._config import validate_config
+from statefulbolts.config import validate_config
 from statefulbolts.errors import ConfigError
 from statefulbolts.transactional._jobs import _commit_here, _refuse_worker_faults
 
