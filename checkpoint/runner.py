@@ -61,6 +61,7 @@ from statefulbolts.runtime import (
     JobResult,
     Progress,
     Router,
+    StateKeyCounter,
     TopologyRunner,
     TransactionInfo,
     TupleBatch,
@@ -193,6 +194,25 @@ class CheckpointRunner(TopologyRunner):
         self._yielded = time.perf_counter()
         self._failures = FailureGate(name, self.tc, self.clock, self._stop, log)
         self._manifest: TransactionManifest | None = None
+        # Each stateful component's committed keys, counted after COMMITs (``_advance``).
+        prefix = topology_prefix(name)
+        namespaces = {
+            cid: [str(TaskNamespace(prefix, cid, t)) for t in range(spec.parallelism)]
+            for cid, spec in topology.components.items()
+            if spec.is_stateful
+        }
+        self.state_keys = (
+            None
+            if self.provider is None
+            else StateKeyCounter(
+                self.stats,
+                self.clock,
+                self.tc.state_size_interval_ms,
+                self.provider,
+                self.conf,
+                lambda: namespaces,
+            )
+        )
         self.deadletters = CheckpointDeadLetters(
             name,
             self.tc,
@@ -294,6 +314,8 @@ class CheckpointRunner(TopologyRunner):
     def _step(self) -> bool:
         self.ledger.tick(self.clock.now_ms())
         self.deadletters.poll()
+        if self.state_keys is not None:
+            self.state_keys.tick()
         job = self._job
         if job is not None:
             if job.future.done():
@@ -434,6 +456,8 @@ class CheckpointRunner(TopologyRunner):
             self.ledger.committed(txid)
             if self._manifest is not None:
                 self.spouts.ack_recovered(self._manifest.committed(txid))
+            if self.state_keys is not None:
+                self.state_keys.committed(txid)
         elif action.discards:
             self.ledger.discard_awaiting()
 

@@ -13,7 +13,7 @@ and one call that replaces the whole image. See "The stored image" in ``KeyValue
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Collection, Hashable, Iterable, Iterator, Mapping
+from collections.abc import Collection, Hashable, Iterable, Iterator, Mapping, Sequence
 from typing import Any, ClassVar
 
 
@@ -274,6 +274,26 @@ class StateProvider(ABC):
 
         The default returns ``None``: this provider cannot list. Override it when the store can
         enumerate its namespaces.
+        """
+        return None
+
+    def committed_key_counts(
+        self, conf: Mapping[str, Any], namespaces: Sequence[str]
+    ) -> dict[str, int] | None:
+        """How many keys each namespace's committed map holds; ``None`` if this cannot tell.
+
+        Committed keys only: writes pending in a state object, or staged by a prepare that was
+        not committed (or was rolled back), are not counted; a key deleted by a committed
+        transaction is gone. A namespace that holds nothing counts 0. The runners call this on
+        the driver after commits, at most once per ``topology.state.size.interval.ms``, to
+        chart each stateful component's size, so it must be cheap: one round trip to the store
+        for all of ``namespaces``, reading no values.
+
+        The default returns ``None``: the size is unknown, and dashboards say so. Override it
+        when the store can count a namespace's keys without reading them.
+
+        Raises:
+            StateBackendError: the store could not be reached.
         """
         return None
 

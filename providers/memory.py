@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import itertools
 import threading
-from collections.abc import Collection, Iterable, Iterator, Mapping
+from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 import msgpack
@@ -378,6 +378,17 @@ class InMemoryKeyValueStateProvider(DriverOwnedStateProvider):
                 for name, image in self._store.items()
                 if name.startswith(prefix) and image.has_record()
             )
+
+    def committed_key_counts(
+        self, conf: Mapping[str, Any], namespaces: Sequence[str]
+    ) -> dict[str, int]:
+        """The size of each namespace's committed map in this process's store (0: none).
+
+        On the driver, the run's truth: the tasks' commits have been applied to it.
+        """
+        with self._lock:
+            found = {ns: self._store.get(ns) for ns in namespaces}
+        return {ns: 0 if image is None else len(image.committed) for ns, image in found.items()}
 
     def export_image(self, namespace: str) -> bytes:
         """Serialize the image of ``namespace``."""

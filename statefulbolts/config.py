@@ -70,6 +70,19 @@ class TopologyConfig(BaseModel):
     # (``statefulbolts.state.evolve``): ``auto`` changes the stored state (rescale, rename,
     # migrate), ``refuse`` stops with the command that would.
     state_evolve: Literal["auto", "refuse"] = Field("auto", alias="topology.state.evolve")
+    # How often the runners count each stateful component's committed keys, at most
+    # (``statefulbolts.runtime.StateKeyCounter``).
+    state_size_interval_ms: int = Field(
+        1000,
+        ge=0,
+        alias="topology.state.size.interval.ms",
+        description=(
+            "The least time, in ms, between two counts of each stateful component's committed "
+            "keys (the dashboard's state size chart and `statefulbolts_state_keys`): a count "
+            "follows a commit, and one that would come sooner waits for the next step after the "
+            "interval, so the last commit is counted too. 0 counts after every commit."
+        ),
+    )
     # Stored components renamed in the topology: {old id: new id}.
     state_renames: dict[str, str] = Field(default_factory=dict, alias="topology.state.renames")
     # Start even though stored state belongs to components the topology no longer has.
@@ -132,6 +145,7 @@ class Config(dict[str, Any]):
     TOPOLOGY_STATE_BACKEND_TIMEOUT_SECS = "topology.state.backend.timeout.secs"
     TOPOLOGY_STATE_MAX_PARALLELISM = "topology.state.max.parallelism"
     TOPOLOGY_STATE_EVOLVE = "topology.state.evolve"
+    TOPOLOGY_STATE_SIZE_INTERVAL = "topology.state.size.interval.ms"
     TOPOLOGY_STATE_RENAMES = "topology.state.renames"
     TOPOLOGY_STATE_ALLOW_ORPHANED = "topology.state.allow.orphaned"
     TOPOLOGY_UI_PORT = "topology.ui.port"

@@ -7,8 +7,9 @@ Spark UI on (bound to 127.0.0.1 like every local Spark address). Its counter fai
 transaction's job for good once (every Spark attempt of it raises), so the page shows a
 recovery (the ROLLBACK, the INITSTATE, the retried transaction) and an error with its
 traceback; ``topology.max.spout.pending`` bounds the pending trees the page shows against it.
-When the topology is idle, headless Chromium takes the picture (1400x1300): the rates, the
-task rows, capacity, the history charts and the error.
+When the topology is idle, headless Chromium takes the picture (1400x1600): the rates, the
+task rows, capacity, the history charts (durations, state size, state change bytes) and the
+error.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ HERE = Path(__file__).resolve().parent
 sys.path[:0] = [str(HERE), str(HERE.parent)]
 
 from ui_browser import screenshot  # noqa: E402
-from ui_topologies import flaky_wordcount  # noqa: E402
+from ui_topologies import flaky_wordcount, snapshot, wait_for  # noqa: E402
 
 from statefulbolts import LocalCluster  # noqa: E402
 
@@ -45,7 +46,15 @@ def main(argv: list[str]) -> int:
             handle.await_idle(300)
             url = handle.ui_url
             assert url is not None
-            screenshot(url, out, size=(1400, 1300))
+            # The state size after the last commit (counted at most an interval late).
+            committed = handle.status()["checkpoint"]
+
+            def counted() -> bool:
+                points = snapshot(url)["history"]["state_keys"].get("count") or []
+                return bool(points) and f"COMMITTED({points[-1][1]})" == committed
+
+            wait_for(counted, 60, "the state size after the last commit")
+            screenshot(url, out, size=(1400, 1600))
         finally:
             handle.kill()
     print(f"wrote {out}")

@@ -8,7 +8,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import re
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 import providers.redis._scripts as _scripts
@@ -428,6 +428,39 @@ class RedisKeyValueStateProvider(StateProvider):
         config = parse_provider_config(conf)
         resolve_serializers(config, conf)
         config.redis_endpoint()
+
+    def committed_key_counts(
+        self, conf: Mapping[str, Any], namespaces: Sequence[str]
+    ) -> dict[str, int]:
+        """``HLEN`` of each namespace's committed hash, in one pipelined round trip.
+
+        Tombstones never reach the committed hash, so its length is the count of committed
+        keys; the prepared delta (``ns$prepare``) is another key and is not counted.
+
+        Raises:
+            ProviderConfigError: the provider config is invalid.
+            StateBackendError: Redis could not be reached.
+            StateBackendRefusedError: Redis refused (a wrong password, ...).
+        """
+        names = list(dict.fromkeys(namespaces))
+        if not names:
+            return {}
+        client = overriding_client()
+        if client is None:
+            endpoint = parse_provider_config(conf).redis_endpoint()
+            client, address = client_for(endpoint, names[0]), endpoint.address
+        else:
+            address = address_of(client)
+        cluster = is_cluster(client)
+        pipe = client.pipeline(transaction=False)
+        for name in names:
+            pipe.hlen(_hash_tagged(name) if cluster else name)
+        try:
+            lengths = pipe.execute()
+        except BACKEND_ERRORS as exc:
+            step = f"key count of {len(names)} namespaces ({names[0]!r}, ...)"
+            raise backend_error(exc, address=address, step=step, client=client) from exc
+        return {name: int(n) for name, n in zip(names, lengths, strict=True)}
 
     def namespaces(self, conf: Mapping[str, Any], prefix: str = "") -> list[str]:
         """The namespaces starting with ``prefix`` that have a ``$txid`` hash, sorted.

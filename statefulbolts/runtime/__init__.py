@@ -36,7 +36,9 @@ from statefulbolts.runtime._spark import (
     under_spark_submit,
 )
 from statefulbolts.runtime._spark_engine import SparkEngine
+from statefulbolts.runtime._state_keys import NamespacesOf, StateKeyCounter
 from statefulbolts.runtime._stats import (
+    StateKeys,
     StateWrite,
     Stats,
     TaskCounters,
@@ -63,6 +65,7 @@ __all__ = [
     "JobLayout",
     "JobResult",
     "JobSpec",
+    "NamespacesOf",
     "Observation",
     "Progress",
     "Router",
@@ -70,6 +73,8 @@ __all__ = [
     "SPARK_LOG_LEVELS",
     "ShippedImage",
     "SparkEngine",
+    "StateKeyCounter",
+    "StateKeys",
     "StateWrite",
     "Stats",
     "TaskCounters",

@@ -222,13 +222,20 @@ class TopologyRunner(ABC):
         )
 
     def metrics(self) -> dict[str, Any]:
-        """Per component counters and per transaction figures."""
+        """Per component counters and per transaction figures.
+
+        ``state_keys``: each stateful component's committed keys at the last count (``None``:
+        the provider cannot count them); a component not counted yet is left out.
+        """
         with self._lock:
             return {
                 "components": self._counters(),
                 "transactions": [t.as_dict() for t in self.stats.transactions],
                 "errors": list(self.stats.errors),
                 "status": self.status(),
+                "state_keys": {
+                    cid: kept[-1].keys for cid, kept in self.stats.key_counts().items() if kept
+                },
             }
 
     def _counters(self) -> dict[str, dict[str, float]]:

@@ -17,6 +17,9 @@ What is kept:
 - per stateful component, its checkpoint sizes (``StateWrite``): the bytes of state changes
   its tasks sent back per transaction, when the provider is driver-owned (the others write
   from the tasks, and the driver never sees the bytes);
+- per stateful component, its state size (``StateKeys``): the committed keys of its tasks'
+  namespaces after a commit, counted by the provider at most once per
+  ``topology.state.size.interval.ms`` (``StateKeyCounter``), ``None`` when it cannot count;
 - per transaction: a ``TransactionInfo`` (the last ``_KEEP``), the count of each (action,
   outcome) since the start, and the durations per action as a histogram (``DurationHistogram``);
 - errors: the text of each reported error (``errors``) and, in ``error_log``, the last
@@ -37,7 +40,7 @@ import logging
 import threading
 import time
 import traceback
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -50,6 +53,7 @@ __all__ = [
     "DurationHistogram",
     "ErrorRecord",
     "RecoveryRecord",
+    "StateKeys",
     "StateWrite",
     "Stats",
     "StatsSnapshot",
@@ -71,7 +75,7 @@ class ChangeSink(Protocol):
 _KEEP = 10_000
 # Errors and recoveries kept with their details (counts are kept for all of them).
 _LOG = 200
-# Checkpoint sizes kept per component (the newest).
+# Checkpoint sizes, and state sizes, kept per component (the newest).
 _SIZES = 600
 # Characters of one traceback kept.
 _TRACEBACK_CHARS = 20_000
@@ -156,6 +160,25 @@ class StateWrite:
     txid: int
     component: str
     size: int
+
+    def as_dict(self) -> dict[str, Any]:
+        """A JSON-friendly dict."""
+        return dict(self.__dict__)
+
+
+@dataclass(frozen=True)
+class StateKeys:
+    """A stateful component's size after the commit of ``txid``: its committed keys.
+
+    The sum over its tasks' namespaces (a transactional committer's: every map of its tasks),
+    as the provider counts them (``StateProvider.committed_key_counts``); ``None`` when the
+    provider cannot count, which is not the same as an empty state.
+    """
+
+    at: float
+    txid: int
+    component: str
+    keys: int | None
 
     def as_dict(self) -> dict[str, Any]:
         """A JSON-friendly dict."""
@@ -253,6 +276,8 @@ class Stats:
     task_sources: list[Callable[[], TaskCounters]] = field(default_factory=list)
     # Per component, its checkpoint sizes, oldest first.
     state_writes: dict[str, collections.deque[StateWrite]] = field(default_factory=dict)
+    # Per stateful component, its state sizes, oldest first.
+    state_keys: dict[str, collections.deque[StateKeys]] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
     def add(self, component: str, **values: float) -> None:
@@ -352,6 +377,21 @@ class Stats:
         """A copy of the checkpoint sizes per component, oldest first (any thread)."""
         with self._lock:
             return {cid: list(sizes) for cid, sizes in self.state_writes.items()}
+
+    def key_counts(self) -> dict[str, list[StateKeys]]:
+        """A copy of the state sizes per component, oldest first (any thread)."""
+        with self._lock:
+            return {cid: list(kept) for cid, kept in self.state_keys.items()}
+
+    def keys_counted(self, txid: int, counts: Mapping[str, int | None]) -> None:
+        """Keep each component's committed keys after the commit of ``txid`` (``StateKeys``)."""
+        at = time.time()
+        with self._lock:
+            for component, keys in counts.items():
+                kept = self.state_keys.get(component)
+                if kept is None:
+                    kept = self.state_keys[component] = collections.deque(maxlen=_SIZES)
+                kept.append(StateKeys(at, txid, component, keys))
 
     def state_written(self, txid: int, sizes: dict[str, int]) -> None:
         """Add the bytes of state changes each component's tasks sent back in a job of ``txid``.

@@ -31,7 +31,7 @@ from typing import Any
 from providers import StateProvider
 from statefulbolts.errors import ConfigError
 from statefulbolts.listeners import NO_FAULTS, FaultListener
-from statefulbolts.namespaces import TRANSACTIONAL_ROOT
+from statefulbolts.namespaces import TRANSACTIONAL_ROOT, TaskNamespace, transactional_prefix
 from statefulbolts.runtime import (
     ExecutionPlan,
     ImageShipper,
@@ -155,13 +155,21 @@ class TransactionalJobs:
         )
 
     def _images(self) -> dict[str, bytes | ShippedImage]:
-        """A driver-owned provider's state of every commit-phase task (its maps)."""
+        """A driver-owned provider's state of every commit-phase task (its maps).
+
+        Told apart by ``TaskNamespace.parse``, not by a string prefix: ``count-2-0/default``
+        is task 0 of ``count-2``, and no map of ``count``'s.
+        """
         shipper = self._shipper
         assert shipper is not None  # noqa: S101
         names = self._plan.component_ids
-        found: list[str] = []
-        for comp in sorted(self.commit_components):
-            found += self._provider.namespaces(self._conf, f"{self.root}/{names[comp]}-") or []
+        committing = {names[comp] for comp in self.commit_components}
+        prefix = transactional_prefix(self.tid)
+        found = []
+        for namespace in self._provider.namespaces(self._conf, prefix) or []:
+            task = TaskNamespace.parse(prefix, namespace)
+            if task is not None and task.component in committing:
+                found.append(namespace)
         return shipper.ship(found)
 
 

@@ -66,6 +66,7 @@ from statefulbolts.namespaces import TaskNamespace, transactional_prefix
 from statefulbolts.runtime import (
     JobResult,
     Progress,
+    StateKeyCounter,
     TopologyRunner,
     TransactionInfo,
     TupleBatch,
@@ -206,6 +207,15 @@ class TransactionalRunner(TopologyRunner):
         self._metas: EmitterMetas | None = None
         self._last_empty: bool | None = None
         self._next_poll = 0.0
+        # Each committer's committed keys (all its tasks' maps), counted after commits.
+        self.state_keys = StateKeyCounter(
+            self.stats,
+            self.clock,
+            self.tc.state_size_interval_ms,
+            self.provider,
+            self.conf,
+            self._map_namespaces,
+        )
 
     # ----------------------------------------------------------------- lifecycle
     def _open(self) -> None:
@@ -282,6 +292,26 @@ class TransactionalRunner(TopologyRunner):
         else:
             self._stop.wait(0.002)
 
+    def _map_namespaces(self) -> dict[str, list[str] | None]:
+        """Per committer (and other commit-phase component with maps), its tasks' maps.
+
+        Listed from the provider at each count: a task's map exists once it was first
+        committed, and its name is the bolt's choice. ``None`` when the provider cannot list.
+        """
+        topology = self.topology
+        prefix = transactional_prefix(topology.transactional_id)
+        listed = self.provider.namespaces(self.conf, prefix)
+        if listed is None:
+            return dict.fromkeys(sorted(topology.committers))
+        maps: dict[str, list[str]] = {cid: [] for cid in sorted(topology.committers)}
+        for namespace in listed:
+            task = TaskNamespace.parse(prefix, namespace)
+            # Below the prefix are the protocol's records too ("partition-3": no map).
+            if task is None or task.map is None or task.component not in topology.commit_phase:
+                continue
+            maps.setdefault(task.component, []).append(namespace)
+        return dict(maps)
+
     def _group(self, batch: _Batch) -> str:
         return f"{self.name}-{batch.attempt}"
 
@@ -289,6 +319,7 @@ class TransactionalRunner(TopologyRunner):
     def _step(self) -> bool:
         progressed = False
         self.deadletters.poll()
+        self.state_keys.tick()
         for batch in list(self._live.values()):
             future = batch.future
             if future is not None and future.done() and self._live.get(batch.txid) is batch:
@@ -452,6 +483,7 @@ class TransactionalRunner(TopologyRunner):
         )
         self._failures.succeeded()
         self.deadletters.committed(batch.txid)
+        self.state_keys.committed(batch.txid)
         seconds = time.perf_counter() - batch.started
         phases = dict(batch.phases)
         n = batch.tuples

@@ -5,7 +5,8 @@ Turn it on with ``topology.ui.port`` (0: a free port) in the topology's config, 
 where it is. The page shows the topology as a picture; per component, and per task when
 expanded, counters, latency, capacity (busy time / wall time) and tuples per second over the
 last minute or ten; pending tuple trees against ``topology.max.spout.pending``; charts of the
-transactions' durations and of the checkpoint sizes; the transaction timeline, the current
+transactions' durations, of each stateful component's size (its committed keys) and of the
+state change bytes per checkpoint; the transaction timeline, the current
 phase, recoveries, recent errors with their tracebacks and a link to the Spark UI. It refreshes
 every second; ``/metrics`` serves the same figures to Prometheus. It answers only requests
 whose ``Host`` is a loopback name or ``topology.ui.host``, warns once when it listens beyond

@@ -43,11 +43,15 @@ metric                                              type       labels, meaning
 ``statefulbolts_max_spout_pending``                 gauge      the limit per spout task
 ``statefulbolts_checkpoint_size_bytes``             gauge      ``component``: state change
                                                                bytes of its last checkpoint
+``statefulbolts_state_keys``                        gauge      ``component``: committed keys
+                                                               of its tasks' state at the last
+                                                               count (a committer's: its maps)
 ==================================================  =========  ===============================
 
 A gauge with nothing to say is left out (no committed txid yet, no tuple trees in a
 transactional topology, no spout that knows its lag, no ``topology.max.spout.pending``, no
-checkpoint size from a provider that is not driver-owned). Rates and capacity are Prometheus'
+checkpoint size from a provider that is not driver-owned, no key count before the first commit
+or from a provider that cannot count its keys). Rates and capacity are Prometheus'
 to compute: ``rate(statefulbolts_task_tuples_executed_total[1m])``, and
 ``rate(statefulbolts_task_busy_seconds_total[1m])`` for the capacity the dashboard shows.
 """
@@ -67,7 +71,7 @@ from prometheus_client.core import (
 from prometheus_client.registry import Collector
 
 if TYPE_CHECKING:
-    from statefulbolts.runtime import Observation, StateWrite, TaskCounters
+    from statefulbolts.runtime import Observation, StateKeys, StateWrite, TaskCounters
 
 __all__ = ["STATES", "TopologyCollector"]
 
@@ -88,6 +92,7 @@ class TopologyCollector(Collector):
         components: every component id, so each has its series from the first scrape on.
         tasks: returns the figures per task (``Stats.task_counters``); none without it.
         sizes: returns the checkpoint sizes (``Stats.checkpoint_sizes``); none without it.
+        state_keys: returns the state sizes (``Stats.key_counts``); none without it.
         max_spout_pending: ``topology.max.spout.pending`` (``None``: unset).
     """
 
@@ -98,12 +103,14 @@ class TopologyCollector(Collector):
         *,
         tasks: Callable[[], TaskCounters] | None = None,
         sizes: Callable[[], Mapping[str, Sequence[StateWrite]]] | None = None,
+        state_keys: Callable[[], Mapping[str, Sequence[StateKeys]]] | None = None,
         max_spout_pending: int | None = None,
     ) -> None:
         self._observe = observe
         self._components = list(components)
         self._tasks = tasks
         self._sizes = sizes
+        self._state_keys = state_keys
         self._max_spout_pending = max_spout_pending
 
     def describe(self) -> list[Metric]:
@@ -120,6 +127,7 @@ class TopologyCollector(Collector):
         yield from self._backend(obs, name)
         yield from self._task_families(name)
         yield from self._sizes_family(name)
+        yield from self._state_keys_family(name)
 
     def _task_families(self, name: str) -> Iterator[Metric]:
         if self._tasks is None:
@@ -172,6 +180,19 @@ class TopologyCollector(Collector):
         for cid, kept in sorted(self._sizes().items()):
             if kept:
                 family.add_metric([name, cid], kept[-1].size)
+        yield family
+
+    def _state_keys_family(self, name: str) -> Iterator[Metric]:
+        if self._state_keys is None:
+            return
+        family = GaugeMetricFamily(
+            "statefulbolts_state_keys",
+            "Committed keys of the component's state (all its tasks), at the last count.",
+            labels=["topology", "component"],
+        )
+        for cid, kept in sorted(self._state_keys().items()):
+            if kept and kept[-1].keys is not None:
+                family.add_metric([name, cid], kept[-1].keys)
         yield family
 
     def _transactions(self, obs: Observation, name: str) -> Iterator[Metric]:

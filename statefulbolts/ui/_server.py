@@ -111,6 +111,7 @@ class DashboardServer:
             components,
             tasks=runner.stats.task_counters,
             sizes=runner.stats.checkpoint_sizes,
+            state_keys=runner.stats.key_counts,
             max_spout_pending=runner.tc.max_spout_pending,
         )
         self._registry.register(collector)
@@ -174,6 +175,7 @@ class DashboardServer:
             live=self.live.view(),
             pressure=self.pressure(obs),
             sizes=self._runner.stats.checkpoint_sizes(),
+            state_keys=self._runner.stats.key_counts(),
         )
         return JSONResponse(body, headers={"Cache-Control": "no-store"})
 

@@ -6,8 +6,11 @@ finite (Starlette's JSON refuses NaN).
 
 Given the dashboard's ``LiveFigures`` view, each component row also carries its ``tasks``
 (one row each), its ``rates`` and ``capacity`` per window, and the body the topology's
-``rates``, its ``backpressure`` and its ``history``: the last ``HISTORY`` transactions'
-durations (oldest first, for the charts) and each stateful component's checkpoint sizes.
+``rates``, its ``backpressure`` and its ``history``, oldest first, for the charts: the last
+``HISTORY`` transactions' durations, each stateful component's state size (``state_keys``:
+``[at, txid, committed keys]``, keys ``null`` when the provider cannot count them) and its
+checkpoint sizes (``checkpoint_sizes``: ``[at, txid, bytes]`` of state changes the tasks sent
+back, known for a driver-owned provider only).
 """
 
 from __future__ import annotations
@@ -17,7 +20,7 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from statefulbolts.runtime import Observation, StateWrite, TransactionInfo
+    from statefulbolts.runtime import Observation, StateKeys, StateWrite, TransactionInfo
 
 __all__ = ["HISTORY", "SHOWN", "snapshot"]
 
@@ -74,6 +77,7 @@ def snapshot(
     live: Mapping[str, Any] | None = None,
     pressure: Mapping[str, Any] | None = None,
     sizes: Mapping[str, Sequence[StateWrite]] | None = None,
+    state_keys: Mapping[str, Sequence[StateKeys]] | None = None,
 ) -> dict[str, Any]:
     """The page's view of ``obs``; ``nodes`` are the picture's (``topology_graph``).
 
@@ -84,6 +88,7 @@ def snapshot(
         live: ``LiveFigures.view()``: rates, tasks and capacity.
         pressure: ``backpressure(...)``.
         sizes: ``Stats.checkpoint_sizes()``.
+        state_keys: ``Stats.key_counts()``.
     """
     stats = obs.stats
     outcomes = [
@@ -125,6 +130,10 @@ def snapshot(
         "backpressure": dict(pressure) if pressure is not None else None,
         "history": {
             "durations": [_duration(t) for t in stats.transactions[-HISTORY:]],
+            "state_keys": {
+                cid: [[k.at, k.txid, k.keys] for k in list(kept)[-HISTORY:]]
+                for cid, kept in sorted((state_keys or {}).items())
+            },
             "checkpoint_sizes": {
                 cid: [[w.at, w.txid, w.size] for w in list(kept)[-HISTORY:]]
                 for cid, kept in sorted((sizes or {}).items())

@@ -628,6 +628,79 @@ def test_a_bad_serializer_class_is_reported_in_the_same_words_everywhere(backend
         backend.state(keyClass=5)
 
 
+# --- counting committed keys (StateProvider.committed_key_counts) ---------------------------
+def _key_counts(backend: Backend, *namespaces: str) -> dict[str, int] | None:
+    conf = backend.conf()
+    return get_provider(conf).committed_key_counts(conf, list(namespaces))
+
+
+def test_committed_key_counts_count_what_is_committed_and_nothing_staged(backend: Backend) -> None:
+    ns = backend.namespace
+    other = ns.replace("counter-0", "counter-1")
+    assert _key_counts(backend) == {}
+    assert _key_counts(backend, ns, other, ns) == {ns: 0, other: 0}  # never written
+    state = backend.state()
+    for i in range(5):
+        state.put(f"k{i}", i)
+    assert _key_counts(backend, ns) == {ns: 0}  # pending in the state object
+    state.prepare_commit(1)
+    assert _key_counts(backend, ns) == {ns: 0}  # staged, not committed
+    state.commit(1)
+    assert _key_counts(backend, ns, other) == {ns: 5, other: 0}
+    # A prepared transaction that adds and deletes, then is rolled back: nothing changes.
+    state.put("k5", 5)
+    state.delete("k0")
+    state.delete("k1")
+    state.prepare_commit(2)
+    assert _key_counts(backend, ns) == {ns: 5}
+    state.rollback()
+    assert _key_counts(backend, ns) == {ns: 5}
+    # A committed transaction that deletes two keys (one absent), adds one, rewrites one.
+    state = backend.state()
+    state.delete("k0")
+    state.delete("k1")
+    state.delete("never-there")
+    state.put("k9", 9)
+    state.put("k2", 20)
+    state.prepare_commit(3)
+    state.commit(3)
+    assert _key_counts(backend, ns) == {ns: 4}
+    assert sorted(k for k, _ in backend.state()) == ["k2", "k3", "k4", "k9"]
+    # A commit without a txid (the checkpoint spout's save) counts at once.
+    state.put("k10", 10)
+    state.delete("k9")
+    state.put("k11", 11)
+    state.commit()
+    assert _key_counts(backend, ns, other) == {ns: 5, other: 0}
+
+
+def test_committed_key_counts_of_a_provider_that_cannot_count_are_unknown(
+    tmp_path: Path,
+) -> None:
+    # An extlib provider that implements only new_state: its sizes are unknown, not zero.
+    (tmp_path / "countless_state.py").write_text(
+        '"""A provider without committed_key_counts."""\n'
+        "from providers import InMemoryKeyValueStateProvider, StateProvider\n\n\n"
+        "class Provider(StateProvider):\n"
+        '    """In-memory states, made by a provider that does not count them."""\n\n'
+        "    def new_state(self, namespace, conf, context=None):\n"
+        '        """The in-memory state."""\n'
+        "        return InMemoryKeyValueStateProvider().new_state(namespace, conf, context)\n"
+    )
+    conf = {
+        STATE_PROVIDER_KEY: "countless_state.Provider",
+        "topology.state.extlib.dir": str(tmp_path),
+    }
+    namespace = f"countless-{uuid.uuid4().hex[:8]}/counter-0"
+    state = StateFactory.get_state(namespace, conf)
+    state.put("k", 1)
+    state.commit()
+    try:
+        assert get_provider(conf).committed_key_counts(conf, [namespace]) is None
+    finally:
+        InMemoryKeyValueStateProvider.drop(namespace.split("/")[0])
+
+
 # --- listing namespaces (StateProvider.namespaces) ------------------------------------------
 def _topology(backend: Backend) -> str:
     return backend.namespace.split("/")[0]

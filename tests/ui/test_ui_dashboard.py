@@ -121,6 +121,14 @@ def test_wordcount_page_in_chromium(cluster: Any, tmp_path: Path) -> None:
         handle.await_idle(TIMEOUT)
         url = handle.ui_url
         assert url is not None and url.startswith("http://127.0.0.1:")
+        # The last commit's key count comes at most one topology.state.size.interval.ms late.
+        last = sentences // burst - 1
+        wait_for(
+            lambda: (snapshot(url)["history"]["state_keys"].get("count") or [[0, -1]])[-1][1]
+            == last,
+            TIMEOUT,
+            "the state size after the last commit",
+        )
         page = _parse(dump_dom(url))
         shot = screenshot(url, tmp_path / "dashboard.png")
         graph = json.loads(get(url + "api/topology"))
@@ -165,7 +173,6 @@ def test_wordcount_page_in_chromium(cluster: Any, tmp_path: Path) -> None:
         "0",
     ]
     # A committed transaction: the last COMMIT, whose txid the status shows committed.
-    last = sentences // burst - 1
     assert status["checkpoint"] == f"COMMITTED({last})"
     transactions = _transaction_rows(page)
     assert transactions[0] == (str(last), "COMMIT", "ok")
@@ -199,10 +206,16 @@ def test_wordcount_page_in_chromium(cluster: Any, tmp_path: Path) -> None:
     durations = _element(page, "chart-durations")
     assert int(durations["data-points"]) == len(live["history"]["durations"])
     assert durations["data-series"] == "INITSTATE,PREPARE,COMMIT"
+    keys = _element(page, "chart-keys")
+    distinct = len(expected_counts(sentences))
+    assert keys["data-series"] == "count"
+    assert keys["data-last"] == f"count={distinct}" and distinct > 0
+    assert live["history"]["state_keys"]["count"][-1][1:] == [last, distinct]
+    assert page.text["keys-note"] == f"count: {distinct:,} keys"
     sizes = _element(page, "chart-sizes")
     assert sizes["data-series"] == "count"
     assert int(sizes["data-points"]) == len(live["history"]["checkpoint_sizes"]["count"])
-    assert sum(1 for tag, a in page.elements if tag == "canvas") == 2
+    assert sum(1 for tag, a in page.elements if tag == "canvas") == 3
     assert any("uplot" in a.get("class", "").split() for _, a in page.elements)
 
 

@@ -292,6 +292,11 @@ def test_transactional_global_count_metrics(cluster: Any) -> None:
     assert _tuples(after, "partial")["executed"] == words
     # Every batch, empty or not, gets one partial count from each of the 5 partial tasks.
     assert _tuples(after, "sum")["executed"] == 5 * commits
+    # The committer's size: its one task's map holds the one global key (counted after the
+    # first commit; the processing bolt keeps no state and has no size).
+    assert value(after, "statefulbolts_state_keys", component="sum") == 1
+    assert value(after, "statefulbolts_state_keys", component="partial") is None
+    assert {n for _, _, n in page["history"]["state_keys"]["sum"]} == {1}
 
 
 # ------------------------------------------------------------------------ Redis stream spout lag

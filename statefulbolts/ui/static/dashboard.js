@@ -470,6 +470,7 @@ function drawChart(root, key, series, data, yLabel, yFormat, y, splits) {
 
 function renderHistory(history) {
   renderDurations(history.durations || []);
+  renderStateKeys(history.state_keys || {});
   renderSizes(history.checkpoint_sizes || {});
 }
 
@@ -503,10 +504,21 @@ function renderSizes(sizes) {
   $("no-sizes").hidden = components.length > 0;
   root.hidden = components.length === 0;
   if (!components.length) return;
-  // One x per (time, txid) across the components; each series has its component's points.
+  const series = components.map((cid, k) => ({
+    label: cid, stroke: SIZE_COLORS[k % SIZE_COLORS.length], width: 1.5, spanGaps: true,
+    points: { show: true, size: 4, fill: SIZE_COLORS[k % SIZE_COLORS.length] },
+  }));
+  const top = (u, min, max) => [0, max > 0 ? max * 1.15 : 1];
+  drawChart(root, "sizes", series, alignSeries(sizes), "bytes", fmtBytes, { range: top });
+}
+
+// One x per distinct time across the components; each component's values at its own times
+// (null elsewhere: the lines span the gaps). ``points`` are [at, txid, value] per component.
+function alignSeries(byComponent) {
+  const components = Object.keys(byComponent);
   const rows = [];
   components.forEach((cid, k) => {
-    for (const [at, txid, size] of sizes[cid]) rows.push({ at, txid, size, k });
+    for (const [at, , value] of byComponent[cid]) rows.push({ at, value, k });
   });
   rows.sort((a, b) => a.at - b.at || a.k - b.k);
   const xs = [];
@@ -516,19 +528,54 @@ function renderSizes(sizes) {
       xs.push(r.at);
       for (const y of ys) y.push(null);
     }
-    ys[r.k][xs.length - 1] = r.size;
+    ys[r.k][xs.length - 1] = r.value;
   }
-  const series = components.map((cid, k) => ({
+  return [xs, ...ys];
+}
+
+function fmtKeys(n) {
+  return n === null || n === undefined ? "unknown" : `${fmtInt(n)} key${n === 1 ? "" : "s"}`;
+}
+
+// The committed keys of each stateful component over time. A provider that cannot count
+// (``committed_key_counts`` gives None) makes its points null: said in words, never drawn as 0.
+function renderStateKeys(keys) {
+  const root = $("chart-keys");
+  const note = $("no-keys");
+  const all = Object.keys(keys);
+  const known = all.filter((cid) => keys[cid].some(([, , n]) => n !== null));
+  const unknown = all.filter((cid) => !known.includes(cid));
+  root.hidden = known.length === 0;
+  note.hidden = unknown.length === 0 && all.length > 0;
+  if (!all.length) {
+    note.textContent = "No state size yet: each stateful component's committed keys are counted after a commit.";
+  } else if (unknown.length) {
+    note.textContent = `State size unknown for ${unknown.join(", ")}: the state provider cannot count its keys (StateProvider.committed_key_counts).`;
+  }
+  root.setAttribute("data-unknown", unknown.join(","));
+  const last = (cid) => {
+    const points = keys[cid];
+    return points.length ? points[points.length - 1][2] : null;
+  };
+  setText("keys-note", all.length
+    ? all.map((cid) => `${cid}: ${fmtKeys(last(cid))}`).join(" · ")
+    : "committed keys per component");
+  if (!known.length) return;
+  const shown = Object.fromEntries(known.map((cid) => [cid, keys[cid]]));
+  root.setAttribute("data-last", known.map((cid) => `${cid}=${last(cid) === null ? "" : last(cid)}`).join(","));
+  const series = known.map((cid, k) => ({
     label: cid, stroke: SIZE_COLORS[k % SIZE_COLORS.length], width: 1.5, spanGaps: true,
     points: { show: true, size: 4, fill: SIZE_COLORS[k % SIZE_COLORS.length] },
   }));
   const top = (u, min, max) => [0, max > 0 ? max * 1.15 : 1];
-  drawChart(root, "sizes", series, [xs, ...ys], "bytes", fmtBytes, { range: top });
+  drawChart(root, "keys", series, alignSeries(shown), "keys", fmtInt, { range: top });
 }
+
+const CHART_ROOTS = { durations: "chart-durations", keys: "chart-keys", sizes: "chart-sizes" };
 
 window.addEventListener("resize", () => {
   for (const [key, chart] of charts) {
-    const root = $(key === "durations" ? "chart-durations" : "chart-sizes");
+    const root = $(CHART_ROOTS[key]);
     chart.plot.setSize({ width: chartWidth(root), height: 170 });
   }
 });
