@@ -39,7 +39,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -197,12 +197,14 @@ class ShellPage:
         root: Path,
         redis_port: int | None = None,
         timeout: float = 600,
+        close_timeout: float = CLOSE_TIMEOUT_S,
     ) -> None:
         self.blocks = list(blocks)
         self.folder = folder
         self.env = dict(env)
         self.root = root
         self.timeout = timeout
+        self.close_timeout = close_timeout
         self.ports: dict[int, int] = {}
         self.paths: dict[str, Path] = {}
         self.servers: list[tuple[Block, subprocess.Popen[bytes], Path]] = []
@@ -367,15 +369,18 @@ class ShellPage:
                 failures.append(f"{block.where} printed nothing")
         return failures
 
+    @staticmethod
+    def _until_closed(ports: Iterable[int], timeout: float) -> None:
+        """Wait until nothing listens on ``ports``, or ``timeout`` seconds have passed."""
+        deadline = time.monotonic() + timeout
+        while any(_listening_pids(port) for port in ports) and time.monotonic() < deadline:
+            time.sleep(0.1)  # the poll's pace; the condition is every port closed
+
     def _kill_leftovers(self) -> list[str]:
         """Kill what still listens on a replaced port (and its children); each one fails."""
         theirs = {int(p) for b in self.blocks for p in b.options.get("redis", ())}
         ours = {fixed: free for fixed, free in self.ports.items() if fixed not in theirs}
-        deadline = time.monotonic() + CLOSE_TIMEOUT_S
-        while any(_listening_pids(free) for free in ours.values()):
-            if time.monotonic() > deadline:
-                break
-            time.sleep(0.2)  # the poll's pace; the condition is every port closed
+        self._until_closed(ours.values(), self.close_timeout)
         failures = []
         for fixed, free in ours.items():
             for pid in _listening_pids(free):
@@ -383,6 +388,7 @@ class ShellPage:
                 for member in tree:
                     with contextlib.suppress(ProcessLookupError):
                         os.kill(member, signal.SIGKILL)
+                self._until_closed([free], CLOSE_TIMEOUT_S)
                 failures.append(
                     f"{FIXED_PORTS[fixed]} (port {fixed}, here {free}) was still listening after "
                     f"the page: its stop command did not stop it; killed {tree}"
