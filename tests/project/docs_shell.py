@@ -13,9 +13,10 @@ A run marker may carry options, separated by ``;``
   same one in every block of the page and in the copied example configs. Only the ports of
   ``FIXED_PORTS`` may be replaced, so a reader's page keeps the numbers they paste.
 - ``redis P``: as ``ports``, with the test's own redis-server listening there.
-- ``serve P PATH``: the block serves until Ctrl-C (``P`` replaced as by ``ports``). It runs in
-  the background until ``http://127.0.0.1:P PATH`` answers 200 with a body, the page's next
-  blocks run while it serves, then it gets SIGINT, as from Ctrl-C, and must exit with status 0.
+- ``serve P PATH [TEXT]``: the block serves until Ctrl-C (``P`` replaced as by ``ports``). It
+  runs in the background until ``http://127.0.0.1:P PATH`` answers 200 with a body, the page's
+  next blocks run while it serves, then (once its output shows ``TEXT``, if given) it gets
+  SIGINT, as from Ctrl-C, and must exit with status 0.
 - ``paths PATH ...``: each absolute path is replaced by a new folder inside the page's folder.
 - ``in repository``: the block runs in the repository's folder (``mkdocs``).
 - ``finally``: runs after the other blocks even when one failed (the page's stop commands),
@@ -55,11 +56,12 @@ FIXED_PORTS = {
     8081: "a Spark worker's web UI",
     8765: "the dashboard",
 }
-# The options of a run marker and how many arguments each takes (None: one or more).
+# The options of a run marker and how many arguments each takes (None: one or more; -2: two or
+# more).
 OPTIONS: dict[str, int | None] = {
     "ports": None,
     "redis": 1,
-    "serve": 2,
+    "serve": -2,
     "paths": None,
     "in": 1,
     "finally": 0,
@@ -88,8 +90,13 @@ def parse_options(text: str | None) -> dict[str, tuple[str, ...]]:
             msg = f"unknown option {name!r}; the options are {sorted(OPTIONS)}"
             raise ValueError(msg)
         wanted = OPTIONS[name]
-        if (wanted is None and not args) or (wanted is not None and len(args) != wanted):
-            count = "one or more" if wanted is None else str(wanted)
+        if wanted is None:
+            wrong, count = not args, "one or more"
+        elif wanted < 0:
+            wrong, count = len(args) < -wanted, f"{-wanted} or more"
+        else:
+            wrong, count = len(args) != wanted, str(wanted)
+        if wrong:
             msg = f"option {name!r} takes {count} argument(s), got {args}"
             raise ValueError(msg)
         ports = args if name in ("ports", "redis") else args[:1] if name == "serve" else []
@@ -321,7 +328,7 @@ class ShellPage:
 
     def _serve(self, block: Block) -> None:
         """Start ``block`` in the background and wait until its page answers."""
-        port, path = block.options["serve"]
+        port, path = block.options["serve"][:2]
         url = f"http://127.0.0.1:{self.ports[int(port)]}{path}"
         log = self.folder / f"serve-{len(self.servers)}.log"
         with log.open("wb") as out:
@@ -349,6 +356,13 @@ class ShellPage:
         """Ctrl-C to each serving block; each must exit 0 and have printed something."""
         failures = []
         for block, process, log in self.servers:
+            text = " ".join(block.options["serve"][2:])
+            deadline = time.monotonic() + SERVE_TIMEOUT_S
+            while text and process.poll() is None and text not in log.read_text(errors="replace"):
+                if time.monotonic() > deadline:
+                    failures.append(f"{block.where} did not print {text!r} in {SERVE_TIMEOUT_S} s")
+                    break
+                time.sleep(0.1)  # the poll's pace; the condition is the text in its output
             if process.poll() is None:
                 with contextlib.suppress(ProcessLookupError):
                     os.killpg(process.pid, signal.SIGINT)

@@ -109,14 +109,14 @@ def test_a_server_left_running_is_killed_and_fails_the_page(tmp_path: Path) -> N
 def test_a_serving_block_answers_then_exits_0_on_ctrl_c(tmp_path: Path) -> None:
     blocks = _page(
         tmp_path,
-        ("serve 8000 /", f"echo serving; exec {HTTP_SERVER}\n"),
+        ("serve 8000 / Serving HTTP", f"echo serving; exec {HTTP_SERVER}\n"),
         ("ports 8000", "curl -s http://127.0.0.1:8000/ > listing.html; echo fetched\n"),
     )
     runner = _runner(tmp_path, blocks)
     runner.run()
     assert "Directory listing" in (runner.folder / "listing.html").read_text()
     ((_, process, log),) = runner.servers
-    assert process.returncode == 0 and "serving" in log.read_text()
+    assert process.returncode == 0 and "Serving HTTP on 127.0.0.1" in log.read_text()
     assert not _listens(runner.ports[8000])
 
 
@@ -132,7 +132,7 @@ def test_a_serving_block_that_dies_fails_with_its_output(tmp_path: Path) -> None
         ("port 6379", "unknown option 'port'"),
         ("ports", "takes one or more argument"),
         ("ports 1234", "port '1234' is not one of FIXED_PORTS"),
-        ("serve 8765", "takes 2 argument"),
+        ("serve 8765", "takes 2 or more argument"),
         ("serve 8765 index.html", "must start with '/'"),
         ("paths tmp/site", "absolute paths only"),
         ("in docs", "'repository' only"),
