@@ -6,15 +6,19 @@ How a block is checked depends on its info string (see docs/development.md, "The
   ``sys.path``. The blocks of one page share that process (Spark starts once per page), each with
   its own globals, in page order, so each must stand alone as pasted.
 - ``pycon``: a doctest.
-- ``bash`` / ``sh`` / ``shell`` / ``console``: run with bash in a temporary folder per page, in
-  page order, when the line before the fence is ``<!-- docs-test: run -->``, with ``.venv``'s
-  ``bin`` first on ``PATH`` (as after ``source .venv/bin/activate``); ``console`` runs its
-  ``$ `` lines only.
+- ``bash`` / ``sh`` / ``shell`` / ``console``: run with bash when the line before the fence is
+  ``<!-- docs-test: run -->``, in page order, in a temporary folder per page that stands for the
+  repository's folder (``.venv``, ``examples/conf``), each block with the environment the one
+  before it left; ``console`` runs its ``$ `` lines only. The marker's options
+  (``<!-- docs-test: run (ports 6379) -->``) replace the fixed ports of ``FIXED_PORTS`` with free
+  loopback ports, give the page a redis-server, run a block that serves until Ctrl-C in the
+  background, and name the page's stop commands: ``docs_shell`` says how.
 - ``json`` / ``yaml``: parsed.
 - ``text``: output, not run.
 
 ``<!-- docs-test: skip (reason) -->`` on the line before a fence leaves a block out; a shell block
-must carry one marker or the other. A block that appears on several pages runs once.
+must carry one marker or the other. A block that appears on several pages runs once. A page
+whose commands read state that no block of it makes (the dead letters) gets it from ``SETUP``.
 """
 
 from __future__ import annotations
@@ -24,43 +28,31 @@ import importlib.util
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import textwrap
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
 
 import pytest
 import yaml
+from docs_shell import FIXED_PORTS, Block, ShellPage, parse_options
 
 ROOT = Path(__file__).resolve().parents[2]
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
 SHELL = {"bash", "sh", "shell", "console"}
 KNOWN = SHELL | {"python", "pycon", "json", "yaml", "text"}
 FENCE = re.compile(r"^(?P<indent> *)```(?P<lang>[\w-]*) *$")
-MARKER = re.compile(r"^ *<!-- docs-test: (?:(?P<run>run)|skip \((?P<reason>.+)\)) -->$")
-# Skipped blocks need a cluster, a fixed port, a long run or a shell of the reader's; keep few.
-MOST_SKIPPED = 24
+MARKER = re.compile(
+    r"^ *<!-- docs-test: "
+    r"(?:(?P<run>run)(?: \((?P<options>[^()]*)\))?|skip \((?P<reason>.+)\)) -->$"
+)
+# Skipped blocks download from PyPI, build .venv, or need what only another test sets up.
+MOST_SKIPPED = 7
 BLOCK_TIMEOUT_S = 600
 TEXT_SUFFIXES = {".py", ".md", ".toml", ".yml", ".yaml", ".txt"}
-
-
-@dataclass(frozen=True)
-class Block:
-    """One fenced code block of a page."""
-
-    page: Path
-    line: int
-    lang: str
-    code: str
-    marker: str | None  # "run", "skip", or None
-    reason: str = ""
-
-    @property
-    def where(self) -> str:
-        return f"{self.page.relative_to(ROOT)}:{self.line}"
 
 
 def _blocks(page: Path) -> Iterator[Block]:
@@ -77,7 +69,8 @@ def _blocks(page: Path) -> Iterator[Block]:
         marker = MARKER.match(lines[start - 1]) if start else None
         kind = None if marker is None else ("run" if marker["run"] else "skip")
         reason = "" if marker is None or marker["run"] else marker["reason"]
-        yield Block(page, start + 1, fence["lang"], code + "\n", kind, reason)
+        options = (marker["options"] or "") if marker is not None and marker["run"] else ""
+        yield Block(page, start + 1, fence["lang"], code + "\n", kind, reason, options, ROOT)
         i = end + 1
 
 
@@ -120,6 +113,7 @@ def _env() -> dict[str, str]:
     env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH", "")) if p)
     env.pop("SPARK_HOME", None)
+    env["NO_MKDOCS_2_WARNING"] = "1"  # mkdocs-material's notice about MkDocs 2.0, on every run
     return env
 
 
@@ -142,6 +136,11 @@ def test_every_block_has_a_known_kind_and_shell_blocks_a_marker() -> None:
             problems.append(
                 f"{block.where}: 'run' marks shell blocks only ({block.lang} runs anyway)"
             )
+        else:
+            try:
+                parse_options(block.options_text)
+            except ValueError as exc:
+                problems.append(f"{block.where}: <!-- docs-test: run (...) -->: {exc}")
     assert not problems, "\n".join(problems)
     assert len(BLOCKS) > 40, f"only {len(BLOCKS)} code blocks found: is the fence parser right?"
 
@@ -238,28 +237,79 @@ def test_python_blocks_run_as_pasted(page: Path, tmp_path: Path) -> None:
         assert f"==== {where}" in done.stdout
 
 
-def _shell_code(block: Block) -> str:
-    if block.lang != "console":
-        return block.code
-    return "\n".join(line[2:] for line in block.code.splitlines() if line.startswith("$ ")) + "\n"
+def _poisoned_word_count(folder: Path, env: dict[str, str]) -> None:
+    """The state the dead letters' page reads: the word count ``wc`` on SQLite, poisoned.
+
+    Sentence 17 of the spout is the poison one, so the record's id is the page's
+    ``d6a62c2f77ba8f44``; ``sqlite.json`` is the state tool page's (``examples/conf``'s). It runs
+    on the inline engine: making the state needs no Spark.
+    """
+    shutil.copy(ROOT / "examples" / "conf" / "sqlite.json", folder / "sqlite.json")
+    code = textwrap.dedent(
+        """
+        import json
+        import deadletter_topologies as dl
+        import topologies as topo
+        from statefulbolts import LocalCluster
+
+        with open("sqlite.json") as f:
+            conf = {**json.load(f), "topology.state.checkpoint.interval.ms": 100}
+        spout = topo.ValueSpout("wc", dl.sentences(40, [17]), fields=("sentence",))
+        with LocalCluster(engine="inline") as cluster:
+            handle = cluster.submit_topology("wc", conf, dl.wordcount(spout))
+            handle.await_idle(120)
+            handle.kill()
+        """
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=folder,
+        env={**env, "PYTHONPATH": os.pathsep.join([env["PYTHONPATH"], str(ROOT / "tests")])},
+        capture_output=True,
+        text=True,
+        timeout=BLOCK_TIMEOUT_S,
+    )
+    assert done.returncode == 0, f"the dead letters' setup failed\n{done.stderr[-6000:]}"
+    assert "(record d6a62c2f77ba8f44)" in done.stderr, done.stderr[-6000:]
+
+
+# What a page's commands read and no block of that page makes.
+SETUP = {ROOT / "docs/operations/dead-letters.md": _poisoned_word_count}
+
+
+def _needs_redis(page: Path) -> bool:
+    """The page starts a redis-server, or needs the test's: it gets the ``redis`` mark."""
+    options = [b.options for b in SHELL_PAGES[page]]
+    return any("redis" in o or "6379" in o.get("ports", ()) for o in options)
+
+
+def _shell_page(page: Path) -> object:
+    marks = [pytest.mark.redis] if _needs_redis(page) else []
+    return pytest.param(page, marks=marks, id=_page_id(page))
 
 
 @pytest.mark.spark
-@pytest.mark.parametrize("page", sorted(SHELL_PAGES), ids=_page_id)
-def test_shell_blocks_run(page: Path, tmp_path: Path) -> None:
-    for block in SHELL_PAGES[page]:
-        done = subprocess.run(
-            ["bash", "-euo", "pipefail", "-c", _shell_code(block)],
-            cwd=tmp_path,
-            env=_env(),
-            capture_output=True,
-            text=True,
-            timeout=BLOCK_TIMEOUT_S,
-        )
-        assert done.returncode == 0, (
-            f"{block.where} exited {done.returncode}\n{done.stdout[-6000:]}\n{done.stderr[-6000:]}"
-        )
-        assert done.stdout.strip(), f"{block.where} printed nothing"
+@pytest.mark.parametrize("page", [_shell_page(p) for p in sorted(SHELL_PAGES)])
+def test_shell_blocks_run(page: Path, tmp_path: Path, request: pytest.FixtureRequest) -> None:
+    blocks = SHELL_PAGES[page]
+    redis_port = None
+    if any("redis" in b.options for b in blocks):
+        redis_port = request.getfixturevalue("redis_db").port
+    runner = ShellPage(
+        blocks, tmp_path, _env(), root=ROOT, redis_port=redis_port, timeout=BLOCK_TIMEOUT_S
+    )
+    runner.run(SETUP.get(page))
+
+
+def test_every_setup_has_its_page_and_every_fixed_port_a_block() -> None:
+    assert set(SETUP) <= set(SHELL_PAGES), sorted(set(SETUP) - set(SHELL_PAGES))
+    used = set()
+    for blocks in SHELL_PAGES.values():
+        for block in blocks:
+            options = block.options
+            used |= {int(p) for p in (*options.get("ports", ()), *options.get("redis", ()))}
+            used |= {int(p) for p in options.get("serve", ())[:1]}
+    assert used == set(FIXED_PORTS), f"FIXED_PORTS that no block names: {set(FIXED_PORTS) - used}"
 
 
 def test_the_tours_and_the_state_tour_are_run() -> None:
