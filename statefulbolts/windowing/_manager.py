@@ -211,7 +211,7 @@ class WindowManager(Generic[T]):
         # arrived now, at the latest time seen.
         self._hold(item, ts if self._now is None else max(ts, self._now))
         if self._by_time:
-            return update
+            return update + self._released_by_newer()
         return update + self._fire_count_windows(len(self._held))
 
     def on_time(self, now: int) -> WindowUpdate[T]:
@@ -255,7 +255,15 @@ class WindowManager(Generic[T]):
         if self._watermark is not None and ts < self._watermark:
             return WindowUpdate(late=(item,))
         self._hold(item, ts)
-        return WindowUpdate()
+        return self._released_by_newer() if self._by_time else WindowUpdate()
+
+    def _released_by_newer(self) -> WindowUpdate[T]:
+        """What a new tuple ends (slide by time): it may push an older one out of the last N
+        of every window to come, or itself fall between windows shorter than their slide."""
+        released: list[T] = []
+        if self._next_end is not None:
+            self._release_before_end(self._next_end, released)
+        return WindowUpdate(released=tuple(released))
 
     def _watermark_tick(self, now: int) -> WindowUpdate[T]:
         interval = self._config.watermark_interval_ms
