@@ -258,8 +258,11 @@ class WindowManager(Generic[T]):
         return self._released_by_newer() if self._by_time else WindowUpdate()
 
     def _released_by_newer(self) -> WindowUpdate[T]:
-        """What a new tuple ends (slide by time): it may push an older one out of the last N
-        of every window to come, or itself fall between windows shorter than their slide."""
+        """Release what a new tuple ends, when windows slide by time.
+
+        It may push an older tuple out of the last N of every window to come, or itself fall
+        between windows shorter than their slide.
+        """
         released: list[T] = []
         if self._next_end is not None:
             self._release_before_end(self._next_end, released)
