@@ -63,6 +63,7 @@ from statefulbolts.transactional import (
     TransactionAttempt,
 )
 from statefulbolts.tuples import Fields, Tuple, Values
+from statefulbolts.windowing import BaseWindowedBolt, Count, Duration, Window
 
 if TYPE_CHECKING:
     from statefulbolts._cluster import LocalCluster, TopologyHandle
@@ -73,6 +74,7 @@ __all__ = [
     "CHECKPOINT_STREAM_ID",
     "BackingMap",
     "BaseTransactionalBolt",
+    "BaseWindowedBolt",
     "BasicBolt",
     "BasicOutputCollector",
     "BatchBolt",
@@ -83,6 +85,8 @@ __all__ = [
     "Committer",
     "Config",
     "ConfigError",
+    "Count",
+    "Duration",
     "FailedException",
     "Fields",
     "GlobalStreamId",
@@ -121,6 +125,7 @@ __all__ = [
     "TransactionalValue",
     "Tuple",
     "Values",
+    "Window",
     "validate_config",
 ]
 

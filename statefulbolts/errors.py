@@ -18,6 +18,7 @@
     │   └── StateEvolutionError                 stored state cannot take the topology's shape
     ├── DeadLetterError (RuntimeError)          a dead-letter record cannot be read or used
     │   └── DeadLetterNotFoundError (LookupError)   no record with that id
+    ├── WindowingError ...                      windowed bolts (see statefulbolts.windowing)
     └── TopologyFailedError (RuntimeError)      the runtime gave up (names component, task, txid)
         └── TaskFailedError                     one task's error, carried from a Spark worker
 """

@@ -19,6 +19,7 @@ PACKAGES = [
     "statefulbolts.ui",
     "statefulbolts.state",
     "statefulbolts.deadletter",
+    "statefulbolts.windowing",
     "providers.redis",
 ]
 # Names a package resolves lazily through its module ``__getattr__`` (they import the runtime,
@@ -144,6 +145,7 @@ def test_unknown_attribute_raises_attribute_error():
         "import recovery",
         "import statefulbolts.ui",
         "import statefulbolts.state",
+        "import statefulbolts.windowing",
     ],
 )
 def test_importing_does_not_load_pyspark(statement):
