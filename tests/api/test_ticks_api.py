@@ -1,6 +1,6 @@
 """Tick tuples, the pure parts: recognising one, which bolt ticks how often, the schedule.
 
-The runner's use of them (delivery, replays, restarts) is in ``tests/checkpoint/test_ticks.py``.
+The runner's use of them (delivery, replays, restarts): ``tests/checkpoint/test_ticks_runner.py``.
 """
 
 from __future__ import annotations
