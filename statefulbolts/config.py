@@ -101,7 +101,18 @@ class TopologyConfig(BaseModel):
     )
     # Seconds between tick tuples to every bolt (``statefulbolts.ticks``); a bolt's own
     # setting wins. None: no ticks.
-    tick_tuple_freq_secs: int | None = Field(None, ge=1, alias="topology.tick.tuple.freq.secs")
+    tick_tuple_freq_secs: int | None = Field(
+        None,
+        ge=1,
+        alias="topology.tick.tuple.freq.secs",
+        description=(
+            "Seconds between tick tuples (component `__system`, stream `__tick`) to every bolt "
+            "of a checkpointed or plain topology; a bolt's own setting (`add_configuration`, "
+            "else its `get_component_configuration()`) wins. Each tick due goes, to every task "
+            "of the bolt, with the next transaction, before its data. Refused on a "
+            "transactional topology. None: no ticks."
+        ),
+    )
 
     @property
     def tracking(self) -> bool:

@@ -327,6 +327,15 @@ def test_each_prepare_carries_its_transactions_start_time() -> None:
         on_transaction=_Advance(clock, 1_004_000),
         engine="inline",
     )
+    shipped: list[tuple[str, int, float | None, dict[str, Any]]] = []
+    submit = runner.engine.submit
+
+    def spying(spec: Any) -> Any:
+        program = spec.program
+        shipped.append((spec.action, program.txid, program.started_ms, dict(program.ticks)))
+        return submit(spec)
+
+    runner.engine.submit = spying  # type: ignore[method-assign]
     runner.start()
     try:
         runner.await_idle(60)
@@ -338,6 +347,14 @@ def test_each_prepare_carries_its_transactions_start_time() -> None:
     assert last == TransactionStart(2, 1_004_000.0, {"flusher": 1, "ledger": 1})
     saved = StateFactory.get_state(f"{name}/$checkpointspout-0", FAST).get(TXSTART_KEY)
     assert TransactionStart.from_value(saved) == last
+    # What every job shipped to its tasks: its transaction's time; ticks with PREPAREs only,
+    # (how many, rate_secs) per ticking bolt. COMMITs ran in the driver (no job).
+    assert shipped == [
+        ("INITSTATE", -1, 1_000_000.0, {}),
+        ("PREPARE", 0, 1_001_000.0, {"flusher": (1, 1)}),
+        ("PREPARE", 1, 1_003_000.0, {"flusher": (2, 1), "ledger": (1, 2)}),
+        ("PREPARE", 2, 1_004_000.0, {"flusher": (1, 1), "ledger": (1, 2)}),
+    ]
 
 
 def test_a_bad_frequency_stops_the_submit_naming_the_key_and_the_component() -> None:
