@@ -4,6 +4,8 @@
   runs every bolt, stage by stage, fed with the spouts' buffered tuples; the checkpoint tuple
   follows the data of each first-stage task it reaches, and every task forwards it after its
   own data, so each task sees the barrier from all of its inputs after all of their data.
+- Tick tuples (``checkpoint._ticks``) go with a job that carries data: every task of a ticking
+  bolt gets the ticks the driver took for the job, before its data.
 - A data-free action (COMMIT, ROLLBACK, INITSTATE) is one stage over the stateful tasks, each
   fed the checkpoint tuple from every one of its checkpoint input tasks, as if forwarded down
   the DAG: forwarders have no state and no hooks, so skipping them changes nothing but the cost
@@ -76,9 +78,21 @@ class CheckpointJobs:
         self.commits_here = _commits_here(commit_location, topology, provider)
 
     def job(
-        self, txid: int, action: Action | None, records: list[TupleBatch], tuples: int
+        self,
+        txid: int,
+        action: Action | None,
+        records: list[TupleBatch],
+        tuples: int,
+        *,
+        ticks: Mapping[str, tuple[int, int]] | None = None,
+        started_ms: float | None = None,
     ) -> tuple[JobSpec, int | None]:
-        """The job of ``action`` (``None``: a plain batch); and the checkpoint tuple's root."""
+        """The job of ``action`` (``None``: a plain batch); and the checkpoint tuple's root.
+
+        ``ticks``: per ticking bolt, ``(tick tuples, rate_secs)`` for each of its tasks (only
+        in a job that carries data: every bolt task runs in it); ``started_ms``: the
+        transaction's timestamp (``checkpoint._txstart``).
+        """
         plan = self._plan
         cp_root = None
         if action is None or action.carries_data:
@@ -93,9 +107,13 @@ class CheckpointJobs:
             layout = plan.flat_layout(plan.stateful_tasks())
             inputs, cp_root = self._checkpoint_per_task(txid, action)
             ackers = 0
+        carries = action is None or action.carries_data
+        program = CheckpointTaskProgram(
+            action, txid, self._faults, dict(ticks or {}) if carries else {}, started_ms
+        )
         spec = JobSpec(
             layout,
-            CheckpointTaskProgram(action, txid, self._faults),
+            program,
             inputs,
             txid,
             f"{tuples} tuples",

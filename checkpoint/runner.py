@@ -7,9 +7,10 @@ through the ``Engine``. A step of its loop:
 1. Gather: call the user spouts' ``next_tuple`` (within ``topology.max.spout.pending``) into the
    emit buffer. Gathering goes on while a job runs, so spouts and Spark overlap.
 2. When no job runs, ask the checkpoint spout for its next action (``_next_transaction``). An
-   action that carries data (PREPARE) takes the whole buffer with it; the others (COMMIT,
-   ROLLBACK, INITSTATE) are one data-free stage over the stateful tasks. An idle topology
-   (nothing buffered) runs no empty PREPAREs.
+   action that carries data (PREPARE) takes the whole buffer with it, and the tick tuples due
+   by the driver's clock (``_ticks``; a PREPARE replayed takes the same ticks again,
+   ``_txstart``); the others (COMMIT, ROLLBACK, INITSTATE) are one data-free stage over the
+   stateful tasks. An idle topology (nothing buffered, no tick due) runs no empty PREPAREs.
 3. When the job ends (``_finish``): apply driver-owned state changes, settle every root the job
    carried, and move the checkpoint spout on (``_advance``): a successful PREPARE is the commit
    decision (the manifest is saved, then COMMITTING); a successful COMMIT acks the spout tuples
@@ -22,7 +23,8 @@ through the ``Engine``. A step of its loop:
    its spout tuple first, and is retried at once without it (``_deadletters``).
 
 A topology without stateful bolts has no checkpoint spout: its jobs are batches, one per
-checkpoint interval, and its tuples are acked as soon as their job ends.
+checkpoint interval, and its tuples are acked as soon as their job ends. A batch carries the
+ticks due when it starts; a batch that fails gives its ticks back to the next one.
 """
 
 from __future__ import annotations
@@ -40,6 +42,8 @@ from checkpoint._ledger import RootLedger
 from checkpoint._manifest import SpoutMessages, TransactionManifest
 from checkpoint._spouts import SpoutTask, SpoutTasks
 from checkpoint._state import Action, TxPhase
+from checkpoint._ticks import TickSchedule
+from checkpoint._txstart import TransactionStarts
 from checkpoint.spout import CheckpointSpout
 from providers import (
     FATAL_STATE_ERRORS,
@@ -70,6 +74,7 @@ from statefulbolts.runtime import (
     open_engine,
     worker_traceback,
 )
+from statefulbolts.ticks import tick_frequencies
 from statefulbolts.topology import CHECKPOINT_COMPONENT_ID, StormTopology
 from statefulbolts.tuples import DEFAULT_STREAM
 
@@ -91,6 +96,7 @@ class _Job:
     cp_root: int | None = None
     recovering: bool = False  # the checkpoint spout was recovering when the job started
     records: list[TupleBatch] = field(default_factory=list)  # the spout tuples it carries
+    ticks: dict[str, int] = field(default_factory=dict)  # tick tuples per bolt (each task)
 
 
 class _CheckpointCollector(SpoutOutputCollector):
@@ -134,6 +140,11 @@ class CheckpointRunner(TopologyRunner):
             msg = f"expected a StormTopology from create_topology(), got {type(topology).__name__}"
             raise TopologyError(msg)
         self.topology = topology
+        # Before anything opens: a bad tick frequency is the user's to fix, not a run's error.
+        frequencies = tick_frequencies(topology.components, self.tc.tick_tuple_freq_secs)
+        self.ticks = TickSchedule(frequencies, self.clock.now_ms())
+        self._tick_rates = frequencies
+        self.starts: TransactionStarts | None = None  # each PREPARE's time and ticks, once open
         self.provider = get_provider(self.conf) if topology.has_stateful_bolt else None
         self._owned = self.provider if isinstance(self.provider, DriverOwnedStateProvider) else None
         stateful = [cid for cid, spec in topology.components.items() if spec.is_stateful]
@@ -281,6 +292,8 @@ class CheckpointRunner(TopologyRunner):
         self.jobs.spout, self.cp = st, cp
         assert cp.state is not None  # noqa: S101 - open() read it
         self._manifest = TransactionManifest(cp.state)
+        ticks, clock = self.ticks, self.clock
+        self.starts = TransactionStarts(cp.state, clock.wall_ms, lambda: ticks.take(clock.now_ms()))
         # COMMITTED(t) saved with t's message ids: t committed, its spout acks may not have.
         self.spouts.ack_recovered(self._manifest.recover(cp.cur))
 
@@ -339,6 +352,7 @@ class CheckpointRunner(TopologyRunner):
             not self.spouts.buffered
             and not self.ledger.live
             and (cp is None or (not cp.recovering and cp.cur.phase is TxPhase.COMMITTED))
+            and not self.ticks.due(self.clock.now_ms())
         )
 
     def _gather(self) -> int:
@@ -361,12 +375,16 @@ class CheckpointRunner(TopologyRunner):
         if cp is None:
             return self._next_batch(gathered)
         needs_recovery = cp.recovering or cp.cur.phase is not TxPhase.COMMITTED
-        if not needs_recovery and not self.spouts.buffered:
+        ticking = self.ticks.due(self.clock.now_ms())
+        if not needs_recovery and not self.spouts.buffered and not ticking:
             return False  # nothing to checkpoint: skip empty PREPAREs
         if not cp.due():
             return False
         if not needs_recovery and not cp.has_checkpointed and self._filling_first(gathered):
             return False
+        if not needs_recovery and self.starts is not None:
+            # The spout saves PREPARING(t + 1) next: t + 1's time and ticks go in that commit.
+            self.starts.begin(cp.cur.txid + 1)
         self._failures.with_backend("starting a checkpoint", cp.next_tuple)
         emits, self._cp_out.emits = self._cp_out.emits, []
         if not emits:
@@ -380,28 +398,49 @@ class CheckpointRunner(TopologyRunner):
         now = self.clock.now_ms()
         last = self._last_batch_ms
         due = last is None or now - last > self.tc.checkpoint_interval_ms
-        if not (self.spouts.buffered and due):
+        if not ((self.spouts.buffered or self.ticks.due(now)) and due):
             return False
         if self._last_batch_ms is None and self._filling_first(gathered):
             return False
         self._last_batch_ms = now
         self._plain_txid += 1
-        self._submit(self._plain_txid, None)
+        self._submit(self._plain_txid, None, self.ticks.take(now), self.clock.wall_ms())
         return True
 
     # ----------------------------------------------------------------- starting a job
-    def _submit(self, txid: int, action: Action | None) -> None:
+    def _submit(
+        self,
+        txid: int,
+        action: Action | None,
+        ticks: dict[str, int] | None = None,
+        started_ms: float | None = None,
+    ) -> None:
+        """Start ``action``'s job (``None``: a plain batch, with its ``ticks`` and time).
+
+        A checkpoint action's time and ticks are its transaction's (``self.starts``).
+        """
         carries = action is None or action.carries_data
         records, roots = self.spouts.take() if carries else ([], [])
+        starts = self.starts
+        if action is not None and starts is not None:
+            started_ms = starts.time_of(txid)
+            last = starts.last
+            if carries and last is not None and last.txid == txid:
+                ticks = dict(last.ticks)
+        ticks = ticks or {}
+        rates = self._tick_rates
+        per_task = {cid: (n, rates[cid]) for cid, n in ticks.items() if n and cid in rates}
         cp_root: int | None
         if action is Action.COMMIT and self.jobs.commits_here:
             future, cp_root = self.jobs.commit_here(txid)
         else:
-            spec, cp_root = self.jobs.job(txid, action, records, len(roots))
+            spec, cp_root = self.jobs.job(
+                txid, action, records, len(roots), ticks=per_task, started_ms=started_ms
+            )
             future = self.engine.submit(spec)
         recovering = self.cp is not None and self.cp.recovering
         started = time.perf_counter()
-        self._job = _Job(txid, action, roots, started, future, cp_root, recovering, records)
+        self._job = _Job(txid, action, roots, started, future, cp_root, recovering, records, ticks)
 
     # ----------------------------------------------------------------- a job ended
     def _finish(self, job: _Job) -> None:
@@ -470,6 +509,8 @@ class CheckpointRunner(TopologyRunner):
         verdict = self.deadletters.isolate(job.txid, job.roots, job.records, error, trace)
         self.ledger.fail_all(job.roots)
         cp = self.cp
+        if cp is None:
+            self.ticks.give_back(job.ticks)  # a batch is not replayed: the next one has them
         if cp is not None and job.cp_root is not None:
             self._failures.with_backend("recording a failed checkpoint", lambda: cp.fail(job.txid))
         failed = len(job.roots) - verdict.isolated

@@ -13,6 +13,8 @@ around its tuples is this protocol's decision, written here and nowhere else:
 2. ``before_data``: a stateful task hints its state with the keys its tuples will likely read,
    the values of the field its input is grouped on (``KeyValueState.prefetch``, ``_prefetch``):
    a store a round trip away reads them all at once instead of one ``get`` at a time.
+   Then the tick tuples the driver gave this bolt in this transaction (``system_tuples``), each
+   task of the bolt all of them, before any data tuple (``checkpoint._ticks``).
 3. ``control``: each ``$checkpoint`` tuple, after every data tuple, through the executor (the
    barrier, the hooks, the state step, the forward).
 4. ``finish``: at the end of a PREPARE a stateful task releases its held acks (the driver holds
@@ -29,7 +31,7 @@ Example:
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from checkpoint._expected import check_stored_txids
@@ -41,6 +43,7 @@ from statefulbolts.collectors import OutputCollector
 from statefulbolts.components import BasicBolt, BasicBoltExecutor, Bolt
 from statefulbolts.context import TopologyContext
 from statefulbolts.listeners import NO_FAULTS, FaultListener
+from statefulbolts.ticks import tick_tuple
 from statefulbolts.topology import CHECKPOINT_STREAM_ID, ComponentSpec, ExecutorKind
 from statefulbolts.tuples import Tuple
 
@@ -71,12 +74,17 @@ class CheckpointTaskProgram:
     """The checkpoint protocol's part in every task of one job (shipped with the job).
 
     ``action`` is ``None`` for a topology without stateful bolts: its batches carry data and
-    no checkpoint.
+    no checkpoint. ``ticks``: per ticking bolt, ``(how many tick tuples, rate_secs)`` each of
+    its tasks gets in this job. ``started_ms``: the transaction's timestamp, fixed by the
+    driver when it first started and the same in every attempt and replay of the transaction
+    (``checkpoint._txstart``); ``None`` only in jobs built without a driver.
     """
 
     action: Action | None
     txid: int
     hooks: FaultListener = NO_FAULTS
+    ticks: Mapping[str, tuple[int, int]] = field(default_factory=dict)
+    started_ms: float | None = None
 
     @property
     def data_free(self) -> str | None:
@@ -100,7 +108,13 @@ class CheckpointTaskProgram:
 
     def executor(self, spec: ComponentSpec, info: TaskInfoLike) -> CheckpointTask:
         """The steps of one task of ``spec`` in this transaction."""
-        return CheckpointTask(spec, self.action, self.txid, info, self.hooks)
+        task = CheckpointTask(spec, self.action, self.txid, info, self.hooks)
+        task.started_ms = self.started_ms
+        due = self.ticks.get(spec.id)
+        if due is not None:
+            count, rate_secs = due
+            task.system_tuples = [tick_tuple(rate_secs) for _ in range(count)]
+        return task
 
 
 class CheckpointTask:
@@ -118,6 +132,10 @@ class CheckpointTask:
         if isinstance(obj, BasicBolt):
             obj = BasicBoltExecutor(obj)
         self._kind = spec.executor
+        # Tick tuples for this task's bolt in this job; the runtime feeds them, untracked, to
+        # the data target before the first data tuple.
+        self.system_tuples: list[Tuple] = []
+        self.started_ms: float | None = None  # the transaction's timestamp (see the program)
         self._action, self._txid, self._info, self._hooks = action, txid, info, hooks
         self.bolt: Bolt
         if spec.executor is ExecutorKind.STATEFUL:

@@ -31,6 +31,7 @@ from statefulbolts.errors import (
     TopologyError,
     TopologyFailedError,
 )
+from statefulbolts.ticks import SYSTEM_COMPONENT_ID, TICK_STREAM_ID, is_tick_tuple
 from statefulbolts.topology import (
     CHECKPOINT_COMPONENT_ID,
     CHECKPOINT_STREAM_ID,
@@ -72,6 +73,8 @@ if TYPE_CHECKING:
 __all__ = [
     "CHECKPOINT_COMPONENT_ID",
     "CHECKPOINT_STREAM_ID",
+    "SYSTEM_COMPONENT_ID",
+    "TICK_STREAM_ID",
     "BackingMap",
     "BaseTransactionalBolt",
     "BaseWindowedBolt",
@@ -126,6 +129,7 @@ __all__ = [
     "Tuple",
     "Values",
     "Window",
+    "is_tick_tuple",
     "validate_config",
 ]
 

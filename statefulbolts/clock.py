@@ -7,11 +7,15 @@ import time
 
 
 class Clock:
-    """Wall-clock time in milliseconds, and sleeping."""
+    """Time in milliseconds (monotonic for intervals, wall for timestamps), and sleeping."""
 
     def now_ms(self) -> float:
         """Milliseconds from an arbitrary, monotonic origin."""
         return time.monotonic() * 1000.0
+
+    def wall_ms(self) -> float:
+        """Milliseconds since the Unix epoch: a timestamp that means the same after a restart."""
+        return time.time() * 1000.0
 
     def sleep(self, seconds: float) -> None:
         """Block for ``seconds``."""
@@ -36,6 +40,10 @@ class ManualClock(Clock):
         """The current manual time."""
         with self._lock:
             return self._now
+
+    def wall_ms(self) -> float:
+        """The current manual time, as a timestamp too."""
+        return self.now_ms()
 
     def advance(self, ms: float) -> None:
         """Move time forward by ``ms`` milliseconds."""

@@ -99,6 +99,20 @@ class TopologyConfig(BaseModel):
     deadletter_replay_poll_secs: float = Field(
         5, gt=0, alias="topology.deadletter.replay.poll.secs"
     )
+    # Seconds between tick tuples to every bolt (``statefulbolts.ticks``); a bolt's own
+    # setting wins. None: no ticks.
+    tick_tuple_freq_secs: int | None = Field(
+        None,
+        ge=1,
+        alias="topology.tick.tuple.freq.secs",
+        description=(
+            "Seconds between tick tuples (component `__system`, stream `__tick`) to every bolt "
+            "of a checkpointed or plain topology; a bolt's own setting (`add_configuration`, "
+            "else its `get_component_configuration()`) wins. Each tick due goes, to every task "
+            "of the bolt, with the next transaction, before its data. Refused on a "
+            "transactional topology. None: no ticks."
+        ),
+    )
 
     @property
     def tracking(self) -> bool:
@@ -154,6 +168,7 @@ class Config(dict[str, Any]):
     TOPOLOGY_DEADLETTER_AFTER_FAILURES = "topology.deadletter.after.failures"
     TOPOLOGY_DEADLETTER_MAX = "topology.deadletter.max"
     TOPOLOGY_DEADLETTER_REPLAY_POLL_SECS = "topology.deadletter.replay.poll.secs"
+    TOPOLOGY_TICK_TUPLE_FREQ_SECS = "topology.tick.tuple.freq.secs"
 
     def set_num_ackers(self, n: int) -> None:
         """``topology.acker.executors``; 0 turns tuple tracking off."""

@@ -40,9 +40,11 @@ class TaskInfo(NamedTuple):
 class TaskExecutor(Protocol):
     """One component task in one job, as a protocol runs it.
 
-    Optional: ``before_data(plan, batches)``, called before the first data tuple; and
-    ``lineage_sink``, an object whose ``lineage`` the runtime sets to each data tuple's root
-    before executing it (``None``: none).
+    Optional: ``before_data(plan, batches)``, called before the first data tuple;
+    ``system_tuples``, tuples the protocol delivers to the data target after ``before_data``
+    and before the first data tuple, untracked (tick tuples); and ``lineage_sink``, an object
+    whose ``lineage`` the runtime sets to each data tuple's root before executing it
+    (``None``: none).
     """
 
     def prepare(

@@ -261,13 +261,13 @@ def _execute(
     info = TaskInfo(spec.id, context.this_task_index, job.txid, task_attempt())
     executor = job.program.executor(spec, info)
     collect_young = YoungGarbage()
+    target = executor.prepare(job.conf, context, collector)
     # The fault listener's target: the executor's own, unless a fault may fire in this task.
-    execute = job.faults.tuple_target(
-        executor.prepare(job.conf, context, collector), spec.id, info.task, job.txid, info.attempt
-    )
+    execute = job.faults.tuple_target(target, spec.id, info.task, job.txid, info.attempt)
     before_data = getattr(executor, "before_data", None)  # a protocol's optional step
     if before_data is not None:
         before_data(plan, into.data)
+    executed = _system_tuples(executor, target, collector)
     # A protocol's optional sink, told each tuple's root before it is executed (a transactional
     # batch bolt's collector: what the bolt emits then carries that root as its lineage).
     sink = getattr(executor, "lineage_sink", None)
@@ -280,7 +280,6 @@ def _execute(
         compact()  # the acks of the chunk before, if in order (a BasicBolt's are)
         collect_young()
 
-    executed = 0
     for b in into.data:
         src, s = b.src, b.stream
         f, cid, tid, sid = fields[src][s], comp_ids[src], task_ids[src][b.src_task], streams[src][s]
@@ -319,6 +318,23 @@ def _execute(
     result = executor.finish()
     executor.cleanup()
     return executed, result
+
+
+def _system_tuples(executor: Any, target: Callable[[Tuple], None], collector: TaskCollector) -> int:
+    """Feed the executor's optional ``system_tuples`` (tick tuples) to ``target``; how many.
+
+    They are untracked (root 0) and numbered by the task's ledger like any tuple delivered to
+    it, so a bolt that acks them (every ``BasicBolt``) settles as usual. They go to the
+    executor's own target, not through the fault listener's: injected faults count data.
+    """
+    system = getattr(executor, "system_tuples", None)
+    if not system:
+        return 0
+    first = collector.ledger.deliver([0] * len(system))
+    for i, t in enumerate(system):
+        t._edge = first + i
+        target(t)
+    return len(system)
 
 
 def _feed(

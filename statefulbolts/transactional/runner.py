@@ -76,6 +76,7 @@ from statefulbolts.runtime import (
     worker_traceback,
 )
 from statefulbolts.state import committed_items
+from statefulbolts.ticks import refuse_ticks
 from statefulbolts.transactional._attempt import TransactionAttempt
 from statefulbolts.transactional._coordinator import (
     FIRST_TXID,
@@ -155,6 +156,7 @@ class TransactionalRunner(TopologyRunner):
             msg = f"expected a TransactionalTopology, got {type(topology).__name__}"
             raise TopologyError(msg)
         self.topology = topology
+        refuse_ticks(topology.topology.components, self.tc.tick_tuple_freq_secs, name)
         self.max_pending = self.tc.max_spout_pending or 1
         self.provider = get_provider(self.conf)
         owned = self.provider if isinstance(self.provider, DriverOwnedStateProvider) else None
