@@ -36,7 +36,7 @@ from checkpoint.driver_commit import commit_hooks
 from checkpoint.task import CheckpointTaskProgram
 from providers import DriverOwnedStateProvider, StateFactory, StateProvider
 from statefulbolts.listeners import NO_FAULTS, FaultListener
-from statefulbolts.namespaces import TaskNamespace, topology_prefix
+from statefulbolts.namespaces import TaskNamespace, topology_prefix, window_namespace
 from statefulbolts.runtime import (
     ExecutionPlan,
     ImageShipper,
@@ -48,6 +48,7 @@ from statefulbolts.runtime import (
     encode_task_error,
 )
 from statefulbolts.topology import CHECKPOINT_STREAM_ID, StormTopology
+from statefulbolts.windowing import WindowedBoltExecutor
 
 __all__ = ["CheckpointJobs"]
 
@@ -203,10 +204,14 @@ class CheckpointJobs:
         """The driver-owned state of every stateful task, shipped with its job."""
         if self._shipper is None:
             return None
-        names, prefix = self._plan.component_ids, self._prefix
-        return self._shipper.ship(
-            str(TaskNamespace(prefix, names[c], t)) for c, t in self._plan.stateful_tasks()
-        )
+        names, prefix, topology = self._plan.component_ids, self._prefix, self._topology
+        namespaces: list[str] = []
+        for c, t in self._plan.stateful_tasks():
+            task = TaskNamespace(prefix, names[c], t)
+            namespaces.append(str(task))
+            if isinstance(topology.component(names[c]).obj, WindowedBoltExecutor):
+                namespaces.append(window_namespace(task))  # its windows, next to its state
+        return self._shipper.ship(namespaces)
 
 
 def _commits_here(

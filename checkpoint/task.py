@@ -46,6 +46,7 @@ from statefulbolts.listeners import NO_FAULTS, FaultListener
 from statefulbolts.ticks import tick_tuple
 from statefulbolts.topology import CHECKPOINT_STREAM_ID, ComponentSpec, ExecutorKind
 from statefulbolts.tuples import Tuple
+from statefulbolts.windowing import WindowedBoltExecutor
 
 __all__ = ["CheckpointTask", "CheckpointTaskProgram", "TaskHooks", "TaskInfoLike"]
 
@@ -152,14 +153,21 @@ class CheckpointTask:
         bolt = self.bolt
         bolt.prepare(conf, context, collector)
         if isinstance(bolt, StatefulBoltExecutor):
-            if self._action is not None:
-                # A store that lost committed state must stop the topology, not restart it
-                # from what is left (``checkpoint._expected``).
-                check_stored_txids(bolt.state, self._action, self._txid)
-            if self._action is Action.PREPARE:
-                # This attempt starts from the committed image: a delta an earlier attempt of
-                # this task prepared before it was lost must not be read, and is replaced.
-                bolt.state.supersede_prepared(self._txid)
+            states = [bolt.state]
+            if isinstance(bolt.bolt, WindowedBoltExecutor):
+                # A windowed bolt's windows live in a namespace of their own, checkpointed
+                # with the task's state; its processing time is the transaction's.
+                bolt.bolt.begin_transaction(self.started_ms)
+                states.append(bolt.bolt.window_state)
+            for state in states:
+                if self._action is not None:
+                    # A store that lost committed state must stop the topology, not restart
+                    # it from what is left (``checkpoint._expected``).
+                    check_stored_txids(state, self._action, self._txid)
+                if self._action is Action.PREPARE:
+                    # This attempt starts from the committed image: a delta an earlier attempt
+                    # of this task prepared before it was lost must not be read, and is replaced.
+                    state.supersede_prepared(self._txid)
             bolt.initialize()
             return bolt.bolt.execute
         if isinstance(bolt, CheckpointTupleForwarder):

@@ -64,7 +64,13 @@ from statefulbolts.transactional import (
     TransactionAttempt,
 )
 from statefulbolts.tuples import Fields, Tuple, Values
-from statefulbolts.windowing import BaseWindowedBolt, Count, Duration, Window
+from statefulbolts.windowing import (
+    BaseStatefulWindowedBolt,
+    BaseWindowedBolt,
+    Count,
+    Duration,
+    Window,
+)
 
 if TYPE_CHECKING:
     from statefulbolts._cluster import LocalCluster, TopologyHandle
@@ -76,6 +82,7 @@ __all__ = [
     "SYSTEM_COMPONENT_ID",
     "TICK_STREAM_ID",
     "BackingMap",
+    "BaseStatefulWindowedBolt",
     "BaseTransactionalBolt",
     "BaseWindowedBolt",
     "BasicBolt",

@@ -113,6 +113,19 @@ class TopologyConfig(BaseModel):
             "transactional topology. None: no ticks."
         ),
     )
+    # How many of the tuples a windowed bolt's task holds it keeps in memory
+    # (``statefulbolts.windowing``); the rest are read back from the state provider.
+    windowing_max_events_in_memory: int = Field(
+        100_000,
+        ge=1,
+        alias="topology.state.windowing.max.events.in.memory",
+        description=(
+            "The most tuples a windowed bolt's task keeps in memory between the times its "
+            "windows fire; every tuple a window holds is also in the state provider (namespace "
+            "`<topology>/$window/<component>-<task>`), and those not in memory are read from "
+            "it when their window fires."
+        ),
+    )
 
     @property
     def tracking(self) -> bool:
@@ -169,6 +182,7 @@ class Config(dict[str, Any]):
     TOPOLOGY_DEADLETTER_MAX = "topology.deadletter.max"
     TOPOLOGY_DEADLETTER_REPLAY_POLL_SECS = "topology.deadletter.replay.poll.secs"
     TOPOLOGY_TICK_TUPLE_FREQ_SECS = "topology.tick.tuple.freq.secs"
+    TOPOLOGY_STATE_WINDOWING_MAX_EVENTS_IN_MEMORY = "topology.state.windowing.max.events.in.memory"
 
     def set_num_ackers(self, n: int) -> None:
         """``topology.acker.executors``; 0 turns tuple tracking off."""

@@ -6,8 +6,9 @@ transactional id ``I`` with ``$transactional/I/`` (the *prefix*). Below it:
 - ``<component>-<task index>``: a stateful bolt task's state (a ``TaskNamespace``);
 - ``<component>-<task index>/<map>``: a transactional committer task's map ``<map>``;
 - ``$<name>...``: the framework's own records (``$checkpointspout-0``, ``$shape``,
-  ``$deadletter``, ...). Component ids never start with ``$`` (``TopologyBuilder`` refuses
-  them), so a record can never be taken for a task;
+  ``$deadletter``, ``$window/<component>-<task index>``: a windowed bolt task's windows, ...).
+  Component ids never start with ``$`` (``TopologyBuilder`` refuses them), so a record can
+  never be taken for a task;
 - below a transactional prefix only: ``coordinator`` (the coordinator's state),
   ``partitions`` (the opaque partitions counted) and ``partition-<p>`` (partition ``p``'s
   metas), older than the ``$`` convention and kept as they are stored.
@@ -48,6 +49,7 @@ __all__ = [
     "task_name",
     "topology_prefix",
     "transactional_id_of",
+    "window_namespace",
     "transactional_prefix",
 ]
 
@@ -60,6 +62,8 @@ _CHECKPOINT_SPOUT_RECORD = "checkpointspout-0"
 # Below a transactional prefix: the coordinator's namespace, the partition count's, and the
 # start of each partition's.
 COORDINATOR = "coordinator"
+# Below a topology prefix: ``$window/<task name>``, a windowed bolt task's windows.
+_WINDOW_RECORD = "window"
 PARTITION_INDEX = "partitions"
 _PARTITION = "partition-"
 
@@ -95,6 +99,21 @@ def record_namespace(prefix: str, name: str) -> str:
 def checkpoint_namespace(prefix: str) -> str:
     """``T/$checkpointspout-0``: where the checkpoint spout saves its txid and phase."""
     return record_namespace(prefix, _CHECKPOINT_SPOUT_RECORD)
+
+
+def window_namespace(task: TaskNamespace) -> str:
+    """``T/$window/<component>-<task index>``: the windows of a windowed bolt's task.
+
+    Next to the task's own namespace, a framework record: a windowed bolt's user state (if it
+    has one) stays in the task's namespace, where rescales and the state tool find only it.
+
+    Example:
+        >>> window_namespace(TaskNamespace.of_topology("trends", "top", 1))
+        'trends/$window/top-1'
+        >>> TaskNamespace.parse("trends/", "trends/$window/top-1") is None
+        True
+    """
+    return record_namespace(task.prefix, f"{_WINDOW_RECORD}/{task_name(task.component, task.task)}")
 
 
 def coordinator_namespace(prefix: str) -> str:

@@ -6,10 +6,12 @@ undeclared field, cycles, a stateful bolt with no input). When at least one stat
 ``create_topology`` adds ``$checkpointspout`` (parallelism 1) and wires the ``$checkpoint`` stream
 with all grouping from every distinct source of every bolt, as Storm does; stateful bolts are marked
 to run under ``StatefulBoltExecutor`` and every other bolt under ``CheckpointTupleForwarder``.
+A windowed bolt is wrapped when it is declared in a ``WindowedBoltExecutor``, a stateful bolt
+(its windows live in the state provider between transactions), so it checkpoints the topology.
 
-The description keeps each component's object exactly as the user gave it (a ``BasicBolt`` stays
-a ``BasicBolt``): the runtime builds the adapters a task runs (``BasicBoltExecutor``, the
-checkpoint executors) when it makes the task.
+The description keeps each component's object as the user gave it (a ``BasicBolt`` stays a
+``BasicBolt``; a windowed bolt is the one exception, above): the runtime builds the adapters a
+task runs (``BasicBoltExecutor``, the checkpoint executors) when it makes the task.
 """
 
 from __future__ import annotations
@@ -30,6 +32,9 @@ from statefulbolts.components import (
 from statefulbolts.errors import TopologyError
 from statefulbolts.streams import GlobalStreamId, Grouping, GroupingKind, InputSpec
 from statefulbolts.tuples import DEFAULT_STREAM, Fields
+from statefulbolts.windowing._bolt import BaseWindowedBolt
+from statefulbolts.windowing._errors import WindowConfigError
+from statefulbolts.windowing._executor import WindowedBoltExecutor
 
 CHECKPOINT_STREAM_ID = "$checkpoint"
 CHECKPOINT_COMPONENT_ID = "$checkpointspout"
@@ -71,7 +76,8 @@ class ComponentSpec:
         """
         if self.obj is None:
             return None
-        cls = type(self.obj)
+        obj = self.obj.user_bolt if isinstance(self.obj, WindowedBoltExecutor) else self.obj
+        cls = type(obj)
         return f"{cls.__module__}.{cls.__qualname__}"
 
 
@@ -283,15 +289,31 @@ class TopologyBuilder:
         return self._register(component_id, spout, parallelism, is_spout=True)
 
     def set_bolt(
-        self, component_id: str, bolt: Bolt | BasicBolt, parallelism: int = 1
+        self,
+        component_id: str,
+        bolt: Bolt | BasicBolt | BaseWindowedBolt,
+        parallelism: int = 1,
     ) -> BoltDeclarer:
-        """Add a bolt (``Bolt``, ``BasicBolt`` or ``StatefulBolt``) with ``parallelism`` tasks."""
+        """Add a bolt with ``parallelism`` tasks.
+
+        A ``Bolt``, ``BasicBolt``, ``StatefulBolt`` or windowed bolt (``BaseWindowedBolt``,
+        ``BaseStatefulWindowedBolt``). A windowed bolt's window is checked now and the bolt is
+        wrapped in a ``WindowedBoltExecutor``, a stateful bolt whose windows are checkpointed:
+        a topology with a windowed bolt is a checkpointed topology.
+        """
         _check_id(component_id, self._objects)
+        if isinstance(bolt, BaseWindowedBolt):
+            try:
+                wrapped = WindowedBoltExecutor(bolt)
+            except WindowConfigError as exc:
+                msg = f"bolt {component_id!r}: {exc}"
+                raise WindowConfigError(msg) from exc
+            return self._register(component_id, wrapped, parallelism, is_spout=False)
         if not isinstance(bolt, BasicBolt | Bolt):
             kind = f"{type(bolt).__module__}.{type(bolt).__qualname__}"
             msg = (
-                f"bolt {component_id!r}: expected a statefulbolts.Bolt, BasicBolt or "
-                f"StatefulBolt, got {kind}"
+                f"bolt {component_id!r}: expected a statefulbolts.Bolt, BasicBolt, "
+                f"StatefulBolt or BaseWindowedBolt, got {kind}"
             )
             raise TopologyError(msg)
         return self._register(component_id, bolt, parallelism, is_spout=False)

@@ -8,6 +8,10 @@ Windows run on processing time, or on event time with watermarks, a lag and late
   ``with_late_tuple_stream``; implement ``execute(window)``.
 - ``Window``: ``get()``, ``get_new()``, ``get_expired()``, ``get_start_timestamp()``,
   ``get_end_timestamp()``.
+- ``BaseStatefulWindowedBolt``: a windowed bolt with ``init_state(state)``, a
+  ``KeyValueState`` committed with the windows.
+- ``WindowedBoltExecutor``: what ``TopologyBuilder.set_bolt`` wraps a windowed bolt in; it
+  keeps the windows in the state provider, checkpointed (its module docstring: the steps).
 - ``WindowManager``: the pure core an executor drives (``add``, ``on_time``, ``on_watermark``),
   returning a ``WindowUpdate`` (windows fired, tuples released, tuples late), with
   ``snapshot()`` / ``restore()`` for checkpointing. Its module docstring defines the windows.
@@ -36,13 +40,16 @@ from statefulbolts.windowing._errors import (
     WindowStateError,
     WindowTimeError,
 )
+from statefulbolts.windowing._executor import WindowedBoltExecutor, tick_secs_for
 from statefulbolts.windowing._manager import WindowManager, WindowUpdate
+from statefulbolts.windowing._stateful import BaseStatefulWindowedBolt
 from statefulbolts.windowing._window import Window
 
 __all__ = [
     "DEFAULT_LAG_MS",
     "DEFAULT_WATERMARK_INTERVAL_MS",
     "LATE_TUPLE_FIELD",
+    "BaseStatefulWindowedBolt",
     "BaseWindowedBolt",
     "Count",
     "Duration",
@@ -53,5 +60,7 @@ __all__ = [
     "WindowStateError",
     "WindowTimeError",
     "WindowUpdate",
+    "WindowedBoltExecutor",
     "WindowingError",
+    "tick_secs_for",
 ]
