@@ -26,16 +26,32 @@ LENGTH_MS = 2000
 SLIDE_MS = 1000
 
 
-class Readings(Spout):
-    """``n`` records ``(id, ts)``, each tracked; a failed one is emitted again."""
+# What each source has had acked, by source key: a durable source's committed offsets, so
+# a restarted driver's spout emits only what was never acked (in this process).
+ACKED: dict[str, set[int]] = {}
 
-    def __init__(self, n: int) -> None:
-        self.n = n
+
+class Readings(Spout):
+    """``n`` records ``(id, ts)``, each tracked; a failed one is emitted again.
+
+    With a ``source`` key the acked ids outlive the spout (``ACKED``), as a durable source's.
+    """
+
+    def __init__(self, n: int, source: str | None = None) -> None:
+        self.n, self.source = n, source
 
     def open(self, conf: Any, context: Any, collector: Any) -> None:
-        self.collector, self.todo = collector, list(range(self.n))
+        done = ACKED.setdefault(self.source, set()) if self.source is not None else set()
+        self.collector, self.todo = collector, [i for i in range(self.n) if i not in done]
+
+    def ack(self, msg_id: Any) -> None:
+        if self.source is not None:
+            ACKED.setdefault(self.source, set()).add(msg_id)
 
     def next_tuple(self) -> None:
+        done = ACKED.get(self.source, set()) if self.source is not None else set()
+        while self.todo and self.todo[0] in done:
+            self.todo.pop(0)  # acked by a restarted driver's recovery (its manifest)
         if self.todo:
             i = self.todo.pop(0)
             self.collector.emit([i, i * STEP_MS], message_id=i)
@@ -91,11 +107,13 @@ class Verdicts(StatefulBolt):
         self.collector.ack(tuple)
 
 
-def event_time_topology(n: int, bolt: BaseWindowedBolt | None = None) -> StormTopology:
-    """``Readings(n)`` into a sliding event-time window into ``Verdicts``."""
+def event_time_topology(
+    n: int, bolt: BaseWindowedBolt | None = None, source: str | None = None
+) -> StormTopology:
+    """``Readings(n, source)`` into a sliding event-time window into ``Verdicts``."""
     windows = (bolt or Windows()).with_window(Duration(LENGTH_MS), Duration(SLIDE_MS))
     builder = TopologyBuilder()
-    builder.set_spout("readings", Readings(n))
+    builder.set_spout("readings", Readings(n, source))
     builder.set_bolt("windows", windows.with_timestamp_field("ts")).shuffle_grouping("readings")
     builder.set_bolt("verdicts", Verdicts()).global_grouping("windows")
     return builder.create_topology()
