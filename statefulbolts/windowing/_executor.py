@@ -70,6 +70,9 @@ MAX_EVENTS_KEY = Config.TOPOLOGY_STATE_WINDOWING_MAX_EVENTS_IN_MEMORY
 _MANAGER_KEY = "manager"
 _EVENT_PREFIX = "event/"
 _STORED_FORMAT = 1
+# ``statefulbolts.topology.CHECKPOINT_STREAM_ID``, the barrier input every checkpointed bolt
+# has; imported, it would close a circle (the topology module wraps windowed bolts in this).
+_BARRIER_STREAM = "$checkpoint"
 
 
 def tick_secs_for(config: WindowConfig) -> int | None:
@@ -234,7 +237,6 @@ class WindowedBoltExecutor(StatefulBolt):
     ) -> None:
         """Open the window namespace and prepare the user's bolt (collector as ``collector``)."""
         from providers import KeyValueState, StateFactory
-        from statefulbolts.topology import CHECKPOINT_STREAM_ID
 
         self._where = (
             f"windowed bolt {context.this_component_id!r} task {context.this_task_index} "
@@ -244,7 +246,7 @@ class WindowedBoltExecutor(StatefulBolt):
         task = TaskNamespace.of_topology(
             context.topology_name, context.this_component_id, context.this_task_index
         )
-        sources = [s for s in context.this_sources if s.stream_id != CHECKPOINT_STREAM_ID]
+        sources = [s for s in context.this_sources if s.stream_id != _BARRIER_STREAM]
         self._streams = {
             (s.component_id, s.stream_id): f"{s.component_id}:{s.stream_id}" for s in sources
         }

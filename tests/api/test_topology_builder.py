@@ -407,7 +407,10 @@ def test_non_bolt_objects_are_refused_with_their_class(obj):
     kind = f"{type(obj).__module__}.{type(obj).__qualname__}"
     with pytest.raises(
         TopologyError,
-        match=f"bolt 'b': expected a statefulbolts.Bolt, BasicBolt or StatefulBolt, got {kind}",
+        match=(
+            f"bolt 'b': expected a statefulbolts.Bolt, BasicBolt, StatefulBolt or "
+            f"BaseWindowedBolt, got {kind}"
+        ),
     ):
         TopologyBuilder().set_bolt("b", obj)  # type: ignore[arg-type]
 

@@ -278,8 +278,11 @@ def test_the_executor_declares_the_late_stream_and_refuses_a_bad_window() -> Non
     assert declarer.streams["late"].to_list() == ["late_tuple"]
     assert executor.get_component_configuration() == {TICK_FREQ_KEY: 1}
     assert WindowedBoltExecutor(bolt).get_component_configuration() is None
+    from statefulbolts.topology import CHECKPOINT_STREAM_ID
     from statefulbolts.windowing import WindowConfigError
+    from statefulbolts.windowing._executor import _BARRIER_STREAM
 
+    assert _BARRIER_STREAM == CHECKPOINT_STREAM_ID  # its data inputs are the others
     builder = TopologyBuilder()
     with pytest.raises(WindowConfigError, match=r"bolt 'w'.*_Sizes: no window"):
         builder.set_bolt("w", _Sizes())
