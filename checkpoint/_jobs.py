@@ -30,9 +30,10 @@ from checkpoint._expected import check_stored_txids
 from checkpoint._ledger import RootLedger
 from checkpoint._spouts import SpoutTask
 from checkpoint._state import Action
+from checkpoint._ttl import component_ttls
 from checkpoint.driver_commit import commit_hooks
 from checkpoint.task import CheckpointTaskProgram
-from providers import DriverOwnedStateProvider, StateFactory, StateProvider
+from providers import DriverOwnedStateProvider, StateFactory, StateProvider, StateTtl
 from statefulbolts.listeners import NO_FAULTS, FaultListener
 from statefulbolts.namespaces import TaskNamespace, topology_prefix
 from statefulbolts.runtime import (
@@ -74,6 +75,8 @@ class CheckpointJobs:
         self._provider, self._conf = provider, conf or {}
         self.spout: SpoutTask | None = None  # the checkpoint spout's task, once it opened
         self.commits_here = _commits_here(commit_location, topology, provider)
+        # State TTL per stateful component, validated now: a bad setting fails the submit.
+        self._ttls = component_ttls(topology, self._conf)
 
     def job(
         self, txid: int, action: Action | None, records: list[TupleBatch], tuples: int
@@ -95,7 +98,7 @@ class CheckpointJobs:
             ackers = 0
         spec = JobSpec(
             layout,
-            CheckpointTaskProgram(action, txid, self._faults),
+            CheckpointTaskProgram(action, txid, self._faults, *self._ttl_of(txid, action)),
             inputs,
             txid,
             f"{tuples} tuples",
@@ -104,6 +107,15 @@ class CheckpointJobs:
             action=action or "BATCH",  # an ``Action`` is the ``str`` the engine takes
         )
         return spec, cp_root
+
+    def _ttl_of(
+        self, txid: int, action: Action | None
+    ) -> tuple[int | None, Mapping[str, StateTtl]]:
+        """The transaction's timestamp (``checkpoint._ttl``) and the TTLs, for its tasks."""
+        st = self.spout
+        if action is None or st is None:
+            return None, {}
+        return st.spout.transaction_time(txid), self._ttls
 
     def commit_here(self, txid: int) -> tuple[concurrent.futures.Future[JobResult], int]:
         """COMMIT(txid) done by the driver, no job (see the module docstring).

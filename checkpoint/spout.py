@@ -18,6 +18,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from checkpoint._state import Action, CheckPointState, TxPhase
+from checkpoint._ttl import fix_transaction_time, saved_transaction_time
 from providers import KeyValueState, StateFactory
 from statefulbolts.clock import Clock
 from statefulbolts.collectors import SpoutOutputCollector
@@ -123,10 +124,18 @@ class CheckpointSpout(Spout):
         if self.cur.phase is TxPhase.COMMITTED:
             if not self._interval_elapsed():
                 return
-            self._save(self.cur.next_state(False))
+            assert self.state is not None  # noqa: S101 - open() ran
+            nxt = self.cur.next_state(False)
+            # State TTL: the new transaction's timestamp, saved with PREPARING (``_ttl``).
+            fix_transaction_time(self.state, nxt.txid, self.clock.wall_ms())
+            self._save(nxt)
             self._last_checkpoint_ms = self.clock.now_ms()
         self._emit(self.cur.txid, self.cur.next_action(False))
         self._checkpoint_in_progress = True
+
+    def transaction_time(self, txid: int) -> int | None:
+        """The timestamp fixed for transaction ``txid`` (``None``: none saved for it)."""
+        return None if self.state is None else saved_transaction_time(self.state, txid)
 
     def _emit(self, txid: int, action: Action) -> None:
         assert self.collector is not None  # noqa: S101 - open() ran

@@ -29,7 +29,7 @@ Example:
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from checkpoint._expected import check_stored_txids
@@ -37,6 +37,7 @@ from checkpoint._prefetch import BatchLike, PlanLike, grouped_keys
 from checkpoint._state import Action
 from checkpoint.executor import StatefulBoltExecutor
 from checkpoint.forwarder import CheckpointTupleForwarder
+from providers import StateTtl
 from statefulbolts.collectors import OutputCollector
 from statefulbolts.components import BasicBolt, BasicBoltExecutor, Bolt
 from statefulbolts.context import TopologyContext
@@ -71,12 +72,15 @@ class CheckpointTaskProgram:
     """The checkpoint protocol's part in every task of one job (shipped with the job).
 
     ``action`` is ``None`` for a topology without stateful bolts: its batches carry data and
-    no checkpoint.
+    no checkpoint. ``time_ms`` is the transaction's timestamp and ``ttls`` the state TTL of
+    each stateful component that has one (``checkpoint._ttl``).
     """
 
     action: Action | None
     txid: int
     hooks: FaultListener = NO_FAULTS
+    time_ms: int | None = None
+    ttls: Mapping[str, StateTtl] = field(default_factory=dict)
 
     @property
     def data_free(self) -> str | None:
@@ -100,7 +104,9 @@ class CheckpointTaskProgram:
 
     def executor(self, spec: ComponentSpec, info: TaskInfoLike) -> CheckpointTask:
         """The steps of one task of ``spec`` in this transaction."""
-        return CheckpointTask(spec, self.action, self.txid, info, self.hooks)
+        task = CheckpointTask(spec, self.action, self.txid, info, self.hooks)
+        task.ttl = (self.time_ms, self.ttls.get(spec.id))
+        return task
 
 
 class CheckpointTask:
@@ -119,6 +125,8 @@ class CheckpointTask:
             obj = BasicBoltExecutor(obj)
         self._kind = spec.executor
         self._action, self._txid, self._info, self._hooks = action, txid, info, hooks
+        # The transaction's timestamp and this component's TTL (``checkpoint._ttl``).
+        self.ttl: tuple[int | None, StateTtl | None] = (None, None)
         self.bolt: Bolt
         if spec.executor is ExecutorKind.STATEFUL:
             self.bolt = StatefulBoltExecutor(obj)
@@ -134,6 +142,10 @@ class CheckpointTask:
         bolt = self.bolt
         bolt.prepare(conf, context, collector)
         if isinstance(bolt, StatefulBoltExecutor):
+            now_ms, ttl = self.ttl
+            # Without a timestamp (no transaction fixed one yet) nothing expires or is written
+            # with an expiry.
+            bolt.state.set_transaction_time(now_ms, ttl if now_ms is not None else None)
             if self._action is not None:
                 # A store that lost committed state must stop the topology, not restart it
                 # from what is left (``checkpoint._expected``).

@@ -13,6 +13,10 @@ class Clock:
         """Milliseconds from an arbitrary, monotonic origin."""
         return time.monotonic() * 1000.0
 
+    def wall_ms(self) -> float:
+        """Milliseconds since the Unix epoch: for timestamps stored to outlive the process."""
+        return time.time() * 1000.0
+
     def sleep(self, seconds: float) -> None:
         """Block for ``seconds``."""
         time.sleep(seconds)
@@ -36,6 +40,10 @@ class ManualClock(Clock):
         """The current manual time."""
         with self._lock:
             return self._now
+
+    def wall_ms(self) -> float:
+        """The current manual time (the stored timestamps follow it too)."""
+        return self.now_ms()
 
     def advance(self, ms: float) -> None:
         """Move time forward by ``ms`` milliseconds."""

@@ -7,6 +7,7 @@ import uuid
 import pytest
 
 from checkpoint import TX_STATE_KEY, CheckpointSpout, CheckPointState, TxPhase
+from checkpoint._ttl import TIME_KEY
 from providers import InMemoryKeyValueState, InMemoryKeyValueStateProvider
 from statefulbolts import CHECKPOINT_COMPONENT_ID, CHECKPOINT_STREAM_ID, Fields
 from statefulbolts.components import OutputFieldsDeclarer
@@ -290,7 +291,8 @@ def test_open_saves_state_through_the_provider_under_the_spout_namespace(topolog
     # What the spout saved is committed in the provider's store, visible to a fresh state object.
     fresh = InMemoryKeyValueStateProvider().new_state(f"{topology_name}/$checkpointspout-0", {})
     assert fresh.get(TX_STATE_KEY) == [0, "PREPARING"]
-    assert list(fresh) == [(TX_STATE_KEY, [0, "PREPARING"])]
+    # The transaction's timestamp (state TTL, ``checkpoint._ttl``) is saved in the same commit.
+    assert dict(fresh) == {TX_STATE_KEY: [0, "PREPARING"], TIME_KEY: {"txid": 0, "ms": 0}}
     assert fresh.prepared_txid is None
 
 
