@@ -86,12 +86,16 @@ def assert_chain(transactions: list[dict[str, Any]], start: int) -> list[int]:
 def assert_committed_layout(client: Any, name: str, txid: int, parallelism: int = 2) -> None:
     """Nothing prepared anywhere; every count task committed ``txid``; the spout saved it."""
     assert not client.keys(f"{name}/*$prepare")
-    for task in range(parallelism):
-        assert client.hgetall(f"{name}/count-{task}$txid") == {b"commit": str(txid).encode()}
     spout = f"{name}/{CHECKPOINT}"
     saved = decode_hash(client.hgetall(spout))
-    assert saved.keys() == {"__state", "__txn"}
+    assert saved.keys() == {"__state", "__txn", "__txtime"}
     assert saved["__state"] == [txid, "COMMITTED"]
+    # Every transaction's timestamp (state TTL): the last one's is recorded with its commit.
+    assert saved["__txtime"]["txid"] == txid
+    time = str(saved["__txtime"]["ms"]).encode()
+    for task in range(parallelism):
+        record = client.hgetall(f"{name}/count-{task}$txid")
+        assert record == {b"commit": str(txid).encode(), b"time": time}
     # The manifest of the last transaction: the sentence indices it carried, each once.
     assert saved["__txn"]["txid"] == txid
     ((component, task, msgs),) = saved["__txn"]["spouts"]
