@@ -316,6 +316,7 @@ def iter_state(
     map_name: str = "default",
     prepared: bool = False,
     raw: bool = False,
+    at_ms: int | None = None,
 ) -> Iterator[tuple[Any, Any]]:
     """Stream ``(key, value)`` of a component's committed state, over all its tasks.
 
@@ -334,6 +335,8 @@ def iter_state(
         raw: read as stored, plain msgpack: a bolt's keys and values without the config's
             ``keyClass`` / ``valueClass``, a committer map's stored form (``[key]`` ->
             ``[txid, value]``, and the record).
+        at_ms: judge state TTL at this timestamp (ms): a key expired then is left out. By
+            default, each namespace's last committed transaction's timestamp.
 
     Raises:
         StateNotFoundError: nothing is stored for the component.
@@ -350,6 +353,7 @@ def iter_state(
         map_name=map_name,
         prepared=prepared,
         raw=raw,
+        at_ms=at_ms,
     ):
         yield row.key, row.value
 
@@ -363,6 +367,7 @@ def read_state(
     map_name: str = "default",
     prepared: bool = False,
     raw: bool = False,
+    at_ms: int | None = None,
 ) -> dict[Any, Any]:
     """A component's committed state as one dict, merged over its tasks.
 
@@ -383,6 +388,7 @@ def read_state(
         map_name=map_name,
         prepared=prepared,
         raw=raw,
+        at_ms=at_ms,
     ):
         key = hashable(row.key)
         if key in owner:
