@@ -32,6 +32,7 @@ from checkpoint._expected import check_stored_txids
 from checkpoint._ledger import RootLedger
 from checkpoint._spouts import SpoutTask
 from checkpoint._state import Action
+from checkpoint._ttl import component_ttls
 from checkpoint.driver_commit import commit_hooks
 from checkpoint.task import CheckpointTaskProgram
 from providers import DriverOwnedStateProvider, StateFactory, StateProvider
@@ -77,6 +78,8 @@ class CheckpointJobs:
         self._provider, self._conf = provider, conf or {}
         self.spout: SpoutTask | None = None  # the checkpoint spout's task, once it opened
         self.commits_here = _commits_here(commit_location, topology, provider)
+        # State TTL per stateful component, validated now: a bad setting fails the submit.
+        self._ttls = component_ttls(topology, self._conf)
 
     def job(
         self,
@@ -110,7 +113,12 @@ class CheckpointJobs:
             ackers = 0
         carries = action is None or action.carries_data
         program = CheckpointTaskProgram(
-            action, txid, self._faults, dict(ticks or {}) if carries else {}, started_ms
+            action,
+            txid,
+            self._faults,
+            dict(ticks or {}) if carries else {},
+            started_ms,
+            self._ttls if action is not None else {},
         )
         spec = JobSpec(
             layout,

@@ -39,6 +39,7 @@ from checkpoint._prefetch import BatchLike, PlanLike, grouped_keys
 from checkpoint._state import Action
 from checkpoint.executor import StatefulBoltExecutor
 from checkpoint.forwarder import CheckpointTupleForwarder
+from providers import StateTtl
 from statefulbolts.collectors import OutputCollector
 from statefulbolts.components import BasicBolt, BasicBoltExecutor, Bolt
 from statefulbolts.context import TopologyContext
@@ -78,7 +79,9 @@ class CheckpointTaskProgram:
     no checkpoint. ``ticks``: per ticking bolt, ``(how many tick tuples, rate_secs)`` each of
     its tasks gets in this job. ``started_ms``: the transaction's timestamp, fixed by the
     driver when it first started and the same in every attempt and replay of the transaction
-    (``checkpoint._txstart``); ``None`` only in jobs built without a driver.
+    (``checkpoint._txstart``); ``None`` only in jobs built without a driver. ``ttls``: the
+    state TTL of each stateful component that has one (``checkpoint._ttl``), judged at
+    ``started_ms``.
     """
 
     action: Action | None
@@ -86,6 +89,7 @@ class CheckpointTaskProgram:
     hooks: FaultListener = NO_FAULTS
     ticks: Mapping[str, tuple[int, int]] = field(default_factory=dict)
     started_ms: float | None = None
+    ttls: Mapping[str, StateTtl] = field(default_factory=dict)
 
     @property
     def data_free(self) -> str | None:
@@ -111,6 +115,7 @@ class CheckpointTaskProgram:
         """The steps of one task of ``spec`` in this transaction."""
         task = CheckpointTask(spec, self.action, self.txid, info, self.hooks)
         task.started_ms = self.started_ms
+        task.ttl = self.ttls.get(spec.id)
         due = self.ticks.get(spec.id)
         if due is not None:
             count, rate_secs = due
@@ -138,6 +143,7 @@ class CheckpointTask:
         self.system_tuples: list[Tuple] = []
         self.started_ms: float | None = None  # the transaction's timestamp (see the program)
         self._action, self._txid, self._info, self._hooks = action, txid, info, hooks
+        self.ttl: StateTtl | None = None  # this component's state TTL (``checkpoint._ttl``)
         self.bolt: Bolt
         if spec.executor is ExecutorKind.STATEFUL:
             self.bolt = StatefulBoltExecutor(obj)
@@ -153,6 +159,12 @@ class CheckpointTask:
         bolt = self.bolt
         bolt.prepare(conf, context, collector)
         if isinstance(bolt, StatefulBoltExecutor):
+            started = self.started_ms
+            # Expiry is judged at the transaction's timestamp; without one (a job built
+            # without a driver) nothing expires or is written with an expiry.
+            bolt.state.set_transaction_time(
+                None if started is None else int(started), self.ttl if started is not None else None
+            )
             states = [bolt.state]
             if isinstance(bolt.bolt, WindowedBoltExecutor):
                 # A windowed bolt's windows live in a namespace of their own, checkpointed

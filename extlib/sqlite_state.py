@@ -127,7 +127,9 @@ from providers import (
     StateProvider,
     StateSerializationError,
     StateTransactionError,
+    StateTtl,
     encode_value,
+    is_expired,
     merge_layers,
     provider_config_fields,
     resolve_serializers,
@@ -149,9 +151,14 @@ _COUNT_CHUNK = 500
 # since it last looked, so a task attempt that outlived its failed transaction, the rollback and
 # the retry cannot land its stale delta over the retry's. (A table of its own: files made
 # before it simply gain it.)
+# Time to live (``providers.StateTtl``): committed.expiry is a key's expiry in ms (NULL: none),
+# indexed for the commit's cleanup; ttl_times holds per namespace the prepared transaction's
+# timestamp and the expiry of every value of its delta, and the last committed transaction's
+# timestamp. (A file made before TTL gains the column, its index and the table when opened.)
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS committed (
-    ns TEXT NOT NULL, key BLOB NOT NULL, value BLOB NOT NULL, PRIMARY KEY (ns, key)
+    ns TEXT NOT NULL, key BLOB NOT NULL, value BLOB NOT NULL, expiry INTEGER,
+    PRIMARY KEY (ns, key)
 ) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS prepared (
     ns TEXT NOT NULL, key BLOB NOT NULL, value BLOB, PRIMARY KEY (ns, key)
@@ -162,7 +169,22 @@ CREATE TABLE IF NOT EXISTS txids (
 CREATE TABLE IF NOT EXISTS rollbacks (
     ns TEXT PRIMARY KEY, count INTEGER NOT NULL
 );
+CREATE TABLE IF NOT EXISTS ttl_times (
+    ns TEXT PRIMARY KEY, prepared_time INTEGER, prepared_expiry INTEGER, committed_time INTEGER
+);
 """
+_EXPIRY_INDEX = (
+    "CREATE INDEX IF NOT EXISTS committed_expiry ON committed (ns, expiry) "
+    "WHERE expiry IS NOT NULL"
+)
+
+
+def _add_expiry_column(conn: sqlite3.Connection) -> None:
+    """Give a file made before TTL its ``committed.expiry`` column, then the index."""
+    columns = {row[1] for row in conn.execute("PRAGMA table_info(committed)").fetchall()}
+    if "expiry" not in columns:
+        conn.execute("ALTER TABLE committed ADD COLUMN expiry INTEGER")
+    conn.execute(_EXPIRY_INDEX)
 
 _Delta = dict[bytes, bytes | None]
 
@@ -276,6 +298,7 @@ def _connect(path: Path, timeout_ms: int) -> tuple[sqlite3.Connection, threading
             conn.execute("PRAGMA journal_mode=WAL")
             conn.execute("PRAGMA synchronous=FULL")
             conn.executescript(_SCHEMA)
+            _add_expiry_column(conn)
         except (sqlite3.Error, OSError) as exc:
             raise _failure(path, "opening", exc) from exc
         log.info("opened SQLite state file %s for process %s", path, key[0])
@@ -325,6 +348,11 @@ class SqliteKeyValueState(KeyValueState):
         # Set by supersede_prepared until the next prepare: reads skip the stored delta, and
         # that prepare replaces it.
         self._superseding = False
+        # Time to live: the transaction's timestamp reads judge expiry at (None: nothing
+        # expires), the TTL of this object's writes, and whether reads refresh.
+        self._now: int | None = None
+        self._ttl: StateTtl | None = None
+        self._touch = False
         # The namespace's rollback count when this object last looked (the fence of prepare).
         self._rollbacks = self._rollback_count(self._query)
 
@@ -391,11 +419,11 @@ class SqliteKeyValueState(KeyValueState):
             (self.namespace, committed, prepared),
         )
 
-    def _apply(self, delta: _Delta) -> None:
+    def _apply(self, delta: _Delta, expiry: int | None) -> None:
         ns = self.namespace
         self._conn.executemany(
-            "INSERT OR REPLACE INTO committed (ns, key, value) VALUES (?, ?, ?)",
-            [(ns, k, v) for k, v in delta.items() if v is not None],
+            "INSERT OR REPLACE INTO committed (ns, key, value, expiry) VALUES (?, ?, ?, ?)",
+            [(ns, k, v, expiry) for k, v in delta.items() if v is not None],
         )
         self._conn.executemany(
             "DELETE FROM committed WHERE ns = ? AND key = ?",
@@ -422,21 +450,63 @@ class SqliteKeyValueState(KeyValueState):
             msg = f"state {self.namespace!r}: key {key!r} cannot be stored: {exc}"
             raise StateSerializationError(msg) from exc
 
+    # -- time to live (see providers.StateTtl)
+    @property
+    def supports_ttl(self) -> bool:
+        """This state keeps expiries."""
+        return True
+
+    def set_transaction_time(self, now_ms: int | None, ttl: StateTtl | None = None) -> None:
+        """Judge expiry at ``now_ms``; what this object writes expires ``ttl`` later."""
+        if ttl is not None and now_ms is None:
+            msg = f"state {self.namespace!r}: a TTL needs the transaction's timestamp"
+            raise ValueError(msg)
+        self._now = None if now_ms is None else int(now_ms)
+        self._ttl = ttl
+        self._touch = ttl is not None and ttl.refreshes_on_read
+
+    def _write_expiry(self) -> int | None:
+        return None if self._ttl is None or self._now is None else self._ttl.expiry(self._now)
+
+    def _ttl_times(self, query: Any) -> tuple[int | None, int | None, int | None]:
+        """``(prepared time, prepared expiry, committed time)`` of the namespace."""
+        rows = query(
+            "SELECT prepared_time, prepared_expiry, committed_time FROM ttl_times WHERE ns = ?",
+            (self.namespace,),
+        )
+        return (rows[0][0], rows[0][1], rows[0][2]) if rows else (None, None, None)
+
+    def _set_ttl_times(self, prepared: int | None, expiry: int | None, committed: Any) -> None:
+        self._conn.execute(
+            "INSERT INTO ttl_times (ns, prepared_time, prepared_expiry, committed_time) "
+            "VALUES (?1, ?2, ?3, ?4) ON CONFLICT (ns) DO UPDATE SET "
+            "prepared_time = ?2, prepared_expiry = ?3, committed_time = ?4",
+            (self.namespace, prepared, expiry, committed),
+        )
+
     def _lookup(self, ekey: bytes) -> bytes | None:
         if ekey in self._pending:
             return self._pending[ekey]
+        return self._stored(ekey)
+
+    def _stored(self, ekey: bytes) -> bytes | None:
+        """The value in the prepared delta, else committed; ``None`` if absent or expired."""
         if self._superseding:
             rows = self._query(
-                "SELECT value FROM committed WHERE ns = ? AND key = ?", (self.namespace, ekey)
+                "SELECT value, expiry FROM committed WHERE ns = ? AND key = ?",
+                (self.namespace, ekey),
             )
-            return rows[0][0] if rows else None
-        rows = self._query(
-            "SELECT value, 0 FROM prepared WHERE ns = ?1 AND key = ?2 "
-            "UNION ALL SELECT value, 1 FROM committed WHERE ns = ?1 AND key = ?2 "
-            "ORDER BY 2 LIMIT 1",
-            (self.namespace, ekey),
-        )
-        return rows[0][0] if rows else None
+        else:
+            rows = self._query(
+                "SELECT value, 0, (SELECT prepared_expiry FROM ttl_times WHERE ns = ?1) "
+                "FROM prepared WHERE ns = ?1 AND key = ?2 "
+                "UNION ALL SELECT value, 1, expiry FROM committed WHERE ns = ?1 AND key = ?2 "
+                "ORDER BY 2 LIMIT 1",
+                (self.namespace, ekey),
+            )
+        if not rows or is_expired(rows[0][-1], self._now):
+            return None
+        return rows[0][0]
 
     def put(self, key: Any, value: Any) -> None:
         """Set ``key``; ``None`` is not a value (use ``delete``)."""
@@ -444,8 +514,14 @@ class SqliteKeyValueState(KeyValueState):
         self._pending[self._encode_key(key)] = encoded
 
     def get(self, key: Any, default: Any = None) -> Any:
-        """Return the value of ``key`` or ``default``."""
-        raw = self._lookup(self._encode_key(key))
+        """Return the value of ``key`` or ``default``; with read refresh, rewrite it."""
+        ekey = self._encode_key(key)
+        if ekey in self._pending:
+            raw = self._pending[ekey]
+        else:
+            raw = self._stored(ekey)
+            if self._touch and raw is not None:
+                self._pending[ekey] = raw  # a read refreshes: rewritten at the prepare
         return default if raw is None else self._values.deserialize(raw)
 
     def delete(self, key: Any) -> Any:
@@ -455,23 +531,52 @@ class SqliteKeyValueState(KeyValueState):
         self._pending[ekey] = None
         return None if raw is None else self._values.deserialize(raw)
 
-    def _pages(self, table: str) -> Iterator[tuple[bytes, bytes | None]]:
-        """Rows of ``table`` for this namespace, a page at a time (no long read transaction)."""
+    def _pages(self, table: str, column: str = "value") -> Iterator[tuple[bytes, Any]]:
+        """``(key, column)`` of the namespace's rows of ``table``, a page at a time.
+
+        No long read transaction. A ``column`` other than ``value`` skips its NULLs.
+        """
         last = b""
+        where = "" if column == "value" else f" AND {column} IS NOT NULL"
         while True:
             rows = self._query(
-                f"SELECT key, value FROM {table} WHERE ns = ? AND key > ? ORDER BY key LIMIT ?",
+                f"SELECT key, {column}, expiry FROM {table} WHERE ns = ? AND key > ?{where} "
+                "ORDER BY key LIMIT ?"
+                if table == "committed"
+                else f"SELECT key, {column}, NULL FROM {table} WHERE ns = ? AND key > ? "
+                "ORDER BY key LIMIT ?",
                 (self.namespace, last, _PAGE),
             )
-            yield from rows
+            yield from ((key, data) for key, data, _ in rows)
+            if len(rows) < _PAGE:
+                return
+            last = rows[-1][0]
+
+    def _live_committed(self) -> Iterator[tuple[bytes, bytes]]:
+        """The committed rows not expired at the transaction's timestamp, a page at a time."""
+        last, now = b"", self._now
+        while True:
+            rows = self._query(
+                "SELECT key, value, expiry FROM committed WHERE ns = ? AND key > ? "
+                "ORDER BY key LIMIT ?",
+                (self.namespace, last, _PAGE),
+            )
+            yield from ((key, value) for key, value, at in rows if not is_expired(at, now))
             if len(rows) < _PAGE:
                 return
             last = rows[-1][0]
 
     def __iter__(self) -> Iterator[tuple[Any, Any]]:
-        """Pending writes, then the prepared delta, then committed; each key once."""
-        prepared = iter(()) if self._superseding else self._pages("prepared")
-        layers = (list(self._pending.items()), prepared, self._pages("committed"))
+        """Pending writes, then the prepared delta, then committed; each key once.
+
+        Keys expired at the transaction's timestamp are skipped.
+        """
+        prepared: Iterable[tuple[bytes, bytes | None]] = (
+            iter(()) if self._superseding else self._pages("prepared")
+        )
+        if not self._superseding and is_expired(self._ttl_times(self._query)[1], self._now):
+            prepared = ((key, None) for key, _ in prepared)  # gone, and hiding what is below
+        layers = (list(self._pending.items()), prepared, self._live_committed())
         for ekey, raw in merge_layers(layers):
             yield self._keys.deserialize(ekey), self._values.deserialize(raw)
 
@@ -501,12 +606,22 @@ class SqliteKeyValueState(KeyValueState):
         return self._values.deserialize(payload)
 
     def get_committed(self, key: Any, default: Any = None) -> Any:
-        """The committed value of ``key``, whatever is prepared or pending."""
+        """The committed value of ``key``, whatever is prepared or pending (unless expired)."""
         rows = self._query(
-            "SELECT value FROM committed WHERE ns = ? AND key = ?",
+            "SELECT value, expiry FROM committed WHERE ns = ? AND key = ?",
             (self.namespace, self._encode_key(key)),
         )
-        return default if not rows else self._values.deserialize(rows[0][0])
+        if not rows or is_expired(rows[0][1], self._now):
+            return default
+        return self._values.deserialize(rows[0][0])
+
+    def scan_expiries(self) -> Iterator[tuple[bytes, int]]:
+        """``(key, expiry)`` of the committed rows that have one, a page at a time."""
+        yield from self._pages("committed", "expiry")
+
+    def committed_time(self) -> int | None:
+        """The last committed transaction's timestamp (``ttl_times``)."""
+        return self._ttl_times(self._query)[2]
 
     def replace_stored(
         self,
@@ -514,6 +629,9 @@ class SqliteKeyValueState(KeyValueState):
         committed: Iterable[tuple[bytes, bytes]],
         prepared_txid: int | None,
         prepared: Mapping[bytes, bytes | None],
+        *,
+        expiries: Iterable[tuple[bytes, int]] = (),
+        committed_time: int | None = None,
     ) -> None:
         """Replace every row of the namespace in one SQL transaction (all or nothing).
 
@@ -526,12 +644,18 @@ class SqliteKeyValueState(KeyValueState):
         ns = self.namespace
 
         def work(_committed: int | None, _prepared: int | None) -> None:
-            for table in ("committed", "prepared", "txids", "rollbacks"):
+            for table in ("committed", "prepared", "txids", "rollbacks", "ttl_times"):
                 self._conn.execute(f"DELETE FROM {table} WHERE ns = ?", (ns,))
             self._conn.executemany(
                 "INSERT OR REPLACE INTO committed (ns, key, value) VALUES (?, ?, ?)",
                 ((ns, k, v) for k, v in committed),
             )
+            self._conn.executemany(
+                "UPDATE committed SET expiry = ? WHERE ns = ? AND key = ?",
+                ((int(at), ns, k) for k, at in expiries),
+            )
+            if committed_time is not None:
+                self._set_ttl_times(None, None, committed_time)
             self._conn.executemany(
                 "INSERT INTO prepared (ns, key, value) VALUES (?, ?, ?)",
                 [(ns, k, v) for k, v in prepared.items()],
@@ -575,6 +699,8 @@ class SqliteKeyValueState(KeyValueState):
                 [(self.namespace, k, v) for k, v in self._pending.items()],
             )
             self._set_txids(committed, txid)
+            committed_time = self._ttl_times(self._run)[2]
+            self._set_ttl_times(self._now, self._write_expiry(), committed_time)
 
         self._write(f"prepare of txid {txid}", work)
         self._pending = {}
@@ -595,7 +721,7 @@ class SqliteKeyValueState(KeyValueState):
             writes = self._pending
 
             def save(committed: int | None, prepared: int | None) -> None:
-                self._apply(writes)
+                self._apply(writes, None)  # a commit without txid writes without TTL
                 self._set_txids(-1 if committed is None else committed, prepared)
 
             self._write("commit", save)
@@ -607,7 +733,15 @@ class SqliteKeyValueState(KeyValueState):
                 rows = self._conn.execute(
                     "SELECT key, value FROM prepared WHERE ns = ?", (self.namespace,)
                 ).fetchall()
-                self._apply(dict(rows))
+                time, expiry, committed_time = self._ttl_times(self._run)
+                self._apply(dict(rows), expiry)
+                if time is not None:  # the cleanup: what expired at the transaction's timestamp
+                    self._conn.execute(
+                        "DELETE FROM committed WHERE ns = ? AND expiry <= ?",
+                        (self.namespace, time),
+                    )
+                    committed_time = time
+                self._set_ttl_times(None, None, committed_time)
                 self._conn.execute("DELETE FROM prepared WHERE ns = ?", (self.namespace,))
                 self._set_txids(txid, None)
                 return
@@ -626,6 +760,10 @@ class SqliteKeyValueState(KeyValueState):
 
         def work(committed: int | None, prepared: int | None) -> int:
             self._conn.execute("DELETE FROM prepared WHERE ns = ?", (self.namespace,))
+            self._conn.execute(
+                "UPDATE ttl_times SET prepared_time = NULL, prepared_expiry = NULL WHERE ns = ?",
+                (self.namespace,),
+            )
             if committed is None:
                 self._conn.execute("DELETE FROM txids WHERE ns = ?", (self.namespace,))
             else:

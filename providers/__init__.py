@@ -22,6 +22,7 @@ from providers._factory import (
 )
 from providers._resolve import resolve_serializers
 from providers._serializers import MsgpackSerializer, Serializer, encode_value
+from providers._ttl import StateTtl, TtlRefresh, is_expired
 from providers.errors import (
     FATAL_STATE_ERRORS,
     ProviderConfigError,
@@ -59,12 +60,15 @@ __all__ = [
     "StateProvider",
     "StateSerializationError",
     "StateTransactionError",
+    "StateTtl",
     "StatefulBoltsError",
+    "TtlRefresh",
     "add_extlib_dirs",
     "encode_value",
     "extlib_dirs",
     "extlib_origin",
     "get_provider",
+    "is_expired",
     "load_module",
     "load_object",
     "merge_layers",

@@ -16,6 +16,9 @@ from abc import ABC, abstractmethod
 from collections.abc import Collection, Hashable, Iterable, Iterator, Mapping, Sequence
 from typing import Any, ClassVar
 
+from providers._ttl import StateTtl
+from providers.errors import ProviderConfigError
+
 
 def merge_layers(layers: Iterable[Iterable[tuple[bytes, Any]]]) -> Iterator[tuple[bytes, Any]]:
     """Iterate layered state (pending, prepared, committed): each key once, the first layer wins.
@@ -166,6 +169,51 @@ class KeyValueState(State):
         """Same as iterating the state."""
         return iter(self)
 
+    # -- time to live (optional; the rules are in ``providers._ttl``)
+    @property
+    def supports_ttl(self) -> bool:
+        """Whether this state keeps expiries (``set_transaction_time`` takes a ``ttl``)."""
+        return False
+
+    def set_transaction_time(self, now_ms: int | None, ttl: StateTtl | None = None) -> None:
+        """Judge expiry at ``now_ms`` (the transaction's timestamp) and write under ``ttl``.
+
+        The checkpoint protocol calls it on a task's state before the bolt's first read:
+        from then on reads hide every key expired at ``now_ms``, and the next
+        ``prepare_commit`` gives what this object wrote the expiry ``now_ms + ttl`` (no
+        expiry without a ``ttl``) and stores ``now_ms`` with the prepare, for the commit's
+        cleanup. ``None`` judges nothing (a state used outside a transaction).
+
+        The default keeps no expiries: it accepts no ``ttl``.
+
+        Raises:
+            ProviderConfigError: ``ttl`` is given and this state keeps no expiries.
+        """
+        if ttl is not None:
+            kind = f"{type(self).__module__}.{type(self).__qualname__}"
+            msg = (
+                f"state {getattr(self, 'namespace', '?')!r}: {kind} keeps no expiries, so it "
+                "cannot honour topology.state.ttl.secs; remove the key for this component, or "
+                "use a provider with TTL (memory, Redis, SQLite)"
+            )
+            raise ProviderConfigError(msg)
+
+    def scan_expiries(self) -> Iterator[tuple[bytes, int]]:
+        """``(encoded key, expiry ms)`` of each committed key that has an expiry, streamed.
+
+        Part of the stored image for tools; expired keys not yet cleaned up are included. The
+        default, for a state that keeps no expiries, yields nothing.
+        """
+        return iter(())
+
+    def committed_time(self) -> int | None:
+        """The timestamp of the last committed transaction that had one, as stored now.
+
+        Offline readers judge expiry at it (``statefulbolts.state.read_state``). The default,
+        for a state that keeps no expiries, is ``None``.
+        """
+        return None
+
     # -- the stored image (optional, see the class docstring)
     def stored_txids(self) -> tuple[int | None, int | None]:
         """``(committed txid, prepared txid)`` as the store holds them now (``None``: none)."""
@@ -197,6 +245,9 @@ class KeyValueState(State):
         committed: Iterable[tuple[bytes, bytes]],
         prepared_txid: int | None,
         prepared: Mapping[bytes, bytes | None],
+        *,
+        expiries: Iterable[tuple[bytes, int]] = (),
+        committed_time: int | None = None,
     ) -> None:
         """Replace everything stored for this namespace, in one step.
 
@@ -205,7 +256,10 @@ class KeyValueState(State):
         ``prepared`` (``None`` payloads are tombstones) with ``prepared_txid``; the rollback
         count starts again from zero, and this object's pending writes are dropped. With both
         txids ``None`` and nothing given, the namespace holds nothing any more
-        (``StateProvider.namespaces`` no longer lists it).
+        (``StateProvider.namespaces`` no longer lists it). ``expiries`` (``scan_expiries``'s
+        pairs; a key not in ``committed`` is skipped) and ``committed_time``
+        (``committed_time()``) carry the time to live over; a state that keeps no expiries
+        ignores them.
 
         For offline tools: no other state object of the namespace may be in use.
 

@@ -41,6 +41,7 @@ from typing import Any
 
 from providers._base import KeyValueState
 from providers._serializers import MsgpackSerializer, Serializer, encode_value, is_plain_msgpack
+from providers._ttl import StateTtl
 from providers.errors import StateSerializationError
 
 __all__ = ["LayeredKeyValueState"]
@@ -75,6 +76,37 @@ class LayeredKeyValueState(KeyValueState):
         self._fresh: dict[str, Any] = {}
         self._key_cache: dict[Any, bytes] = {}
         self._fast = is_plain_msgpack(self._keys) and is_plain_msgpack(self._values)
+        # Time to live (``providers._ttl``): the transaction's timestamp reads are judged at
+        # (``None``: nothing expires), the TTL of what this object writes, and whether a read
+        # that finds a key in the store rewrites it (TtlRefresh.READ_WRITE) to move its expiry.
+        self._now: int | None = None
+        self._ttl: StateTtl | None = None
+        self._touch = False
+
+    @property
+    def supports_ttl(self) -> bool:
+        """Layered states keep expiries."""
+        return True
+
+    def set_transaction_time(self, now_ms: int | None, ttl: StateTtl | None = None) -> None:
+        """Judge expiry at ``now_ms``; what this object writes expires ``ttl`` later.
+
+        See ``KeyValueState.set_transaction_time``.
+
+        Raises:
+            ValueError: a ``ttl`` without a timestamp (its expiries could not be computed).
+        """
+        if ttl is not None and now_ms is None:
+            msg = f"state {self.namespace!r}: a TTL needs the transaction's timestamp"
+            raise ValueError(msg)
+        self._now = None if now_ms is None else int(now_ms)
+        self._ttl = ttl
+        self._touch = ttl is not None and ttl.refreshes_on_read
+
+    def _write_expiry(self) -> int | None:
+        """The expiry this object's writes get at its next prepare (``None``: none)."""
+        ttl, now = self._ttl, self._now
+        return None if ttl is None or now is None else ttl.expiry(now)
 
     @abstractmethod
     def _stored(self, ekey: bytes) -> bytes | None:
@@ -116,6 +148,8 @@ class LayeredKeyValueState(KeyValueState):
         payload = self._pending.get(ekey, _MISSING)
         if payload is _MISSING:
             payload = self._stored(ekey)
+            if self._touch and payload is not None:
+                self._pending[ekey] = payload  # a read refreshes: rewritten at the prepare
         if payload is None:
             return default
         value = self._values.deserialize(payload)
@@ -143,7 +177,10 @@ class LayeredKeyValueState(KeyValueState):
             else:
                 found[i] = payload if payload is None else self._values.deserialize(payload)
         if wanted:
+            touch = self._touch
             for ekey, payload in zip(wanted, self._stored_many(list(wanted)), strict=True):
+                if touch and payload is not None:
+                    pending[ekey] = payload  # a read refreshes: rewritten at the prepare
                 value = None if payload is None else self._values.deserialize(payload)
                 for i in wanted[ekey]:
                     found[i] = value

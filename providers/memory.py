@@ -26,6 +26,7 @@ from providers._base import DriverOwnedStateProvider, merge_layers, under
 from providers._config import parse_provider_config
 from providers._layered import LayeredKeyValueState
 from providers._resolve import resolve_serializers
+from providers._ttl import is_expired
 from providers.errors import StateTransactionError
 
 __all__ = ["InMemoryKeyValueState", "InMemoryKeyValueStateProvider"]
@@ -43,10 +44,14 @@ class _Image:
     __slots__ = (
         "changes",
         "committed",
+        "committed_time",
         "committed_txid",
-        "prepared",
-        "prepared_txid",
+        "expiry",
         "mark",
+        "prepared",
+        "prepared_expiry",
+        "prepared_time",
+        "prepared_txid",
         "rollbacks",
         "tracking",
     )
@@ -56,6 +61,14 @@ class _Image:
         self.committed_txid: int | None = None
         self.prepared: _Delta | None = None
         self.prepared_txid: int | None = None
+        # Time to live (``providers._ttl``): the committed keys' expiries (only keys that have
+        # one), the timestamp of the last committed transaction that had one; the prepared
+        # transaction's timestamp (the commit's cleanup judges at it) and the expiry of every
+        # value its delta writes (``None``: no expiry).
+        self.expiry: dict[bytes, int] = {}
+        self.committed_time: int | None = None
+        self.prepared_time: int | None = None
+        self.prepared_expiry: int | None = None
         # How many rollbacks this image had: a state may prepare only if none happened since it
         # last looked (as the Redis provider's fence). Not shipped: a task's image is its own.
         self.rollbacks = 0
@@ -81,36 +94,78 @@ class _Image:
 
     def dump(self) -> bytes:
         return msgpack.packb(
-            [self.committed_txid, self.committed, self.prepared_txid, self.prepared],
+            [
+                self.committed_txid,
+                self.committed,
+                self.prepared_txid,
+                self.prepared,
+                self.expiry,
+                self.committed_time,
+                self.prepared_time,
+                self.prepared_expiry,
+            ],
             use_bin_type=True,
         )
 
     @classmethod
     def load(cls, blob: bytes) -> _Image:
         image = cls()
-        c_txid, committed, p_txid, prepared = msgpack.unpackb(blob, raw=False)
+        fields = msgpack.unpackb(blob, raw=False)
+        c_txid, committed, p_txid, prepared = fields[:4]
         image.committed_txid, image.committed = c_txid, committed
         image.prepared_txid, image.prepared = p_txid, prepared
+        if len(fields) > 4:  # an image dumped before TTL has none of these
+            image.expiry, image.committed_time = fields[4], fields[5]
+            image.prepared_time, image.prepared_expiry = fields[6], fields[7]
         return image
 
+    def expired(self, ekey: bytes, now: int | None) -> bool:
+        """Whether committed ``ekey`` has expired at ``now``."""
+        return is_expired(self.expiry.get(ekey), now) if self.expiry else False
+
     # The mutating steps, shared by live states and by replaying changes on the driver.
-    def do_prepare(self, txid: int, writes: _Delta) -> None:
+    def do_prepare(
+        self, txid: int, writes: _Delta, time: int | None = None, expiry: int | None = None
+    ) -> None:
         self.changed()
         if self.prepared is not None and self.prepared_txid == txid:
             self.prepared.update(writes)
         else:
             self.prepared = dict(writes)
         self.prepared_txid = txid
+        self.prepared_time, self.prepared_expiry = time, expiry
 
     def do_commit(self, txid: int) -> None:
         self.changed()
-        for key, value in (self.prepared or {}).items():
-            if value is None:
-                self.committed.pop(key, None)
-            else:
-                self.committed[key] = value
+        self._apply(self.prepared or {}, self.prepared_expiry)
+        self._drop_expired(self.prepared_time)
+        if self.prepared_time is not None:
+            self.committed_time = self.prepared_time
         self.committed_txid = txid
         self.prepared, self.prepared_txid = None, None
+        self.prepared_time, self.prepared_expiry = None, None
+
+    def _apply(self, writes: _Delta, expiry: int | None) -> None:
+        """Write a delta into the committed map; a written key's expiry becomes ``expiry``."""
+        committed, expiries = self.committed, self.expiry
+        for key, value in writes.items():
+            if value is None:
+                committed.pop(key, None)
+            else:
+                committed[key] = value
+            if value is not None and expiry is not None:
+                expiries[key] = expiry
+            elif expiries:
+                expiries.pop(key, None)
+
+    def _drop_expired(self, now: int | None) -> None:
+        """The commit's cleanup: forget every committed key expired at ``now``."""
+        if now is None or not self.expiry:
+            return
+        gone = [key for key, at in self.expiry.items() if at <= now]
+        for key in gone:
+            del self.expiry[key]
+            self.committed.pop(key, None)
 
     def commit_op(self, namespace: str, txid: int) -> list[Any] | None:
         """The change ``commit(txid)`` makes (``None``: already committed), or why it cannot."""
@@ -126,24 +181,21 @@ class _Image:
 
     def do_commit_writes(self, writes: _Delta) -> None:
         self.changed()
-        for key, value in writes.items():
-            if value is None:
-                self.committed.pop(key, None)
-            else:
-                self.committed[key] = value
+        self._apply(writes, None)  # a commit without txid writes without TTL
         if self.committed_txid is None:
             self.committed_txid = -1
 
     def do_rollback(self) -> None:
         self.changed()
         self.prepared, self.prepared_txid = None, None
+        self.prepared_time, self.prepared_expiry = None, None
         self.rollbacks += 1
 
     def replay(self, ops: list[list[Any]]) -> None:
         for op in ops:
             kind = op[0]
             if kind == "prepare":
-                self.do_prepare(op[1], op[2])
+                self.do_prepare(*op[1:5])
             elif kind == "commit":
                 self.do_commit(op[1])
             elif kind == "commit_writes":
@@ -203,16 +255,25 @@ class InMemoryKeyValueState(LayeredKeyValueState):
         return self._image.prepared_txid
 
     def _stored(self, ekey: bytes) -> bytes | None:
-        prepared = self._image.prepared
+        image, now = self._image, self._now
+        prepared = image.prepared
         if prepared is not None and ekey in prepared:
-            return prepared[ekey]
-        return self._image.committed.get(ekey)
+            return None if is_expired(image.prepared_expiry, now) else prepared[ekey]
+        return None if image.expired(ekey, now) else image.committed.get(ekey)
 
     def __iter__(self) -> Iterator[tuple[Any, Any]]:
-        """Pending writes first, then the prepared delta, then committed; each key once."""
+        """Pending writes first, then the prepared delta, then committed; each key once.
+
+        Keys expired at the transaction's timestamp are skipped.
+        """
         self._flush()
-        layers = (self._pending, self._image.prepared or {}, self._image.committed)
-        for ekey, raw in merge_layers(list(layer.items()) for layer in layers):
+        image, now = self._image, self._now
+        prepared = list((image.prepared or {}).items())
+        if is_expired(image.prepared_expiry, now):
+            prepared = [(ekey, None) for ekey, _ in prepared]  # gone, and hiding what is below
+        committed = [(k, v) for k, v in image.committed.items() if not image.expired(k, now)]
+        layers = (list(self._pending.items()), prepared, committed)
+        for ekey, raw in merge_layers(layers):
             yield self._keys.deserialize(ekey), self._values.deserialize(raw)
 
     def __len__(self) -> int:
@@ -247,8 +308,9 @@ class InMemoryKeyValueState(LayeredKeyValueState):
             raise StateTransactionError(msg)
         self._flush()
         writes, self._pending = self._pending, {}
-        image.do_prepare(txid, writes)
-        image.record(["prepare", txid, writes])
+        expiry = self._write_expiry()
+        image.do_prepare(txid, writes, self._now, expiry)
+        image.record(["prepare", txid, writes, self._now, expiry])
 
     def commit(self, txid: int | None = None) -> None:
         """Commit the prepared delta of ``txid``; the txid already committed is a no-op.
@@ -281,9 +343,18 @@ class InMemoryKeyValueState(LayeredKeyValueState):
         yield from list((self._image.prepared or {}).items())
 
     def get_committed(self, key: Any, default: Any = None) -> Any:
-        """The committed value of ``key``, whatever is prepared or pending."""
-        payload = self._image.committed.get(self._encode_key(key))
+        """The committed value of ``key``, whatever is prepared or pending (unless expired)."""
+        ekey = self._encode_key(key)
+        payload = None if self._image.expired(ekey, self._now) else self._image.committed.get(ekey)
         return default if payload is None else self._values.deserialize(payload)
+
+    def scan_expiries(self) -> Iterator[tuple[bytes, int]]:
+        """The committed keys' expiries (a snapshot)."""
+        yield from list(self._image.expiry.items())
+
+    def committed_time(self) -> int | None:
+        """The timestamp of the last committed transaction that had one."""
+        return self._image.committed_time
 
     def replace_stored(
         self,
@@ -291,8 +362,14 @@ class InMemoryKeyValueState(LayeredKeyValueState):
         committed: Iterable[tuple[bytes, bytes]],
         prepared_txid: int | None,
         prepared: Mapping[bytes, bytes | None],
+        *,
+        expiries: Iterable[tuple[bytes, int]] = (),
+        committed_time: int | None = None,
     ) -> None:
         """Replace the image: committed map, prepared delta, txids; rollbacks back to zero.
+
+        ``expiries`` are the committed keys' (a key not in ``committed`` is skipped);
+        ``committed_time`` the last committed transaction's timestamp.
 
         The image object stays the one the provider's store holds (a state made from it sees
         the new content), so this is the driver-side store's content from now on.
@@ -304,8 +381,11 @@ class InMemoryKeyValueState(LayeredKeyValueState):
         image = self._image
         image.changed()
         image.committed, image.committed_txid = new_committed, committed_txid
+        image.expiry = {k: int(at) for k, at in expiries if k in new_committed}
+        image.committed_time = committed_time
         image.prepared = None if prepared_txid is None else dict(prepared)
         image.prepared_txid = prepared_txid
+        image.prepared_time, image.prepared_expiry = None, None
         image.rollbacks = 0
         self._rollbacks = 0
         self._pending, self._fresh = {}, {}

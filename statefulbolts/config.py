@@ -83,6 +83,21 @@ class TopologyConfig(BaseModel):
             "interval, so the last commit is counted too. 0 counts after every commit."
         ),
     )
+    # State time-to-live (``providers.StateTtl``), topology-wide; a component's own setting
+    # (``add_configuration``, ``get_component_configuration``) wins. None: keys never expire.
+    state_ttl_secs: float | None = Field(
+        None,
+        gt=0,
+        alias="topology.state.ttl.secs",
+        description=(
+            "Seconds after its last write (or read, with topology.state.ttl.refresh = "
+            "read_write) that a key of a stateful bolt's state expires, judged against the "
+            "checkpoint transaction's timestamp; unset: keys never expire."
+        ),
+    )
+    state_ttl_refresh: Literal["write", "read_write"] = Field(
+        "write", alias="topology.state.ttl.refresh"
+    )
     # Stored components renamed in the topology: {old id: new id}.
     state_renames: dict[str, str] = Field(default_factory=dict, alias="topology.state.renames")
     # Start even though stored state belongs to components the topology no longer has.
@@ -173,6 +188,8 @@ class Config(dict[str, Any]):
     TOPOLOGY_STATE_MAX_PARALLELISM = "topology.state.max.parallelism"
     TOPOLOGY_STATE_EVOLVE = "topology.state.evolve"
     TOPOLOGY_STATE_SIZE_INTERVAL = "topology.state.size.interval.ms"
+    TOPOLOGY_STATE_TTL_SECS = "topology.state.ttl.secs"
+    TOPOLOGY_STATE_TTL_REFRESH = "topology.state.ttl.refresh"
     TOPOLOGY_STATE_RENAMES = "topology.state.renames"
     TOPOLOGY_STATE_ALLOW_ORPHANED = "topology.state.allow.orphaned"
     TOPOLOGY_UI_PORT = "topology.ui.port"

@@ -13,6 +13,7 @@ from contextlib import AbstractContextManager
 from typing import Any
 
 import providers.redis._scripts as _scripts
+from providers._ttl import is_expired
 from providers.redis._codec import TOMBSTONE, parse_txid, unwrap, wrap
 
 __all__ = ["IMAGE_PAGE", "StoredImageReads", "replace_image", "scan_hash", "stage_image"]
@@ -50,17 +51,40 @@ def stage_image(
     committed: Iterable[tuple[bytes, bytes]],
     prepared_txid: int | None,
     prepared: Mapping[bytes, bytes | None],
+    expiries: Iterable[tuple[bytes, int]] = (),
+    committed_time: int | None = None,
 ) -> list[str]:
-    """Write a new image beside namespace key ``base``; returns the three staged keys.
+    """Write a new image beside namespace key ``base``; returns the four staged keys.
 
-    ``base$import`` (the committed hash), ``base$import-prepare`` (the delta) and
-    ``base$import-txid`` (``staged`` = 1, and ``commit`` / ``prepare`` when given), after
-    deleting whatever an interrupted earlier call left there. The namespace itself is not
-    touched.
+    ``base$import`` (the committed hash), ``base$import-prepare`` (the delta),
+    ``base$import-txid`` (``staged`` = 1, and ``commit`` / ``prepare`` / ``time`` when given)
+    and ``base$import-ttl`` (the expiry index of the committed fields), after deleting whatever
+    an interrupted earlier call left there. The namespace itself is not touched.
     """
-    staged = [f"{base}$import", f"{base}$import-prepare", f"{base}$import-txid"]
+    staged = [
+        f"{base}$import",
+        f"{base}$import-prepare",
+        f"{base}$import-txid",
+        f"{base}$import-ttl",
+    ]
     client.delete(*staged)
-    _hset_pages(client, staged[0], ((k, wrap(v)) for k, v in committed))
+    fields: set[bytes] = set()
+
+    def noted(pairs: Iterable[tuple[bytes, bytes]]) -> Iterator[tuple[bytes, bytes]]:
+        for k, v in pairs:
+            fields.add(k)
+            yield k, wrap(v)
+
+    _hset_pages(client, staged[0], noted(committed))
+    page: dict[bytes, int] = {}
+    for field, at in expiries:
+        if field in fields:
+            page[field] = int(at)
+        if len(page) >= IMAGE_PAGE:
+            client.zadd(staged[3], page)
+            page = {}
+    if page:
+        client.zadd(staged[3], page)
     delta = ((k, TOMBSTONE if v is None else wrap(v)) for k, v in prepared.items())
     _hset_pages(client, staged[1], delta)
     record = {"staged": "1"}
@@ -68,6 +92,8 @@ def stage_image(
         record["commit"] = str(int(committed_txid))
     if prepared_txid is not None:
         record["prepare"] = str(int(prepared_txid))
+    if committed_time is not None:
+        record["time"] = str(int(committed_time))
     client.hset(staged[2], mapping=record)
     return staged
 
@@ -86,15 +112,17 @@ def _hset_pages(client: Any, key: str, envelopes: Iterable[tuple[bytes, bytes]])
 
 def replace_image(
     client: Any,
-    keys: tuple[str, str, str],
+    keys: tuple[str, str, str, str],
     image: tuple[
         int | None, Iterable[tuple[bytes, bytes]], int | None, Mapping[bytes, bytes | None]
     ],
     backend: Callable[[str], AbstractContextManager[None]],
+    ttl: tuple[Iterable[tuple[bytes, int]], int | None] = ((), None),
 ) -> None:
-    """Replace a namespace's ``(committed, prepare, txid)`` keys by ``image``, atomically.
+    """Replace a namespace's ``(committed, prepare, txid, ttl)`` keys by ``image``, atomically.
 
-    ``image`` is ``(committed txid, committed pairs, prepared txid, prepared delta)``.
+    ``image`` is ``(committed txid, committed pairs, prepared txid, prepared delta)``; ``ttl``
+    is ``(the committed fields' expiries, the committed transaction's timestamp)``.
 
     Steps:
         1. Stage the new image beside the namespace (``stage_image``). If this fails, the
@@ -102,15 +130,15 @@ def replace_image(
         2. One script (``REPLACE``) swaps the staged keys in and the old ones out, atomically;
            a retry of it after a lost reply finds nothing staged and does nothing.
     """
-    committed_key, prepare_key, txid_key = keys
+    committed_key, prepare_key, txid_key, ttl_key = keys
     committed_txid, committed, prepared_txid, prepared = image
     with backend("replace (staging)"):
         staged = stage_image(
-            client, committed_key, committed_txid, committed, prepared_txid, prepared
+            client, committed_key, committed_txid, committed, prepared_txid, prepared, *ttl
         )
     with backend("replace"):
         client.register_script(_scripts.REPLACE)(
-            keys=[committed_key, prepare_key, txid_key, *staged]
+            keys=[committed_key, prepare_key, txid_key, *staged[:3], ttl_key, staged[3]]
         )
 
 
@@ -123,6 +151,8 @@ class StoredImageReads:
     committed_key: str
     prepare_key: str
     txid_key: str
+    ttl_key: str
+    _now: int | None
     _backend: Callable[[str], AbstractContextManager[None]]
     _encode_key: Callable[[Any], bytes]
 
@@ -146,9 +176,27 @@ class StoredImageReads:
         )
 
     def get_committed(self, key: Any, default: Any = None) -> Any:
-        """The committed value of ``key`` (one ``HGET``), whatever is prepared or pending."""
+        """The committed value of ``key``, whatever is prepared or pending (unless expired)."""
         ekey = self._encode_key(key)
         with self._backend("get"):
             raw = self._client.hget(self.committed_key, ekey)
-        payload = None if raw is None else unwrap(raw, self.namespace)
+            judged = raw is not None and self._now is not None
+            at = self._client.zscore(self.ttl_key, ekey) if judged else None
+        payload = None if raw is None or is_expired(at, self._now) else unwrap(raw, self.namespace)
         return default if payload is None else self._values.deserialize(payload)
+
+    def scan_expiries(self) -> Iterator[tuple[bytes, int]]:
+        """The expiry index ``ns$ttl``, ``ZSCAN`` page by page."""
+        cursor = 0
+        while True:
+            with self._backend("scan"):
+                cursor, page = self._client.zscan(self.ttl_key, cursor, count=IMAGE_PAGE)
+            for field, score in page:
+                yield field, int(score)
+            if not cursor:
+                return
+
+    def committed_time(self) -> int | None:
+        """``time`` of ``ns$txid``: the last committed transaction's timestamp."""
+        with self._backend("txid read"):
+            return parse_txid(self._client.hget(self.txid_key, "time"))

@@ -3,7 +3,15 @@
 Each transaction step is one script, so Redis applies it all or nothing, and each is idempotent
 for the same arguments, so redis-py may retry one after a dropped connection. ``ns`` is the
 committed hash of a namespace (``{ns}`` on a cluster), ``ns$prepare`` its prepared delta and
-``ns$txid`` its transaction record; values are envelopes (``providers.redis._codec``).
+``ns$txid`` its transaction record and ``ns$ttl`` its expiry index (a sorted set: field ->
+expiry in ms, only for fields that have one); values are envelopes (``providers.redis._codec``).
+
+Time to live (``providers._ttl``): a prepare stores, beside its txid in ``ns$txid``, ``ptime``
+(the transaction's timestamp) and ``pexpiry`` (the expiry of every value its delta writes),
+each only when there is one. COMMIT indexes what it writes by ``pexpiry`` (no ``pexpiry``:
+the written fields leave the index), then deletes the fields expired at ``ptime`` from ``ns``
+and the index, at most a chunk of them per commit (the rest at the next commits; reads hide
+them meanwhile), and keeps ``ptime`` as ``time``, the committed transaction's timestamp.
 """
 
 from __future__ import annotations
@@ -30,25 +38,51 @@ local function apply(hash, tombstone, kv, first)
     redis.call('HDEL', hash, unpack(dels, i, math.min(i + 999, #dels)))
   end
 end
+
+-- Index the fields of a flat field/value list from position first: ZADD with expiry (a string
+-- of ms) for present values, ZREM for tombstones and for everything when expiry is false.
+-- Nothing is sent when there is no expiry and no index yet (a state without TTL pays nothing).
+local function index(zset, tombstone, kv, first, expiry)
+  if not expiry and redis.call('EXISTS', zset) == 0 then return end
+  local adds, rems = {}, {}
+  for i = first, #kv, 2 do
+    if expiry and kv[i + 1] ~= tombstone then
+      adds[#adds + 1] = expiry
+      adds[#adds + 1] = kv[i]
+    else
+      rems[#rems + 1] = kv[i]
+    end
+  end
+  for i = 1, #adds, 1000 do
+    redis.call('ZADD', zset, unpack(adds, i, math.min(i + 999, #adds)))
+  end
+  for i = 1, #rems, 1000 do
+    redis.call('ZREM', zset, unpack(rems, i, math.min(i + 999, #rems)))
+  end
+end
 """
 
-# LOAD. KEYS[1] = ns$prepare, KEYS[2] = ns$txid. No ARGV.
-# Returns {HGETALL ns$txid, HGETALL ns$prepare} as flat field/value lists.
+# LOAD. KEYS[1] = ns$prepare, KEYS[2] = ns$txid, KEYS[3] = ns$ttl. No ARGV.
+# Returns {HGETALL ns$txid, HGETALL ns$prepare} as flat field/value lists, and EXISTS ns$ttl.
 LOAD = """
-return {redis.call('HGETALL', KEYS[2]), redis.call('HGETALL', KEYS[1])}
+return {redis.call('HGETALL', KEYS[2]), redis.call('HGETALL', KEYS[1]),
+        redis.call('EXISTS', KEYS[3])}
 """
 
 # PREPARE. KEYS[1] = ns$prepare, KEYS[2] = ns$txid.
 # ARGV[1] = txid (decimal), ARGV[2] = '1' to replace a delta of the same txid, '0' to merge,
 # ARGV[3] = the rollbacks count the state saw (decimal),
-# ARGV[4..] = field, envelope, field, envelope, ... (tombstones kept).
+# ARGV[4] = the transaction's timestamp in ms ('' for none: the commit cleans nothing up),
+# ARGV[5] = the expiry in ms of every value of the delta ('' for none),
+# ARGV[6..] = field, envelope, field, envelope, ... (tombstones kept).
 # Returns {0, previous prepare txid or ''} when prepared,
 #         {1, prepared txid, committed txid or ''} when another txid is prepared,
 #         {2, '', committed txid} when txid <= the committed txid,
 #         {3, rollbacks} when the namespace was rolled back since the state saw ARGV[3].
 # A fresh prepare first drops any delta not owned by a prepare txid; the same txid again merges
 # (HSET over the old delta: newer wins) or, with ARGV[2] = '1' (a new task attempt superseding a
-# lost one), replaces it. Idempotent for the same arguments.
+# lost one), replaces it; ptime and pexpiry are set from ARGV[4] / ARGV[5] (removed when '').
+# Idempotent for the same arguments.
 # The first write is the HSET of 'prepare': Redis checks maxmemory only at a script's first write
 # (after one it lets the script finish, to keep it atomic), so on a full server under noeviction
 # the prepare is refused (OOM) before it writes anything; a DEL first would let the whole delta
@@ -61,17 +95,27 @@ if r ~= ARGV[3] then return {3, r} end
 if p and tonumber(p) ~= txid then return {1, p, c or ''} end
 if c and txid <= tonumber(c) then return {2, p or '', c} end
 redis.call('HSET', KEYS[2], 'prepare', ARGV[1])
+for i, name in ipairs({'ptime', 'pexpiry'}) do
+  if ARGV[3 + i] == '' then
+    redis.call('HDEL', KEYS[2], name)
+  else
+    redis.call('HSET', KEYS[2], name, ARGV[3 + i])
+  end
+end
 if not p or ARGV[2] == '1' then redis.call('DEL', KEYS[1]) end
-for i = 4, #ARGV, 1000 do
+for i = 6, #ARGV, 1000 do
   redis.call('HSET', KEYS[1], unpack(ARGV, i, math.min(i + 999, #ARGV)))
 end
 return {0, p or ''}
 """
 
-# COMMIT. KEYS[1] = ns, KEYS[2] = ns$prepare, KEYS[3] = ns$txid.
-# ARGV[1] = txid (decimal), ARGV[2] = the tombstone envelope.
-# Returns {0} when the delta of txid was applied (HSET values, HDEL tombstones, DEL ns$prepare,
-#         commit = txid, prepare removed), all in this one atomic step,
+# COMMIT. KEYS[1] = ns, KEYS[2] = ns$prepare, KEYS[3] = ns$txid, KEYS[4] = ns$ttl.
+# ARGV[1] = txid (decimal), ARGV[2] = the tombstone envelope,
+# ARGV[3] = the most expired fields one commit deletes (decimal).
+# Returns {0, fields deleted as expired} when the delta of txid was applied (HSET values, HDEL
+#         tombstones, index by pexpiry, delete what expired at ptime, DEL ns$prepare,
+#         commit = txid, time = ptime if any, prepare / ptime / pexpiry removed), all in this
+#         one atomic step,
 #         {1} when nothing is prepared and txid is already committed (a retried COMMIT: no-op),
 #         {2, prepared txid or '', committed txid or ''} otherwise (nothing written).
 COMMIT = (
@@ -80,36 +124,51 @@ COMMIT = (
 local p = redis.call('HGET', KEYS[3], 'prepare')
 local c = redis.call('HGET', KEYS[3], 'commit')
 if p and tonumber(p) == tonumber(ARGV[1]) then
-  apply(KEYS[1], ARGV[2], redis.call('HGETALL', KEYS[2]), 1)
+  local t = redis.call('HMGET', KEYS[3], 'ptime', 'pexpiry')
+  local delta = redis.call('HGETALL', KEYS[2])
+  apply(KEYS[1], ARGV[2], delta, 1)
+  index(KEYS[4], ARGV[2], delta, 1, t[2])
+  local gone = {}
+  if t[1] then
+    gone = redis.call('ZRANGEBYSCORE', KEYS[4], '-inf', t[1], 'LIMIT', 0, tonumber(ARGV[3]))
+    for i = 1, #gone, 1000 do
+      redis.call('HDEL', KEYS[1], unpack(gone, i, math.min(i + 999, #gone)))
+      redis.call('ZREM', KEYS[4], unpack(gone, i, math.min(i + 999, #gone)))
+    end
+    redis.call('HSET', KEYS[3], 'time', t[1])
+  end
   redis.call('DEL', KEYS[2])
   redis.call('HSET', KEYS[3], 'commit', ARGV[1])
-  redis.call('HDEL', KEYS[3], 'prepare')
-  return {0}
+  redis.call('HDEL', KEYS[3], 'prepare', 'ptime', 'pexpiry')
+  return {0, #gone}
 end
 if not p and c and tonumber(c) == tonumber(ARGV[1]) then return {1} end
 return {2, p or '', c or ''}
 """
 )
 
-# COMMIT WITHOUT TXID (the checkpoint spout's save). KEYS[1] = ns, KEYS[2] = ns$txid.
+# COMMIT WITHOUT TXID (the checkpoint spout's save). KEYS[1] = ns, KEYS[2] = ns$txid,
+# KEYS[3] = ns$ttl.
 # ARGV[1] = the tombstone envelope, ARGV[2..] = field, envelope, ... (the pending writes).
-# Writes the values, HDELs the tombstones, sets commit = -1 if no commit was recorded yet, leaves
-# any pending prepare alone. Returns the committed txid (decimal).
+# Writes the values, HDELs the tombstones, takes the written fields out of the expiry index (no
+# TTL without a transaction), sets commit = -1 if no commit was recorded yet, leaves any pending
+# prepare alone. Returns the committed txid (decimal).
 COMMIT_WRITES = (
     _APPLY
     + """
 apply(KEYS[1], ARGV[1], ARGV, 2)
+index(KEYS[3], ARGV[1], ARGV, 2, false)
 redis.call('HSETNX', KEYS[2], 'commit', '-1')
 return redis.call('HGET', KEYS[2], 'commit')
 """
 )
 
 # ROLLBACK. KEYS[1] = ns$prepare, KEYS[2] = ns$txid. No ARGV.
-# Drops the prepared delta and the prepare txid, and counts the rollback (the fence of PREPARE).
-# Returns {committed txid or '', rollbacks}.
+# Drops the prepared delta, the prepare txid, ptime and pexpiry, and counts the rollback (the
+# fence of PREPARE). The expiry index is not touched. Returns {committed txid or '', rollbacks}.
 ROLLBACK = """
 redis.call('DEL', KEYS[1])
-redis.call('HDEL', KEYS[2], 'prepare')
+redis.call('HDEL', KEYS[2], 'prepare', 'ptime', 'pexpiry')
 local r = redis.call('HINCRBY', KEYS[2], 'rollbacks', 1)
 return {redis.call('HGET', KEYS[2], 'commit') or '', r}
 """
@@ -117,20 +176,23 @@ return {redis.call('HGET', KEYS[2], 'commit') or '', r}
 # REPLACE (the stored image's replace_stored, after the new image was staged).
 # KEYS[1] = ns, KEYS[2] = ns$prepare, KEYS[3] = ns$txid,
 # KEYS[4] = ns$import (staged committed hash), KEYS[5] = ns$import-prepare (staged delta),
-# KEYS[6] = ns$import-txid (staged record: 'staged' = '1', and 'commit' / 'prepare' if any).
+# KEYS[6] = ns$import-txid (staged record: 'staged' = '1', and 'commit' / 'prepare' / 'time' if
+# any), KEYS[7] = ns$ttl, KEYS[8] = ns$import-ttl (staged expiry index).
 # No ARGV. Returns 1 when nothing is staged (already applied: a retry after a lost reply),
 # else 0 after, in this one atomic step: DEL ns, ns$prepare, ns$txid (the rollback count goes
-# with it); RENAME the staged hashes that exist into ns and ns$prepare; copy the staged txids
-# into ns$txid; DEL the staged record. The staged names do not end in "$txid", so a namespace
-# listing never mistakes them for a namespace.
+# with it), ns$ttl; RENAME the staged keys that exist into ns, ns$prepare and ns$ttl; copy the
+# staged txids and time into ns$txid; DEL the staged record. The staged names do not end in
+# "$txid", so a namespace listing never mistakes them for a namespace.
 REPLACE = """
 if redis.call('EXISTS', KEYS[6]) == 0 then return 1 end
-redis.call('DEL', KEYS[1], KEYS[2], KEYS[3])
+redis.call('DEL', KEYS[1], KEYS[2], KEYS[3], KEYS[7])
 if redis.call('EXISTS', KEYS[4]) == 1 then redis.call('RENAME', KEYS[4], KEYS[1]) end
 if redis.call('EXISTS', KEYS[5]) == 1 then redis.call('RENAME', KEYS[5], KEYS[2]) end
-local t = redis.call('HMGET', KEYS[6], 'commit', 'prepare')
+if redis.call('EXISTS', KEYS[8]) == 1 then redis.call('RENAME', KEYS[8], KEYS[7]) end
+local t = redis.call('HMGET', KEYS[6], 'commit', 'prepare', 'time')
 if t[1] then redis.call('HSET', KEYS[3], 'commit', t[1]) end
 if t[2] then redis.call('HSET', KEYS[3], 'prepare', t[2]) end
+if t[3] then redis.call('HSET', KEYS[3], 'time', t[3]) end
 redis.call('DEL', KEYS[6])
 return 0
 """

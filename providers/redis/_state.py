@@ -17,6 +17,7 @@ from providers._config import parse_provider_config
 from providers._layered import LayeredKeyValueState
 from providers._resolve import resolve_serializers
 from providers._serializers import Serializer
+from providers._ttl import is_expired
 from providers.errors import StateSerializationError, StateTransactionError
 from providers.redis._clients import (
     address_of,
@@ -47,6 +48,9 @@ _KEY_SCAN_COUNT = 1000
 # prepared, committed or rolled back has one, so listing namespaces is a SCAN for it.
 _TXID_SUFFIX = "$txid"
 _MISSING: Any = object()
+# The most expired fields one commit deletes (``_scripts.COMMIT``): a commit's script stays short
+# however many keys expired at once; the rest go at the next commits, and reads hide them.
+EXPIRED_PER_COMMIT = 10_000
 
 
 def _hash_tagged(namespace: str) -> str:
@@ -93,6 +97,7 @@ class RedisKeyValueState(StoredImageReads, LayeredKeyValueState):
         self.committed_key = base
         self.prepare_key = f"{base}$prepare"
         self.txid_key = base + _TXID_SUFFIX
+        self.ttl_key = f"{base}$ttl"
         self._load_script = client.register_script(_scripts.LOAD)
         self._prepare_script = client.register_script(_scripts.PREPARE)
         self._commit_script = client.register_script(_scripts.COMMIT)
@@ -107,6 +112,12 @@ class RedisKeyValueState(StoredImageReads, LayeredKeyValueState):
         # the hash while this one lives (one task per namespace).
         self._prepared: dict[bytes, bytes | None] = {}
         self._cache: dict[bytes, bytes | None] = {}
+        # Time to live: the expiry of each cached committed key that has one (read with it from
+        # the index ns$ttl), whether the index may hold anything (when not, reads skip it), and
+        # the expiry of every value of the stored prepared delta.
+        self._expiry: dict[bytes, float] = {}
+        self._indexed = False
+        self._prepared_expiry: int | None = None
         self._committed_txid: int | None = None
         self._prepared_txid: int | None = None
         # Set by supersede_prepared until the next prepare: that prepare replaces the stored delta.
@@ -144,6 +155,7 @@ class RedisKeyValueState(StoredImageReads, LayeredKeyValueState):
             yield
         except BACKEND_ERRORS as exc:
             keys = dict.fromkeys((self.committed_key, self.prepare_key, self.txid_key), "hash")
+            keys[self.ttl_key] = "zset"
             raise backend_error(
                 exc,
                 address=self._address,
@@ -155,10 +167,14 @@ class RedisKeyValueState(StoredImageReads, LayeredKeyValueState):
 
     def _load(self) -> None:
         with self._backend("load"):
-            txids, delta = self._load_script(keys=[self.prepare_key, self.txid_key])
+            txids, delta, indexed = self._load_script(
+                keys=[self.prepare_key, self.txid_key, self.ttl_key]
+            )
         fields = dict(zip(txids[::2], txids[1::2], strict=True))
         self._committed_txid = parse_txid(fields.get(b"commit"))
         self._prepared_txid = parse_txid(fields.get(b"prepare"))
+        self._prepared_expiry = parse_txid(fields.get(b"pexpiry"))
+        self._indexed = bool(indexed)
         self._rollbacks = fields.get(b"rollbacks", b"0")
         if self._prepared_txid is not None:
             ns = self.namespace
@@ -171,32 +187,59 @@ class RedisKeyValueState(StoredImageReads, LayeredKeyValueState):
         return None if payload is None else self._values.deserialize(payload)
 
     def _stored(self, ekey: bytes) -> bytes | None:
-        """The payload in the prepared delta, else committed (cached: one HGET per key)."""
+        """The payload in the prepared delta, else committed (cached: one HGET per key).
+
+        With an expiry index, the key's expiry comes in the same round trip; a key expired at
+        the transaction's timestamp reads as absent.
+        """
         payload = self._prepared.get(ekey, _MISSING)
+        if payload is not _MISSING:
+            return None if is_expired(self._prepared_expiry, self._now) else payload
+        payload = self._cache.get(ekey, _MISSING)
         if payload is _MISSING:
-            payload = self._cache.get(ekey, _MISSING)
-            if payload is _MISSING:
+            if self._indexed:
+                self._read_committed([ekey])
+                payload = self._cache[ekey]
+            else:
                 with self._backend("get"):
                     raw = self._client.hget(self.committed_key, ekey)
                 payload = None if raw is None else unwrap(raw, self.namespace)
                 self._cache[ekey] = payload
+        expiry = self._expiry
+        if expiry and payload is not None and is_expired(expiry.get(ekey), self._now):
+            return None
         return payload
 
     def _stored_many(self, ekeys: list[bytes]) -> list[bytes | None]:
         """``_stored`` of each key; the committed ones not cached yet in one ``HMGET``."""
         prepared, cache = self._prepared, self._cache
         self._read_committed([k for k in ekeys if k not in prepared and k not in cache])
-        return [prepared[k] if k in prepared else cache[k] for k in ekeys]
+        return [self._stored(k) for k in ekeys]
 
     def _read_committed(self, ekeys: list[bytes], step: str = "get") -> None:
-        """Cache the committed payload of each key (``None``: absent), ``_MGET_CHUNK`` per HMGET."""
-        cache, ns = self._cache, self.namespace
+        """Cache the committed payload of each key (``None``: absent), ``_MGET_CHUNK`` per HMGET.
+
+        With an expiry index, each chunk's ``ZMSCORE`` goes in the same round trip.
+        """
+        cache, ns, expiry = self._cache, self.namespace, self._expiry
         for start in range(0, len(ekeys), _MGET_CHUNK):
             chunk = ekeys[start : start + _MGET_CHUNK]
             with self._backend(step):
-                raws = self._client.hmget(self.committed_key, chunk)
+                if self._indexed:
+                    pipe = self._client.pipeline(transaction=False)
+                    pipe.hmget(self.committed_key, chunk)
+                    pipe.zmscore(self.ttl_key, chunk)
+                    raws, scores = pipe.execute()
+                else:
+                    raws, scores = self._client.hmget(self.committed_key, chunk), None
             for ekey, raw in zip(chunk, raws, strict=True):
                 cache[ekey] = None if raw is None else unwrap(raw, ns)
+            if scores is not None:
+                for ekey, score in zip(chunk, scores, strict=True):
+                    if score is None:
+                        expiry.pop(ekey, None)
+                    else:
+                        expiry[ekey] = score
 
     def prefetch(self, keys: Iterable[Any]) -> None:
         """Read ahead the committed values of ``keys`` not known: one ``HMGET`` per 10,000.
@@ -228,7 +271,10 @@ class RedisKeyValueState(StoredImageReads, LayeredKeyValueState):
         """
         self._flush()
         seen: set[bytes] = set()
-        for layer in (dict(self._pending), dict(self._prepared)):
+        prepared = dict(self._prepared)
+        if is_expired(self._prepared_expiry, self._now):
+            prepared = dict.fromkeys(prepared)  # gone, and hiding what is below
+        for layer in (dict(self._pending), prepared):
             for ekey, payload in layer.items():
                 if ekey not in seen:
                     seen.add(ekey)
@@ -243,11 +289,33 @@ class RedisKeyValueState(StoredImageReads, LayeredKeyValueState):
             self._backend,
             "iteration",
         )
+        if self._indexed and self._now is not None:
+            scan = self._unexpired(scan)
         for ekey, payload in scan:
             if ekey not in seen and payload is not None:
                 if len(cache) < _ITER_CACHE_LIMIT:
                     cache.setdefault(ekey, payload)
                 yield self._keys.deserialize(ekey), self._decode(payload)
+
+    def _unexpired(
+        self, scan: Iterator[tuple[bytes, bytes | None]]
+    ) -> Iterator[tuple[bytes, bytes | None]]:
+        """``scan`` without the fields expired at ``_now``: one ``ZMSCORE`` per page."""
+        page: list[tuple[bytes, bytes | None]] = []
+        for item in scan:
+            page.append(item)
+            if len(page) >= _SCAN_COUNT:
+                yield from self._live(page)
+                page = []
+        yield from self._live(page)
+
+    def _live(self, page: list[tuple[bytes, bytes | None]]) -> list[tuple[bytes, bytes | None]]:
+        if not page:
+            return page
+        with self._backend("iteration"):
+            scores = self._client.zmscore(self.ttl_key, [ekey for ekey, _ in page])
+        now = self._now
+        return [item for item, at in zip(page, scores, strict=True) if not is_expired(at, now)]
 
     def __len__(self) -> int:
         return sum(1 for _ in self)
@@ -263,7 +331,15 @@ class RedisKeyValueState(StoredImageReads, LayeredKeyValueState):
         """
         self._flush()
         mode = "1" if self._superseding else "0"
-        args: list[Any] = [str(int(txid)), mode, self._rollbacks, *wire(self._pending)]
+        now, expiry = self._now, self._write_expiry()
+        args: list[Any] = [
+            str(int(txid)),
+            mode,
+            self._rollbacks,
+            "" if now is None else str(now),
+            "" if expiry is None else str(expiry),
+            *wire(self._pending),
+        ]
         with self._backend(f"prepare of txid {txid}"):
             reply = self._prepare_script(keys=[self.prepare_key, self.txid_key], args=args)
         code = int(reply[0])
@@ -292,6 +368,7 @@ class RedisKeyValueState(StoredImageReads, LayeredKeyValueState):
             self._prepared = {}
             self._superseding = False
         self._prepared.update(self._pending)
+        self._prepared_expiry = expiry
         log.debug(
             "state %s: prepared txid %s (%s writes)", self.namespace, txid, len(self._pending)
         )
@@ -307,15 +384,19 @@ class RedisKeyValueState(StoredImageReads, LayeredKeyValueState):
             1. Check ``ns$txid``: ``prepare`` must equal ``txid``; or nothing is prepared and
                ``commit`` equals ``txid`` (a retried COMMIT: stop, nothing to do).
             2. Apply ``ns$prepare`` to ``ns``: HSET values, HDEL tombstones.
-            3. DEL ``ns$prepare``; set ``commit`` to ``txid``; remove ``prepare``.
+            3. Index what was written in ``ns$ttl`` by the prepare's expiry (none: unindex).
+            4. Delete the fields expired at the prepare's timestamp from ``ns`` and ``ns$ttl``,
+               ``EXPIRED_PER_COMMIT`` at most.
+            5. DEL ``ns$prepare``; set ``commit`` to ``txid`` and ``time`` to the timestamp;
+               remove ``prepare``.
         """
         if txid is None:
             self._commit_writes()
             return
         with self._backend(f"commit of txid {txid}"):
             reply = self._commit_script(
-                keys=[self.committed_key, self.prepare_key, self.txid_key],
-                args=[str(int(txid)), TOMBSTONE],
+                keys=[self.committed_key, self.prepare_key, self.txid_key, self.ttl_key],
+                args=[str(int(txid)), TOMBSTONE, EXPIRED_PER_COMMIT],
             )
         code = int(reply[0])
         if code == 2:
@@ -330,9 +411,15 @@ class RedisKeyValueState(StoredImageReads, LayeredKeyValueState):
                 # The delta applied is one this object never read: what it cached may be stale.
                 self._cache = {}
                 self._superseding = False
-            self._remember(self._prepared)
-            log.debug("state %s: committed txid %s", self.namespace, txid)
+            self._remember(self._prepared, self._prepared_expiry)
+            log.debug(
+                "state %s: committed txid %s (%s expired keys deleted)",
+                self.namespace,
+                txid,
+                int(reply[1]),
+            )
         self._prepared = {}
+        self._prepared_expiry = None
         self._prepared_txid = None
         self._committed_txid = int(txid)
 
@@ -341,15 +428,29 @@ class RedisKeyValueState(StoredImageReads, LayeredKeyValueState):
         args: list[Any] = [TOMBSTONE, *wire(self._pending)]
         with self._backend("commit"):
             committed = self._commit_writes_script(
-                keys=[self.committed_key, self.txid_key], args=args
+                keys=[self.committed_key, self.txid_key, self.ttl_key], args=args
             )
-        self._remember(self._pending)
+        self._remember(self._pending, None)
         self._pending = {}
         self._committed_txid = parse_txid(committed)
 
-    def _remember(self, applied: Mapping[bytes, bytes | None]) -> None:
-        """Keep the read cache equal to Redis after ``applied`` reached the committed hash."""
+    def _remember(self, applied: Mapping[bytes, bytes | None], expiry: int | None) -> None:
+        """Keep the read cache equal to Redis after ``applied`` reached the committed hash.
+
+        Keys the commit deleted as expired may stay cached: their cached expiry hides them.
+        """
         self._cache.update(applied)
+        expiries = self._expiry
+        if expiry is not None:
+            self._indexed = True
+            for ekey, payload in applied.items():
+                if payload is None:
+                    expiries.pop(ekey, None)
+                else:
+                    expiries[ekey] = expiry
+        elif expiries:
+            for ekey in applied:
+                expiries.pop(ekey, None)
 
     # -- the stored image (see KeyValueState; reading it is ``_image.StoredImageReads``)
     def replace_stored(
@@ -358,8 +459,11 @@ class RedisKeyValueState(StoredImageReads, LayeredKeyValueState):
         committed: Iterable[tuple[bytes, bytes]],
         prepared_txid: int | None,
         prepared: Mapping[bytes, bytes | None],
+        *,
+        expiries: Iterable[tuple[bytes, int]] = (),
+        committed_time: int | None = None,
     ) -> None:
-        """Replace the namespace's keys: committed hash, prepared delta, transaction record.
+        """Replace the namespace's keys: committed hash, prepared delta, record, expiry index.
 
         Staged beside the namespace, then swapped in by one script (``_image.replace_image``);
         if staging fails, the namespace is untouched.
@@ -367,10 +471,11 @@ class RedisKeyValueState(StoredImageReads, LayeredKeyValueState):
         if prepared and prepared_txid is None:
             msg = f"state {self.namespace!r}: a prepared delta needs a prepared txid"
             raise StateTransactionError(msg)
-        keys = (self.committed_key, self.prepare_key, self.txid_key)
+        keys = (self.committed_key, self.prepare_key, self.txid_key, self.ttl_key)
         image = (committed_txid, committed, prepared_txid, prepared)
-        replace_image(self._client, keys, image, self._backend)
-        self._pending, self._fresh, self._cache = {}, {}, {}
+        replace_image(self._client, keys, image, self._backend, (expiries, committed_time))
+        self._pending, self._fresh, self._cache, self._expiry = {}, {}, {}, {}
+        self._indexed, self._prepared_expiry = True, None
         self._prepared = {} if prepared_txid is None else dict(prepared)
         self._committed_txid, self._prepared_txid = committed_txid, prepared_txid
         self._rollbacks, self._superseding = b"0", False
@@ -397,6 +502,7 @@ class RedisKeyValueState(StoredImageReads, LayeredKeyValueState):
         self._pending, self._fresh = {}, {}
         self._superseding = False
         self._prepared = {}
+        self._prepared_expiry = None
         self._prepared_txid = None
         self._committed_txid = parse_txid(committed)
 

@@ -36,7 +36,7 @@ from typing import Any, NamedTuple
 
 import msgpack
 
-from providers import STATE_PROVIDER_CONFIG_KEY, KeyValueState, provider_name
+from providers import STATE_PROVIDER_CONFIG_KEY, KeyValueState, is_expired, provider_name
 from statefulbolts.errors import StateToolError
 from statefulbolts.state._scope import Scope, component_tasks, image_state, serializer_fields
 
@@ -62,14 +62,19 @@ _SHORT = 80
 
 
 def committed_items(
-    state: KeyValueState, conf: Mapping[str, Any], system: bool = False
+    state: KeyValueState,
+    conf: Mapping[str, Any],
+    system: bool = False,
+    at_ms: int | None = None,
 ) -> Iterator[tuple[Any, Any]]:
-    """Every committed ``(key, value)`` of ``state``, decoded, streamed.
+    """Every committed ``(key, value)`` of ``state``, decoded, streamed; expired keys hidden.
 
     Read from the store's committed map (``scan_committed``), so a prepared delta, written by
     a transaction that prepared and has not committed, never shows. ``conf`` is the config
     the state was opened with and ``system`` whether it is a system state (plain msgpack),
-    for the message when a stored key or value does not decode.
+    for the message when a stored key or value does not decode. A key with an expiry at or
+    before ``at_ms`` (by default the last committed transaction's timestamp,
+    ``committed_time``) is skipped (``committed_rows`` gives the expiries too).
 
     Raises:
         StateToolError: the state does not expose its stored image, so its committed values
@@ -86,10 +91,30 @@ def committed_items(
             "provider"
         )
         raise StateToolError(msg)
+    for key, value, _ in committed_rows(state, conf, system, at_ms):
+        yield key, value
+
+
+def committed_rows(
+    state: KeyValueState,
+    conf: Mapping[str, Any],
+    system: bool = False,
+    at_ms: int | None = None,
+) -> Iterator[tuple[Any, Any, int | None]]:
+    """``committed_items`` with each key's expiry in ms (``None``: it never expires).
+
+    The expiries of the namespace are read first (``scan_expiries``: only keys that have one).
+    """
     decoder = _Decoder(conf, state, system)
+    expiries = dict(state.scan_expiries())
+    if at_ms is None and expiries:
+        at_ms = state.committed_time()
     for ekey, payload in state.scan_committed():
+        expiry = expiries.get(ekey)
+        if is_expired(expiry, at_ms):
+            continue
         key = decoder.key(ekey)
-        yield key, decoder.value(payload, key)
+        yield key, decoder.value(payload, key), expiry
 
 
 class _Decoder:
@@ -172,6 +197,7 @@ class Row(NamedTuple):
     namespace: str
     key: Any
     value: Any
+    expires_ms: int | None = None  # when the key expires (state TTL); None: never
 
 
 def hashable(key: Any) -> Any:
@@ -184,8 +210,10 @@ def hashable(key: Any) -> Any:
 class View:
     """How a component's stored entries become rows: committed or prepared, map view or raw."""
 
-    def __init__(self, scope: Scope, prepared: bool, raw: bool) -> None:
+    def __init__(self, scope: Scope, prepared: bool, raw: bool, at_ms: int | None = None) -> None:
         self.scope, self.prepared, self.raw = scope, prepared, raw
+        # Expiry is judged at this timestamp (ms); None: the last committed transaction's.
+        self.at_ms = at_ms
         self.map_view = scope.kind == "transactional" and not raw
 
     def system(self, namespace: str) -> bool:
@@ -211,20 +239,22 @@ class View:
         system = self.system(namespace)
         state = image_state(conf, namespace, system)
         if not self.prepared:
-            for key, value in committed_items(state, conf, system):
+            for key, value, expiry in committed_rows(state, conf, system, self.at_ms):
                 shown = self.entry(key, value)
                 if shown is not _SKIP:
-                    yield Row(task, namespace, *shown)
+                    yield Row(task, namespace, shown[0], shown[1], expiry)
             return
         decoder = _Decoder(conf, state, system)
         delta: dict[bytes, bytes | None] = dict(state.scan_prepared())
+        expiries = dict(state.scan_expiries())
+        at_ms = self.at_ms if self.at_ms is not None else state.committed_time()
         for ekey, payload in state.scan_committed():
-            if ekey in delta:
+            if ekey in delta or is_expired(expiries.get(ekey), at_ms):
                 continue
             key = decoder.key(ekey)
             shown = self.entry(key, decoder.value(payload, key))
             if shown is not _SKIP:
-                yield Row(task, namespace, *shown)
+                yield Row(task, namespace, shown[0], shown[1], expiries.get(ekey))
         for ekey, maybe in delta.items():
             if maybe is not None:
                 key = decoder.key(ekey)
@@ -236,6 +266,8 @@ class View:
         """The value stored for ``key`` (already as stored) in this view, or ``None``."""
         system = self.system(namespace)
         state = image_state(conf, namespace, system)
+        at_ms = self.at_ms if self.at_ms is not None else state.committed_time()
+        state.set_transaction_time(at_ms)  # an expired key reads as absent
         try:
             return state.get(key) if self.prepared else state.get_committed(key)
         except _MISFIT as exc:
@@ -261,13 +293,16 @@ def iter_rows(
     map_name: str = "default",
     prepared: bool = False,
     raw: bool = False,
+    at_ms: int | None = None,
 ) -> Iterator[Row]:
     """Every key of every task of ``component``, task by task, as ``Row`` s (streamed).
 
-    Arguments as for ``iter_state``.
+    Each row has its key's expiry (``expires_ms``); keys expired at ``at_ms`` (by default
+    each namespace's last committed transaction's timestamp) are not given. Other arguments
+    as for ``iter_state``.
     """
     scope = Scope.of(topology, transactional_id)
-    view = View(scope, prepared, raw)
+    view = View(scope, prepared, raw, at_ms)
     for task in component_tasks(conf, scope, component, map_name):
         yield from view.rows(conf, task.task, task.namespace)
 
@@ -281,6 +316,7 @@ def iter_state(
     map_name: str = "default",
     prepared: bool = False,
     raw: bool = False,
+    at_ms: int | None = None,
 ) -> Iterator[tuple[Any, Any]]:
     """Stream ``(key, value)`` of a component's committed state, over all its tasks.
 
@@ -299,6 +335,8 @@ def iter_state(
         raw: read as stored, plain msgpack: a bolt's keys and values without the config's
             ``keyClass`` / ``valueClass``, a committer map's stored form (``[key]`` ->
             ``[txid, value]``, and the record).
+        at_ms: judge state TTL at this timestamp (ms): a key expired then is left out. By
+            default, each namespace's last committed transaction's timestamp.
 
     Raises:
         StateNotFoundError: nothing is stored for the component.
@@ -315,6 +353,7 @@ def iter_state(
         map_name=map_name,
         prepared=prepared,
         raw=raw,
+        at_ms=at_ms,
     ):
         yield row.key, row.value
 
@@ -328,6 +367,7 @@ def read_state(
     map_name: str = "default",
     prepared: bool = False,
     raw: bool = False,
+    at_ms: int | None = None,
 ) -> dict[Any, Any]:
     """A component's committed state as one dict, merged over its tasks.
 
@@ -348,6 +388,7 @@ def read_state(
         map_name=map_name,
         prepared=prepared,
         raw=raw,
+        at_ms=at_ms,
     ):
         key = hashable(row.key)
         if key in owner:
@@ -372,16 +413,18 @@ def get_value(
     map_name: str = "default",
     prepared: bool = False,
     raw: bool = False,
+    at_ms: int | None = None,
 ) -> Any:
     """One key's committed value in a component (``default`` when no task holds it).
 
-    One lookup per task, not a scan. Other arguments as for ``iter_state``.
+    One lookup per task, not a scan. A key expired at ``at_ms`` (by default the last
+    committed transaction's timestamp) is not held. Other arguments as for ``iter_state``.
 
     Raises:
         StateToolError: two tasks hold the key, or as ``iter_state``.
     """
     scope = Scope.of(topology, transactional_id)
-    view = View(scope, prepared, raw)
+    view = View(scope, prepared, raw, at_ms)
     stored_key = view.stored_key(key)
     found: list[tuple[int, Any]] = []
     for task in component_tasks(conf, scope, component, map_name):

@@ -1,18 +1,21 @@
 """``statefulbolts state``: dump, get, export, import and verify, on the command line.
 
     statefulbolts state dump   --conf FILE (--topology NAME | --id ID) --component C
-                               [--map NAME] [--prepared] [--raw] [--format jsonl|csv]
-                               [--output FILE]
+                               [--map NAME] [--prepared] [--raw] [--at-ms MS]
+                               [--format jsonl|csv] [--output FILE]
     statefulbolts state get    --conf FILE (--topology NAME | --id ID) --component C
-                               [--map NAME] [--prepared] [--raw] [--json-key] KEY
+                               [--map NAME] [--prepared] [--raw] [--at-ms MS]
+                               [--json-key] KEY
     statefulbolts state export --conf FILE (--topology NAME | --id ID) --output FILE [--json]
     statefulbolts state import --conf FILE (--topology NAME | --id ID) [--overwrite] [--json]
                                FILE
     statefulbolts state verify [--json] FILE
 
-``dump`` streams one line per key (JSON lines ``{"task", "key", "value"}``, or CSV
-``task,key,value`` with strings as they are and anything else as JSON); ``get`` prints one
-key's value as JSON. ``export`` and ``import`` end with where the topology stands (what a
+``dump`` streams one line per key (JSON lines ``{"task", "key", "value"}``, with
+``"expires_ms"`` for a key that has a state TTL, or CSV ``task,key,value`` with strings as
+they are and anything else as JSON); ``get`` prints one key's value as JSON. Both judge state
+TTL at ``--at-ms`` (ms since the epoch; default: now): a key expired then is not shown.
+``export`` and ``import`` end with where the topology stands (what a
 restart will run), read back from the provider. ``import`` writes only into the topology (or
 transactional id) it names, and refuses a file that holds another.
 
@@ -32,6 +35,7 @@ import dataclasses
 import json
 import os
 import sys
+import time
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any, TextIO
@@ -67,6 +71,11 @@ def _conf(args: argparse.Namespace) -> Config:
 
 def _scope_args(args: argparse.Namespace) -> dict[str, Any]:
     return {"topology": args.topology, "transactional_id": args.id}
+
+
+def _at_ms(args: argparse.Namespace) -> int:
+    """The timestamp state TTL is judged at: ``--at-ms``, else now (the wall clock)."""
+    return int(time.time() * 1000) if args.at_ms is None else int(args.at_ms)
 
 
 def _json(value: Any, row: Row | None = None) -> str:
@@ -114,6 +123,7 @@ def _cmd_dump(args: argparse.Namespace) -> int:
         map_name=args.map,
         prepared=args.prepared,
         raw=args.raw,
+        at_ms=_at_ms(args),
         **_scope_args(args),
     )
     first = next(rows, None)  # a component with no state raises before any output
@@ -126,7 +136,8 @@ def _cmd_dump(args: argparse.Namespace) -> int:
         else:
             for row in _chain(first, rows):
                 key, value = _json(row.key, row), _json(row.value, row)
-                out.write(f'{{"task": {row.task}, "key": {key}, "value": {value}}}\n')
+                expiry = "" if row.expires_ms is None else f', "expires_ms": {row.expires_ms}'
+                out.write(f'{{"task": {row.task}, "key": {key}, "value": {value}{expiry}}}\n')
     return 0
 
 
@@ -154,6 +165,7 @@ def _cmd_get(args: argparse.Namespace) -> int:
         map_name=args.map,
         prepared=args.prepared,
         raw=args.raw,
+        at_ms=_at_ms(args),
         **_scope_args(args),
     )
     if value is missing:
@@ -304,6 +316,13 @@ def _add_scope(parser: argparse.ArgumentParser, component: bool) -> None:
             action="store_true",
             help="as stored, plain msgpack: a bolt's keys and values without keyClass / "
             "valueClass, a committer map's [txid, value] form",
+        )
+        parser.add_argument(
+            "--at-ms",
+            type=int,
+            default=None,
+            help="judge state TTL at this timestamp, ms since the epoch (default: now): a key "
+            "expired then is not shown",
         )
 
 

@@ -329,9 +329,14 @@ def test_commandstats_agree(redis_db: Any) -> None:
     stats = admin.info("commandstats")
     assert stats["cmdstat_evalsha"]["calls"] == 2
     assert "cmdstat_eval" not in stats
-    # The scripts' reads of ns$txid: one HMGET in the prepare, two HGETs in the commit.
-    assert stats["cmdstat_hmget"]["calls"] == 1
+    # The scripts' reads of ns$txid: one HMGET in the prepare; two HGETs and one HMGET (the
+    # prepare's timestamp and expiry) in the commit; without TTL, one EXISTS of ns$ttl (the
+    # commit indexes nothing and finds nothing to clean up).
+    assert stats["cmdstat_hmget"]["calls"] == 2
     assert stats["cmdstat_hget"]["calls"] == 2
+    assert stats["cmdstat_exists"]["calls"] == 1
+    assert "cmdstat_zadd" not in stats
+    assert "cmdstat_zrangebyscore" not in stats
 
 
 # --- atomicity -----------------------------------------------------------------------------
@@ -376,10 +381,10 @@ def test_commit_script_is_idempotent_and_cached(redis_db: Any) -> None:
     state.put("a", 1)
     state.prepare_commit(1)
     script = state._commit_script
-    keys = [ns, f"{ns}$prepare", f"{ns}$txid"]
-    assert script(keys=keys, args=["1", TOMBSTONE]) == [0]
+    keys = [ns, f"{ns}$prepare", f"{ns}$txid", f"{ns}$ttl"]
+    assert script(keys=keys, args=["1", TOMBSTONE, 100]) == [0, 0]
     snapshot = (r.hgetall(ns), r.hgetall(f"{ns}$txid"), r.exists(f"{ns}$prepare"))
-    assert script(keys=keys, args=["1", TOMBSTONE]) == [1]  # a retried COMMIT
+    assert script(keys=keys, args=["1", TOMBSTONE, 100]) == [1]  # a retried COMMIT
     assert (r.hgetall(ns), r.hgetall(f"{ns}$txid"), r.exists(f"{ns}$prepare")) == snapshot
     assert r.script_exists(script.sha) == [True]
     # The state object learns about the commit from Redis when it commits again.

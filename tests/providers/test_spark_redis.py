@@ -86,12 +86,17 @@ def assert_chain(transactions: list[dict[str, Any]], start: int) -> list[int]:
 def assert_committed_layout(client: Any, name: str, txid: int, parallelism: int = 2) -> None:
     """Nothing prepared anywhere; every count task committed ``txid``; the spout saved it."""
     assert not client.keys(f"{name}/*$prepare")
-    for task in range(parallelism):
-        assert client.hgetall(f"{name}/count-{task}$txid") == {b"commit": str(txid).encode()}
     spout = f"{name}/{CHECKPOINT}"
     saved = decode_hash(client.hgetall(spout))
-    assert saved.keys() == {"__state", "__txn"}
+    assert saved.keys() == {"__state", "__txn", "__txstart"}
     assert saved["__state"] == [txid, "COMMITTED"]
+    # Every transaction's timestamp (``checkpoint._txstart``): each task's state records the
+    # last one's with its commit (state TTL is judged at it).
+    assert saved["__txstart"]["txid"] == txid
+    time = str(int(saved["__txstart"]["time_ms"])).encode()
+    for task in range(parallelism):
+        record = client.hgetall(f"{name}/count-{task}$txid")
+        assert record == {b"commit": str(txid).encode(), b"time": time}
     # The manifest of the last transaction: the sentence indices it carried, each once.
     assert saved["__txn"]["txid"] == txid
     ((component, task, msgs),) = saved["__txn"]["spouts"]

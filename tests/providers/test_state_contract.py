@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import sqlite3
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -25,6 +26,8 @@ from providers import (
     StateFactory,
     StateSerializationError,
     StateTransactionError,
+    StateTtl,
+    TtlRefresh,
     get_provider,
 )
 
@@ -912,3 +915,201 @@ def test_replace_stored_refuses_a_delta_without_a_txid(backend: Backend) -> None
     with pytest.raises(StateTransactionError, match="prepared txid"):
         state.replace_stored(None, iter(()), None, {b"\xa1a": None})
     assert dict(backend.state()) == {"a": 1}
+
+
+# --- time to live: a key written at T under a TTL of ttl is gone at T + ttl, alive at T + ttl - 1;
+# cleanup is checked in the store itself (the Redis hash and its $ttl index, the SQLite rows).
+TTL = StateTtl(1000)
+READ_WRITE = StateTtl(1000, TtlRefresh.READ_WRITE)
+
+
+def committed_at(backend: Backend, txid: int, now: int, ttl: StateTtl | None, **writes: Any) -> Any:
+    """A fresh state at ``now`` that writes ``writes`` and commits them as ``txid``."""
+    state = backend.state()
+    state.set_transaction_time(now, ttl)
+    for key, value in writes.items():
+        state.put(key, value)
+    state.prepare_commit(txid)
+    state.commit(txid)
+    return state
+
+
+def at(backend: Backend, now: int, ttl: StateTtl | None = TTL) -> Any:
+    state = backend.state()
+    state.set_transaction_time(now, ttl)
+    return state
+
+
+def stored_keys(backend: Backend, state: KeyValueState) -> tuple[set[Any], dict[Any, int]]:
+    """The committed keys and the expiry index exactly as the store holds them."""
+    if backend.name in ("fakeredis", "redis"):
+        client = state._client  # type: ignore[attr-defined]
+        fields = {state.decode_key(k) for k in client.hkeys(state.committed_key)}  # type: ignore[attr-defined]
+        index = client.zrange(state.ttl_key, 0, -1, withscores=True)  # type: ignore[attr-defined]
+        return fields, {state.decode_key(k): int(s) for k, s in index}
+    if backend.name == "sqlite":
+        with sqlite3.connect(Path(state.path)) as conn:  # type: ignore[attr-defined]
+            rows = conn.execute(
+                "SELECT key, expiry FROM committed WHERE ns = ?", (backend.namespace,)
+            ).fetchall()
+        keys = {state.decode_key(k) for k, _ in rows}
+        return keys, {state.decode_key(k): e for k, e in rows if e is not None}
+    image = state._image  # type: ignore[attr-defined]
+    return (
+        {state.decode_key(k) for k in image.committed},
+        {state.decode_key(k): e for k, e in image.expiry.items()},
+    )
+
+
+def test_a_key_expires_exactly_ttl_after_its_write(backend: Backend) -> None:
+    committed_at(backend, 1, 5000, TTL, a=1)
+    assert at(backend, 5999).get("a") == 1
+    assert at(backend, 6000).get("a") is None
+    assert at(backend, 6000).get("a", 0) == 0
+    assert at(backend, 5999).get_many(["a", "b"]) == [1, None]
+    assert at(backend, 6000).get_many(["a", "b"], 0) == [0, 0]
+    assert dict(at(backend, 5999)) == {"a": 1}
+    assert dict(at(backend, 6000)) == {}
+    assert at(backend, 6000).delete("a") is None
+    assert at(backend, 6000).get_committed("a") is None
+    assert at(backend, 5999).get_committed("a") == 1
+    assert sorted(at(backend, 0).scan_expiries()) == [(at(backend, 0)._encode_key("a"), 6000)]
+
+
+def test_a_write_refreshes_the_expiry(backend: Backend) -> None:
+    committed_at(backend, 1, 5000, TTL, a=1, b=1)
+    committed_at(backend, 2, 5500, TTL, a=2)
+    later = at(backend, 6000)
+    assert (later.get("a"), later.get("b")) == (2, None)
+    assert at(backend, 6499).get("a") == 2
+    assert at(backend, 6500).get("a") is None
+
+
+def test_a_read_refreshes_with_read_write(backend: Backend) -> None:
+    committed_at(backend, 1, 5000, READ_WRITE, a=1, b=1)
+    reader = at(backend, 5900, READ_WRITE)
+    assert reader.get("a") == 1
+    assert reader.get_many(["b"]) == [1]
+    reader.prepare_commit(2)
+    reader.commit(2)
+    assert at(backend, 6899).get_many(["a", "b"]) == [1, 1]
+    assert at(backend, 6900).get_many(["a", "b"]) == [None, None]
+
+
+def test_a_read_does_not_refresh_with_write(backend: Backend) -> None:
+    committed_at(backend, 1, 5000, TTL, a=1)
+    reader = at(backend, 5900)
+    assert reader.get("a") == 1
+    assert dict(reader) == {"a": 1}
+    reader.prepare_commit(2)
+    reader.commit(2)
+    assert at(backend, 6000).get("a") is None
+
+
+def test_iteration_does_not_refresh_even_with_read_write(backend: Backend) -> None:
+    committed_at(backend, 1, 5000, READ_WRITE, a=1)
+    walker = at(backend, 5900, READ_WRITE)
+    assert dict(walker) == {"a": 1}
+    walker.prepare_commit(2)
+    walker.commit(2)
+    assert at(backend, 6000, READ_WRITE).get("a") is None
+
+
+def test_a_write_without_ttl_clears_the_expiry(backend: Backend) -> None:
+    committed_at(backend, 1, 5000, TTL, a=1)
+    committed_at(backend, 2, 5500, None, a=2)
+    state = at(backend, 10**9)
+    assert state.get("a") == 2
+    assert stored_keys(backend, state) == ({"a"}, {})
+
+
+def test_commit_deletes_exactly_the_expired_keys_from_the_store(backend: Backend) -> None:
+    committed_at(backend, 1, 1000, TTL, old=1, gone=1)
+    committed_at(backend, 2, 1500, TTL, young=1)
+    committed_at(backend, 3, 1700, None, forever=1)
+    state = committed_at(backend, 4, 2000, TTL, old=2)  # at 2000: gone expired, old rewritten
+    assert stored_keys(backend, state) == (
+        {"old", "young", "forever"},
+        {"old": 3000, "young": 2500},
+    )
+    assert dict(at(backend, 2000)) == {"old": 2, "young": 1, "forever": 1}
+    assert state.committed_time() == 2000
+    state = committed_at(backend, 5, 2500, TTL)
+    assert stored_keys(backend, state) == ({"old", "forever"}, {"old": 3000})
+
+
+def test_rollback_leaves_expiries_as_committed(backend: Backend) -> None:
+    committed_at(backend, 1, 1000, TTL, a=1)
+    state = at(backend, 1800)
+    state.put("a", 2)
+    state.put("b", 2)
+    state.prepare_commit(2)
+    before = stored_keys(backend, state)
+    state.rollback()
+    assert stored_keys(backend, state) == before == ({"a"}, {"a": 2000})
+    assert at(backend, 1999).get("a") == 1
+    assert at(backend, 2000).get("a") is None
+    # The next transaction's commit cleans up at its own timestamp, not the rolled-back one's.
+    state = committed_at(backend, 2, 1900, TTL)
+    assert stored_keys(backend, state) == ({"a"}, {"a": 2000})
+    assert state.committed_time() == 1900
+
+
+def test_a_prepared_delta_expires_by_its_own_expiry(backend: Backend) -> None:
+    state = at(backend, 1000)
+    state.put("a", 1)
+    state.prepare_commit(1)
+    assert at(backend, 1999).get("a") == 1  # a new state sees the pending prepare
+    assert at(backend, 2000).get("a") is None
+    assert dict(at(backend, 2000)) == {}
+
+
+def test_without_a_timestamp_nothing_expires(backend: Backend) -> None:
+    committed_at(backend, 1, 1000, TTL, a=1)
+    assert backend.state().get("a") == 1
+    assert dict(backend.state()) == {"a": 1}
+
+
+def test_a_ttl_without_a_timestamp_is_refused(backend: Backend) -> None:
+    with pytest.raises(ValueError, match="a TTL needs the transaction's timestamp"):
+        backend.state().set_transaction_time(None, TTL)
+
+
+def test_replace_stored_carries_expiries_over(backend: Backend) -> None:
+    source = committed_at(backend, 1, 1000, TTL, a=1, b=2)
+    committed_at(backend, 2, 1100, None, c=3)
+    target = backend.state(backend.namespace + "-copy")
+    target.replace_stored(
+        2,
+        source.scan_committed(),
+        None,
+        {},
+        expiries=source.scan_expiries(),
+        committed_time=source.committed_time(),
+    )
+    copy = backend.state(backend.namespace + "-copy")
+    assert copy.committed_time() == 1100
+    copy.set_transaction_time(1999)
+    assert dict(copy) == {"a": 1, "b": 2, "c": 3}
+    copy.set_transaction_time(2000)
+    assert dict(copy) == {"c": 3}
+
+
+@pytest.mark.parametrize(
+    "backend", ["fakeredis", pytest.param("redis", marks=pytest.mark.redis)], indirect=True
+)
+def test_redis_deletes_expired_keys_in_bounded_chunks(
+    backend: Backend, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import providers.redis._state as redis_state
+
+    monkeypatch.setattr(redis_state, "EXPIRED_PER_COMMIT", 2)
+    committed_at(backend, 1, 1000, TTL, **{f"k{i}": i for i in range(5)})
+    state = committed_at(backend, 2, 2000, TTL, live=1)
+    keys, index = stored_keys(backend, state)
+    assert len(keys) == 4 and "live" in keys and index["live"] == 3000  # 2 of 5 deleted
+    assert dict(at(backend, 2000)) == {"live": 1}  # the 3 left are hidden meanwhile
+    state = committed_at(backend, 3, 2001, TTL)
+    assert len(stored_keys(backend, state)[0]) == 2
+    state = committed_at(backend, 4, 2002, TTL)
+    assert stored_keys(backend, state) == ({"live"}, {"live": 3000})
