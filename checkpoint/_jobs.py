@@ -36,7 +36,7 @@ from checkpoint.driver_commit import commit_hooks
 from checkpoint.task import CheckpointTaskProgram
 from providers import DriverOwnedStateProvider, StateFactory, StateProvider
 from statefulbolts.listeners import NO_FAULTS, FaultListener
-from statefulbolts.namespaces import TaskNamespace, topology_prefix
+from statefulbolts.namespaces import TaskNamespace, timers_namespace, topology_prefix
 from statefulbolts.runtime import (
     ExecutionPlan,
     ImageShipper,
@@ -47,6 +47,7 @@ from statefulbolts.runtime import (
     TupleBatch,
     encode_task_error,
 )
+from statefulbolts.timers import uses_timers
 from statefulbolts.topology import CHECKPOINT_STREAM_ID, StormTopology
 
 __all__ = ["CheckpointJobs"]
@@ -76,6 +77,10 @@ class CheckpointJobs:
         self._provider, self._conf = provider, conf or {}
         self.spout: SpoutTask | None = None  # the checkpoint spout's task, once it opened
         self.commits_here = _commits_here(commit_location, topology, provider)
+        # Components whose tasks keep timers beside their state (``statefulbolts.timers``).
+        self._timed = frozenset(
+            cid for cid, spec in topology.components.items() if uses_timers(spec.obj)
+        )
 
     def job(
         self,
@@ -144,7 +149,8 @@ class CheckpointJobs:
         for c, t in plan.stateful_tasks():
             cid = plan.component_ids[c]
             try:
-                self._commit_one(str(TaskNamespace(self._prefix, cid, t)), txid)
+                for namespace in self._namespaces(cid, t):
+                    self._commit_one(namespace, txid)
             except Exception as exc:
                 spec = self._topology.component(cid)
                 raise encode_task_error(
@@ -199,13 +205,18 @@ class CheckpointJobs:
             per_task.append(batches)
         return per_task, root
 
+    def _namespaces(self, component: str, task: int) -> list[str]:
+        """A stateful task's namespaces: its state's, and its timers' if it has timers."""
+        own = str(TaskNamespace(self._prefix, component, task))
+        return [own, timers_namespace(own)] if component in self._timed else [own]
+
     def _images(self) -> dict[str, bytes | ShippedImage] | None:
         """The driver-owned state of every stateful task, shipped with its job."""
         if self._shipper is None:
             return None
-        names, prefix = self._plan.component_ids, self._prefix
+        names = self._plan.component_ids
         return self._shipper.ship(
-            str(TaskNamespace(prefix, names[c], t)) for c, t in self._plan.stateful_tasks()
+            ns for c, t in self._plan.stateful_tasks() for ns in self._namespaces(names[c], t)
         )
 
 
