@@ -37,7 +37,12 @@ from checkpoint.driver_commit import commit_hooks
 from checkpoint.task import CheckpointTaskProgram
 from providers import DriverOwnedStateProvider, StateFactory, StateProvider
 from statefulbolts.listeners import NO_FAULTS, FaultListener
-from statefulbolts.namespaces import TaskNamespace, topology_prefix, window_namespace
+from statefulbolts.namespaces import (
+    TaskNamespace,
+    timers_namespace,
+    topology_prefix,
+    window_namespace,
+)
 from statefulbolts.runtime import (
     ExecutionPlan,
     ImageShipper,
@@ -48,6 +53,7 @@ from statefulbolts.runtime import (
     TupleBatch,
     encode_task_error,
 )
+from statefulbolts.timers import uses_timers
 from statefulbolts.topology import CHECKPOINT_STREAM_ID, StormTopology
 from statefulbolts.windowing import WindowedBoltExecutor
 
@@ -80,6 +86,16 @@ class CheckpointJobs:
         self.commits_here = _commits_here(commit_location, topology, provider)
         # State TTL per stateful component, validated now: a bad setting fails the submit.
         self._ttls = component_ttls(topology, self._conf)
+        # Components whose tasks keep timers beside their state (``statefulbolts.timers``),
+        # and windowed bolts, whose windows are (``statefulbolts.windowing``).
+        self._timed = frozenset(
+            cid for cid, spec in topology.components.items() if uses_timers(spec.obj)
+        )
+        self._windowed = frozenset(
+            cid
+            for cid, spec in topology.components.items()
+            if isinstance(spec.obj, WindowedBoltExecutor)
+        )
 
     def job(
         self,
@@ -153,7 +169,8 @@ class CheckpointJobs:
         for c, t in plan.stateful_tasks():
             cid = plan.component_ids[c]
             try:
-                self._commit_one(str(TaskNamespace(self._prefix, cid, t)), txid)
+                for namespace in self._namespaces(cid, t):
+                    self._commit_one(namespace, txid)
             except Exception as exc:
                 spec = self._topology.component(cid)
                 raise encode_task_error(
@@ -208,18 +225,25 @@ class CheckpointJobs:
             per_task.append(batches)
         return per_task, root
 
+    def _namespaces(self, component: str, task: int) -> list[str]:
+        """A stateful task's namespaces: its state's, its timers' and its windows' if it has."""
+        task_ns = TaskNamespace(self._prefix, component, task)
+        own = str(task_ns)
+        found = [own]
+        if component in self._timed:
+            found.append(timers_namespace(own))
+        if component in self._windowed:
+            found.append(window_namespace(task_ns))
+        return found
+
     def _images(self) -> dict[str, bytes | ShippedImage] | None:
         """The driver-owned state of every stateful task, shipped with its job."""
         if self._shipper is None:
             return None
-        names, prefix, topology = self._plan.component_ids, self._prefix, self._topology
-        namespaces: list[str] = []
-        for c, t in self._plan.stateful_tasks():
-            task = TaskNamespace(prefix, names[c], t)
-            namespaces.append(str(task))
-            if isinstance(topology.component(names[c]).obj, WindowedBoltExecutor):
-                namespaces.append(window_namespace(task))  # its windows, next to its state
-        return self._shipper.ship(namespaces)
+        names = self._plan.component_ids
+        return self._shipper.ship(
+            ns for c, t in self._plan.stateful_tasks() for ns in self._namespaces(names[c], t)
+        )
 
 
 def _commits_here(

@@ -13,6 +13,8 @@ from statefulbolts.collectors import OutputCollector
 from statefulbolts.components import StatefulBolt
 from statefulbolts.context import TopologyContext
 from statefulbolts.errors import CheckpointError
+from statefulbolts.namespaces import timers_namespace
+from statefulbolts.timers import TimerBolt, TimerOutputCollector, TimerService, attach_timers
 from statefulbolts.tuples import Tuple
 
 
@@ -29,6 +31,10 @@ class StatefulBoltExecutor(BaseStatefulBoltExecutor):
     3. ROLLBACK: ``pre_rollback()``, ``state.rollback()``, fail prepared and queued acks, forward.
     4. INITSTATE: the first time, ``init_state(state)`` then the buffered tuples in arrival order;
        afterwards ignored. Forward either way.
+
+    A ``TimerBolt``'s timers are a second state (``states``), made from the same provider in
+    the task's ``$timers`` namespace: every state step above is taken on both, and the bolt
+    gets its ``TimerService`` before ``init_state``.
     """
 
     bolt: StatefulBolt
@@ -40,6 +46,8 @@ class StatefulBoltExecutor(BaseStatefulBoltExecutor):
             raise TypeError(msg)
         super().__init__(bolt)
         self._state: KeyValueState | None = None
+        self._timer_state: KeyValueState | None = None
+        self._timers: TimerService | None = None
         self._tracking: AckTrackingOutputCollector | None = None
         self._initialized = False
         self._pending: list[Tuple] = []
@@ -52,6 +60,12 @@ class StatefulBoltExecutor(BaseStatefulBoltExecutor):
             msg = "StatefulBoltExecutor used before prepare"
             raise CheckpointError(msg)
         return self._state
+
+    @property
+    def states(self) -> tuple[KeyValueState, ...]:
+        """Every state the protocol steps: the bolt's, then its timers' if it has timers."""
+        timers = self._timer_state
+        return (self.state,) if timers is None else (self.state, timers)
 
     @property
     def initialized(self) -> bool:
@@ -78,12 +92,21 @@ class StatefulBoltExecutor(BaseStatefulBoltExecutor):
         self._state = state
         self.init(context, collector)
         self._tracking = AckTrackingOutputCollector(collector, context)
-        self.bolt.prepare(conf, context, self._tracking)
+        bolt = self.bolt
+        if isinstance(bolt, TimerBolt):
+            self._timer_state = _timer_state(conf, context)
+            out = TimerOutputCollector(self._tracking)
+            self._timers = TimerService(
+                self._timer_state, lambda key, at, domain: bolt.on_timer(key, at, domain, out)
+            )
+        bolt.prepare(conf, context, self._tracking)
 
     def initialize(self) -> None:
         """Run INITSTATE's body without a checkpoint tuple (a task (re)starting from its state)."""
         if self._initialized:
             return
+        if self._timers is not None and isinstance(self.bolt, TimerBolt):
+            attach_timers(self.bolt, self._timers)
         self.bolt.init_state(self.state)
         self._initialized = True
         pending, self._pending = self._pending, []
@@ -108,21 +131,33 @@ class StatefulBoltExecutor(BaseStatefulBoltExecutor):
                 self.collector.fail(cp)
                 return
             self.bolt.pre_prepare(txid)
-            self.state.prepare_commit(txid)
+            for state in self.states:
+                state.prepare_commit(txid)
             self._prepared.extend(tracking.drain())
         elif action is Action.COMMIT:
             self.bolt.pre_commit(txid)
-            self.state.commit(txid)
+            for state in self.states:
+                state.commit(txid)
             self.release_prepared_acks()
         elif action is Action.ROLLBACK:
             self.bolt.pre_rollback()
-            self.state.rollback()
+            for state in self.states:
+                state.rollback()
             for tuple_ in [*self._prepared, *tracking.drain()]:
                 self.collector.fail(tuple_)
             self._prepared = []
         elif action is Action.INITSTATE:
             self.initialize()
         self.forward(cp, action, txid)
+
+    def fire_timers(self, now_ms: float) -> int:
+        """A transaction that started at ``now_ms`` begins: fire the due timers; how many.
+
+        Nothing for a bolt without timers, or before ``init_state``.
+        """
+        if self._timers is None or not self._initialized:
+            return 0
+        return self._timers.fire_due(now_ms)
 
     def release_prepared_acks(self) -> None:
         """Really ack every tuple of the prepared set.
@@ -137,3 +172,15 @@ class StatefulBoltExecutor(BaseStatefulBoltExecutor):
             return
         for tuple_ in prepared:
             self.collector.ack(tuple_)
+
+
+def _timer_state(conf: Mapping[str, Any], context: TopologyContext) -> KeyValueState:
+    """The timers' state: the bolt's provider, the task's ``$timers`` namespace, plain msgpack."""
+    made = StateFactory.get_system_state(timers_namespace(context.state_namespace()), conf, context)
+    if not isinstance(made, KeyValueState):
+        msg = (
+            f"bolt {context.this_component_id!r}: the state provider returned "
+            f"{type(made).__qualname__} for its timers, not a KeyValueState"
+        )
+        raise CheckpointError(msg)
+    return made

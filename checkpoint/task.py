@@ -13,8 +13,10 @@ around its tuples is this protocol's decision, written here and nowhere else:
 2. ``before_data``: a stateful task hints its state with the keys its tuples will likely read,
    the values of the field its input is grouped on (``KeyValueState.prefetch``, ``_prefetch``):
    a store a round trip away reads them all at once instead of one ``get`` at a time.
-   Then the tick tuples the driver gave this bolt in this transaction (``system_tuples``), each
-   task of the bolt all of them, before any data tuple (``checkpoint._ticks``).
+   A ``TimerBolt``'s due timers fire next, at the start of a PREPARE, against the transaction's
+   start time (``statefulbolts.timers``). Then the tick tuples the driver gave this bolt in this
+   transaction (``system_tuples``), each task of the bolt all of them, before any data tuple
+   (``checkpoint._ticks``).
 3. ``control``: each ``$checkpoint`` tuple, after every data tuple, through the executor (the
    barrier, the hooks, the state step, the forward).
 4. ``finish``: at the end of a PREPARE a stateful task releases its held acks (the driver holds
@@ -165,7 +167,7 @@ class CheckpointTask:
             bolt.state.set_transaction_time(
                 None if started is None else int(started), self.ttl if started is not None else None
             )
-            states = [bolt.state]
+            states = list(bolt.states)  # the bolt's, and its timers' if it has timers
             if isinstance(bolt.bolt, WindowedBoltExecutor):
                 # A windowed bolt's windows live in a namespace of their own, checkpointed
                 # with the task's state; its processing time is the transaction's.
@@ -187,15 +189,21 @@ class CheckpointTask:
         return bolt.execute
 
     def before_data(self, plan: PlanLike, batches: Sequence[BatchLike]) -> None:
-        """Before the first data tuple: give the state the keys the tuples are grouped on.
+        """Before the first data tuple: hint the state, then fire the due timers.
 
-        Only a stateful task, once its state is ready for the transaction (``prepare``). What
-        the state does with the hint is its business (``KeyValueState.prefetch``); it never
-        changes what the bolt reads.
+        Only a stateful task, once its state is ready for the transaction (``prepare``). The
+        hint is the keys the tuples are grouped on; what the state does with it is its business
+        (``KeyValueState.prefetch``); it never changes what the bolt reads. Timers fire in a
+        PREPARE only, by the transaction's start time, which every attempt and replay of it
+        shares, so a replay fires exactly what the failed attempt fired.
         """
         bolt = self.bolt
-        if batches and isinstance(bolt, StatefulBoltExecutor) and bolt.initialized:
+        if not isinstance(bolt, StatefulBoltExecutor) or not bolt.initialized:
+            return
+        if batches:
             bolt.state.prefetch(grouped_keys(plan, batches))
+        if self._action is Action.PREPARE and self.started_ms is not None:
+            bolt.fire_timers(self.started_ms)
 
     def control(self, tuple_: Tuple) -> None:
         """A ``$checkpoint`` tuple: the barrier and the action, through the executor."""

@@ -196,9 +196,17 @@ def stored_topologies(conf: Mapping[str, Any]) -> list[CheckpointStatus] | None:
         name, slash, last = namespace.rpartition("/")
         if not slash or name.split("/", 1)[0] == TRANSACTIONAL_ROOT:
             continue
+        if last.startswith(RECORD_MARK) and _is_task(name):
+            continue  # a task's own record (its timers, ``T/<component>-<task>/$timers``)
         if last.startswith(RECORD_MARK) or TaskNamespace.parse(topology_prefix(name), namespace):
             names.add(name)
     return [checkpoint_status(conf, name, tasks=[]) for name in sorted(names)]
+
+
+def _is_task(namespace: str) -> bool:
+    """Whether ``namespace`` is a stateful task's (``T/<component>-<task>``)."""
+    parent, slash, _ = namespace.rpartition("/")
+    return bool(slash) and TaskNamespace.parse(topology_prefix(parent), namespace) is not None
 
 
 def last_committed_txid(checkpoint: CheckPointState | None) -> int | None:

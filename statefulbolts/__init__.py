@@ -32,6 +32,7 @@ from statefulbolts.errors import (
     TopologyFailedError,
 )
 from statefulbolts.ticks import SYSTEM_COMPONENT_ID, TICK_STREAM_ID, is_tick_tuple
+from statefulbolts.timers import TimeDomain, TimerBolt, TimerService
 from statefulbolts.topology import (
     CHECKPOINT_COMPONENT_ID,
     CHECKPOINT_STREAM_ID,
@@ -121,6 +122,9 @@ __all__ = [
     "StatefulBoltsError",
     "StormSubmitter",
     "StormTopology",
+    "TimeDomain",
+    "TimerBolt",
+    "TimerService",
     "TopologyBuilder",
     "TopologyConfig",
     "TopologyContext",

@@ -19,6 +19,7 @@
     ├── DeadLetterError (RuntimeError)          a dead-letter record cannot be read or used
     │   └── DeadLetterNotFoundError (LookupError)   no record with that id
     ├── WindowingError ...                      windowed bolts (see statefulbolts.windowing)
+    ├── TimerError ...                          per-key timers (see statefulbolts.timers)
     └── TopologyFailedError (RuntimeError)      the runtime gave up (names component, task, txid)
         └── TaskFailedError                     one task's error, carried from a Spark worker
 """

@@ -5,6 +5,9 @@ transactional id ``I`` with ``$transactional/I/`` (the *prefix*). Below it:
 
 - ``<component>-<task index>``: a stateful bolt task's state (a ``TaskNamespace``);
 - ``<component>-<task index>/<map>``: a transactional committer task's map ``<map>``;
+- ``<component>-<task index>/$timers``: a stateful bolt task's timers
+  (``statefulbolts.timers``), beside its state and under the same task root, so that whatever
+  ships or drops a task's state takes them along;
 - ``$<name>...``: the framework's own records (``$checkpointspout-0``, ``$shape``,
   ``$deadletter``, ``$window/<component>-<task index>``: a windowed bolt task's windows, ...).
   Component ids never start with ``$`` (``TopologyBuilder`` refuses them), so a record can
@@ -47,6 +50,7 @@ __all__ = [
     "partition_of",
     "record_namespace",
     "task_name",
+    "timers_namespace",
     "topology_prefix",
     "transactional_id_of",
     "window_namespace",
@@ -66,6 +70,8 @@ COORDINATOR = "coordinator"
 _WINDOW_RECORD = "window"
 PARTITION_INDEX = "partitions"
 _PARTITION = "partition-"
+# Below a stateful task's namespace: the record of its timers.
+_TIMERS_RECORD = "timers"
 
 
 def topology_prefix(name: str) -> str:
@@ -145,6 +151,16 @@ def partition_of(prefix: str, namespace: str) -> int | None:
         return None
     index = namespace[len(prefix) + len(_PARTITION) :]
     return int(index) if index.isascii() and index.isdigit() else None
+
+
+def timers_namespace(task_namespace: str) -> str:
+    """``T/<component>-<task>/$timers``: the timers of the stateful task whose state is there.
+
+    Example:
+        >>> timers_namespace(str(TaskNamespace.of_topology("wc", "count", 1)))
+        'wc/count-1/$timers'
+    """
+    return f"{task_namespace}/{RECORD_MARK}{_TIMERS_RECORD}"
 
 
 def task_name(component: str, task: int) -> str:

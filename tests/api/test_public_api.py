@@ -20,6 +20,7 @@ PACKAGES = [
     "statefulbolts.state",
     "statefulbolts.deadletter",
     "statefulbolts.windowing",
+    "statefulbolts.timers",
     "providers.redis",
 ]
 # Names a package resolves lazily through its module ``__getattr__`` (they import the runtime,
