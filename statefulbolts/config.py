@@ -96,7 +96,13 @@ class TopologyConfig(BaseModel):
         ),
     )
     state_ttl_refresh: Literal["write", "read_write"] = Field(
-        "write", alias="topology.state.ttl.refresh"
+        "write",
+        alias="topology.state.ttl.refresh",
+        description=(
+            "What refreshes a key's time to live (topology.state.ttl.secs): `write` (a put), or "
+            "`read_write` (also a get or get_many that finds the key; iteration never does). "
+            "Topology-wide, or per component as the TTL is."
+        ),
     )
     # Stored components renamed in the topology: {old id: new id}.
     state_renames: dict[str, str] = Field(default_factory=dict, alias="topology.state.renames")
