@@ -161,7 +161,8 @@ def run_task(
             gc.enable()
     seconds = time.perf_counter() - started
     metrics = TaskMetrics(executed, collector.emitted, acked, collector.failed, seconds)
-    report = TaskReport(comp, task, metrics, tuple(collector.errors), _end_state(job, roots), result)
+    changes = _end_state(job, roots)
+    report = TaskReport(comp, task, metrics, tuple(collector.errors), changes, result)
     return _output(job, collector, into, left, report, stage, slot, final, n_next)
 
 
