@@ -16,7 +16,8 @@ shape stored with its state (``<prefix>$shape``) with the shape the topology ask
    (``state_version``), added, or orphaned (stored, but in no component of the topology).
    Refused, naming the component, what is stored, what was asked and the fix: another
    serializer, a lower state version, a higher one without a migration hook, an orphan (unless
-   ``topology.state.allow.orphaned``), any change under ``topology.state.evolve = refuse``.
+   ``topology.state.allow.orphaned``), any change under ``topology.state.evolve = refuse``, a
+   new parallelism for a windowed bolt whose windows are open (see "Windows" below).
 4. A checkpointed topology's stored tasks are checked against its checkpoint
    (``checkpoint.check_stored_txids``): a store that lost committed state stops the start. If
    state must move, a transaction left half-way is settled first, as recovery would (ROLLBACK of
@@ -31,6 +32,17 @@ shape stored with its state (``<prefix>$shape``) with the shape the topology ask
 
 A transactional topology (``checkpointed`` False) has no checkpoint to settle: its committers'
 maps store a txid beside each value and move as they are.
+
+Windows: a windowed bolt's task keeps its open windows in a framework record beside its state
+(``statefulbolts.namespaces.window_namespace``, ``T/$window/<component>-<task>``), checked and
+settled with the tasks in step 4. They follow their component: renamed with it, task for task
+(staged and swapped as in step 5), and dropped with it (``recovery.offline.drop``). They do
+not split: a task's windows hold the tuples of every key it was sent, under one trigger and
+one watermark, so moving part of them to another task would change which tuples meet in a
+window. A new parallelism is therefore refused while any of the component's windows holds a
+tuple (``statefulbolts.windowing.holds_window_tuples``); with every window closed, the windows
+of tasks it no longer has are dropped, and step 6 gives its new tasks windows committed at
+``T``.
 """
 
 from __future__ import annotations
@@ -46,7 +58,13 @@ from providers import KeyValueState, StateFactory, StateLostError, get_provider
 from recovery.faults import KillPoint
 from statefulbolts.errors import StateEvolutionError
 from statefulbolts.listeners import NO_FAULTS, FaultListener
-from statefulbolts.namespaces import TaskNamespace, record_namespace, transactional_id_of
+from statefulbolts.namespaces import (
+    TaskNamespace,
+    record_namespace,
+    transactional_id_of,
+    window_namespace,
+    window_prefix,
+)
 from statefulbolts.state import (
     ComponentShape,
     LayoutError,
@@ -64,6 +82,7 @@ from statefulbolts.state import (
 )
 from statefulbolts.streams import GroupingKind
 from statefulbolts.topology import CHECKPOINT_COMPONENT_ID, CHECKPOINT_STREAM_ID
+from statefulbolts.windowing import WindowedBoltExecutor, holds_window_tuples
 
 __all__ = [
     "Change",
@@ -174,6 +193,8 @@ class EvolutionPlan:
     orphans: dict[str, ComponentShape]
     refusals: list[str]
     found: dict[str, list[TaskNamespace]]
+    # A checkpointed topology's stored windows, per component (prefix ``window_prefix``).
+    windows: dict[str, list[TaskNamespace]] = field(default_factory=dict)
 
     @property
     def moves(self) -> list[Change]:
@@ -209,6 +230,53 @@ def _found(names: Iterable[str], prefix: str, checkpointed: bool) -> dict[str, l
             continue
         found.setdefault(ns.component, []).append(ns)
     return {cid: sorted(nss) for cid, nss in found.items()}
+
+
+def _found_windows(names: Iterable[str], prefix: str) -> dict[str, list[TaskNamespace]]:
+    """The stored windows' namespaces of a checkpointed topology, per component."""
+    below = window_prefix(prefix)
+    found: dict[str, list[TaskNamespace]] = {}
+    for name in names:
+        ns = TaskNamespace.parse(below, name)
+        if ns is not None and ns.map is None:
+            found.setdefault(ns.component, []).append(ns)
+    return {cid: sorted(nss) for cid, nss in found.items()}
+
+
+def _holds_windows(conf: Mapping[str, Any], namespace: str) -> bool:
+    """Whether a windows' namespace holds open windows (a tuple), or a prepared delta."""
+    state = open_image(conf, namespace, True)
+    if state.stored_txids()[1] is not None:
+        return True
+    return holds_window_tuples(state.decode_key(ekey) for ekey, _ in state.scan_committed())
+
+
+def _window_refusals(
+    conf: Mapping[str, Any],
+    changes: Sequence[Change],
+    windows: Mapping[str, Sequence[TaskNamespace]],
+    label: str,
+) -> list[str]:
+    """A new parallelism for a component whose windows hold a tuple (module: "Windows")."""
+    refusals: list[str] = []
+    for change in changes:
+        old, stored_as = change.old, change.stored_as
+        if old is None or stored_as is None or old.parallelism == change.new.parallelism:
+            continue
+        held = [str(ns) for ns in windows.get(stored_as, ()) if _holds_windows(conf, str(ns))]
+        if not held:
+            continue
+        refusals.append(
+            f"component {change.component!r} of {label}: its windows are open (stored in "
+            f"{', '.join(held)}), and parallelism {old.parallelism} -> "
+            f"{change.new.parallelism} was asked. A windowed bolt task's windows hold the "
+            "tuples of every key it was sent, under one trigger and watermark: they cannot be "
+            "split or merged between tasks without changing which tuples meet in a window. "
+            f"Keep parallelism {old.parallelism} for {change.component!r}; or, to start it "
+            "over without its open windows (their tuples are lost) and without its state, "
+            f"stop the topology and run: statefulbolts state drop --component {stored_as}"
+        )
+    return refusals
 
 
 def _legacy_shape(tasks: int, wanted: ComponentShape | None) -> ComponentShape:
@@ -334,6 +402,7 @@ def plan_evolution(
         stored = read_shape(StateFactory.get_system_state(shape_namespace(prefix), conf))  # type: ignore[arg-type]
     names = _list(conf, prefix) if listed is None else listed
     found = _found(names or [], prefix, checkpointed)
+    windows = _found_windows(names or [], prefix) if checkpointed else {}
     legacy = stored is None
     if stored is not None:
         shapes = dict(stored.components)
@@ -372,6 +441,7 @@ def plan_evolution(
         )
         changes.append(change)
         refusals.extend(refused)
+    refusals.extend(_window_refusals(conf, changes, windows, label))
     used = {c.stored_as for c in changes if c.stored_as is not None}
     orphans = {cid: s for cid, s in sorted(shapes.items()) if cid not in used}
     if orphans and not allow_orphaned:
@@ -383,7 +453,7 @@ def plan_evolution(
                 f"rename); to delete it: statefulbolts state drop --component {cid}; to start "
                 "anyway and keep it stored: topology.state.allow.orphaned true"
             )
-    return EvolutionPlan(prefix, label, stored, legacy, changes, orphans, refusals, found)
+    return EvolutionPlan(prefix, label, stored, legacy, changes, orphans, refusals, found, windows)
 
 
 def _identity(key: Any) -> Any:
@@ -427,7 +497,7 @@ def check_and_settle(conf: Mapping[str, Any], plan: EvolutionPlan, *, settle: bo
     """
     cp_state = _checkpoint_state(conf, plan.prefix)
     saved = cp_state.get(TX_STATE_KEY)
-    tasks = _stored_tasks(plan)
+    tasks = _stored_tasks(plan) + [str(ns) for nss in plan.windows.values() for ns in nss]
     states = {ns: StateFactory.get_system_state(ns, conf) for ns in tasks}
     if saved is None:
         for ns, state in states.items():
@@ -588,7 +658,51 @@ def _move_component(
         pairs.extend((targets[ns.task], str(ns)) for ns in finals)
         keep = {str(ns) for ns in finals}
         drop.extend(ns for _, ns in sources if ns not in keep)
+    if checkpointed:
+        window_pairs, window_drop = _move_windows(conf, plan, change, txid)
+        pairs += window_pairs
+        drop += window_drop
     return pairs, drop, entries
+
+
+def _same_task(source_task: int, key: Any) -> Sequence[int]:
+    return (source_task,)
+
+
+def _move_windows(
+    conf: Mapping[str, Any], plan: EvolutionPlan, change: Change, txid: int | None
+) -> tuple[list[tuple[str, str]], list[str]]:
+    """Stage a moving component's windows (module: "Windows"): ``(swap pairs, to drop)``.
+
+    Renamed: each task's windows are staged under the new id, the same task. The windows of a
+    task the component no longer has are dropped (the plan refused unless they hold no tuple).
+    """
+    assert change.stored_as is not None  # noqa: S101 - only stored components move
+    pairs: list[tuple[str, str]] = []
+    drop: list[str] = []
+    label = f"component {change.component!r} of {plan.label}"
+    for ns in plan.windows.get(change.stored_as, []):
+        source = str(ns)
+        if ns.task >= change.new.parallelism:
+            drop.append(source)
+            continue
+        if change.stored_as == change.component:
+            continue
+        target = TaskNamespace(plan.prefix, change.component, ns.task)
+        staging = window_namespace(target.with_prefix(_staging_prefix(plan.prefix)))
+        stage(
+            conf,
+            system=True,
+            sources=[(ns.task, source)],
+            targets={ns.task: staging},
+            rule=_same_task,
+            committed_txid=txid,
+            decode_keys=False,
+            label=f"the windows of {label}",
+        )
+        pairs.append((staging, window_namespace(target)))
+        drop.append(source)
+    return pairs, drop
 
 
 def _operation(
@@ -725,6 +839,7 @@ def evolve(
         _finish_swap(conf, prefix, operation, system, faults)
     if checkpointed and txid is not None:
         _give_namespaces(conf, plan, txid)
+        _give_windows(conf, plan, wanted, txid)
     if final != plan.stored or plan.legacy:
         write_shape(shape_state, final)
     report.seconds = time.perf_counter() - started
@@ -740,6 +855,24 @@ def _give_namespaces(conf: Mapping[str, Any], plan: EvolutionPlan, txid: int) ->
             continue
         for task in range(change.new.parallelism):
             ns = str(TaskNamespace(plan.prefix, change.component, task))
+            state = open_image(conf, ns, True)
+            if state.stored_txids() == (None, None):
+                state.replace_stored(txid, (), None, {})
+
+
+def _give_windows(conf: Mapping[str, Any], plan: EvolutionPlan, wanted: Wanted, txid: int) -> None:
+    """Step 6 for windows: a windowed component's new tasks get windows committed at ``txid``.
+
+    New tasks only (of a new component, or beyond the old parallelism): a task that had
+    windows and lost them is the lost-store check's to report, not this step's to paper over.
+    """
+    for change in plan.changes:
+        windowed = isinstance(wanted.bolts.get(change.component), WindowedBoltExecutor)
+        if not windowed and not plan.windows.get(change.stored_as or ""):
+            continue
+        first_new = 0 if change.old is None else change.old.parallelism
+        for task in range(first_new, change.new.parallelism):
+            ns = window_namespace(TaskNamespace(plan.prefix, change.component, task))
             state = open_image(conf, ns, True)
             if state.stored_txids() == (None, None):
                 state.replace_stored(txid, (), None, {})

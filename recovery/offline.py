@@ -31,7 +31,7 @@ from recovery.evolve import EvolutionReport, Wanted, evolve, wanted_shapes
 from statefulbolts import validate_config
 from statefulbolts.errors import StateEvolutionError, StateNotFoundError
 from statefulbolts.keygroups import component_key_groups
-from statefulbolts.namespaces import TaskNamespace, transactional_id_of
+from statefulbolts.namespaces import TaskNamespace, transactional_id_of, window_prefix
 from statefulbolts.state import Partitioning, StoredShape, empty, read_shape, shape_namespace
 from statefulbolts.topology import StormTopology
 from statefulbolts.transactional import TransactionalTopology
@@ -71,9 +71,7 @@ def _recorded(conf: Mapping[str, Any], prefix: str) -> StoredShape:
     return shape
 
 
-def wanted_of(
-    conf: Mapping[str, Any], topology: StormTopology | TransactionalTopology
-) -> Wanted:
+def wanted_of(conf: Mapping[str, Any], topology: StormTopology | TransactionalTopology) -> Wanted:
     """The shape ``topology`` asks for, as its driver would compute it at start."""
     tc = validate_config(conf)
     if isinstance(topology, TransactionalTopology):
@@ -194,6 +192,7 @@ def rename(
 def drop(conf: Mapping[str, Any], prefix: str, component: str | None = None) -> list[str]:
     """Delete ``component``'s stored state (every task, every map), or everything under ``prefix``.
 
+    A windowed bolt's windows (``statefulbolts.namespaces.window_namespace``) go with it.
     Returns the namespaces emptied. The stored shape forgets the component (with no component
     named, the record goes too). A checkpointed topology dropped whole starts again from nothing.
 
@@ -210,11 +209,15 @@ def drop(conf: Mapping[str, Any], prefix: str, component: str | None = None) -> 
     if component is None:
         names = listed
     else:
+        below = (prefix, window_prefix(prefix))
         names = [
             ns
             for ns in listed
-            if (parsed := TaskNamespace.parse(prefix, ns)) is not None
-            and parsed.component == component
+            if any(
+                (parsed := TaskNamespace.parse(where, ns)) is not None
+                and parsed.component == component
+                for where in below
+            )
         ]
     if not names:
         what = prefix if component is None else f"component {component!r} under {prefix!r}"

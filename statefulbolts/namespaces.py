@@ -54,6 +54,7 @@ __all__ = [
     "topology_prefix",
     "transactional_id_of",
     "window_namespace",
+    "window_prefix",
     "transactional_prefix",
 ]
 
@@ -107,6 +108,20 @@ def checkpoint_namespace(prefix: str) -> str:
     return record_namespace(prefix, _CHECKPOINT_SPOUT_RECORD)
 
 
+def window_prefix(prefix: str) -> str:
+    """``T/$window/``: what the windows' namespace of every windowed bolt task starts with.
+
+    Below it a windowed task's windows are named as its task (``TaskNamespace.parse`` with
+    this prefix reads them back).
+
+    Example:
+        >>> ns = window_namespace(TaskNamespace.of_topology("trends", "top", 1))
+        >>> TaskNamespace.parse(window_prefix("trends/"), ns)
+        TaskNamespace(prefix='trends/$window/', component='top', task=1, map=None)
+    """
+    return f"{record_namespace(prefix, _WINDOW_RECORD)}/"
+
+
 def window_namespace(task: TaskNamespace) -> str:
     """``T/$window/<component>-<task index>``: the windows of a windowed bolt's task.
 
@@ -119,7 +134,7 @@ def window_namespace(task: TaskNamespace) -> str:
         >>> TaskNamespace.parse("trends/", "trends/$window/top-1") is None
         True
     """
-    return record_namespace(task.prefix, f"{_WINDOW_RECORD}/{task_name(task.component, task.task)}")
+    return f"{window_prefix(task.prefix)}{task_name(task.component, task.task)}"
 
 
 def coordinator_namespace(prefix: str) -> str:

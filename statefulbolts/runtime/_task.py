@@ -27,7 +27,7 @@ from types import CodeType
 from typing import Any, NamedTuple
 
 from statefulbolts.context import TopologyContext
-from statefulbolts.namespaces import TaskNamespace, topology_prefix
+from statefulbolts.namespaces import TaskNamespace, topology_prefix, window_namespace
 from statefulbolts.runtime._collector import TaskCollector
 from statefulbolts.runtime._held_images import finish_images, install_images
 from statefulbolts.runtime._images import ShippedImage
@@ -132,7 +132,7 @@ def run_task(
     gc.disable()
     failing: list[Tuple] = []  # the data tuple being executed when the task raised
     try:
-        root = _begin_state(job, spec, task)
+        roots = _begin_state(job, spec, task)
         executed, result = _execute(job, spec, context, collector, into, failing)
         if job.program.tracking:
             # Usually every tuple was acked once, and the ledger has nothing to report.
@@ -161,7 +161,8 @@ def run_task(
             gc.enable()
     seconds = time.perf_counter() - started
     metrics = TaskMetrics(executed, collector.emitted, acked, collector.failed, seconds)
-    report = TaskReport(comp, task, metrics, tuple(collector.errors), _end_state(job, root), result)
+    changes = _end_state(job, roots)
+    report = TaskReport(comp, task, metrics, tuple(collector.errors), changes, result)
     return _output(job, collector, into, left, report, stage, slot, final, n_next)
 
 
@@ -199,34 +200,42 @@ def _held(job: TaskJob, collector: TaskCollector) -> int:
     return sum(1 for t in collector.ledger.acked if not is_control(t.source_stream_id))
 
 
-def _begin_state(job: TaskJob, spec: ComponentSpec, task: int) -> str | None:
-    """Hand a driver-owned provider the state shipped for this task; return the task's root.
+def _begin_state(job: TaskJob, spec: ComponentSpec, task: int) -> tuple[str, ...]:
+    """Hand a driver-owned provider the state shipped for this task; return the task's roots.
 
-    A shipped image may be a descriptor: this worker's kept copy is then used, caught up, or
+    A task's state is its namespace and, for a windowed bolt, its windows' namespace
+    (``statefulbolts.namespaces.window_namespace``), a framework record beside it: each is a
+    root whose shipped images are installed and whose changes go back to the driver. A
+    shipped image may be a descriptor: this worker's kept copy is then used, caught up, or
     replaced by the snapshot (``_held_images``).
     """
     if job.images is None:
-        return None
+        return ()
     from providers import DriverOwnedStateProvider, get_provider
 
-    root = str(TaskNamespace(topology_prefix(job.state_root or job.topology_name), spec.id, task))
+    ns = TaskNamespace(topology_prefix(job.state_root or job.topology_name), spec.id, task)
     provider = get_provider(job.conf)
     assert isinstance(provider, DriverOwnedStateProvider)  # noqa: S101 - the driver checked
-    install_images(provider, root, _shipped(job, root))
-    return root
+    roots = (str(ns), window_namespace(ns))
+    for root in roots:
+        install_images(provider, root, _shipped(job, root))
+    return roots
 
 
-def _end_state(job: TaskJob, root: str | None) -> tuple[tuple[str, bytes], ...]:
-    """What the task's states did to the shipped (or new) state under its root."""
-    if root is None:
+def _end_state(job: TaskJob, roots: Sequence[str]) -> tuple[tuple[str, bytes], ...]:
+    """What the task's states did to the shipped (or new) state under its roots."""
+    if not roots:
         return ()
     from providers import DriverOwnedStateProvider, get_provider
 
     provider = get_provider(job.conf)
     assert isinstance(provider, DriverOwnedStateProvider)  # noqa: S101
-    shipped = _shipped(job, root)
-    changes = provider.end_task(root, list(shipped))
-    finish_images(provider, shipped, changes)
+    changes: dict[str, bytes] = {}
+    for root in roots:
+        shipped = _shipped(job, root)
+        taken = provider.end_task(root, list(shipped))
+        finish_images(provider, shipped, taken)
+        changes.update(taken)
     return tuple(sorted(changes.items()))
 
 

@@ -40,7 +40,11 @@ from statefulbolts.windowing._errors import (
     WindowStateError,
     WindowTimeError,
 )
-from statefulbolts.windowing._executor import WindowedBoltExecutor, tick_secs_for
+from statefulbolts.windowing._executor import (
+    WindowedBoltExecutor,
+    holds_window_tuples,
+    tick_secs_for,
+)
 from statefulbolts.windowing._manager import WindowManager, WindowUpdate
 from statefulbolts.windowing._stateful import BaseStatefulWindowedBolt
 from statefulbolts.windowing._window import Window
@@ -62,5 +66,6 @@ __all__ = [
     "WindowUpdate",
     "WindowedBoltExecutor",
     "WindowingError",
+    "holds_window_tuples",
     "tick_secs_for",
 ]

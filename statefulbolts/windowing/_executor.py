@@ -64,7 +64,7 @@ if TYPE_CHECKING:
     from providers import KeyValueState
     from statefulbolts.context import TopologyContext
 
-__all__ = ["WindowedBoltExecutor", "tick_secs_for"]
+__all__ = ["WindowedBoltExecutor", "holds_window_tuples", "tick_secs_for"]
 
 MAX_EVENTS_KEY = Config.TOPOLOGY_STATE_WINDOWING_MAX_EVENTS_IN_MEMORY
 _MANAGER_KEY = "manager"
@@ -98,6 +98,20 @@ def tick_secs_for(config: WindowConfig) -> int | None:
     else:
         return None
     return max(1, interval // 1000)
+
+
+def holds_window_tuples(keys: Iterable[Any]) -> bool:
+    """Whether the keys of a task's stored windows include a held tuple (an open window).
+
+    A task's windows without one hold only the manager's snapshot: the trigger state of a task
+    whose windows have all closed, which a task may start without (``recovery.evolve`` gives a
+    new task empty windows, and refuses to split windows that hold tuples).
+
+    Example:
+        >>> holds_window_tuples(["manager"]), holds_window_tuples(["manager", "event/7"])
+        (False, True)
+    """
+    return any(isinstance(key, str) and key.startswith(_EVENT_PREFIX) for key in keys)
 
 
 def _event_key(event_id: int) -> str:
