@@ -26,7 +26,9 @@ shape stored with its state (``<prefix>$shape``) with the shape the topology ask
 5. Move: record the operation (phase ``staging``), stage every component's new namespaces,
    record phase ``swapping`` with everything the swap needs, swap, and write the new shape.
    Staging refuses an entry a layout cannot place (a key outside its task's key groups: the
-   bolt does not key its state by its grouped fields) before anything is swapped.
+   bolt does not key its state by its grouped fields) before anything is swapped. A
+   component's timers (``<component>-<task>/$timers``) are staged and swapped with its state,
+   each to the task its key now goes to (``_move_timers``).
 6. Give new components (and the new tasks of a data-free rescale) namespaces committed at
    ``T``, so the lost-store check of their first task finds what it expects.
 
@@ -48,6 +50,7 @@ of tasks it no longer has are dropped, and step 6 gives its new tasks windows co
 from __future__ import annotations
 
 import logging
+import math
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -61,6 +64,7 @@ from statefulbolts.listeners import NO_FAULTS, FaultListener
 from statefulbolts.namespaces import (
     TaskNamespace,
     record_namespace,
+    timers_namespace,
     transactional_id_of,
     window_namespace,
     window_prefix,
@@ -81,6 +85,13 @@ from statefulbolts.state import (
     write_shape,
 )
 from statefulbolts.streams import GroupingKind
+from statefulbolts.timers import (
+    TimeDomain,
+    stored_watermark,
+    timer_of_entry,
+    timer_records,
+    uses_timers,
+)
 from statefulbolts.topology import CHECKPOINT_COMPONENT_ID, CHECKPOINT_STREAM_ID
 from statefulbolts.windowing import WindowedBoltExecutor, holds_window_tuples
 
@@ -195,6 +206,8 @@ class EvolutionPlan:
     found: dict[str, list[TaskNamespace]]
     # A checkpointed topology's stored windows, per component (prefix ``window_prefix``).
     windows: dict[str, list[TaskNamespace]] = field(default_factory=dict)
+    # component -> its tasks that hold timers (``<component>-<task>/$timers``)
+    timers: dict[str, list[TaskNamespace]] = field(default_factory=dict)
 
     @property
     def moves(self) -> list[Change]:
@@ -223,12 +236,30 @@ def _list(conf: Mapping[str, Any], prefix: str) -> list[str] | None:
 
 
 def _found(names: Iterable[str], prefix: str, checkpointed: bool) -> dict[str, list[TaskNamespace]]:
-    found: dict[str, list[TaskNamespace]] = {}
+    """The task namespaces stored, per component; a task's timers count for the task."""
+    found: dict[str, set[TaskNamespace]] = {}
+    timers = _timer_tasks(names, prefix) if checkpointed else {}
     for name in names:
         ns = TaskNamespace.parse(prefix, name)
         if ns is None or (ns.map is None) != checkpointed:
             continue
-        found.setdefault(ns.component, []).append(ns)
+        found.setdefault(ns.component, set()).add(ns)
+    for cid, nss in timers.items():
+        found.setdefault(cid, set()).update(nss)
+    return {cid: sorted(nss) for cid, nss in found.items()}
+
+
+def _timer_tasks(names: Iterable[str], prefix: str) -> dict[str, list[TaskNamespace]]:
+    """The tasks whose timers are stored, per component (checkpointed topologies only)."""
+    found: dict[str, list[TaskNamespace]] = {}
+    for name in names:
+        ns = TaskNamespace.parse(prefix, name)
+        if (
+            ns is not None
+            and ns.map is not None
+            and timers_namespace(str(ns.with_map(None))) == name
+        ):
+            found.setdefault(ns.component, []).append(ns.with_map(None))
     return {cid: sorted(nss) for cid, nss in found.items()}
 
 
@@ -403,6 +434,7 @@ def plan_evolution(
     names = _list(conf, prefix) if listed is None else listed
     found = _found(names or [], prefix, checkpointed)
     windows = _found_windows(names or [], prefix) if checkpointed else {}
+    timers = _timer_tasks(names or [], prefix) if checkpointed else {}
     legacy = stored is None
     if stored is not None:
         shapes = dict(stored.components)
@@ -453,7 +485,9 @@ def plan_evolution(
                 f"rename); to delete it: statefulbolts state drop --component {cid}; to start "
                 "anyway and keep it stored: topology.state.allow.orphaned true"
             )
-    return EvolutionPlan(prefix, label, stored, legacy, changes, orphans, refusals, found, windows)
+    return EvolutionPlan(
+        prefix, label, stored, legacy, changes, orphans, refusals, found, windows, timers
+    )
 
 
 def _identity(key: Any) -> Any:
@@ -480,9 +514,13 @@ def _stored_tasks(plan: EvolutionPlan) -> list[str]:
     names: list[str] = []
     shapes = plan.stored.components if plan.stored is not None else None
     if shapes is None:
-        return [str(ns) for nss in plan.found.values() for ns in nss]
+        names = [str(ns) for nss in plan.found.values() for ns in nss]
+        names.extend(timers_namespace(str(ns)) for nss in plan.timers.values() for ns in nss)
+        return names
     for cid, shape in shapes.items():
         names.extend(str(TaskNamespace(plan.prefix, cid, t)) for t in range(shape.parallelism))
+    # A task's timers are prepared and committed with its state: checked and settled with it.
+    names.extend(timers_namespace(str(ns)) for nss in plan.timers.values() for ns in nss)
     return names
 
 
@@ -662,6 +700,10 @@ def _move_component(
         window_pairs, window_drop = _move_windows(conf, plan, change, txid)
         pairs += window_pairs
         drop += window_drop
+    if checkpointed and (change.stored_as in plan.timers or uses_timers(bolt)):
+        timer_pairs, timer_drop = _move_timers(conf, plan, change, rule, txid)
+        pairs += timer_pairs
+        drop += timer_drop
     return pairs, drop, entries
 
 
@@ -702,6 +744,83 @@ def _move_windows(
         )
         pairs.append((staging, window_namespace(target)))
         drop.append(source)
+    return pairs, drop
+
+
+def _move_timers(
+    conf: Mapping[str, Any],
+    plan: EvolutionPlan,
+    change: Change,
+    rule: LayoutRule,
+    txid: int | None,
+) -> tuple[list[tuple[str, str]], list[str]]:
+    """Stage one component's timers as its state moves: ``(swap pairs, namespaces to drop)``.
+
+    Each timer ``[domain, at, key]`` goes where the state of ``key`` goes (the same rule:
+    its key group's owner, for a keyed component), refused alike when its key is not where the
+    old layout would have put it. Every new task gets a timers namespace committed at ``txid``,
+    empty or not, since its first INITSTATE checks it as it checks the task's state. Each gets:
+
+    - per domain, the bound ``next:*`` of the timers it now holds: the earliest of them, the
+      tightest bound that stays no later than every merged timer (the old bounds may be
+      lower, after deletions, and only cost a scan);
+    - the watermark: the minimum over the old tasks (none if one of them has none). A key's
+      event-time timers fired up to its old task's watermark; under a higher one taken from
+      another task, its timers between the two would fire at the next transaction, before the
+      input that was to advance them, and its records would turn late. Under the minimum no
+      timer fires early, and nothing that fired fires again (it was deleted when it fired).
+    """
+    assert change.stored_as is not None and change.old is not None  # noqa: S101
+    label = f"timers of component {change.component!r} of {plan.label}"
+    old_tasks = {ns.task for ns in plan.timers.get(change.stored_as, [])}
+    old_tasks.update(range(change.old.parallelism))
+    sources = [
+        (t, timers_namespace(str(TaskNamespace(plan.prefix, change.stored_as, t))))
+        for t in sorted(old_tasks)
+    ]
+    watermarks = [stored_watermark(open_image(conf, ns, True)) for _, ns in sources]
+    known = [w for w in watermarks if w is not None]
+    watermark = min(known) if known and len(known) == len(watermarks) else None
+    finals = [
+        TaskNamespace(plan.prefix, change.component, t) for t in range(change.new.parallelism)
+    ]
+    targets = {ns.task: timers_namespace(_staging(plan.prefix, ns)) for ns in finals}
+    bounds: dict[int, dict[TimeDomain, Any]] = {t: {} for t in targets}
+
+    def route(source: int, stored_key: Any) -> Sequence[int]:
+        timer = timer_of_entry(stored_key)
+        assert timer is not None  # noqa: S101 - the records are skipped
+        domain, at, key = timer
+        tasks = rule(source, key)
+        for task in tasks:
+            if task in bounds and at < bounds[task].get(domain, math.inf):
+                bounds[task][domain] = at
+        return tasks
+
+    def check(source: int, stored_key: Any) -> None:
+        timer = timer_of_entry(stored_key)
+        assert timer is not None  # noqa: S101 - the records are skipped
+        try:
+            rule.check(source, timer[2])
+        except LayoutError as exc:
+            msg = f"a {timer[0].value}-time timer at {timer[1]} ms: {exc}"
+            raise LayoutError(msg) from exc
+
+    stage(
+        conf,
+        system=True,
+        sources=sources,
+        targets=targets,
+        rule=route,
+        committed_txid=txid,
+        check=check,
+        skip=lambda stored_key: timer_of_entry(stored_key) is None,
+        extra=lambda: {t: timer_records(bounds[t], watermark) for t in targets},
+        label=label,
+    )
+    pairs = [(targets[ns.task], timers_namespace(str(ns))) for ns in finals]
+    keep = {final for _, final in pairs}
+    drop = [ns for _, ns in sources if ns not in keep]
     return pairs, drop
 
 

@@ -1,6 +1,6 @@
 r"""The state export file: versioned, framed, checksummed, written and read as a stream.
 
-Layout (version 1)::
+Layout (version 2)::
 
     magic         8 bytes   89 53 42 53 0d 0a 1a 0a    ("\x89SBS\r\n\x1a\n")
     record ...    length (4 bytes, big endian), CRC-32 of the body (4 bytes), body
@@ -13,14 +13,22 @@ record                                             meaning
 ``["header", {format, version, scope, name,        first; ``prefix`` is what every namespace
 prefix, provider, location, created_at,            starts with; ``serializers`` the source
 serializers}]``                                    config's key / value serializer fields
-``["namespace", name, committed txid, prepared     opens a namespace (txids ``int`` or nil)
-txid]``
+``["namespace", name, committed txid, prepared     opens a namespace (txids ``int`` or nil); the
+txid, committed time]``                            last committed transaction's timestamp (ms
+                                                   or nil), at which state TTL is judged
 ``["prepared", [[key, payload or nil], ...]]``     its prepared delta, nil a deletion (0 or more)
 ``["committed", [[key, payload], ...]]``           its committed map (0 or more, after prepared)
-``["end", name, committed count, prepared count]`` closes it
+``["expiries", [[key, expiry ms], ...]]``          when its committed keys expire (state TTL;
+                                                   0 or more, after committed; a key without
+                                                   one never expires)
+``["end", name, committed count, prepared count,   closes it
+expiries count]``
 ``["trailer", {records, namespaces, entries,       last; ``records`` counts those before it,
 sha256}]``                                         ``sha256`` hashes every byte before it
 =================================================  ==========================================
+
+Version 1 (before state TTL) has no committed time, no ``expiries`` records and an ``end``
+without the expiries count; it is still read, as a state whose keys never expire.
 
 Keys and payloads are the bytes the store holds (the serializers' output, see
 ``providers.KeyValueState``), so the file is exact whatever the values are, and any provider
@@ -67,7 +75,9 @@ __all__ = [
 
 MAGIC = b"\x89SBS\r\n\x1a\n"
 FORMAT = "statefulbolts-state"
-VERSION = 1
+VERSION = 2
+# Every version this reader reads: 1 wrote no expiries.
+_READS = (1, 2)
 _HEAD = struct.Struct(">II")
 # A record's body, at most: far above what the writer makes (about _CHUNK_BYTES), so a damaged
 # length field is caught before the reader tries to allocate it.
@@ -86,6 +96,8 @@ class NamespaceInfo:
     prepared_txid: int | None
     committed: int
     prepared: int
+    expiries: int = 0
+    committed_time: int | None = None
 
     def as_dict(self) -> dict[str, Any]:
         """A JSON-friendly dict."""
@@ -117,6 +129,11 @@ class StateFileInfo:
 
 def _is_txid(value: Any) -> bool:
     return value is None or (isinstance(value, int) and not isinstance(value, bool))
+
+
+def _is_time(value: Any) -> bool:
+    """A timestamp in ms, as stored: an int."""
+    return isinstance(value, int) and not isinstance(value, bool)
 
 
 class StateFileWriter:
@@ -165,9 +182,13 @@ class StateFileWriter:
         chunk: list[list[Any]] = []
         size = count = 0
         for key, payload in entries:
-            if not isinstance(key, bytes) or not (
-                isinstance(payload, bytes) or (tombstones and payload is None)
-            ):
+            if tag == "expiries":
+                fits = isinstance(key, bytes) and _is_time(payload)
+            else:
+                fits = isinstance(key, bytes) and (
+                    isinstance(payload, bytes) or (tombstones and payload is None)
+                )
+            if not fits:
                 msg = (
                     f"namespace {namespace!r}: the provider gave {type(key).__name__} key "
                     f"{key!r} with a {type(payload).__name__} payload in its {tag} layer; "
@@ -175,7 +196,7 @@ class StateFileWriter:
                 )
                 raise StateToolError(msg)
             chunk.append([key, payload])
-            size += len(key) + (0 if payload is None else len(payload)) + 8
+            size += len(key) + (len(payload) if isinstance(payload, bytes) else 0) + 8
             count += 1
             if size >= _CHUNK_BYTES or len(chunk) >= _CHUNK_ENTRIES:
                 self._record([tag, chunk])
@@ -191,13 +212,22 @@ class StateFileWriter:
         prepared_txid: int | None,
         prepared: Iterable[tuple[bytes, bytes | None]],
         committed: Iterable[tuple[bytes, bytes]],
+        expiries: Iterable[tuple[bytes, int]] = (),
+        committed_time: int | None = None,
     ) -> NamespaceInfo:
-        """Write one namespace: its txids, its prepared delta, then its committed map."""
-        self._record(["namespace", name, committed_txid, prepared_txid])
+        """Write one namespace: its txids, its prepared delta, its committed map, its expiries.
+
+        ``expiries`` and ``committed_time`` are the state TTL's (``scan_expiries``,
+        ``committed_time``), read after the committed map.
+        """
+        self._record(["namespace", name, committed_txid, prepared_txid, committed_time])
         n_prepared = self._chunks("prepared", name, prepared, tombstones=True)
         n_committed = self._chunks("committed", name, committed, tombstones=False)
-        self._record(["end", name, n_committed, n_prepared])
-        info = NamespaceInfo(name, committed_txid, prepared_txid, n_committed, n_prepared)
+        n_expiries = self._chunks("expiries", name, expiries, tombstones=False)
+        self._record(["end", name, n_committed, n_prepared, n_expiries])
+        info = NamespaceInfo(
+            name, committed_txid, prepared_txid, n_committed, n_prepared, n_expiries, committed_time
+        )
         self._namespaces.append(info)
         self._entries += n_committed + n_prepared
         return info
@@ -225,9 +255,10 @@ class StateFileWriter:
 
 @dataclass
 class NamespaceBlock:
-    """One namespace as an import reads it: the delta in memory, the committed map streamed.
+    """One namespace as an import reads it: the delta in memory, the rest streamed.
 
-    ``committed`` must be read to its end before the reader goes on to the next namespace.
+    ``committed``, then ``expiries``, each read to its end (``expiries`` only after
+    ``committed``: they follow it in the file); what is left unread the reader skips.
     """
 
     name: str
@@ -235,6 +266,8 @@ class NamespaceBlock:
     prepared_txid: int | None
     prepared: dict[bytes, bytes | None]
     committed: Iterator[tuple[bytes, bytes]]
+    expiries: Iterator[tuple[bytes, int]]
+    committed_time: int | None = None
 
 
 class StateFileReader:
@@ -258,6 +291,7 @@ class StateFileReader:
         self._closed: NamespaceInfo | None = None
         self._header: dict[str, Any] | None = None
         self._scope: Scope | None = None
+        self._version = VERSION
         self.info: StateFileInfo | None = None
 
     # -- the frames
@@ -342,14 +376,13 @@ class StateFileReader:
             msg = f"corrupt: the first record is not a {FORMAT} header"
             raise self._bad(msg)
         version = header.get("version")
-        if version != VERSION:
+        if version not in _READS or isinstance(version, bool):
             newer = isinstance(version, int) and version > VERSION
             hint = "; a newer statefulbolts wrote it" if newer else ""
-            msg = (
-                f"format version {version!r}, and this statefulbolts reads version {VERSION} "
-                f"only{hint}"
-            )
+            reads = " and ".join(str(v) for v in _READS)
+            msg = f"format version {version!r}, and this statefulbolts reads versions {reads}{hint}"
             raise self._bad(msg)
+        self._version = version
         missing = [k for k in _HEADER_FIELDS if not isinstance(header.get(k), str)]
         if missing or not isinstance(header.get("serializers"), dict):
             msg = f"corrupt: the header lacks {', '.join(missing) or 'serializers'}"
@@ -396,16 +429,20 @@ class StateFileReader:
             yield block
             for _ in block.committed:  # what the caller left unread
                 pass
-            assert self._closed is not None  # noqa: S101 - set when committed ended
+            for _ in block.expiries:
+                pass
+            assert self._closed is not None  # noqa: S101 - set when the namespace ended
             infos.append(self._closed)
 
     def _open(self, record: list[Any]) -> NamespaceBlock:
         scope = self._scope
         assert scope is not None  # noqa: S101 - header() ran first
-        if record[0] != "namespace" or len(record) != 4:
+        size = 4 if self._version == 1 else 5
+        if record[0] != "namespace" or len(record) != size:
             msg = f"corrupt: expected a namespace or the trailer, got {_short(record)}"
             raise self._bad(msg)
-        _, name, committed_txid, prepared_txid = record
+        name, committed_txid, prepared_txid = record[1:4]
+        committed_time = record[4] if size == 5 else None
         if not isinstance(name, str) or not scope.owns(name):
             msg = (
                 f"foreign: namespace {_short(name)} is not one of the header's "
@@ -417,7 +454,10 @@ class StateFileReader:
             msg = f"corrupt: namespace {name!r} is repeated"
             raise self._bad(msg)
         if not (_is_txid(committed_txid) and _is_txid(prepared_txid)):
-            msg = f"corrupt: namespace {name!r} has txids {_short(record[2:])}"
+            msg = f"corrupt: namespace {name!r} has txids {_short(record[2:4])}"
+            raise self._bad(msg)
+        if not (committed_time is None or _is_time(committed_time)):
+            msg = f"corrupt: namespace {name!r} has committed time {_short(committed_time)}"
             raise self._bad(msg)
         self._seen.add(name)
         prepared: dict[bytes, bytes | None] = {}
@@ -433,17 +473,18 @@ class StateFileReader:
             msg = f"corrupt: namespace {name!r} has a prepared delta but no txid"
             raise self._bad(msg)
         self._ahead = record
+        counts = {"prepared": n_prepared}
         return NamespaceBlock(
             name,
             committed_txid,
             prepared_txid,
             prepared,
-            self._committed(name, committed_txid, prepared_txid, n_prepared),
+            self._committed(name, counts),
+            self._expiries(name, committed_txid, prepared_txid, committed_time, counts),
+            committed_time,
         )
 
-    def _committed(
-        self, name: str, committed_txid: int | None, prepared_txid: int | None, n_prepared: int
-    ) -> Iterator[tuple[bytes, bytes]]:
+    def _committed(self, name: str, counts: dict[str, int]) -> Iterator[tuple[bytes, bytes]]:
         n_committed = 0
         while True:
             record = self._next()
@@ -453,14 +494,61 @@ class StateFileReader:
                 assert payload is not None  # noqa: S101 - checked by _entries_of
                 n_committed += 1
                 yield key, payload
-        if record != ["end", name, n_committed, n_prepared]:
-            msg = (
-                f"corrupt: namespace {name!r} ends with {_short(record)}, expected "
-                f"['end', {name!r}, {n_committed}, {n_prepared}]"
-            )
+        self._ahead = record
+        counts["committed"] = n_committed
+
+    def _expiries(
+        self,
+        name: str,
+        committed_txid: int | None,
+        prepared_txid: int | None,
+        committed_time: int | None,
+        counts: dict[str, int],
+    ) -> Iterator[tuple[bytes, int]]:
+        if "committed" not in counts:
+            msg = f"namespace {name!r}: its expiries are read after its committed map"
+            raise StateToolError(msg)
+        n_expiries = 0
+        while True:
+            record = self._next()
+            if record[0] != "expiries" or self._version == 1:
+                break
+            for key, at_ms in self._expiries_of(record, name):
+                n_expiries += 1
+                yield key, at_ms
+        n_committed, n_prepared = counts["committed"], counts["prepared"]
+        end = ["end", name, n_committed, n_prepared]
+        if self._version > 1:
+            end.append(n_expiries)
+        if record != end:
+            msg = f"corrupt: namespace {name!r} ends with {_short(record)}, expected {end!r}"
             raise self._bad(msg)
         self._entries += n_committed + n_prepared
-        self._closed = NamespaceInfo(name, committed_txid, prepared_txid, n_committed, n_prepared)
+        self._closed = NamespaceInfo(
+            name,
+            committed_txid,
+            prepared_txid,
+            n_committed,
+            n_prepared,
+            n_expiries,
+            committed_time,
+        )
+
+    def _expiries_of(self, record: list[Any], name: str) -> Iterator[tuple[bytes, int]]:
+        entries = record[1] if len(record) == 2 else None
+        if not isinstance(entries, list):
+            msg = f"corrupt: an expiries record of {name!r} holds no entry list"
+            raise self._bad(msg)
+        for entry in entries:
+            if (
+                not isinstance(entry, list)
+                or len(entry) != 2
+                or not isinstance(entry[0], bytes)
+                or not _is_time(entry[1])
+            ):
+                msg = f"corrupt: an expiries entry of {name!r} is {_short(entry)}"
+                raise self._bad(msg)
+            yield entry[0], entry[1]
 
     def _entries_of(
         self, record: list[Any], name: str, tombstones: bool

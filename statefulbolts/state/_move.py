@@ -1,9 +1,11 @@
 """Export a topology's committed state to a file, and import it into any provider.
 
 What moves is everything a restart reads, exactly as stored: every namespace under the
-topology's prefix (``T/`` or ``$transactional/<id>/``) with its committed map and txid and its
-prepared delta and txid. So the checkpoint spout's saved txid and phase (and the manifest of the
-transaction it was deciding) travel with the task states, and a topology stopped in COMMITTING
+topology's prefix (``T/`` or ``$transactional/<id>/``) with its committed map and txid, its
+prepared delta and txid, and its state TTL (each committed key's expiry and the last committed
+transaction's timestamp), so an imported key expires exactly when it would have. So the
+checkpoint spout's saved txid and phase (and the manifest of the transaction it was deciding)
+travel with the task states, and a topology stopped in COMMITTING
 rolls that transaction forward after the move as it would have before.
 
 ``import_state`` steps:
@@ -138,7 +140,14 @@ def _write(conf: Mapping[str, Any], scope: Scope, names: list[str], stream: Any)
     writer = StateFileWriter(stream, header)
     for name, state in zip(names, states, strict=True):
         before = state.stored_txids()
-        writer.namespace(name, *before, state.scan_prepared(), state.scan_committed())
+        writer.namespace(
+            name,
+            *before,
+            state.scan_prepared(),
+            state.scan_committed(),
+            state.scan_expiries(),
+            state.committed_time(),
+        )
         after = state.stored_txids()
         if after != before:
             msg = (
@@ -232,7 +241,12 @@ def import_state(
                 raise StateFileError(msg)
             state = image_state(conf, block.name)
             state.replace_stored(
-                block.committed_txid, block.committed, block.prepared_txid, block.prepared
+                block.committed_txid,
+                block.committed,
+                block.prepared_txid,
+                block.prepared,
+                expiries=block.expiries,
+                committed_time=block.committed_time,
             )
             location = location or state.location
     if reader.info is None or reader.info.sha256 != info.sha256:

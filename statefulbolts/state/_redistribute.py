@@ -18,6 +18,13 @@ Which step is under way is the caller's to record (``recovery.evolve`` keeps it 
 shape). Entries move as the store holds them (the serializers' bytes), unless a migration
 hook rewrites them (``Transform``).
 
+State TTL moves with the entries: a key's expiry (``KeyValueState.scan_expiries``, an
+absolute time in ms) goes to the target its key goes to, so a moved key expires exactly when it
+would have where it was, and each target keeps the sources' last committed transaction's
+timestamp (``committed_time``, the latest of them), at which offline readers judge expiry. A
+per-key migration hook's entry keeps the expiry of the key it was made from; a whole-state
+hook's entry the expiry its key had, if any (the component's expiries are then held in memory).
+
 A routing rule may refuse an entry it cannot place (``LayoutError``): a key that is not in the
 task its source's layout says it should be, two sources holding the same key. Refusals happen
 while staging, before any target is written.
@@ -116,8 +123,8 @@ class Stage:
 class _Spill:
     """One target's entries on local disk, as a msgpack stream of ``[key bytes, payload]``."""
 
-    def __init__(self, directory: str, task: int) -> None:
-        self.path = os.path.join(directory, f"target-{task}.msgpack")
+    def __init__(self, directory: str, task: int, kind: str = "entries") -> None:
+        self.path = os.path.join(directory, f"target-{task}-{kind}.msgpack")
         self._file: BinaryIO = open(self.path, "wb")  # noqa: SIM115 - closed in close()
         self._packer = msgpack.Packer(use_bin_type=True)
         self._buffer: list[bytes] = []
@@ -140,6 +147,31 @@ class _Spill:
         with open(self.path, "rb") as f:
             for ekey, payload in msgpack.Unpacker(f, raw=False, use_list=False):
                 yield bytes(ekey), bytes(payload)
+
+
+class _ExpirySpill(_Spill):
+    """One target's key expiries on local disk: ``[key bytes, expiry ms]``."""
+
+    def __init__(self, directory: str, task: int) -> None:
+        super().__init__(directory, task, "expiries")
+
+    def add_expiry(self, ekey: bytes, at_ms: int) -> None:
+        self._buffer.append(self._packer.pack([ekey, int(at_ms)]))
+        self.count += 1
+        if len(self._buffer) >= _SPILL_BATCH:
+            self._file.write(b"".join(self._buffer))
+            self._buffer = []
+
+    def read_expiries(self) -> Iterator[tuple[bytes, int]]:
+        with open(self.path, "rb") as f:
+            for ekey, at_ms in msgpack.Unpacker(f, raw=False, use_list=False):
+                yield bytes(ekey), int(at_ms)
+
+
+def _latest_time(states: Sequence[tuple[int, KeyValueState]]) -> int | None:
+    """The latest ``committed_time`` of the sources (``None``: none has one)."""
+    times = [t for _, state in states if (t := state.committed_time()) is not None]
+    return max(times) if times else None
 
 
 def _serializers(conf: Mapping[str, Any], system: bool) -> tuple[Serializer, Serializer]:
@@ -175,7 +207,8 @@ def stage(
     routed to one target twice is refused. ``transform`` rewrites each entry, ``whole`` the
     component's entries all together (a migration hook); ``skip`` leaves some keys to the
     caller, which ``extra`` then adds per target, already decoded (a transactional map's
-    record). ``label`` names the component in messages.
+    record). ``label`` names the component in messages. Each entry's expiry goes with it, and
+    every target gets the sources' latest ``committed_time`` (see the module docstring).
 
     Raises:
         LayoutError: an entry cannot be placed (from ``rule``), or a key twice with ``unique``.
@@ -194,9 +227,11 @@ def stage(
             )
             raise StateToolError(msg)
     rewrite = transform is not None or whole is not None
+    committed_time = _latest_time(states)
     seen: dict[int, set[bytes]] = {task: set() for task in targets}
     with tempfile.TemporaryDirectory(prefix="statefulbolts-evolve-") as directory:
         spills = {task: _Spill(directory, task) for task in targets}
+        expiring = {task: _ExpirySpill(directory, task) for task in targets}
         try:
 
             def put(task: int, ekey: bytes, payload: bytes, key: Any) -> None:
@@ -211,12 +246,13 @@ def stage(
                     bucket.add(ekey)
                 spills[task].add(ekey, payload)
 
-            def place(source_task: int, key: Any, ekey: bytes, payload: bytes) -> None:
-                for task in rule(source_task, key):
+            def routed(source_task: int, key: Any) -> Sequence[int]:
+                tasks = rule(source_task, key)
+                for task in tasks:
                     if task not in spills:
                         msg = f"{label}: key {key!r} routed to task {task}, not a target"
                         raise LayoutError(msg)
-                    put(task, ekey, payload, key)
+                return tasks
 
             if not rewrite:
                 for task, state in states:
@@ -226,22 +262,45 @@ def stage(
                             continue
                         if check is not None:
                             check(task, key)
-                        place(task, key, ekey, payload)
+                        for to in routed(task, key):
+                            put(to, ekey, payload, key)
+                    # An expiry follows its key (the same rule, so the same targets); one of a
+                    # key no longer committed is dropped by replace_stored.
+                    for ekey, at_ms in state.scan_expiries():
+                        key = state.decode_key(ekey) if decode_keys or skip else None
+                        if skip is not None and skip(key):
+                            continue
+                        for to in routed(task, key):
+                            expiring[to].add_expiry(ekey, at_ms)
             else:
-                for task, key, value in _rewritten(states, transform, whole, skip, check):
+                expiries = {ekey: at for _, state in states for ekey, at in state.scan_expiries()}
+                for task, key, value, source_ekey in _rewritten(
+                    states, transform, whole, skip, check
+                ):
                     ekey = keys_codec.serialize(key)
                     payload = encode_value(values_codec, label, key, value)
-                    place(task, key, ekey, payload)
+                    expiry = expiries.get(ekey if source_ekey is None else source_ekey)
+                    for to in routed(task, key):
+                        put(to, ekey, payload, key)
+                        if expiry is not None:
+                            expiring[to].add_expiry(ekey, expiry)
             if extra is not None:
                 for task, entries in extra().items():
                     for key, value in entries:
                         put(task, keys_codec.serialize(key), values_codec.serialize(value), key)
         finally:
-            for spill in spills.values():
+            for spill in [*spills.values(), *expiring.values()]:
                 spill.close()
         for task, ns in targets.items():
             target = open_image(conf, ns, system)
-            target.replace_stored(committed_txid, spills[task].read(), None, {})
+            target.replace_stored(
+                committed_txid,
+                spills[task].read(),
+                None,
+                {},
+                expiries=expiring[task].read_expiries(),
+                committed_time=committed_time,
+            )
         return Stage({task: spill.count for task, spill in spills.items()}, dict(targets))
 
 
@@ -251,10 +310,13 @@ def _rewritten(
     whole: WholeTransform | None,
     skip: Callable[[Any], bool] | None,
     check: EntryCheck | None,
-) -> Iterator[tuple[int, Any, Any]]:
-    """Decoded ``(source task, key, value)`` after the migration hook (task -1: from ``whole``)."""
+) -> Iterator[tuple[int, Any, Any, bytes | None]]:
+    """Decoded ``(source task, key, value, source key bytes)`` after the migration hook.
 
-    def entries() -> Iterator[tuple[int, Any, Any]]:
+    From ``whole``: source task -1 and no source key (no entry comes from one in particular).
+    """
+
+    def entries() -> Iterator[tuple[int, Any, Any, bytes]]:
         for task, state in states:
             for ekey, payload in state.scan_committed():
                 key = state.decode_key(ekey)
@@ -262,29 +324,35 @@ def _rewritten(
                     continue
                 if check is not None:
                     check(task, key)
-                yield task, key, state.decode_value(payload)
+                yield task, key, state.decode_value(payload), ekey
 
     if whole is not None:
-        for key, value in whole((k, v) for _, k, v in entries()):
-            yield -1, key, value
+        for key, value in whole((k, v) for _, k, v, _ in entries()):
+            yield -1, key, value, None
         return
     assert transform is not None  # noqa: S101 - the caller gave one of the two
-    for task, key, value in entries():
+    for task, key, value, ekey in entries():
         out = transform(key, value)
         if out is not None:
-            yield task, out[0], out[1]
+            yield task, out[0], out[1], ekey
 
 
 def swap(conf: Mapping[str, Any], *, system: bool, staging: str, target: str) -> None:
     """Step 2, for one target: replace ``target`` by the image of ``staging``.
 
-    Doing it again gives the same result, as long as ``staging`` is intact: empty the staging
+    The image includes the keys' expiries and the committed transaction's timestamp. Doing it
+    again gives the same result, as long as ``staging`` is intact: empty the staging
     namespaces (``empty``) only after every target was swapped.
     """
     staged = open_image(conf, staging, system)
     committed_txid, _ = staged.stored_txids()
     open_image(conf, target, system).replace_stored(
-        committed_txid, staged.scan_committed(), None, {}
+        committed_txid,
+        staged.scan_committed(),
+        None,
+        {},
+        expiries=staged.scan_expiries(),
+        committed_time=staged.committed_time(),
     )
 
 

@@ -130,12 +130,20 @@ class Scope:
     def is_system(self, namespace: str) -> bool:
         """Whether ``namespace`` holds the framework's records (plain msgpack), not a bolt's.
 
-        Everything of a transactional id; in a topology, every namespace whose first name
-        after the prefix starts with "$" (the checkpoint spout's, and any later record).
+        Everything of a transactional id; in a topology, every namespace with a name after
+        the prefix that starts with "$": the framework's records (``T/$checkpointspout-0``,
+        ``T/$window/...``) and a task's own (its timers, ``T/<component>-<task>/$timers``),
+        all plain msgpack whatever the bolt's serializers.
+
+        Example:
+            >>> wc = Scope.named("topology", "wc")
+            >>> [wc.is_system(n) for n in ("wc/count-0", "wc/count-0/$timers", "wc/$shape")]
+            [False, True, True]
         """
         if self.kind == "transactional":
             return True
-        return namespace[len(self.prefix) :].startswith(RECORD_MARK)
+        rest = namespace[len(self.prefix) :]
+        return any(part.startswith(RECORD_MARK) for part in rest.split("/"))
 
 
 @dataclass(frozen=True)

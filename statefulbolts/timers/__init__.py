@@ -27,7 +27,15 @@ Example:
 
 from statefulbolts.timers._bolt import TimerBolt, TimerOutputCollector, attach_timers, uses_timers
 from statefulbolts.timers._errors import TimerArgumentError, TimerError, TimerNotReadyError
-from statefulbolts.timers._service import StoredTimer, TimeDomain, TimerService, stored_timers
+from statefulbolts.timers._service import (
+    StoredTimer,
+    TimeDomain,
+    TimerService,
+    stored_timers,
+    stored_watermark,
+    timer_of_entry,
+    timer_records,
+)
 
 __all__ = [
     "StoredTimer",
@@ -40,5 +48,8 @@ __all__ = [
     "TimerService",
     "attach_timers",
     "stored_timers",
+    "stored_watermark",
+    "timer_of_entry",
+    "timer_records",
     "uses_timers",
 ]

@@ -61,7 +61,15 @@ import msgpack
 from providers import KeyValueState, StateSerializationError
 from statefulbolts.timers._errors import TimerArgumentError, TimerNotReadyError
 
-__all__ = ["StoredTimer", "TimeDomain", "TimerService", "stored_timers"]
+__all__ = [
+    "StoredTimer",
+    "TimeDomain",
+    "TimerService",
+    "stored_timers",
+    "stored_watermark",
+    "timer_of_entry",
+    "timer_records",
+]
 
 
 class TimeDomain(enum.StrEnum):
@@ -100,6 +108,43 @@ def _as_timer(stored_key: Any) -> StoredTimer | None:
     if isinstance(stored_key, list) and len(stored_key) == 3 and stored_key[0] in _DOMAIN:
         return _DOMAIN[stored_key[0]], stored_key[1], stored_key[2]
     return None
+
+
+def timer_of_entry(stored_key: Any) -> StoredTimer | None:
+    """The timer a stored key of a timers state is; ``None`` for the service's own records.
+
+    For tools that move a task's timers (``recovery.evolve``): the stored form stays here.
+
+    Example:
+        >>> timer_of_entry(["e", 500, "ann"]), timer_of_entry("watermark")
+        ((<TimeDomain.EVENT_TIME: 'event'>, 500, 'ann'), None)
+    """
+    return _as_timer(stored_key)
+
+
+def stored_watermark(state: KeyValueState) -> Number | None:
+    """The committed event-time watermark of a timers state (``None``: never advanced)."""
+    return state.get_committed(_WATERMARK)
+
+
+def timer_records(
+    bounds: dict[TimeDomain, Number], watermark: Number | None
+) -> list[tuple[Any, Any]]:
+    """The service's own records for a state whose timers start at ``bounds`` per domain.
+
+    ``bounds`` maps a domain to a time no later than its earliest timer (a domain without
+    timers is left out); ``watermark`` is the event-time watermark (``None``: none yet).
+
+    Example:
+        >>> timer_records({TimeDomain.PROCESSING_TIME: 2000}, 700)
+        [('next:p', 2000), ('watermark', 700)]
+    """
+    records: list[tuple[Any, Any]] = [
+        (_BOUND[d], at) for d in TimeDomain if (at := bounds.get(d)) is not None
+    ]
+    if watermark is not None:
+        records.append((_WATERMARK, watermark))
+    return records
 
 
 def _in_order(timers: list[StoredTimer]) -> list[StoredTimer]:

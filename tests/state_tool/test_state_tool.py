@@ -665,14 +665,14 @@ def test_a_damaged_file_is_a_clear_error_and_imports_nothing(
         ),
         "a record lost": (
             data[:chunk_at] + data[next_at:],
-            "corrupt: namespace 'wc/count-0' ends with ['end', 'wc/count-0', 4, 3], expected "
-            "['end', 'wc/count-0', 4, 0]",
+            "corrupt: namespace 'wc/count-0' ends with ['end', 'wc/count-0', 4, 3, 0], expected "
+            "['end', 'wc/count-0', 4, 0, 0]",
         ),
         "bytes after the trailer": (data + b"\x00", "corrupt: bytes follow the trailer"),
-        "version 2": (
-            _reframe(data, {**header, "version": 2}),
-            "(record 1 at byte 8): format version 2, and this statefulbolts reads version 1 "
-            "only; a newer statefulbolts wrote it",
+        "version 3": (
+            _reframe(data, {**header, "version": 3}),
+            "(record 1 at byte 8): format version 3, and this statefulbolts reads versions 1 "
+            "and 2; a newer statefulbolts wrote it",
         ),
     }
     dst_conf = conf_file(tmp_path, dst)
