@@ -351,12 +351,28 @@ def test_spark_says_nothing_by_default(word_count_run: subprocess.CompletedProce
     ]
 
 
+@pytest.fixture(scope="module")
+def idle_ui_run(
+    script: Path, tmp_path_factory: pytest.TempPathFactory
+) -> subprocess.CompletedProcess[str]:
+    """``statefulbolts run tiny:TOPOLOGY --ui --exit-when-idle --json --spark-log info``.
+
+    One driver (one Spark start) for two tests that read different streams of it: the log flag's
+    (stderr, where Spark logs) and the exit-when-idle one's (the JSON events on stdout).
+    """
+    folder = tmp_path_factory.mktemp("idle-ui")
+    write_module(folder, "tiny", "from examples.wordcount import build\n\nTOPOLOGY = build(5)\n")
+    return statefulbolts(
+        script, "run", "tiny:TOPOLOGY", "--ui", "--exit-when-idle", "--json",
+        "--spark-log", "info", cwd=folder, timeout=600,
+    )  # fmt: skip
+
+
 @pytest.mark.spark
-def test_spark_log_flag_shows_sparks_own_lines(script: Path, tmp_path: Path) -> None:
-    write_module(tmp_path, "tiny", "from examples.wordcount import build\n\nTOPOLOGY = build(5)\n")
-    done = statefulbolts(
-        script, "run", "tiny:TOPOLOGY", "--spark-log", "info", cwd=tmp_path, timeout=600
-    )
+def test_spark_log_flag_shows_sparks_own_lines(
+    idle_ui_run: subprocess.CompletedProcess[str],
+) -> None:
+    done = idle_ui_run
     assert done.returncode == 0, done.stderr
     assert " INFO SparkContext: Running Spark version " in done.stderr
     assert "Setting default log level" not in done.stderr
@@ -404,12 +420,10 @@ def test_the_dashboard_stays_up_after_idle_until_ctrl_c(script: Path, tmp_path: 
 
 
 @pytest.mark.spark
-def test_exit_when_idle_exits_with_the_dashboard(script: Path, tmp_path: Path) -> None:
-    write_module(tmp_path, "tiny", "from examples.wordcount import build\n\nTOPOLOGY = build(5)\n")
-    done = statefulbolts(
-        script, "run", "tiny:TOPOLOGY", "--ui", "--exit-when-idle", "--json",
-        cwd=tmp_path, timeout=600,
-    )  # fmt: skip
+def test_exit_when_idle_exits_with_the_dashboard(
+    idle_ui_run: subprocess.CompletedProcess[str],
+) -> None:
+    done = idle_ui_run
     assert done.returncode == 0, done.stderr
     events = [json.loads(line)["event"] for line in done.stdout.splitlines()]
     assert events[0] == "dashboard" and events[-1] == "done" and "idle" not in events
