@@ -32,9 +32,7 @@ from statefulbolts.components import (
 from statefulbolts.errors import TopologyError
 from statefulbolts.streams import GlobalStreamId, Grouping, GroupingKind, InputSpec
 from statefulbolts.tuples import DEFAULT_STREAM, Fields
-from statefulbolts.windowing._bolt import BaseWindowedBolt
-from statefulbolts.windowing._errors import WindowConfigError
-from statefulbolts.windowing._executor import WindowedBoltExecutor
+from statefulbolts.windowing import BaseWindowedBolt, WindowConfigError, WindowedBoltExecutor
 
 CHECKPOINT_STREAM_ID = "$checkpoint"
 CHECKPOINT_COMPONENT_ID = "$checkpointspout"
