@@ -9,7 +9,7 @@
 It takes about 2 to 3 minutes with the defaults on 2 cores (a rate the topology cannot keep up
 with drains its backlog before the next rate starts), about 70 s for ``--rates 1000,10000``.
 
-A ``PacedSpout`` emits one Zipf sentence (``bench/zipf.py``: 10 words over ``--vocab`` words,
+A ``PacedSpout`` emits one Zipf sentence (``examples/zipf.py``: 10 words over ``--vocab`` words,
 the word count bench's corpus, cycled) per ``next_tuple`` while it is behind a wall-clock
 schedule of ``rate`` tuples/s, each anchored with its index as message id, into the stateful
 word count (split -> count, ``--parallelism`` tasks each) with a 100 ms checkpoint interval on
@@ -73,9 +73,9 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.zipf import zipf_sentences  # noqa: E402
 from examples.corpus import words  # noqa: E402
 from examples.wordcount import SplitSentence, WordCount  # noqa: E402
+from examples.zipf import zipf_sentences  # noqa: E402
 from statefulbolts import Fields, Spout, StormTopology, TopologyBuilder  # noqa: E402
 
 # The live spouts of this driver, by key. A spout given to a topology is copied (cloudpickle)

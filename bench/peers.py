@@ -6,7 +6,7 @@
 
 It takes about 40 s plus 25 s per ``--repeat`` round on 2 cores.
 
-Systems, all over ``bench/zipf.py``'s seeded corpus (10-word sentences), on this machine:
+Systems, all over ``examples/zipf.py``'s seeded corpus (10-word sentences), on this machine:
 
 - ``same_shape``: the plain PySpark job of the topology's shape (split, partition by word,
   count per partition, no map-side combine), ``bench/wordcount.py``'s baseline, on a warm
@@ -52,8 +52,8 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.zipf import zipf_sentences  # noqa: E402
 from examples.corpus import words  # noqa: E402
+from examples.zipf import zipf_sentences  # noqa: E402
 
 COUNT_STEP = "count"
 

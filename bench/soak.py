@@ -12,7 +12,7 @@ A paced spout (``bench/latency.py``'s ``PacedSpout``) emits ``--rate`` Zipf sent
 (10 words each, over ``--vocab`` words: with a 1M vocabulary most words are rare, so the
 state keeps gaining keys through the run, about 0.9M by the end of 30 minutes at 2,000/s) into
 the stateful word count (split -> count) on ``local[2]`` with in-memory state by default. The
-sentences are generated as the spout goes (same draws as ``bench/zipf.py``'s generator, chunk
+sentences are generated as the spout goes (same draws as ``examples/zipf.py``'s generator, chunk
 by chunk), never held whole; a tuple's latency is kept only until its sample is taken.
 
 Every ``--sample-secs`` the script samples, with psutil, the RSS (and USS, the pages only that
@@ -45,7 +45,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench import zipf  # noqa: E402
+from examples import zipf  # noqa: E402
 from examples.corpus import words  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -54,7 +54,7 @@ KINDS = ("driver", "jvm", "daemon", "workers")
 
 # ----------------------------------------------------------------------------- the input
 def vocabulary(size: int, seed: int = 0) -> list[str]:
-    """``size`` distinct pseudo-words; ``bench.zipf.vocabulary`` up to two syllables.
+    """``size`` distinct pseudo-words; ``examples.zipf.vocabulary`` up to two syllables.
 
     ``zipf.vocabulary`` builds every word of the next syllable count as a list: three
     syllables are 714**3 (364M) strings, so for more than its 510,510 two-syllable words this

@@ -9,7 +9,7 @@
 The input is ``bench/wordcount.py``'s: the same sentences (Zipf over ``--vocab`` words, 10,000
 by default; ``--vocab 0``: the examples' 94-word corpus), read by a partitioned transactional
 spout whose meta is a range of sentence numbers. Each Spark worker makes the Zipf corpus once
-(``bench.zipf.cached_corpus``), so the batches are not shipped from the driver. Two shapes
+(``examples.zipf.cached_corpus``), so the batches are not shipped from the driver. Two shapes
 (``--shape``): "tuples", where ``split`` emits a tuple per word and a batch bolt counts each
 batch's words after a fields grouping on the word; and "combine", where one batch bolt splits
 and counts (the map-side combine ``reduceByKey`` does), so only per-batch counts cross the
@@ -35,8 +35,8 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.wordcount import baseline, corpus_for  # noqa: E402
-from bench.zipf import cached_corpus  # noqa: E402
 from examples.corpus import sentence, words  # noqa: E402
+from examples.zipf import cached_corpus  # noqa: E402
 from statefulbolts import (  # noqa: E402
     BaseTransactionalBolt,
     BasicBolt,

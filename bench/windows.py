@@ -3,7 +3,7 @@
     python bench/windows.py                        # 1,000,000 words, Zipf over 10,000 words
     python bench/windows.py --words 100000 --repeat 3 --json windows.json --plot windows.png
 
-The input is ``examples.trending_words``' (``bench/zipf.py``'s Zipf words, each a record with an
+The input is ``examples.trending_words``' (``examples/zipf.py``'s Zipf words, each a record with an
 event time spread evenly over ``--minutes`` simulated minutes, 5 % of them up to 20 s out of
 order), and every system computes the same windows: per word, the count in every 10-minute
 window sliding every minute (event time; a window ending at ``E`` holds ``E - 10 min <= ts <

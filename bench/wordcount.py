@@ -10,7 +10,7 @@
     python bench/wordcount.py --state-keys 10000000 --max-spout-pending 10000 --interval 100
                                                      # per-transaction cost over 10M keys
 
-The input is ``bench/zipf.py``'s seeded Zipf corpus: 10-word sentences over ``--vocab``
+The input is ``examples/zipf.py``'s seeded Zipf corpus: 10-word sentences over ``--vocab``
 pseudo-words whose frequencies follow Zipf's law, as real text does. Two baselines run on the
 same local[2] SparkSession after a warm-up, over the same sentences: ``baseline`` (split,
 ``reduceByKey``: Spark's best, with its map-side combine) and ``same_shape`` (split, partition
@@ -49,9 +49,9 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench import _state  # noqa: E402
-from bench.zipf import zipf_sentences  # noqa: E402
 from examples.corpus import sentence, words  # noqa: E402
 from examples.wordcount import SentenceSpout, SplitSentence, WordCount  # noqa: E402
+from examples.zipf import zipf_sentences  # noqa: E402
 from statefulbolts import BasicBolt, Fields, StormTopology, TopologyBuilder  # noqa: E402
 
 

@@ -547,6 +547,6 @@ def _print_summary(found: dict[str, Any], closed: Mapping[Any, Any]) -> None:
 if __name__ == "__main__":
     # Run from the package's module, not __main__: the spout finds its source in the class the
     # topology's copies refer to.
-    from examples.sessions import main as _main
+    import importlib
 
-    sys.exit(_main())
+    sys.exit(importlib.import_module(__spec__.name).main())

@@ -6,7 +6,7 @@ Run it::
     python -m examples.trending_words --records 20000 --minutes 60 --top 5 --json
     python -m examples.trending_words --conf examples/conf/redis.json
 
-The input is synthetic but shaped like a real feed: words drawn from ``bench/zipf.py``'s Zipf
+The input is synthetic but shaped like a real feed: words drawn from ``examples/zipf.py``'s Zipf
 vocabulary, each record ``(id, word, ts)`` stamped with an event time spread evenly over
 ``--minutes`` of simulated time (starting 2024-01-01 00:00 UTC). Some records come out of order
 (``--disorder`` of them, up to 20 s behind the newest, within the lag), and ``--late`` records
@@ -148,7 +148,7 @@ def make_input(
             f"late={late}"
         )
         raise ValueError(msg)
-    from bench.zipf import zipf_sentences
+    from .zipf import zipf_sentences
 
     drawn = " ".join(zipf_sentences(-(-(records + late) // 10), vocab, seed)).split()
     rng = random.Random(f"trending/{seed}")
@@ -579,6 +579,6 @@ def _print_summary(found: dict[str, Any], top: int) -> None:
 if __name__ == "__main__":
     # Run from the package's module, not __main__: the spout finds its feed in the class the
     # topology's copies refer to.
-    from examples.trending_words import main as _main
+    import importlib
 
-    sys.exit(_main())
+    sys.exit(importlib.import_module(__spec__.name).main())
