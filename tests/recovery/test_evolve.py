@@ -9,18 +9,13 @@ Stores: the in-memory provider, a real SQLite file and a real redis-server.
 
 from __future__ import annotations
 
-import json
-from collections.abc import Iterator, Mapping
-from pathlib import Path
+from collections.abc import Mapping
 from typing import Any
 
 import pytest
 
 from checkpoint import TX_STATE_KEY, CheckPointState, TxPhase
 from providers import (
-    STATE_PROVIDER_CONFIG_KEY,
-    STATE_PROVIDER_KEY,
-    InMemoryKeyValueStateProvider,
     KeyValueState,
     StateFactory,
     StateLostError,
@@ -47,33 +42,6 @@ WORDS = [f"word{i}" for i in range(300)]
 GROUPS = KeyGroups(128)
 
 
-@pytest.fixture(params=["memory", "sqlite", pytest.param("redis", marks=pytest.mark.redis)])
-def conf(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[dict[str, Any]]:
-    InMemoryKeyValueStateProvider.drop()
-    if request.param == "memory":
-        made: dict[str, Any] = {}
-    elif request.param == "sqlite":
-        made = {
-            STATE_PROVIDER_KEY: "sqlite_state.SqliteKeyValueStateProvider",
-            STATE_PROVIDER_CONFIG_KEY: json.dumps({"path": str(tmp_path / "state.db")}),
-        }
-    else:
-        server = request.getfixturevalue("redis_db")
-        pool = {"host": "127.0.0.1", "port": server.port}
-        made = {
-            STATE_PROVIDER_KEY: "providers.redis.RedisKeyValueStateProvider",
-            STATE_PROVIDER_CONFIG_KEY: json.dumps({"jedisPoolConfig": pool}),
-        }
-    yield made
-    InMemoryKeyValueStateProvider.drop()
-    from providers import load_module
-
-    sqlite_state = load_module("sqlite_state")
-
-    from providers.redis import reset_clients
-
-    reset_clients()
-    sqlite_state.close_connections()
 
 
 # ---------------------------------------------------------------- leaving state behind

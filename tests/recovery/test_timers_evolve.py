@@ -10,18 +10,13 @@ moved key expires. Stores: the in-memory provider, a real SQLite file, a real re
 
 from __future__ import annotations
 
-import json
-from collections.abc import Iterator, Mapping
-from pathlib import Path
+from collections.abc import Mapping
 from typing import Any
 
 import pytest
 
 from checkpoint import TX_STATE_KEY, CheckPointState, TxPhase
 from providers import (
-    STATE_PROVIDER_CONFIG_KEY,
-    STATE_PROVIDER_KEY,
-    InMemoryKeyValueStateProvider,
     KeyValueState,
     StateFactory,
     StateTtl,
@@ -54,30 +49,6 @@ P, E = TimeDomain.PROCESSING_TIME, TimeDomain.EVENT_TIME
 TX = 100  # the txid the topology stopped at (each key was written in a transaction before)
 
 
-@pytest.fixture(params=["memory", "sqlite", pytest.param("redis", marks=pytest.mark.redis)])
-def conf(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[dict[str, Any]]:
-    InMemoryKeyValueStateProvider.drop()
-    if request.param == "memory":
-        made: dict[str, Any] = {}
-    elif request.param == "sqlite":
-        made = {
-            STATE_PROVIDER_KEY: "sqlite_state.SqliteKeyValueStateProvider",
-            STATE_PROVIDER_CONFIG_KEY: json.dumps({"path": str(tmp_path / "state.db")}),
-        }
-    else:
-        server = request.getfixturevalue("redis_db")
-        pool = {"host": "127.0.0.1", "port": server.port}
-        made = {
-            STATE_PROVIDER_KEY: "providers.redis.RedisKeyValueStateProvider",
-            STATE_PROVIDER_CONFIG_KEY: json.dumps({"jedisPoolConfig": pool}),
-        }
-    yield made
-    InMemoryKeyValueStateProvider.drop()
-    from providers import load_module
-    from providers.redis import reset_clients
-
-    reset_clients()
-    load_module("sqlite_state").close_connections()
 
 
 def kv(conf: Mapping[str, Any], namespace: str, system: bool = False) -> KeyValueState:
