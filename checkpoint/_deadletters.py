@@ -259,6 +259,11 @@ class CheckpointDeadLetters(PoisonDesk):
         failing = error.failing
         root = failing.root if failing is not None else None
         why = why_not_poison(error.types, root, failing.trees if failing else 0, "spout tuple")
+        if failing is None and error.raised_in is not None and why is not None:
+            why = (
+                "a timer is not dead-lettered: it stays registered, and fires again once the "
+                "topology runs fixed code"
+            )
         if why is not None or failing is None:
             return Verdict(False, why)
         live = self._ledger.live.get(failing.root)

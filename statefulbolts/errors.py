@@ -39,6 +39,8 @@ from providers.errors import (
 )
 
 __all__ = [
+    "mark_raised_in",
+    "raised_in",
     "CheckpointError",
     "ConfigError",
     "DeadLetterError",
@@ -154,3 +156,29 @@ class TopologyFailedError(StatefulBoltsError, RuntimeError):
 
 class TaskFailedError(TopologyFailedError):
     """A task's user code raised inside a Spark worker."""
+
+
+# The attribute ``mark_raised_in`` sets on an exception.
+_RAISED_IN = "_statefulbolts_raised_in"
+
+
+def mark_raised_in(exc: BaseException, where: str) -> None:
+    """Say on ``exc`` which framework callback it came out of (``on_timer of key 'a' ...``).
+
+    The innermost callback wins: a mark already there stays. A task that fails with ``exc``
+    names ``where`` in its error (``TaskError.raised_in``), and the traceback shows it as a
+    note. An exception that takes no attributes only gets the note.
+    """
+    if raised_in(exc) is not None:
+        return
+    exc.add_note(f"raised in {where}")
+    try:
+        setattr(exc, _RAISED_IN, where)
+    except AttributeError:  # a class with __slots__ and no __dict__
+        pass
+
+
+def raised_in(exc: BaseException) -> str | None:
+    """The callback ``mark_raised_in`` named on ``exc``, or ``None``."""
+    where = getattr(exc, _RAISED_IN, None)
+    return where if isinstance(where, str) else None

@@ -36,7 +36,7 @@ from typing import Any
 import msgpack
 
 from providers import FATAL_STATE_ERRORS
-from statefulbolts.errors import TaskFailedError
+from statefulbolts.errors import TaskFailedError, raised_in
 
 __all__ = [
     "TEXT_CAP",
@@ -180,6 +180,8 @@ class TaskError:
     message: str
     # The data tuple being executed when the task raised; None outside ``execute``.
     failing: FailingTuple | None = None
+    # The framework callback it came out of (``on_timer of key ...``), if one said so.
+    raised_in: str | None = None
 
     @property
     def type_name(self) -> str:
@@ -200,7 +202,8 @@ class TaskError:
         if self.is_a(*FATAL_STATE_ERRORS):
             return f"{self.type_name}: {self.message}"
         who = self.user_class or f"component {self.component!r}"
-        return f"{who} raised {self.type_name}: {self.message}"
+        where = f" in {self.raised_in}" if self.raised_in else ""
+        return f"{who} raised {self.type_name}{where}: {self.message}"
 
 
 def encode_task_error(
@@ -216,7 +219,8 @@ def encode_task_error(
     ``failing``: the data tuple the task was executing, if it was executing one.
     """
     types = exception_types(exc)
-    error = TaskError(component, task, txid, user_class, types, str(exc))
+    where = raised_in(exc)
+    error = TaskError(component, task, txid, user_class, types, str(exc), raised_in=where)
     data: dict[str, Any] = {
         "component": component,
         "task": task,
@@ -227,6 +231,8 @@ def encode_task_error(
     }
     if failing is not None:
         data["tuple"] = failing.to_payload()
+    if where is not None:
+        data["raised_in"] = where
     token = base64.b64encode(json.dumps(data).encode("utf-8")).decode("ascii")
     msg = f"component {component!r} task {task} txid {txid}: {error.cause} [{_MARK} {token}]"
     return TaskFailedError(msg, component=component, task=task, txid=txid, cause=error.cause)
@@ -252,6 +258,7 @@ def decode_task_error(exc: BaseException) -> TaskError | None:
             types=tuple(str(t) for t in data["types"]),
             message=str(data["message"]),
             failing=None if failing is None else FailingTuple.from_payload(failing),
+            raised_in=None if data.get("raised_in") is None else str(data["raised_in"]),
         )
     except (binascii.Error, UnicodeDecodeError, ValueError, KeyError, TypeError):
         return None

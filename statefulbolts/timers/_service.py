@@ -28,6 +28,9 @@ When timers fire (the rules the tests check):
    waits for the next pass (the next transaction, or the next watermark), so a callback that
    registers its own time again cannot loop forever.
 4. A timer fires once: its entry is deleted in the transaction it fired in, before its callback.
+5. A callback that raises fails the transaction, which rolls the firing back: the timer stays
+   registered and fires again in the replay. The exception says which timer it came from
+   (``statefulbolts.errors.raised_in``), and so does the error that stops the topology.
 
 Example:
     >>> from providers import InMemoryKeyValueState
@@ -59,6 +62,7 @@ from typing import Any
 import msgpack
 
 from providers import KeyValueState, StateSerializationError
+from statefulbolts.errors import mark_raised_in
 from statefulbolts.timers._errors import TimerArgumentError, TimerNotReadyError
 
 __all__ = [
@@ -329,5 +333,9 @@ class TimerService:
             if state.delete(_entry(domain, at, key)) is None:
                 continue  # deleted by an earlier callback of this pass
             fired += 1
-            self._fire(key, at, domain)
+            try:
+                self._fire(key, at, domain)
+            except Exception as exc:
+                mark_raised_in(exc, f"on_timer of key {key!r} at {at} ms ({domain.value} time)")
+                raise
         return fired

@@ -8,7 +8,13 @@ import pickle
 import pytest
 
 from providers import StateBackendError, StateTransactionError
-from statefulbolts.errors import FailedException, TaskFailedError, TopologyFailedError
+from statefulbolts.errors import (
+    FailedException,
+    TaskFailedError,
+    TopologyFailedError,
+    mark_raised_in,
+    raised_in,
+)
 from statefulbolts.runtime._records import (
     AckLedger,
     Fails,
@@ -124,3 +130,21 @@ def test_a_store_error_is_not_blamed_on_the_user_s_class() -> None:
     failure = encode_task_error(ValueError("bad"), "count", 3, 7, "app.Count")
     error = decode_task_error(RuntimeError(f"Java says: {failure}"))
     assert error is not None and error.cause == "app.Count raised ValueError: bad"
+
+
+def test_the_callback_an_error_was_raised_in_travels_with_it_and_is_named_once() -> None:
+    exc = ValueError("no session")
+    mark_raised_in(exc, "on_timer of key 'bob' at 6000 ms (processing time)")
+    mark_raised_in(exc, "an outer callback")  # the innermost one named it first
+    assert raised_in(exc) == "on_timer of key 'bob' at 6000 ms (processing time)"
+    assert exc.__notes__ == ["raised in on_timer of key 'bob' at 6000 ms (processing time)"]
+    failure = encode_task_error(exc, "sessions", 3, 7, "app.Sessions")
+    error = decode_task_error(RuntimeError(f"py4j: {failure}"))
+    assert error is not None and error.raised_in == raised_in(exc)
+    assert error.cause == (
+        "app.Sessions raised ValueError in on_timer of key 'bob' at 6000 ms (processing time): "
+        "no session"
+    )
+    plain = decode_task_error(encode_task_error(ValueError("x"), "c", 1, 0, "app.C"))
+    assert plain is not None and plain.raised_in is None
+    assert plain.cause == "app.C raised ValueError: x"

@@ -13,6 +13,7 @@ pytest tests/timers; done``).
 from __future__ import annotations
 
 import os
+import time
 from collections import Counter
 from collections.abc import Iterator
 from typing import Any
@@ -25,6 +26,7 @@ from providers import StateFactory
 from recovery import stored_topologies
 from recovery.faults import KillPoint
 from statefulbolts import Fields, ManualClock, Spout, StatefulBolt, TopologyBuilder, is_tick_tuple
+from statefulbolts.errors import TopologyFailedError
 from statefulbolts.listeners import NoFaults
 from statefulbolts.namespaces import TaskNamespace, timers_namespace
 from statefulbolts.timers import TimeDomain, TimerBolt, stored_timers
@@ -38,6 +40,8 @@ FIRED: list[tuple[int, Any, Any, str, float]] = []
 # the events acked: committed, so a restarted spout does not send them again.
 CLOCK: list[ManualClock] = []
 ACKED: set[int] = set()
+# A key whose on_timer raises, while set (the poison-timer test).
+POISON: list[str] = []
 
 # (release at, stream, values), in release order: registrations, a cancel, two no-ops, two
 # watermarks.
@@ -77,10 +81,12 @@ def _fresh_log() -> Iterator[None]:
     FIRED.clear()
     CLOCK.clear()
     ACKED.clear()
+    POISON.clear()
     yield
     FIRED.clear()
     CLOCK.clear()
     ACKED.clear()
+    POISON.clear()
 
 
 class Schedule(Spout):
@@ -136,6 +142,9 @@ class Sessions(TimerBolt):
 
     def on_timer(self, key: Any, at_ms: Any, time_domain: TimeDomain, collector: Any) -> None:
         now = self.timers.current_processing_time()
+        if key in POISON:
+            msg = f"no session for {key}"
+            raise ValueError(msg)
         FIRED.append((self.task, key, at_ms, time_domain.value, now))
         name = f"{key}@{at_ms} {time_domain.value}"
         self.state.put(name, self.state.get(name, 0) + 1)
@@ -292,6 +301,67 @@ def test_a_failed_transaction_replays_the_same_timers_and_commits_them_once() ->
     assert replayed and {f[2] for f in replayed} == {4000 + 2000 * (txid - 2)}
     assert all(calls[f] == 2 for f in replayed)
     assert all(n == 1 for f, n in calls.items() if f not in replayed)
+
+
+def _registered(name: str) -> set[tuple[Any, Any, str]]:
+    """Every timer the committed state of ``name``'s sessions tasks holds."""
+    found = set()
+    for task in range(1 + SEED % 3):
+        own = str(TaskNamespace.of_topology(name, "sessions", task))
+        timers = StateFactory.get_system_state(timers_namespace(own), FAST)
+        found |= {(k, a, d.value) for d, a, k in stored_timers(timers)}  # type: ignore[arg-type]
+    return found
+
+
+def _retry_on_manual_time(runner: CheckpointRunner, clock: ManualClock) -> None:
+    """``await_idle``, moving ``clock`` on while the runner waits to retry a failed transaction.
+
+    Its retry waits for the runner's clock; a manual one moves only when told. Replays keep
+    their transaction's saved start time, so when the retries happen changes nothing they do.
+    """
+    deadline = time.monotonic() + 60
+    while not runner.done and time.monotonic() < deadline:
+        if runner.status()["recovering"]:
+            clock.advance(100)
+        time.sleep(0.01)
+    runner.await_idle(1)
+
+
+@pytest.mark.parametrize("policy", ["stop", "isolate"])
+def test_a_timer_whose_callback_raises_stops_the_topology_naming_it_and_stays_registered(
+    policy: str,
+) -> None:
+    # bob's on_timer raises: the transaction its timer fires in fails every attempt, under
+    # either dead-letter policy (a timer is not a tuple), until the retry budget stops the
+    # topology with an error that names the timer. Nothing of that transaction committed:
+    # the timer is still registered, and fixed code on the same store fires it once.
+    POISON.append("bob")
+    name = topo.new_key("timers-poison")
+    clock = ManualClock()
+    CLOCK.append(clock)
+    conf = {**FAST, "topology.deadletter.policy": policy, "topology.max.transaction.retries": 1}
+    first, _ = _runner(name, clock, conf=conf)
+    first.start()
+    with pytest.raises(TopologyFailedError) as caught:
+        _retry_on_manual_time(first, clock)
+    first.kill()
+    text = str(caught.value)
+    assert "Sessions raised ValueError in on_timer of key 'bob' at 6000 ms (processing time)" in (
+        text
+    )
+    assert "no session for bob" in text
+    assert ("a timer is not dead-lettered" in text) is (policy == "isolate")
+    assert ("bob", 6000, "processing") in _registered(name)
+    assert "bob@6000 processing" not in first.read_state("sessions")
+    assert not any(key == "bob" for _, key, *_ in FIRED)
+
+    POISON.clear()
+    second_clock = ManualClock(clock.now_ms())
+    CLOCK[0] = second_clock
+    second, _ = _runner(name, second_clock)
+    sessions, sink = _run(second)
+    _fired_once(sessions, sink)
+    assert _registered(name) == set()
 
 
 class _DriverDies(NoFaults):
