@@ -4,7 +4,8 @@
 ``make_tuple``, ``make_context`` and ``checkpoint_tuple`` build the inputs; ``ManualClock`` moves
 time by hand. ``RecordingStatefulBolt`` and ``RecordingState`` log hook and state calls into one
 list, and ``drive`` feeds an executor data tuples and whole checkpoint barriers (one ``$checkpoint``
-tuple from every input task), so the exact protocol sequence can be asserted.
+tuple from every input task) and transaction starts (a ``TimerBolt``'s due timers fire), so the
+exact protocol sequence can be asserted.
 
 Example:
     >>> from examples.wordcount import SplitSentence
@@ -38,7 +39,11 @@ from statefulbolts.topology import (
 )
 from statefulbolts.tuples import DEFAULT_STREAM, Fields, Tuple
 
+# ``drive``'s step ``(BEGIN, started_ms)``: a transaction starts (see ``drive``).
+BEGIN = "BEGIN"
+
 __all__ = [
+    "BEGIN",
     "Emitted",
     "ManualClock",
     "RecordingCollector",
@@ -399,9 +404,12 @@ def checkpoint_barrier(context: TopologyContext, action: Any, txid: int) -> list
 def drive(executor: Bolt, context: TopologyContext, steps: Iterable[Any]) -> None:
     """Feed ``executor`` (already prepared with ``context``) a sequence of steps, in order.
 
-    A step is a ``Tuple`` (executed as is) or an ``(action, txid)`` pair, which delivers the
-    complete barrier of ``checkpoint_barrier(context, action, txid)``; ``action`` may be an
-    ``Action`` or its name.
+    A step is a ``Tuple`` (executed as is); an ``(action, txid)`` pair, which delivers the
+    complete barrier of ``checkpoint_barrier(context, action, txid)`` (``action`` may be an
+    ``Action`` or its name); or ``("BEGIN", started_ms)``: a transaction starts at
+    ``started_ms``, as the runtime starts each one before its data, so a ``TimerBolt``'s due
+    timers fire and ``current_processing_time()`` is ``started_ms`` until the next ``BEGIN``
+    (the executor must be a stateful one, and initialized: after an ``INITSTATE`` barrier).
 
     Example:
         >>> from checkpoint import CheckpointTupleForwarder
@@ -418,7 +426,28 @@ def drive(executor: Bolt, context: TopologyContext, steps: Iterable[Any]) -> Non
     for step in steps:
         if isinstance(step, Tuple):
             executor.execute(step)
-        else:
-            action, txid = step
-            for cp in checkpoint_barrier(context, action, txid):
-                executor.execute(cp)
+            continue
+        action, txid = step
+        if action == BEGIN:
+            _begin(executor, context, txid)
+            continue
+        for cp in checkpoint_barrier(context, action, txid):
+            executor.execute(cp)
+
+
+def _begin(executor: Bolt, context: TopologyContext, started_ms: float) -> None:
+    """``drive``'s ``("BEGIN", started_ms)``: fire the due timers, as a task does first."""
+    fire = getattr(executor, "fire_timers", None)
+    if fire is None:
+        msg = (
+            f"drive: a BEGIN step starts a transaction of a stateful bolt's executor; "
+            f"{type(executor).__qualname__} of {context.this_component_id!r} is not one"
+        )
+        raise TypeError(msg)
+    if not getattr(executor, "initialized", True):
+        msg = (
+            f"drive: BEGIN({started_ms}) before {context.this_component_id!r} was initialized: "
+            "deliver an INITSTATE barrier first"
+        )
+        raise RuntimeError(msg)
+    fire(started_ms)
