@@ -30,7 +30,9 @@ shape stored with its state (``<prefix>$shape``) with the shape the topology ask
    component's timers (``<component>-<task>/$timers``) are staged and swapped with its state,
    each to the task its key now goes to (``_move_timers``).
 6. Give new components (and the new tasks of a data-free rescale) namespaces committed at
-   ``T``, so the lost-store check of their first task finds what it expects.
+   ``T``, so the lost-store check of their first task finds what it expects; the same for
+   the timers and windows of a component whose code became a ``TimerBolt`` or a windowed
+   bolt (nothing of theirs was stored yet).
 
 A transactional topology (``checkpointed`` False) has no checkpoint to settle: its committers'
 maps store a txid beside each value and move as they are.
@@ -959,6 +961,7 @@ def evolve(
     if checkpointed and txid is not None:
         _give_namespaces(conf, plan, txid)
         _give_windows(conf, plan, wanted, txid)
+        _give_timers(conf, plan, wanted, txid)
     if final != plan.stored or plan.legacy:
         write_shape(shape_state, final)
     report.seconds = time.perf_counter() - started
@@ -982,16 +985,45 @@ def _give_namespaces(conf: Mapping[str, Any], plan: EvolutionPlan, txid: int) ->
 def _give_windows(conf: Mapping[str, Any], plan: EvolutionPlan, wanted: Wanted, txid: int) -> None:
     """Step 6 for windows: a windowed component's new tasks get windows committed at ``txid``.
 
-    New tasks only (of a new component, or beyond the old parallelism): a task that had
-    windows and lost them is the lost-store check's to report, not this step's to paper over.
+    New tasks (of a new component, or beyond the old parallelism), or every task of a stored
+    component whose code became a windowed bolt (none of its tasks has windows stored). A task
+    that had windows and lost them is the lost-store check's to report, not this step's to
+    paper over.
     """
     for change in plan.changes:
+        stored = plan.windows.get(change.stored_as or "")
         windowed = isinstance(wanted.bolts.get(change.component), WindowedBoltExecutor)
-        if not windowed and not plan.windows.get(change.stored_as or ""):
+        if not windowed and not stored:
             continue
-        first_new = 0 if change.old is None else change.old.parallelism
-        for task in range(first_new, change.new.parallelism):
-            ns = window_namespace(TaskNamespace(plan.prefix, change.component, task))
-            state = open_image(conf, ns, True)
-            if state.stored_txids() == (None, None):
-                state.replace_stored(txid, (), None, {})
+        first_new = 0 if change.old is None or not stored else change.old.parallelism
+        tasks = range(first_new, change.new.parallelism)
+        _give_empty(conf, [window_namespace(_task(plan, change, t)) for t in tasks], txid)
+
+
+def _give_timers(conf: Mapping[str, Any], plan: EvolutionPlan, wanted: Wanted, txid: int) -> None:
+    """Step 6 for timers: a ``TimerBolt`` none of whose tasks has timers stored gets them.
+
+    A new component, or a stored one whose code became a ``TimerBolt``: each task gets a
+    timers namespace committed at ``txid``, which its first INITSTATE checks as it checks the
+    task's state. A component that already had timers got its new tasks' from the move
+    (``_move_timers``); one of its tasks that lost them is the lost-store check's to report.
+    """
+    for change in plan.changes:
+        if not uses_timers(wanted.bolts.get(change.component)):
+            continue
+        if plan.timers.get(change.stored_as or ""):
+            continue
+        tasks = range(change.new.parallelism)
+        _give_empty(conf, [timers_namespace(str(_task(plan, change, t))) for t in tasks], txid)
+
+
+def _task(plan: EvolutionPlan, change: Change, task: int) -> TaskNamespace:
+    return TaskNamespace(plan.prefix, change.component, task)
+
+
+def _give_empty(conf: Mapping[str, Any], namespaces: Iterable[str], txid: int) -> None:
+    """Commit an empty image at ``txid`` in each of ``namespaces`` that holds nothing at all."""
+    for ns in namespaces:
+        state = open_image(conf, ns, True)
+        if state.stored_txids() == (None, None):
+            state.replace_stored(txid, (), None, {})
