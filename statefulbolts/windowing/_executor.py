@@ -14,6 +14,8 @@ key                 value
                     event id, the ids of the last window fired, and the released ids kept
                     for that window's successor (its ``get_expired()``)
 ``"event/<id>"``    one held tuple: values, fields, source component, task and stream
+``"generation"``    a token new in every transaction that changed the windows: names the
+                    committed windows a process may still hold warm (below)
 ==================  =====================================================================
 
 The steps, per transaction of a task:
@@ -38,13 +40,27 @@ The steps, per transaction of a task:
    is counted in the committed snapshot.
 
 Memory: at most ``topology.state.windowing.max.events.in.memory`` held tuples are kept in
-memory; the others are read from the provider when their window fires.
+memory; the others are read from the provider when their window fires (and kept, within the
+bound, once read).
+
+Warm windows: a task lives for one transaction, but the process it ran in often runs the next
+transaction of the same task (the inline engine always; a Spark Python worker when it is
+reused). At the end of its PREPARE a task leaves its manager and its tuples in memory in a
+per-process table (``_WARM``), under the ``"generation"`` token it wrote. The next task of the
+same window namespace takes them only if the committed token is that one: the windows it would
+read from the provider are exactly those. A replay after a rollback, a commit made by another
+attempt or another process, or a token never committed: the token differs, and the task reads
+the provider as before. The entry is taken out of the table before use, so a task that fails
+halfway leaves nothing behind. The table keeps the ``_WARM_TASKS`` most recent namespaces.
 """
 
 from __future__ import annotations
 
 import collections
+import threading
+import uuid
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from statefulbolts.collectors import Anchors, OutputCollector
@@ -68,7 +84,10 @@ __all__ = ["WindowedBoltExecutor", "holds_window_tuples", "tick_secs_for"]
 
 MAX_EVENTS_KEY = Config.TOPOLOGY_STATE_WINDOWING_MAX_EVENTS_IN_MEMORY
 _MANAGER_KEY = "manager"
+_GENERATION_KEY = "generation"
 _EVENT_PREFIX = "event/"
+# How many tasks' windows one process keeps warm between transactions (module: "Warm windows").
+_WARM_TASKS = 64
 _STORED_FORMAT = 1
 # ``statefulbolts.topology.CHECKPOINT_STREAM_ID``, the barrier input every checkpointed bolt
 # has; imported, it would close a circle (the topology module wraps windowed bolts in this).
@@ -128,13 +147,58 @@ def _stored(tuple_: Tuple) -> list[Any]:
     ]
 
 
-def _loaded(value: Any, where: str) -> Tuple:
-    """A stored tuple back: untracked (its spout tree completed when it was stored)."""
+def _loaded(value: Any, where: str, known: dict[tuple[str, ...], Fields]) -> Tuple:
+    """A stored tuple back: untracked (its spout tree completed when it was stored).
+
+    ``known``: the ``Fields`` made so far, by names (a window's tuples share a few).
+    """
     if not isinstance(value, list | tuple) or len(value) != 5:
         msg = f"{where}: a stored window tuple is [values, fields, component, task, stream], got "
         raise WindowStateError(msg + repr(value))
-    values, fields, component, task, stream = value
-    return Tuple(list(values), Fields(list(fields)), component, task, stream)
+    values, names, component, task, stream = value
+    key = tuple(names)
+    fields = known.get(key)
+    if fields is None:
+        fields = known[key] = Fields(list(names))
+    return Tuple(list(values), fields, component, task, stream)
+
+
+@dataclass
+class _Warm:
+    """What a task's PREPARE left in memory: its windows as of the token it wrote."""
+
+    generation: str
+    manager: WindowManager[int]
+    next_id: int
+    last_window: list[int]
+    kept: set[int]
+    memory: collections.OrderedDict[int, Tuple]
+
+
+class _WarmTable:
+    """The process's warm windows, by window namespace; the most recent ``size`` of them."""
+
+    def __init__(self, size: int) -> None:
+        self._size = size
+        self._lock = threading.Lock()
+        self._entries: collections.OrderedDict[str, _Warm] = collections.OrderedDict()
+
+    def leave(self, namespace: str, warm: _Warm) -> None:
+        with self._lock:
+            self._entries[namespace] = warm
+            self._entries.move_to_end(namespace)
+            while len(self._entries) > self._size:
+                self._entries.popitem(last=False)
+
+    def take(self, namespace: str) -> _Warm | None:
+        with self._lock:
+            return self._entries.pop(namespace, None)
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+
+_WARM = _WarmTable(_WARM_TASKS)
 
 
 class _WindowCollector(OutputCollector):
@@ -204,6 +268,9 @@ class WindowedBoltExecutor(StatefulBolt):
         self._kept: set[int] = set()  # released, still shown by the next window's expired
         self._memory: collections.OrderedDict[int, Tuple] = collections.OrderedDict()
         self._changed = False
+        self._namespace = ""  # the task's window namespace (after prepare)
+        self._generation: str | None = None  # the token of the windows this task started from
+        self._fields: dict[tuple[str, ...], Fields] = {}  # one Fields per stored field list
 
     @property
     def stateful(self) -> bool:
@@ -264,7 +331,8 @@ class WindowedBoltExecutor(StatefulBolt):
         self._streams = {
             (s.component_id, s.stream_id): f"{s.component_id}:{s.stream_id}" for s in sources
         }
-        state = StateFactory.get_system_state(window_namespace(task), conf, context)
+        self._namespace = window_namespace(task)
+        state = StateFactory.get_system_state(self._namespace, conf, context)
         if not isinstance(state, KeyValueState):
             msg = (
                 f"{self._where}: the state provider gave the window namespace a "
@@ -310,18 +378,36 @@ class WindowedBoltExecutor(StatefulBolt):
 
     def pre_prepare(self, txid: int) -> None:
         """Write the windows' snapshot and prepare the window namespace (then the bolt's hook)."""
-        if self._changed and self._manager is not None:
+        manager = self._manager
+        if self._changed and manager is not None:
+            self._generation = uuid.uuid4().hex
             self.window_state.put(
                 _MANAGER_KEY,
                 {
                     "format": _STORED_FORMAT,
-                    "manager": self._manager.snapshot(),
+                    "manager": manager.snapshot(),
                     "next_id": self._next_id,
                     "last_window": list(self._last_window),
                     "kept": sorted(self._kept),
                 },
             )
+            self.window_state.put(_GENERATION_KEY, self._generation)
         self.window_state.prepare_commit(txid)
+        if manager is not None and self._generation is not None:
+            # Handed over: this task must not change them any more (module: "Warm windows").
+            _WARM.leave(
+                self._namespace,
+                _Warm(
+                    self._generation,
+                    manager,
+                    self._next_id,
+                    self._last_window,
+                    self._kept,
+                    self._memory,
+                ),
+            )
+            self._manager, self._memory = None, collections.OrderedDict()
+            self._changed = False
         if isinstance(self.user_bolt, BaseStatefulWindowedBolt):
             self.user_bolt.pre_prepare(txid)
 
@@ -335,7 +421,8 @@ class WindowedBoltExecutor(StatefulBolt):
         """Roll the window namespace back to its last commit, then the bolt's hook."""
         self.window_state.rollback()
         self._manager = None  # read again from the committed snapshot if needed
-        self._memory.clear()
+        self._memory = collections.OrderedDict()
+        _WARM.take(self._namespace)
         if isinstance(self.user_bolt, BaseStatefulWindowedBolt):
             self.user_bolt.pre_rollback()
 
@@ -352,6 +439,15 @@ class WindowedBoltExecutor(StatefulBolt):
         if self._collector is None:
             msg = f"{self._where}: a tuple arrived before prepare"
             raise WindowingError(msg)
+        generation = self.window_state.get(_GENERATION_KEY)
+        warm = _WARM.take(self._namespace)
+        if warm is not None and generation is not None and warm.generation == generation:
+            self._generation = generation
+            self._next_id, self._last_window, self._kept = warm.next_id, warm.last_window, warm.kept
+            self._memory = warm.memory
+            self._manager = warm.manager
+            return warm.manager
+        self._generation = generation
         manager: WindowManager[int] = WindowManager(
             self.window_config, input_streams=self._streams.values() or ("default",)
         )
@@ -445,7 +541,9 @@ class WindowedBoltExecutor(StatefulBolt):
                 "the stored windows are incomplete (was the namespace emptied by hand?)"
             )
             raise WindowStateError(msg)
-        return _loaded(value, self._where)
+        found = _loaded(value, self._where, self._fields)
+        self._remember(event_id, found)
+        return found
 
     def _window_of(self, window: Window[int]) -> Window[Tuple]:
         loaded: dict[int, Tuple] = {}
