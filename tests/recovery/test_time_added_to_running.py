@@ -65,28 +65,21 @@ class Counter(StatefulBolt):
 
     def execute(self, tuple: Any) -> None:  # noqa: A002
         if not is_tick_tuple(tuple):
-            key = tuple.get_value(0)
-            self.state.put(key, self.state.get(key, 0) + 1)
+            self.count(tuple.get_value(0))
         self.collector.ack(tuple)
 
+    def count(self, key: str) -> None:
+        self.state.put(key, self.state.get(key, 0) + 1)
 
-class TimedCounter(TimerBolt):
+
+class TimedCounter(Counter, TimerBolt):
     """Counts as ``Counter``; each key's first tuple of a run registers a timer at time 0."""
 
-    def prepare(self, conf: Any, context: Any, collector: Any) -> None:
-        self.collector = collector
-
-    def init_state(self, state: Any) -> None:
-        self.state = state
-
-    def execute(self, tuple: Any) -> None:  # noqa: A002
-        if not is_tick_tuple(tuple):
-            key = tuple.get_value(0)
-            self.state.put(key, self.state.get(key, 0) + 1)
-            if self.state.get(f"armed:{key}") is None:
-                self.state.put(f"armed:{key}", 1)
-                self.timers.register_processing_time_timer(key, 0)
-        self.collector.ack(tuple)
+    def count(self, key: str) -> None:
+        super().count(key)
+        if self.state.get(f"armed:{key}") is None:
+            self.state.put(f"armed:{key}", 1)
+            self.timers.register_processing_time_timer(key, 0)
 
     def on_timer(self, key: Any, at_ms: Any, time_domain: TimeDomain, collector: Any) -> None:
         self.state.put(f"fired:{key}", self.state.get(f"fired:{key}", 0) + 1)
