@@ -289,15 +289,18 @@ class ColumnBatch:
 
     def tuple(self, i: int) -> Tuple:
         """The ``i``-th tuple, as the per-tuple path would have executed it."""
-        t = Tuple(
-            self.row(i),
-            self.fields,
-            self.source_component,
-            self.source_task,
-            self.source_stream_id,
-        )
+        # Slot by slot, as the runtime's hot loop builds tuples: an emit anchored to a row
+        # makes one, and ``Tuple.__init__`` would cost a third more.
+        t = object.__new__(Tuple)
+        values = self._rows[i]
+        t.values = [values] if self._single else values
+        t.fields = self.fields
+        t.source_component = self.source_component
+        t.source_task = self.source_task
+        t.source_stream_id = self.source_stream_id
         t._root = self._roots[i]
         t._edge = self._first + i
+        t._more = None
         return t
 
     def tuples(self) -> Iterator[Tuple]:
