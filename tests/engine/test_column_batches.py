@@ -30,6 +30,7 @@ from statefulbolts import (
     TopologyBuilder,
 )
 from statefulbolts.acker import DeliveryLedger, tuple_id
+from statefulbolts.components import BasicBoltExecutor
 from statefulbolts.errors import TaskFailedError
 from statefulbolts.runtime._columns import ROWS
 from statefulbolts.runtime._plan import ExecutionPlan
@@ -37,6 +38,7 @@ from statefulbolts.runtime._program import TaskJob
 from statefulbolts.runtime._records import AckLedger, Fails, TaskReport, TupleBatch
 from statefulbolts.runtime._task import run_task
 from statefulbolts.runtime._task_errors import decode_task_error
+from statefulbolts.testing import RecordingCollector, make_context
 
 FAST = {"topology.state.checkpoint.interval.ms": 1}
 
@@ -228,6 +230,25 @@ def test_a_column_batch_reads_columns_rows_and_tuples() -> None:
     )
     single = ColumnBatch(["x", "y"], Fields("word"), "src", 4, single=True)
     assert (single.column("word"), single.row(0), len(single)) == (["x", "y"], ["x"], 2)
+
+
+def test_a_batch_bolt_driven_without_the_runtime_emits_anchored_and_acks_each_tuple() -> None:
+    # Driven by hand (the testing harness's collector has no ``ack_batch``): acks and fails
+    # come one per tuple, and each emit is anchored to its row's tuple.
+    executor = BasicBoltExecutor(_BatchSink())
+    out = RecordingCollector()
+    executor.prepare({}, make_context("sink"), out)
+    rows = [["a", 1], ["b", 2]]
+    batch = ColumnBatch(rows, Fields("value", "count"), "src", 4, roots=[7, 8], first=5)
+    executor.execute_batch(batch)
+    assert [(e.values, [t.anchors for t in e.anchors]) for e in out.emitted] == [
+        (["a", 10], [((7, 5),)]),
+        (["b", 20], [((8, 6),)]),
+    ]
+    assert [t.anchors for t in out.acked] == [((7, 5),), ((8, 6),)]
+    executor.bolt.fail_on = "b"  # type: ignore[attr-defined]
+    executor.execute_batch(batch)
+    assert [t.values for t in out.failed] == rows and len(out.acked) == 2
 
 
 # --------------------------------------------------------------------------------- end to end
