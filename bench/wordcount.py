@@ -21,8 +21,9 @@ round, which saw the same machine) with the median of those.
 
 As in issue 13, the count bolt emits ``(word, count)`` after each update, anchored, to a sink
 bolt that does nothing else (``local_or_shuffle_grouping``, so a runtime that chains tasks keeps
-it in the counting task), and ``same_shape`` emits the pair too, to a sink stage in the same
-partition; ``--no-emit`` drops both (a count bolt that is a sink, and the plain count).
+it in the counting task; it takes its input as column batches, ``BasicBolt.execute_batch``), and
+``same_shape`` emits the pair too, to a sink stage in the same partition; ``--no-emit`` drops
+both (a count bolt that is a sink, and the plain count).
 
 ``--state-keys N`` seeds the committed state with N filler keys before each framework run
 (``bench/_state.py``: through the providers' stored-image API, split over the counter tasks,
@@ -108,9 +109,16 @@ class EmittingWordCount(WordCount):
 
 
 class Sink(BasicBolt):
-    """Takes the counts and does nothing else (acked for it by ``BasicBolt``)."""
+    """Takes the counts and does nothing else (acked for it by ``BasicBolt``).
+
+    It takes them a batch at a time (``execute_batch``): chained to the counter, its input
+    then costs no ``Tuple``, call or ack per pair; ``execute`` is the same, per tuple.
+    """
 
     def execute(self, tuple: Any, collector: Any) -> None:  # noqa: A002
+        """Nothing."""
+
+    def execute_batch(self, batch: Any, collector: Any) -> None:
         """Nothing."""
 
     def declare_output_fields(self, declarer: Any) -> None:

@@ -9,7 +9,10 @@ around its tuples is this protocol's decision, written here and nowhere else:
    its committed state (INITSTATE's body); before a PREPARE it first supersedes whatever a lost
    earlier attempt of this task prepared (``State.supersede_prepared``), so a Spark retry cannot
    count the transaction twice. It returns where data tuples go: the user's bolt itself when the
-   executor would only pass them on.
+   executor would only pass them on. A ``BasicBolt`` that takes its input as column batches
+   (``execute_batch``) outside a stateful executor also offers ``batch_target``: the forwarder
+   only passes data on, and its barrier is untouched, since ``$checkpoint`` tuples come after
+   every data tuple and batch.
 2. ``before_data``: a stateful task hints its state with the keys its tuples will likely read,
    the values of the field its input is grouped on (``KeyValueState.prefetch``, ``_prefetch``):
    a store a round trip away reads them all at once instead of one ``get`` at a time.
@@ -48,7 +51,7 @@ from statefulbolts.context import TopologyContext
 from statefulbolts.listeners import NO_FAULTS, FaultListener
 from statefulbolts.ticks import tick_tuple
 from statefulbolts.topology import CHECKPOINT_STREAM_ID, ComponentSpec, ExecutorKind
-from statefulbolts.tuples import Tuple
+from statefulbolts.tuples import ColumnBatch, Tuple
 from statefulbolts.windowing import WindowedBoltExecutor
 
 __all__ = ["CheckpointTask", "CheckpointTaskProgram", "TaskHooks", "TaskInfoLike"]
@@ -146,6 +149,8 @@ class CheckpointTask:
         self.started_ms: float | None = None  # the transaction's timestamp (see the program)
         self._action, self._txid, self._info, self._hooks = action, txid, info, hooks
         self.ttl: StateTtl | None = None  # this component's state TTL (``checkpoint._ttl``)
+        # Set by ``prepare`` for a BasicBolt that takes column batches (see the module doc).
+        self.batch_target: Callable[[ColumnBatch], None] | None = None
         self.bolt: Bolt
         if spec.executor is ExecutorKind.STATEFUL:
             self.bolt = StatefulBoltExecutor(obj)
@@ -184,9 +189,10 @@ class CheckpointTask:
                     state.supersede_prepared(self._txid)
             bolt.initialize()
             return bolt.bolt.execute
-        if isinstance(bolt, CheckpointTupleForwarder):
-            return bolt.bolt.execute  # a forwarder passes data straight on
-        return bolt.execute
+        passed = bolt.bolt if isinstance(bolt, CheckpointTupleForwarder) else bolt
+        if isinstance(passed, BasicBoltExecutor):
+            self.batch_target = passed.batch_target
+        return passed.execute  # a forwarder passes data straight on
 
     def before_data(self, plan: PlanLike, batches: Sequence[BatchLike]) -> None:
         """Before the first data tuple: hint the state, then fire the due timers.

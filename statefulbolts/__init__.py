@@ -13,7 +13,12 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from statefulbolts.clock import Clock, ManualClock
-from statefulbolts.collectors import BasicOutputCollector, OutputCollector, SpoutOutputCollector
+from statefulbolts.collectors import (
+    BasicOutputCollector,
+    ColumnOutputCollector,
+    OutputCollector,
+    SpoutOutputCollector,
+)
 from statefulbolts.components import (
     BasicBolt,
     Bolt,
@@ -64,7 +69,7 @@ from statefulbolts.transactional import (
     TransactionalValue,
     TransactionAttempt,
 )
-from statefulbolts.tuples import Fields, Tuple, Values
+from statefulbolts.tuples import ColumnBatch, Fields, Tuple, Values
 from statefulbolts.windowing import (
     BaseStatefulWindowedBolt,
     BaseWindowedBolt,
@@ -93,6 +98,8 @@ __all__ = [
     "Bolt",
     "BoltDeclarer",
     "Clock",
+    "ColumnBatch",
+    "ColumnOutputCollector",
     "Committer",
     "Config",
     "ConfigError",

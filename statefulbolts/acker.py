@@ -69,6 +69,10 @@ class DeliveryLedger:
     reports, per root, what is left. ``compact`` forgets, along the way, a prefix of tuples
     acked in order, each once: their XORs have cancelled already.
 
+    A bolt that takes its input as column batches acks a batch as a whole: ``ack_run`` keeps
+    the batch's first number and its roots column, no tuple. A run that continues the settled
+    prefix, with nothing else waiting, is settled at once: one step for the whole batch.
+
     Example:
         >>> ledger = DeliveryLedger(base=100)
         >>> ledger.deliver([7, 7, 9])
@@ -89,6 +93,8 @@ class DeliveryLedger:
         self._compacting = True
         self._deliveries: list[_Delivery] = []
         self.acked: list[Any] = []
+        # Batches acked whole (``ack_run``) and not settled yet: (first number, roots column).
+        self._runs: list[tuple[int, Sequence[int]]] = []
         # Every executed tuple is acked: ``ack`` is the list's own append, with no frame.
         self.ack: Callable[[Any], None] = self.acked.append
         self.ack_many: Callable[[Sequence[Any]], None] = self.acked.extend
@@ -110,6 +116,23 @@ class DeliveryLedger:
         self._deliveries.append((first, roots, more))
         return first
 
+    @property
+    def acked_in_runs(self) -> int:
+        """How many tuples ``ack_run`` acked that are not settled yet."""
+        return sum(len(roots) for _first, roots in self._runs)
+
+    def ack_run(self, first: int, roots: Sequence[int]) -> None:
+        """Ack the ``len(roots)`` tuples numbered ``first``, ``first + 1``, ..., at once.
+
+        ``roots`` are their first roots, as delivered (a tuple of several trees is acked one by
+        one, through ``ack``). The usual case, a batch right after the settled prefix with no
+        other ack waiting, settles here: the tuples' XORs cancel, and nothing is kept.
+        """
+        if first == self._settled and not self.acked and not self._runs:
+            self._settled = first + len(roots)
+            return
+        self._runs.append((first, roots))
+
     def compact(self) -> None:
         """Forget the acks so far if they are the next tuples in order, each acked once.
 
@@ -118,14 +141,15 @@ class DeliveryLedger:
         stops trying, so a bolt that acks out of order pays for one check, not one per chunk.
         """
         acked = self.acked
-        if not (acked and self._compacting):
+        if not ((acked or self._runs) and self._compacting):
             return
         start = self._settled
-        if start + len(acked) <= self._next:
+        if start + len(acked) + self.acked_in_runs <= self._next:
             numbers = self._numbers()
             if numbers == list(range(start, start + len(numbers))):
                 self._settled = start + len(numbers)
                 acked.clear()
+                self._runs.clear()
                 return
         self._compacting = False
 
@@ -140,14 +164,18 @@ class DeliveryLedger:
 
     def _numbers(self) -> list[int]:
         try:
-            return list(map(_NUMBER, self.acked))
+            numbers = list(map(_NUMBER, self.acked))
         except AttributeError as exc:
             msg = f"ack() takes a Tuple this task was given, got {exc}"
             raise TypeError(msg) from exc
+        for first, roots in self._runs:
+            numbers.extend(range(first, first + len(roots)))
+        return numbers
 
     def forget(self) -> None:
         """Drop the acked tuples and what was delivered (after ``settle``)."""
         self.acked.clear()
+        self._runs.clear()
         self._deliveries.clear()
 
     def _reckon(self) -> dict[int, int]:
@@ -169,6 +197,11 @@ class DeliveryLedger:
                 ledger[root] = get(root, 0) ^ x
                 for r, _ in t._more or ():
                     ledger[r] = get(r, 0) ^ x
+        for first, roots in self._runs:
+            for i, root in enumerate(roots):
+                if root:
+                    x = tuple_id(base + first + i)
+                    ledger[root] = get(root, 0) ^ x
         return {root: x for root, x in ledger.items() if x}
 
 

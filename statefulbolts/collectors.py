@@ -6,7 +6,8 @@ from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from typing import Any
 
-from statefulbolts.tuples import DEFAULT_STREAM, Tuple
+from statefulbolts.errors import UnanchoredEmitError
+from statefulbolts.tuples import DEFAULT_STREAM, ColumnBatch, Tuple
 
 Anchors = Tuple | Sequence[Tuple] | None
 
@@ -87,6 +88,48 @@ class BasicOutputCollector:
             self._out.emit(values, anchor, stream)
         else:
             self._direct.emit(values, anchor, stream)
+
+    def report_error(self, error: BaseException) -> None:
+        """Record an error against this bolt task."""
+        self._out.report_error(error)
+
+
+class ColumnOutputCollector:
+    """Given to ``BasicBolt.execute_batch``: each emit is anchored to tuples of the batch.
+
+    ``emit(values, row)`` is what ``BasicOutputCollector.emit(values)`` is while the per-tuple
+    path executes the batch's ``row``-th tuple: the emitted tuple joins that tuple's trees.
+    ``row`` may also be a list of rows (an emit that sums up several tuples joins all their
+    trees, as an emit anchored to several tuples does).
+    """
+
+    __slots__ = ("_out", "_direct", "_batch")
+
+    def __init__(self, out: OutputCollector) -> None:
+        self._out = out
+        self._direct = anchored_target(out)
+        self._batch: ColumnBatch | None = None
+
+    def set_batch(self, batch: ColumnBatch) -> None:
+        """Set the batch that following emits are anchored to."""
+        self._batch = batch
+
+    def emit(
+        self, values: Sequence[Any], row: int | Sequence[int], stream: str = DEFAULT_STREAM
+    ) -> None:
+        """Emit ``values`` on ``stream``, anchored to the batch's tuple(s) at ``row``."""
+        batch = self._batch
+        if batch is None:
+            msg = (
+                f"emit({list(values)!r}, row={row!r}) on stream {stream!r} outside "
+                "execute_batch: there is no batch to anchor it to; a batch collector emits "
+                "only while execute_batch runs"
+            )
+            raise UnanchoredEmitError(msg)
+        if isinstance(row, int):
+            self._direct.emit(values, batch.tuple(row), stream)
+        else:
+            self._direct.emit(values, [batch.tuple(r) for r in row], stream)
 
     def report_error(self, error: BaseException) -> None:
         """Record an error against this bolt task."""

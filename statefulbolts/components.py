@@ -3,17 +3,18 @@
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from statefulbolts.collectors import (
     BasicOutputCollector,
+    ColumnOutputCollector,
     OutputCollector,
     SpoutOutputCollector,
     anchored_target,
 )
 from statefulbolts.errors import FailedException, ReportedFailedException
-from statefulbolts.tuples import DEFAULT_STREAM, Fields, Tuple
+from statefulbolts.tuples import DEFAULT_STREAM, ColumnBatch, Fields, Tuple
 
 if TYPE_CHECKING:
     from providers import KeyValueState
@@ -148,6 +149,37 @@ class BasicBolt(Component):
     def execute(self, tuple: Tuple, collector: BasicOutputCollector) -> None:  # noqa: A002
         """Process one tuple; emits go through ``collector``."""
 
+    def execute_batch(self, batch: ColumnBatch, collector: ColumnOutputCollector) -> None:
+        """Process consecutive tuples at once, as columns; optional (see ``takes_batches``).
+
+        Define it to take the input a batch at a time: the runtime then calls it, not
+        ``execute``, for each batch of data tuples of one source task and stream, and acks the
+        batch's tuples together when it returns. It must do what ``execute`` would do for
+        each tuple of the batch in order: ``execute`` stays the definition (a tuple of several
+        trees, tick tuples, and the search for a tuple that makes the bolt raise, all go
+        through it). ``collector.emit(values, row)`` anchors an emit to the batch's ``row``-th
+        tuple, as ``execute``'s emits are anchored to its tuple.
+
+        Raising ``FailedException`` fails every tuple of the batch. Raising anything else
+        fails the task, as it would from ``execute``; first the batch runs again through
+        ``execute``, a tuple at a time, so the error names the tuple that raises.
+
+        Example:
+            >>> class Total(BasicBolt):
+            ...     def prepare(self, conf, context):
+            ...         self.total = 0
+            ...     def execute(self, tuple, collector):
+            ...         self.total += tuple.get_value_by_field("count")
+            ...     def execute_batch(self, batch, collector):
+            ...         self.total += sum(batch.column("count"))
+        """
+        raise NotImplementedError
+
+    @classmethod
+    def takes_batches(cls) -> bool:
+        """Whether this bolt class defines ``execute_batch``."""
+        return cls.execute_batch is not BasicBolt.execute_batch
+
     def cleanup(self) -> None:  # noqa: B027
         """Called when the task ends."""
 
@@ -230,6 +262,7 @@ class BasicBoltExecutor(Bolt):
         self.bolt = bolt
         self._collector: OutputCollector | None = None
         self._basic: BasicOutputCollector | None = None
+        self._batch: ColumnOutputCollector | None = None
 
     def declare_output_fields(self, declarer: OutputFieldsDeclarer) -> None:
         """Delegate to the wrapped bolt."""
@@ -250,7 +283,13 @@ class BasicBoltExecutor(Bolt):
         self._basic = (
             basic if isinstance(basic, BasicOutputCollector) else BasicOutputCollector(collector)
         )
+        self._batch = ColumnOutputCollector(collector)
         self.bolt.prepare(conf, context)
+
+    @property
+    def batch_target(self) -> Callable[[ColumnBatch], None] | None:
+        """``execute_batch`` when the wrapped bolt takes batches (``None`` when it does not)."""
+        return self.execute_batch if self.bolt.takes_batches() else None
 
     def execute(self, tuple: Tuple) -> None:  # noqa: A002
         """Execute the wrapped bolt, then ack the input, or fail it on ``FailedException``."""
@@ -265,6 +304,31 @@ class BasicBoltExecutor(Bolt):
             collector.fail(tuple)
         else:
             collector.ack(tuple)
+
+    def execute_batch(self, batch: ColumnBatch) -> None:
+        """Execute the wrapped bolt on a batch, ack its tuples (fail them on ``FailedException``).
+
+        The acks are one step (the runtime's collector's ``ack_batch``), or one ``ack`` per
+        tuple from a collector without it. Any other exception goes on: the caller fails the
+        task (and first looks for the tuple that raises, through ``execute``).
+        """
+        collector, out = self._collector, self._batch
+        assert collector is not None and out is not None, "execute before prepare"  # noqa: S101
+        out.set_batch(batch)
+        try:
+            self.bolt.execute_batch(batch, out)
+        except FailedException as exc:
+            if isinstance(exc, ReportedFailedException):
+                collector.report_error(exc)
+            for t in batch.tuples():
+                collector.fail(t)
+            return
+        ack_batch = getattr(collector, "ack_batch", None)
+        if ack_batch is not None:
+            ack_batch(batch)
+        else:
+            for t in batch.tuples():
+                collector.ack(t)
 
     def cleanup(self) -> None:
         """Clean up the wrapped bolt."""

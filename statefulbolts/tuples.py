@@ -1,4 +1,4 @@
-"""``Fields``, ``Values`` and ``Tuple``: what flows between components."""
+"""``Fields``, ``Values``, ``Tuple`` and ``ColumnBatch``: what flows between components."""
 
 from __future__ import annotations
 
@@ -200,4 +200,116 @@ class Tuple:
         return (
             f"Tuple(source={self.source_component}:{self.source_task}, "
             f"stream={self.source_stream_id}, values={list(self.values)!r})"
+        )
+
+
+class ColumnBatch:
+    """Consecutive tuples of one source task and stream, as columns: a batch bolt's input.
+
+    What ``BasicBolt.execute_batch`` gets in place of one ``Tuple`` per value: ``len(batch)``
+    tuples, in the order the per-tuple path would execute them, read a field at a time
+    (``column``) without a ``Tuple`` object per value. ``fields``, ``source_component``,
+    ``source_task`` (global task id) and ``source_stream_id`` are those every tuple of the
+    batch shares. Columns are views of what the runtime received: read them, do not change them.
+
+    ``tuple(i)`` is the ``i``-th tuple as the per-tuple path gives it (acking identity
+    included), for the rare tuple that needs one.
+
+    Example:
+        >>> batch = ColumnBatch(
+        ...     [["storm", 2], ["spark", 3]], Fields("word", "count"), "count", 4, "default"
+        ... )
+        >>> len(batch), batch.column("count"), batch.column(0)
+        (2, [2, 3], ['storm', 'spark'])
+        >>> batch.tuple(1).get_value_by_field("word")
+        'spark'
+    """
+
+    __slots__ = (
+        "fields",
+        "source_component",
+        "source_task",
+        "source_stream_id",
+        "_rows",
+        "_single",
+        "_columns",
+        "_roots",
+        "_first",
+    )
+
+    def __init__(
+        self,
+        rows: Sequence[Any],
+        fields: Fields,
+        source_component: str,
+        source_task: int,
+        source_stream_id: str = DEFAULT_STREAM,
+        *,
+        single: bool = False,
+        roots: Sequence[int] | None = None,
+        first: int = 0,
+    ) -> None:
+        # ``rows`` holds each tuple's values; with ``single`` (a one-field stream) the bare
+        # value, as the runtime ships it: the rows are then the column itself.
+        self._rows = rows
+        self._single = single
+        self.fields = fields
+        self.source_component = source_component
+        self.source_task = source_task
+        self.source_stream_id = source_stream_id
+        self._columns: dict[int, Sequence[Any]] = {0: rows} if single else {}
+        # Acking identity: tuple ``i`` is numbered ``first + i`` by its task and belongs to the
+        # tree of ``roots[i]`` (0: none), as ``Tuple._edge`` and ``Tuple._root`` say.
+        self._roots: Sequence[int] = roots if roots is not None else [0] * len(rows)
+        self._first = first
+
+    def __len__(self) -> int:
+        return len(self._rows)
+
+    def column(self, field: str | int) -> Sequence[Any]:
+        """The values of ``field`` (a name, or a position), one per tuple, in order."""
+        i = field if isinstance(field, int) else self.fields.index(field)
+        found = self._columns.get(i)
+        if found is None:
+            if not 0 <= i < len(self.fields):
+                msg = f"no field at position {i}; fields are {self.fields.to_list()}"
+                raise IndexError(msg)
+            found = self._columns[i] = [row[i] for row in self._rows]
+        return found
+
+    @property
+    def columns(self) -> dict[str, Sequence[Any]]:
+        """Every field's column, by field name."""
+        return {name: self.column(i) for i, name in enumerate(self.fields)}
+
+    def row(self, i: int) -> list[Any]:
+        """The values of the ``i``-th tuple."""
+        values = self._rows[i]
+        return [values] if self._single else list(values)
+
+    def tuple(self, i: int) -> Tuple:
+        """The ``i``-th tuple, as the per-tuple path would have executed it."""
+        # Slot by slot, as the runtime's hot loop builds tuples: an emit anchored to a row
+        # makes one, and ``Tuple.__init__`` would cost a third more.
+        t = object.__new__(Tuple)
+        values = self._rows[i]
+        t.values = [values] if self._single else values
+        t.fields = self.fields
+        t.source_component = self.source_component
+        t.source_task = self.source_task
+        t.source_stream_id = self.source_stream_id
+        t._root = self._roots[i]
+        t._edge = self._first + i
+        t._more = None
+        return t
+
+    def tuples(self) -> Iterator[Tuple]:
+        """Every tuple of the batch, in order (what the per-tuple path executes)."""
+        return (self.tuple(i) for i in range(len(self._rows)))
+
+    def __repr__(self) -> str:
+        return (
+            f"ColumnBatch(source={self.source_component}:{self.source_task}, "
+            f"stream={self.source_stream_id}, fields={self.fields.to_list()}, "
+            f"len={len(self._rows)})"
         )

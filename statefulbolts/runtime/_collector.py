@@ -24,7 +24,7 @@ from statefulbolts.runtime._plan import ExecutionPlan, Router
 from statefulbolts.runtime._records import ReportedError, TupleBatch, id_column
 from statefulbolts.runtime._stats import format_traceback
 from statefulbolts.runtime._task_errors import exception_types
-from statefulbolts.tuples import DEFAULT_STREAM, Tuple
+from statefulbolts.tuples import DEFAULT_STREAM, ColumnBatch, Tuple
 
 __all__ = ["TaskCollector"]
 
@@ -328,6 +328,10 @@ class TaskCollector(OutputCollector):
     def ack_many(self, tuples: Sequence[Tuple]) -> None:
         """``ack`` each of ``tuples`` (a stateful task releases its held acks at once)."""
         self.ledger.ack_many(tuples)
+
+    def ack_batch(self, batch: ColumnBatch) -> None:
+        """Ack every tuple of a batch this task was given, in one step of the ledger."""
+        self.ledger.ack_run(batch._first, batch._roots)
 
     def fail(self, tuple_: Tuple) -> None:
         """Fail every root of the tuple."""

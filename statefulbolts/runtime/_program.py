@@ -44,7 +44,9 @@ class TaskExecutor(Protocol):
     ``system_tuples``, tuples the protocol delivers to the data target after ``before_data``
     and before the first data tuple, untracked (tick tuples); and ``lineage_sink``, an object
     whose ``lineage`` the runtime sets to each data tuple's root before executing it
-    (``None``: none).
+    (``None``: none); ``batch_target``, read after ``prepare``: where data batches go as
+    ``ColumnBatch`` columns instead of a tuple at a time (``None``: nowhere), for a bolt that
+    takes them (``BasicBolt.execute_batch``).
     """
 
     def prepare(

@@ -29,6 +29,7 @@ from typing import Any, NamedTuple
 from statefulbolts.context import TopologyContext
 from statefulbolts.namespaces import TaskNamespace, topology_prefix, window_namespace
 from statefulbolts.runtime._collector import TaskCollector
+from statefulbolts.runtime._columns import feed_columns
 from statefulbolts.runtime._held_images import finish_images, install_images
 from statefulbolts.runtime._images import ShippedImage
 from statefulbolts.runtime._program import TaskInfo, TaskJob
@@ -44,7 +45,7 @@ from statefulbolts.runtime._spark import task_attempt
 from statefulbolts.runtime._task_errors import FailingTuple, encode_task_error
 from statefulbolts.runtime._worker import YoungGarbage, broadcast_value, freeze_long_lived
 from statefulbolts.topology import ComponentSpec, StormTopology
-from statefulbolts.tuples import Fields, Tuple
+from statefulbolts.tuples import ColumnBatch, Fields, Tuple
 
 __all__ = ["run_task"]
 
@@ -197,7 +198,9 @@ def _aborted(
 def _held(job: TaskJob, collector: TaskCollector) -> int:
     """Data tuples acked and not yet settled (control tuples are not counted as acked)."""
     is_control = job.program.is_control
-    return sum(1 for t in collector.ledger.acked if not is_control(t.source_stream_id))
+    ledger = collector.ledger
+    held = sum(1 for t in ledger.acked if not is_control(t.source_stream_id))
+    return held + ledger.acked_in_runs  # batches acked whole are data
 
 
 def _begin_state(job: TaskJob, spec: ComponentSpec, task: int) -> tuple[str, ...]:
@@ -265,6 +268,10 @@ def _execute(
     are all alive, and every full collection walked all of them again (it was half the time of
     a counting task); young garbage is still collected between chunks. (``run_task`` turns the
     collector off around this.)
+
+    A bolt that takes its input as column batches (``BasicBolt.execute_batch``, offered by the
+    protocol's executor as ``batch_target``) gets its single-tree data batches through
+    ``_columns.feed_columns`` instead: no ``Tuple``, call or ack per value.
     """
     plan = job.plan
     info = TaskInfo(spec.id, context.this_task_index, job.txid, task_attempt())
@@ -284,10 +291,21 @@ def _execute(
     task_ids = plan.task_ids
     deliver, compact = collector.ledger.deliver, collector.ledger.compact
     lead = job.lead
+    columns = _batch_target(executor, execute is target and not lead and sink is None)
 
     def chunked() -> None:
         compact()  # the acks of the chunk before, if in order (a BasicBolt's are)
         collect_young()
+
+    def by_tuple(
+        rows: Sequence[Any],
+        rooted: Sequence[int],
+        at: int,
+        single: bool,
+        source: tuple[Fields, str, int, str],
+    ) -> None:
+        """The per-tuple path over rows a batch bolt raised on (``feed_columns``)."""
+        _feed(execute, rows, rooted, at, single, source, lead, chunked, failing)
 
     for b in into.data:
         src, s = b.src, b.stream
@@ -298,7 +316,10 @@ def _execute(
         n = len(values)
         if more is None:
             source = (f, cid, tid, sid)
-            _feed(execute, values, roots, first, single, source, lead, chunked, failing, sink)
+            if columns is not None:
+                feed_columns(columns, values, roots, first, single, source, chunked, by_tuple)
+            else:
+                _feed(execute, values, roots, first, single, source, lead, chunked, failing, sink)
             executed += n
             continue
         t: Tuple | None = None
@@ -327,6 +348,18 @@ def _execute(
     result = executor.finish()
     executor.cleanup()
     return executed, result
+
+
+def _batch_target(executor: Any, plain: bool) -> Callable[[ColumnBatch], None] | None:
+    """Where the executor takes its data input as column batches, if it does and may.
+
+    A protocol's executor offers ``batch_target`` (a ``BasicBolt`` defining ``execute_batch``)
+    once prepared. Only a ``plain`` task takes it: one whose data target gets the tuples as
+    they are (no fault listener counting them, no shared leading values, no lineage sink),
+    since the batch path hands none of those a tuple.
+    """
+    offered = getattr(executor, "batch_target", None) if plain else None
+    return offered if callable(offered) else None
 
 
 def _system_tuples(executor: Any, target: Callable[[Tuple], None], collector: TaskCollector) -> int:
