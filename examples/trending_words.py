@@ -244,12 +244,14 @@ class FeedSpout(Spout):
         """The oldest replay, else the next line if the feed has it."""
         if self.replay:
             i = heapq.heappop(self.replay)
+            line = self._lines.get(i)
         else:
             i = self.next_index
-            if self._lines.get(i) is None:
+            line = self._lines.get(i)
+            if line is None:
                 return
             self.next_index += 1
-        self.collector.emit([self._lines.get(i)], message_id=i)
+        self.collector.emit([line], message_id=i)
 
     def fail(self, msg_id: Any) -> None:
         """Send ``msg_id`` again."""

@@ -201,6 +201,17 @@ class _WarmTable:
 _WARM = _WarmTable(_WARM_TASKS)
 
 
+def _untracked(tuple_: Tuple) -> Tuple:
+    """``tuple_`` as the window state gives it back: the same values and source, no anchors."""
+    return Tuple(
+        tuple_.values,
+        tuple_.fields,
+        tuple_.source_component,
+        tuple_.source_task,
+        tuple_.source_stream_id,
+    )
+
+
 class _WindowCollector(OutputCollector):
     """The collector a windowed bolt gets: emits anchored to the window's tuples by default.
 
@@ -270,6 +281,7 @@ class WindowedBoltExecutor(StatefulBolt):
         self._changed = False
         self._namespace = ""  # the task's window namespace (after prepare)
         self._generation: str | None = None  # the token of the windows this task started from
+        self._fresh: set[int] = set()  # this transaction's tracked tuples (they have anchors)
         self._fields: dict[tuple[str, ...], Fields] = {}  # one Fields per stored field list
 
     @property
@@ -372,6 +384,8 @@ class WindowedBoltExecutor(StatefulBolt):
         self._next_id += 1
         self.window_state.put(_event_key(event_id), _stored(tuple))
         self._remember(event_id, tuple)
+        if tuple.anchors:
+            self._fresh.add(event_id)
         update = update + manager.add(event_id, ts, stream)
         self._carry_out(update)
         collector.ack_input(tuple)  # held until PREPARE succeeds (module step 4)
@@ -395,6 +409,13 @@ class WindowedBoltExecutor(StatefulBolt):
         self.window_state.prepare_commit(txid)
         if manager is not None and self._generation is not None:
             # Handed over: this task must not change them any more (module: "Warm windows").
+            # Its tracked tuples stay as what the next transaction reads back: untracked.
+            memory = self._memory
+            for event_id in self._fresh:
+                held = memory.get(event_id)
+                if held is not None:
+                    memory[event_id] = _untracked(held)
+            self._fresh = set()
             _WARM.leave(
                 self._namespace,
                 _Warm(
@@ -422,6 +443,7 @@ class WindowedBoltExecutor(StatefulBolt):
         self.window_state.rollback()
         self._manager = None  # read again from the committed snapshot if needed
         self._memory = collections.OrderedDict()
+        self._fresh = set()
         _WARM.take(self._namespace)
         if isinstance(self.user_bolt, BaseStatefulWindowedBolt):
             self.user_bolt.pre_rollback()
@@ -506,7 +528,10 @@ class WindowedBoltExecutor(StatefulBolt):
         assert collector is not None  # noqa: S101 - _restored checked prepare ran
         for window in update.fired:
             tuples = self._window_of(window)
-            collector.anchors = [t for t in tuples.get() if t.anchors]
+            # This transaction's tuples of the window: the others are untracked, held
+            # durably since the transaction that carried them committed.
+            tracked = self._fresh.intersection(window.get())
+            collector.anchors = [self._tuple(i) for i in sorted(tracked)]
             try:
                 self.user_bolt.execute(tuples)
             finally:
@@ -528,6 +553,7 @@ class WindowedBoltExecutor(StatefulBolt):
     def _forget(self, event_ids: Iterable[int]) -> None:
         for event_id in event_ids:
             self._memory.pop(event_id, None)
+            self._fresh.discard(event_id)
             self.window_state.delete(_event_key(event_id))
 
     def _tuple(self, event_id: int) -> Tuple:

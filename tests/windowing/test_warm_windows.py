@@ -15,9 +15,12 @@ from checkpoint import StatefulBoltExecutor
 from providers import StateFactory
 from statefulbolts import Fields
 from statefulbolts.namespaces import TaskNamespace, window_namespace
-from statefulbolts.testing import RecordingCollector, make_context, make_tuple
+from statefulbolts.testing import Emitted, RecordingCollector, make_context
+from statefulbolts.tuples import Tuple
 from statefulbolts.windowing import BaseWindowedBolt, Count, WindowedBoltExecutor
 from statefulbolts.windowing._executor import _WARM
+
+VALUE = Fields("value")
 
 
 class Triples(BaseWindowedBolt):
@@ -40,6 +43,10 @@ class Rig:
 
     def transaction(self, txid: int, ids: list[int], *, commit: bool = True) -> list[Any]:
         """A new task: executes ``ids``, prepares ``txid`` (commits it); what it emitted."""
+        return [e.values[0] for e in self.emits(txid, ids, commit=commit)]
+
+    def emits(self, txid: int, ids: list[int], *, commit: bool = True) -> list[Emitted]:
+        """``transaction``'s emits; input tuple ``i`` is tracked in the tree of root 1000 + i."""
         context = make_context("win", topology_name=self.name)
         executor = StatefulBoltExecutor(
             WindowedBoltExecutor(Triples().with_window(Count(3), Count(3)))
@@ -51,13 +58,13 @@ class Rig:
         windowed.begin_transaction(1000 * txid)
         executor.initialize()
         for i in ids:
-            executor.handle_tuple(make_tuple([i]))
+            executor.handle_tuple(Tuple([i], VALUE, "source", 1, "default", (), 1000 + i, i))
         windowed.pre_prepare(txid)
         executor.state.prepare_commit(txid)
         if commit:
             windowed.pre_commit(txid)
             executor.state.commit(txid)
-        return [e.values[0] for e in out.emitted]
+        return out.emitted
 
     def rolled_back_elsewhere(self) -> None:
         """The rollback of the prepared transaction, run by a task in another process."""
@@ -89,3 +96,17 @@ def test_the_next_task_of_a_committed_transaction_takes_its_windows_warm() -> No
     # A transaction without the warm entry (another process ran the last one) reads the store.
     _WARM.take(rig.window_ns)
     assert rig.transaction(2, [3, 4, 5]) == [[3, 4, 5]]
+
+
+def test_a_window_emit_is_anchored_to_the_tuples_of_its_own_transaction_only() -> None:
+    # 0 and 1 came in a committed transaction: durable in the window state, their trees done.
+    # The window [0, 1, 2] fires in the next one: its emit joins the tree of 2 alone, whether
+    # 0 and 1 come back warm from this process or from the provider.
+    for warm in (True, False):
+        rig = Rig()
+        rig.transaction(0, [0, 1])
+        if not warm:
+            _WARM.take(rig.window_ns)
+        [emitted] = rig.emits(1, [2])
+        assert emitted.values == [[0, 1, 2]]
+        assert [t.anchors for t in emitted.anchors] == [((1002, 2),)]
