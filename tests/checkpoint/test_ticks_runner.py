@@ -10,6 +10,7 @@ same topology on Spark.
 
 from __future__ import annotations
 
+import os
 from collections import Counter
 from collections.abc import Iterator, Mapping
 from typing import Any
@@ -36,6 +37,9 @@ from statefulbolts.listeners import NoFaults
 from statefulbolts.ticks import TICK_FREQ_KEY
 
 FAST = {"topology.state.checkpoint.interval.ms": 1}
+# The driver-restart test's transaction to die in: 2 + seed % 3 (loop it over seeds:
+# ``for s in $(seq 0 19); do STATEFULBOLTS_FAULT_SEED=$s pytest ... -k restarted; done``).
+SEED = int(os.environ.get("STATEFULBOLTS_FAULT_SEED", "0"))
 # What the bolts of this process were delivered: (component, task index, "tick" | "data").
 DELIVERED: list[tuple[str, int, str]] = []
 
@@ -265,7 +269,8 @@ class _DriverDies(NoFaults):
 def test_a_restarted_driver_neither_repeats_nor_loses_a_committed_tick(point: KillPoint) -> None:
     name = topo.new_key("ticks-restart")
     first_clock = ManualClock()
-    dies = _DriverDies(point, 2, first_clock)
+    txid = 2 + SEED % 3
+    dies = _DriverDies(point, txid, first_clock)
     first = CheckpointRunner(
         name,
         FAST,
@@ -280,8 +285,8 @@ def test_a_restarted_driver_neither_repeats_nor_loses_a_committed_tick(point: Ki
     with pytest.raises(SystemExit, match="driver died"):
         first.await_idle(60)
     assert first.starts is not None and first.starts.last is not None
-    in_flight = first.starts.last  # transaction 2: its ticks were saved with PREPARING(2)
-    assert in_flight.txid == 2 and dies.at_ms is not None
+    in_flight = first.starts.last  # its ticks were saved with PREPARING(txid)
+    assert in_flight.txid == txid and dies.at_ms is not None
     before = int(dies.at_ms // 1000)  # every tick due when PREPARE(2) started
     assert in_flight.ticks["flusher"] >= 1
 
@@ -306,10 +311,10 @@ def test_a_restarted_driver_neither_repeats_nor_loses_a_committed_tick(point: Ki
     assert committed["ledger-0"] == committed["ledger-1"] == before // 2 + 5 // 2
     delivered = _ticks_delivered()
     if point is KillPoint.AFTER_PREPARE:
-        # PREPARE(2) never committed: the restart replays it, with the very same ticks.
+        # PREPARE(txid) never committed: the restart replays it, with the very same ticks.
         assert delivered[("flusher", 0)] == before + 5 + in_flight.ticks["flusher"]
     else:
-        # COMMITTING(2) was saved: the restart only rolls it forward; no tick comes again.
+        # COMMITTING(txid) was saved: the restart only rolls it forward; no tick comes again.
         assert delivered[("flusher", 0)] == before + 5
 
 
