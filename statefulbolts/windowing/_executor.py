@@ -16,6 +16,7 @@ key                 value
 ``"event/<id>"``    one held tuple: values, fields, source component, task and stream
 ``"generation"``    a token new in every transaction that changed the windows: names the
                     committed windows a process may still hold warm (below)
+``"lineage"``       the last 16 such tokens that committed, the newest last
 ==================  =====================================================================
 
 The steps, per transaction of a task:
@@ -50,8 +51,11 @@ per-process table (``_WARM``), under the ``"generation"`` token it wrote. The ne
 same window namespace takes them only if the committed token is that one: the windows it would
 read from the provider are exactly those. A replay after a rollback, a commit made by another
 attempt or another process, or a token never committed: the token differs, and the task reads
-the provider as before. The entry is taken out of the table before use, so a task that fails
-halfway leaves nothing behind. The table keeps the ``_WARM_TASKS`` most recent namespaces.
+the windows' snapshot from the provider. Their tuples it still takes from the warm entry if
+its token is in the committed ``"lineage"``: an older commit's tuples are the provider's, since
+a committed event id is never given again (a rolled-back one is). The entry is taken out of
+the table before use, so a task that fails halfway leaves nothing behind. The table keeps the
+``_WARM_TASKS`` most recent namespaces.
 """
 
 from __future__ import annotations
@@ -85,6 +89,9 @@ __all__ = ["WindowedBoltExecutor", "holds_window_tuples", "tick_secs_for"]
 MAX_EVENTS_KEY = Config.TOPOLOGY_STATE_WINDOWING_MAX_EVENTS_IN_MEMORY
 _MANAGER_KEY = "manager"
 _GENERATION_KEY = "generation"
+_LINEAGE_KEY = "lineage"
+# How many committed generations the window state names (module: "Warm windows").
+_LINEAGE = 16
 _EVENT_PREFIX = "event/"
 # How many tasks' windows one process keeps warm between transactions (module: "Warm windows").
 _WARM_TASKS = 64
@@ -201,6 +208,18 @@ class _WarmTable:
 _WARM = _WarmTable(_WARM_TASKS)
 
 
+def _still_held(
+    memory: collections.OrderedDict[int, Tuple], snapshot: Mapping[str, Any], kept: set[int]
+) -> collections.OrderedDict[int, Tuple]:
+    """The tuples of an older committed generation's memory the restored windows still hold.
+
+    Every id in that memory was given in a transaction that committed, and a committed id is
+    never given again, so each tuple is the one the provider holds under its id.
+    """
+    wanted = {entry[2] for name in ("held", "prev") for entry in snapshot[name]} | kept
+    return collections.OrderedDict((i, t) for i, t in memory.items() if i in wanted)
+
+
 def _untracked(tuple_: Tuple) -> Tuple:
     """``tuple_`` as the window state gives it back: the same values and source, no anchors."""
     return Tuple(
@@ -281,6 +300,7 @@ class WindowedBoltExecutor(StatefulBolt):
         self._changed = False
         self._namespace = ""  # the task's window namespace (after prepare)
         self._generation: str | None = None  # the token of the windows this task started from
+        self._lineage: list[str] = []  # the tokens of the last commits that changed the windows
         self._fresh: set[int] = set()  # this transaction's tracked tuples (they have anchors)
         self._fields: dict[tuple[str, ...], Fields] = {}  # one Fields per stored field list
 
@@ -406,6 +426,8 @@ class WindowedBoltExecutor(StatefulBolt):
                 },
             )
             self.window_state.put(_GENERATION_KEY, self._generation)
+            self._lineage = [*self._lineage, self._generation][-_LINEAGE:]
+            self.window_state.put(_LINEAGE_KEY, self._lineage)
         self.window_state.prepare_commit(txid)
         if manager is not None and self._generation is not None:
             # Handed over: this task must not change them any more (module: "Warm windows").
@@ -462,6 +484,7 @@ class WindowedBoltExecutor(StatefulBolt):
             msg = f"{self._where}: a tuple arrived before prepare"
             raise WindowingError(msg)
         generation = self.window_state.get(_GENERATION_KEY)
+        self._lineage = list(self.window_state.get(_LINEAGE_KEY) or [])
         warm = _WARM.take(self._namespace)
         if warm is not None and generation is not None and warm.generation == generation:
             self._generation = generation
@@ -489,6 +512,8 @@ class WindowedBoltExecutor(StatefulBolt):
             self._next_id = int(saved["next_id"])
             self._last_window = list(saved["last_window"])
             self._kept = set(saved["kept"])
+            if warm is not None and warm.generation in self._lineage:
+                self._memory = _still_held(warm.memory, saved["manager"], self._kept)
         self._manager = manager
         return manager
 

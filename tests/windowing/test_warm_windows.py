@@ -24,9 +24,13 @@ VALUE = Fields("value")
 
 
 class Triples(BaseWindowedBolt):
-    """Emits the ids of each tumbling window of three tuples."""
+    """Emits the ids of each tumbling window; keeps the window's tuples in ``seen``."""
+
+    def __init__(self, seen: list[Tuple]) -> None:
+        self.seen = seen
 
     def execute(self, window: Any) -> None:
+        self.seen[:] = window.get()
         self.collector.emit([[t.get_value(0) for t in window.get()]])
 
     def declare_output_fields(self, declarer: Any) -> None:
@@ -40,6 +44,8 @@ class Rig:
         self.name = f"warm-{uuid.uuid4().hex[:8]}"
         self.task_ns = str(TaskNamespace.of_topology(self.name, "win", 0))
         self.window_ns = window_namespace(TaskNamespace.of_topology(self.name, "win", 0))
+        self.size = 3  # tuples per tumbling window
+        self.seen: list[Tuple] = []  # the tuples of the last window fired
 
     def transaction(self, txid: int, ids: list[int], *, commit: bool = True) -> list[Any]:
         """A new task: executes ``ids``, prepares ``txid`` (commits it); what it emitted."""
@@ -49,7 +55,7 @@ class Rig:
         """``transaction``'s emits; input tuple ``i`` is tracked in the tree of root 1000 + i."""
         context = make_context("win", topology_name=self.name)
         executor = StatefulBoltExecutor(
-            WindowedBoltExecutor(Triples().with_window(Count(3), Count(3)))
+            WindowedBoltExecutor(Triples(self.seen).with_window(Count(self.size), Count(self.size)))
         )
         out = RecordingCollector()
         executor.prepare({}, context, out)
@@ -110,3 +116,34 @@ def test_a_window_emit_is_anchored_to_the_tuples_of_its_own_transaction_only() -
         [emitted] = rig.emits(1, [2])
         assert emitted.values == [[0, 1, 2]]
         assert [t.anchors for t in emitted.anchors] == [((1002, 2),)]
+
+
+def test_an_older_committed_generations_tuples_are_reused_and_an_uncommitted_ones_never() -> None:
+    rig = Rig()
+    rig.size = 5
+    rig.transaction(0, [0, 1])
+    older = _WARM.take(rig.window_ns)  # this process ran 0; another one runs 1
+    assert older is not None
+    rig.transaction(1, [2])  # committed elsewhere: not the window of 5 yet
+    _WARM.take(rig.window_ns)
+    _WARM.leave(rig.window_ns, older)
+    # The committed token is 1's, not 0's, so the windows come from the provider; 0 is in the
+    # committed lineage, so the tuples 0 and 1 come from the warm entry, the same objects.
+    assert rig.transaction(2, [3, 4]) == [[0, 1, 2, 3, 4]]
+    assert rig.seen[0] is older.memory[0] and rig.seen[1] is older.memory[1]
+
+
+def test_the_tuples_of_a_rolled_back_attempt_are_not_taken_for_the_committed_ones() -> None:
+    rig = Rig()
+    rig.transaction(0, [0, 1])
+    # Attempt A of 1 runs here (ids 2 and 3 are the values 2 and 3) and is rolled back
+    # elsewhere; attempt B, elsewhere, gives ids 2 and 3 to other values, and commits.
+    assert rig.transaction(1, [2, 3], commit=False) == [[0, 1, 2]]
+    rig.rolled_back_elsewhere()
+    attempt_a = _WARM.take(rig.window_ns)
+    assert attempt_a is not None and attempt_a.memory[3].get_value(0) == 3
+    assert rig.transaction(1, [7, 8]) == [[0, 1, 7]]
+    _WARM.take(rig.window_ns)
+    _WARM.leave(rig.window_ns, attempt_a)
+    # Id 3 is held, the value 8: attempt A's token is not in the lineage, its tuples unused.
+    assert rig.transaction(2, [9, 10]) == [[8, 9, 10]]
