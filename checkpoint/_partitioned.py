@@ -37,15 +37,17 @@ from __future__ import annotations
 import logging
 import reprlib
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
-from providers import KeyValueState
-from statefulbolts.context import TopologyContext
 from statefulbolts.errors import CheckpointError, TopologyError
 from statefulbolts.partitioned import DEFAULT_MAX_RECORDS, PartitionedSpout
-from statefulbolts.runtime import ExecutionPlan, JobResult
-from statefulbolts.topology import ComponentSpec, StormTopology
-from statefulbolts.tuples import Tuple
+
+if TYPE_CHECKING:  # the task side runs in Spark workers: importing it loads no engine
+    from providers import KeyValueState
+    from statefulbolts.context import TopologyContext
+    from statefulbolts.runtime import ExecutionPlan, JobResult
+    from statefulbolts.topology import ComponentSpec, StormTopology
+    from statefulbolts.tuples import Tuple
 
 __all__ = [
     "POSITIONS_KEY",

@@ -26,6 +26,9 @@ around its tuples is this protocol's decision, written here and nowhere else:
    the spout acks until COMMIT succeeds, because the task does not live until then). Fault
    hooks, when a test configured them, fire here: right after a state prepared or committed.
 
+A partitioned spout's task (``checkpoint._partitioned``) runs first in a PREPARE job, with no
+input: its ``finish`` reads the partitions the driver gave it and emits their records.
+
 Example:
     >>> from checkpoint import Action
     >>> program = CheckpointTaskProgram(Action.COMMIT, 4)
