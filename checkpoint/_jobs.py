@@ -30,6 +30,7 @@ from typing import Any
 
 from checkpoint._expected import check_stored_txids
 from checkpoint._ledger import RootLedger
+from checkpoint._partitioned import TaskReads
 from checkpoint._spouts import SpoutTask
 from checkpoint._state import Action
 from checkpoint._ttl import component_ttls
@@ -106,17 +107,21 @@ class CheckpointJobs:
         *,
         ticks: Mapping[str, tuple[int, int]] | None = None,
         started_ms: float | None = None,
+        reads: Mapping[tuple[str, int], TaskReads] | None = None,
     ) -> tuple[JobSpec, int | None]:
         """The job of ``action`` (``None``: a plain batch); and the checkpoint tuple's root.
 
         ``ticks``: per ticking bolt, ``(tick tuples, rate_secs)`` for each of its tasks (only
         in a job that carries data: every bolt task runs in it); ``started_ms``: the
-        transaction's timestamp (``checkpoint._txstart``).
+        transaction's timestamp (``checkpoint._txstart``); ``reads``: what each partitioned
+        spout task reads (``checkpoint._partitioned``): their components run first in the job.
         """
         plan = self._plan
         cp_root = None
         if action is None or action.carries_data:
-            layout = plan.layout(plan.bolts(), chain=True)  # no task fails a job on purpose
+            spouts = sorted({plan.index[cid] for cid, _ in reads or {}})
+            # No task fails a job on purpose: every boundary that can chain does.
+            layout = plan.layout([*spouts, *plan.bolts()], chain=True)
             inputs: list[list[Any]] = [[] for _ in layout.stages[0]] if layout.depth else []
             for r in records:
                 inputs[layout.key_for(-1, r.dest, r.dest_task)].append(r)
@@ -135,6 +140,7 @@ class CheckpointJobs:
             dict(ticks or {}) if carries else {},
             started_ms,
             self._ttls if action is not None else {},
+            dict(reads or {}) if carries else {},
         )
         spec = JobSpec(
             layout,

@@ -63,13 +63,25 @@ class RootLedger:
 
     def __init__(self, *, timeout_secs: float, timeouts: bool = True) -> None:
         self.live: dict[int, Root] = {}
-        self.new_root = itertools.count(1).__next__
+        self._next = itertools.count(1)
+        self.new_root = self._next.__next__
         self._spouts: SpoutCalls | None = None
         self._timeouts: RotatingMap[int, Root] = RotatingMap(2, self._expire)
         self._awaiting: dict[int, list[int]] = {}
         self._period_ms = timeout_secs * 1000.0
         self._timeouts_enabled = timeouts
         self._next_rotate = 0.0
+
+    def reserve(self, n: int) -> int:
+        """Hand out ``n`` consecutive root ids at once; return the first.
+
+        For tuples made outside the driver (a partitioned spout's task numbers its tuples from
+        the first id): none of them is live here, and no later root reuses them.
+        """
+        first = self.new_root()
+        self._next = itertools.count(first + max(n, 1))
+        self.new_root = self._next.__next__
+        return first
 
     def attach(self, spouts: SpoutCalls) -> None:
         """Set where acks and fails go (the spout tasks, made after the ledger)."""

@@ -22,6 +22,11 @@ through the ``Engine``. A step of its loop:
    naming component, task, txid and cause. A job that failed on a poison tuple dead-letters
    its spout tuple first, and is retried at once without it (``_deadletters``).
 
+Partitioned spouts (``_partitioned``) are not gathered here: each PREPARE's job reads them in
+its first stage, from the positions the last commit saved, and the driver saves the positions
+they end at with COMMITTING(t), in the same commit. A PREPARE is due for them while any of
+their partitions may hold more (``PartitionedSpout.has_more``).
+
 A topology without stateful bolts has no checkpoint spout: its jobs are batches, one per
 checkpoint interval, and its tuples are acked as soon as their job ends. A batch carries the
 ticks due when it starts; a batch that fails gives its ticks back to the next one.
@@ -40,6 +45,7 @@ from checkpoint._deadletters import CheckpointDeadLetters
 from checkpoint._jobs import CheckpointJobs
 from checkpoint._ledger import RootLedger
 from checkpoint._manifest import SpoutMessages, TransactionManifest
+from checkpoint._partitioned import PartitionedSpouts
 from checkpoint._spouts import SpoutTask, SpoutTasks
 from checkpoint._state import Action, TxPhase
 from checkpoint._ticks import TickSchedule
@@ -170,6 +176,18 @@ class CheckpointRunner(TopologyRunner):
         self.ledger = RootLedger(
             timeout_secs=self.tc.message_timeout_secs, timeouts=self.tc.enable_message_timeouts
         )
+        # Partitioned spouts are read in the PREPARE jobs (``_partitioned``), not here.
+        self.partitioned = PartitionedSpouts(
+            topology, self.plan, self.conf, self.tc.max_spout_pending
+        )
+        if self.partitioned and not topology.has_stateful_bolt:
+            self.engine.close()
+            msg = (
+                f"topology {name!r}: partitioned spouts {list(self.partitioned.components)} "
+                "save their positions with the checkpoint, and this topology has no stateful "
+                "bolt to checkpoint; add one, or use a Spout"
+            )
+            raise TopologyError(msg)
         self.jobs = CheckpointJobs(
             name,
             topology,
@@ -192,7 +210,7 @@ class CheckpointRunner(TopologyRunner):
                 self.stats,
                 tracking=self.tc.tracking,
                 max_pending=self.tc.max_spout_pending,
-                skip=(CHECKPOINT_COMPONENT_ID,),
+                skip=(CHECKPOINT_COMPONENT_ID, *self.partitioned.components),
             )
         except BaseException:
             self.engine.close()
@@ -292,6 +310,7 @@ class CheckpointRunner(TopologyRunner):
         self.jobs.spout, self.cp = st, cp
         assert cp.state is not None  # noqa: S101 - open() read it
         self._manifest = TransactionManifest(cp.state)
+        self.partitioned.recover(cp.state)
         ticks, clock = self.ticks, self.clock
         self.starts = TransactionStarts(cp.state, clock.wall_ms, lambda: ticks.take(clock.now_ms()))
         # COMMITTED(t) saved with t's message ids: t committed, its spout acks may not have.
@@ -353,6 +372,7 @@ class CheckpointRunner(TopologyRunner):
             and not self.ledger.live
             and (cp is None or (not cp.recovering and cp.cur.phase is TxPhase.COMMITTED))
             and not self.ticks.due(self.clock.now_ms())
+            and not (self.partitioned and self.partitioned.has_more())
         )
 
     def _gather(self) -> int:
@@ -376,10 +396,13 @@ class CheckpointRunner(TopologyRunner):
             return self._next_batch(gathered)
         needs_recovery = cp.recovering or cp.cur.phase is not TxPhase.COMMITTED
         ticking = self.ticks.due(self.clock.now_ms())
-        if not needs_recovery and not self.spouts.buffered and not ticking:
+        nothing = not needs_recovery and not self.spouts.buffered and not ticking
+        if nothing and not self.partitioned:
             return False  # nothing to checkpoint: skip empty PREPAREs
         if not cp.due():
             return False
+        if nothing and not self.partitioned.has_more():
+            return False  # asked once due: a partitioned spout may list a directory
         if not needs_recovery and not cp.has_checkpointed and self._filling_first(gathered):
             return False
         if not needs_recovery and self.starts is not None:
@@ -430,12 +453,21 @@ class CheckpointRunner(TopologyRunner):
         ticks = ticks or {}
         rates = self._tick_rates
         per_task = {cid: (n, rates[cid]) for cid, n in ticks.items() if n and cid in rates}
+        reads = None
+        if action is not None and action.carries_data and self.partitioned:
+            reads = self.partitioned.orders(txid, self.ledger.reserve)
         cp_root: int | None
         if action is Action.COMMIT and self.jobs.commits_here:
             future, cp_root = self.jobs.commit_here(txid)
         else:
             spec, cp_root = self.jobs.job(
-                txid, action, records, len(roots), ticks=per_task, started_ms=started_ms
+                txid,
+                action,
+                records,
+                len(roots),
+                ticks=per_task,
+                started_ms=started_ms,
+                reads=reads,
             )
             future = self.engine.submit(spec)
         recovering = self.cp is not None and self.cp.recovering
@@ -454,6 +486,11 @@ class CheckpointRunner(TopologyRunner):
         ok = job.cp_root is None or (
             job.cp_root not in result.fails and not result.acks.get(job.cp_root, 0)
         )
+        if ok and job.action is Action.PREPARE and self.partitioned:
+            unread = self.partitioned.finished(job.txid, result)
+            if unread is not None:
+                log.warning("%s", unread)
+                ok = False
         complete, failed = self.ledger.settle(job.roots, result, ok)
         if self.cp is None:
             self.ledger.ack(complete)
@@ -484,9 +521,12 @@ class CheckpointRunner(TopologyRunner):
         if action.decides_commit:
             faults.on_driver(KillPoint.AFTER_PREPARE, txid)
             self._save_manifest(txid)
+            if self.partitioned and cp.state is not None:
+                self.partitioned.save(txid, cp.state)  # committed with COMMITTING(t)
         what = f"saving checkpoint state after {action.value}({txid})"
         self._failures.with_backend(what, lambda: cp.ack(txid))
         if action.decides_commit:
+            self.partitioned.saved(txid)
             faults.on_driver(KillPoint.AFTER_COMMITTING_SAVED, txid)
         if action.makes_durable:
             self._failures.succeeded()
@@ -507,6 +547,7 @@ class CheckpointRunner(TopologyRunner):
         trace = worker_traceback(exc)
         # A poison tuple's spout tuple is dead-lettered (and acked) before the others fail.
         verdict = self.deadletters.isolate(job.txid, job.roots, job.records, error, trace)
+        self.partitioned.failed(job.txid)
         self.ledger.fail_all(job.roots)
         cp = self.cp
         if cp is None:
@@ -562,6 +603,7 @@ class CheckpointRunner(TopologyRunner):
                 ),
                 "state_shape": self.evolution.lines if self.evolution is not None else [],
                 "dead_letters": self.deadletters.status(),
+                "partition_positions": self.partitioned.positions,
             }
 
     def read_state(self, component_id: str) -> dict[Any, Any]:
@@ -604,6 +646,7 @@ class CheckpointRunner(TopologyRunner):
     def _counters(self) -> dict[str, dict[str, float]]:
         """The counters per component, spout emits included."""
         comps = super()._counters()
-        for name, emitted in self.spouts.emitted_per_component().items():
+        emits = {**self.spouts.emitted_per_component(), **self.partitioned.emitted}
+        for name, emitted in emits.items():
             comps.setdefault(name, {})["emitted"] = emitted
         return comps

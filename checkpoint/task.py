@@ -26,6 +26,9 @@ around its tuples is this protocol's decision, written here and nowhere else:
    the spout acks until COMMIT succeeds, because the task does not live until then). Fault
    hooks, when a test configured them, fire here: right after a state prepared or committed.
 
+A partitioned spout's task (``checkpoint._partitioned``) runs first in a PREPARE job, with no
+input: its ``finish`` reads the partitions the driver gave it and emits their records.
+
 Example:
     >>> from checkpoint import Action
     >>> program = CheckpointTaskProgram(Action.COMMIT, 4)
@@ -40,6 +43,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from checkpoint._expected import check_stored_txids
+from checkpoint._partitioned import PartitionReadTask, TaskReads
 from checkpoint._prefetch import BatchLike, PlanLike, grouped_keys
 from checkpoint._state import Action
 from checkpoint.executor import StatefulBoltExecutor
@@ -48,6 +52,7 @@ from providers import StateTtl
 from statefulbolts.collectors import OutputCollector
 from statefulbolts.components import BasicBolt, BasicBoltExecutor, Bolt
 from statefulbolts.context import TopologyContext
+from statefulbolts.errors import TopologyError
 from statefulbolts.listeners import NO_FAULTS, FaultListener
 from statefulbolts.ticks import tick_tuple
 from statefulbolts.topology import CHECKPOINT_STREAM_ID, ComponentSpec, ExecutorKind
@@ -86,7 +91,8 @@ class CheckpointTaskProgram:
     driver when it first started and the same in every attempt and replay of the transaction
     (``checkpoint._txstart``); ``None`` only in jobs built without a driver. ``ttls``: the
     state TTL of each stateful component that has one (``checkpoint._ttl``), judged at
-    ``started_ms``.
+    ``started_ms``. ``reads``: in a PREPARE, the partitions and start positions of each
+    partitioned spout task (``checkpoint._partitioned``); those tasks run first in the job.
     """
 
     action: Action | None
@@ -95,6 +101,8 @@ class CheckpointTaskProgram:
     ticks: Mapping[str, tuple[int, int]] = field(default_factory=dict)
     started_ms: float | None = None
     ttls: Mapping[str, StateTtl] = field(default_factory=dict)
+    # In a PREPARE: what each partitioned spout task reads, by (component, task index).
+    reads: Mapping[tuple[str, int], TaskReads] = field(default_factory=dict)
 
     @property
     def data_free(self) -> str | None:
@@ -116,8 +124,16 @@ class CheckpointTaskProgram:
         """``$checkpoint`` tuples are control tuples: they come after every data tuple."""
         return stream_id == CHECKPOINT_STREAM_ID
 
-    def executor(self, spec: ComponentSpec, info: TaskInfoLike) -> CheckpointTask:
-        """The steps of one task of ``spec`` in this transaction."""
+    def executor(
+        self, spec: ComponentSpec, info: TaskInfoLike
+    ) -> CheckpointTask | PartitionReadTask:
+        """The steps of one task of ``spec`` in this transaction (a spout's: its reads)."""
+        if spec.is_spout:
+            reads = self.reads.get((spec.id, info.task))
+            if reads is None:
+                msg = f"spout {spec.id!r} task {info.task} runs in a job that gives it no reads"
+                raise TopologyError(msg)
+            return PartitionReadTask(spec, reads)
         task = CheckpointTask(spec, self.action, self.txid, info, self.hooks)
         task.started_ms = self.started_ms
         task.ttl = self.ttls.get(spec.id)

@@ -28,6 +28,7 @@ from statefulbolts.components import (
 )
 from statefulbolts.config import Config, TopologyConfig, validate_config
 from statefulbolts.context import TopologyContext
+from statefulbolts.directory_spout import DirectorySpout
 from statefulbolts.errors import (
     ConfigError,
     FailedException,
@@ -36,6 +37,7 @@ from statefulbolts.errors import (
     TopologyError,
     TopologyFailedError,
 )
+from statefulbolts.partitioned import PartitionBatch, PartitionedSpout, PartitionReader
 from statefulbolts.ticks import SYSTEM_COMPONENT_ID, TICK_STREAM_ID, is_tick_tuple
 from statefulbolts.timers import TimeDomain, TimerBolt, TimerService
 from statefulbolts.topology import (
@@ -104,6 +106,7 @@ __all__ = [
     "Config",
     "ConfigError",
     "Count",
+    "DirectorySpout",
     "Duration",
     "FailedException",
     "Fields",
@@ -120,6 +123,9 @@ __all__ = [
     "OpaqueValue",
     "OutputCollector",
     "OutputFieldsDeclarer",
+    "PartitionBatch",
+    "PartitionReader",
+    "PartitionedSpout",
     "PartitionedTransactionalSpout",
     "ReportedFailedException",
     "Spout",

@@ -1,0 +1,136 @@
+"""Partitioned spouts: sources read on the executors, their progress a position per partition.
+
+A ``Spout`` runs in the driver: every tuple it emits enters the transaction's job from there,
+and one driver caps what a topology can ingest. A ``PartitionedSpout`` is read inside the job
+instead, as Flink reads source splits and Storm's Kafka spout reads offsets:
+
+1. In the driver, before each PREPARE, ``partitions(conf)`` names the source's partitions
+   (strings). Sorted, partition ``i`` goes to spout task ``i % parallelism``.
+2. In the job, each spout task opens a reader per partition it was given
+   (``open_reader(conf, context, partition, position)``), at the position the last committed
+   transaction ended at (``None`` for a partition never read), and asks it for up to N records
+   (``PartitionReader.read``). The reader returns the records and the position after them.
+   The records go on as tuples of the spout's stream; nothing passes through the driver.
+3. The job returns the end positions. The driver saves them with the checkpoint, in the commit
+   that decides the transaction (COMMITTING), so the positions and the bolts' state commit
+   together: a transaction that fails or rolls back is read again from the same positions, and
+   a restarted driver starts where the last committed transaction ended, even with another
+   spout parallelism (positions belong to partitions, not to tasks).
+
+A position is any plain value the state can store as msgpack: an int offset, a Redis stream
+id, a list of them. A reader must be deterministic: the same partition, position and count read
+the same records (a Spark retry of the task reads them again).
+
+Only checkpointed topologies (with a stateful bolt) run partitioned spouts: their positions are
+saved with the checkpoint. N is ``topology.max.spout.pending`` records per spout task per
+transaction (``DEFAULT_MAX_RECORDS`` when it is unset), shared out between the task's
+partitions.
+
+Example:
+    >>> class Numbers(PartitionedSpout):
+    ...     '''Two partitions of the numbers below 10: the evens and the odds.'''
+    ...     def partitions(self, conf):
+    ...         return ["even", "odd"]
+    ...     def open_reader(self, conf, context, partition, position):
+    ...         return NumberReader(0 if partition == "even" else 1, position or 0)
+    ...     def declare_output_fields(self, declarer):
+    ...         declarer.declare(Fields("n"))
+    >>> class NumberReader(PartitionReader):
+    ...     def __init__(self, parity, index):
+    ...         self.parity, self.index = parity, index
+    ...     def read(self, max_records):
+    ...         upto = min(self.index + max_records, 5)
+    ...         records = [[2 * i + self.parity] for i in range(self.index, upto)]
+    ...         return PartitionBatch(records, upto)
+    >>> Numbers().open_reader({}, None, "odd", 3).read(10)
+    PartitionBatch(records=[[7], [9]], position=5, stream='default')
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Mapping, Sequence
+from typing import Any, NamedTuple
+
+from statefulbolts.components import Spout
+from statefulbolts.context import TopologyContext
+from statefulbolts.errors import TopologyError
+from statefulbolts.tuples import DEFAULT_STREAM, Fields  # noqa: F401 - the doctest's Fields
+
+__all__ = ["DEFAULT_MAX_RECORDS", "PartitionBatch", "PartitionReader", "PartitionedSpout"]
+
+# Records per spout task per transaction when ``topology.max.spout.pending`` is unset.
+DEFAULT_MAX_RECORDS = 100_000
+
+
+class PartitionBatch(NamedTuple):
+    """What one read of one partition returned.
+
+    ``records``: each record is the values of one tuple on ``stream``; ``position``: where the
+    next read of the partition starts (after the last record returned).
+    """
+
+    records: Sequence[Sequence[Any]]
+    position: Any
+    stream: str = DEFAULT_STREAM
+
+
+class PartitionReader(ABC):
+    """Reads one partition from one position, in a task of the job (see the module docstring)."""
+
+    @abstractmethod
+    def read(self, max_records: int) -> PartitionBatch:
+        """Up to ``max_records`` records from the reader's position, and the position after.
+
+        Fewer (none) when the partition holds no more now; the position is then where the
+        records returned end (unchanged when there are none).
+        """
+
+    def close(self) -> None:  # noqa: B027 - most readers hold nothing
+        """Release what the reader holds; called once, after ``read``."""
+
+
+class PartitionedSpout(Spout):
+    """A spout read on the executors, a position per partition (see the module docstring).
+
+    Subclass it and define ``partitions``, ``open_reader`` and ``declare_output_fields``.
+    ``has_more`` is an optional hint, asked in the driver: a topology whose partitioned spouts
+    all answer ``False`` runs no transaction for them (it may go idle). Storm's spout methods
+    (``next_tuple``, ``ack``, ``fail``) are not called: tuples of a partitioned spout are
+    tracked and acked as any spout's, and what a failed transaction read is read again from
+    its positions.
+    """
+
+    @abstractmethod
+    def partitions(self, conf: Mapping[str, Any]) -> Sequence[str]:
+        """The partition ids of the source now (in the driver, before each PREPARE)."""
+
+    @abstractmethod
+    def open_reader(
+        self,
+        conf: Mapping[str, Any],
+        context: TopologyContext,
+        partition: str,
+        position: Any,
+    ) -> PartitionReader:
+        """A reader of ``partition`` from ``position`` (``None``: its beginning), in a task."""
+
+    def has_more(self, conf: Mapping[str, Any], partition: str, position: Any) -> bool:
+        """Whether ``partition`` may hold records after ``position`` (in the driver).
+
+        The default, ``True``, makes every checkpoint interval run a transaction that reads.
+        """
+        return True
+
+    def next_tuple(self) -> None:
+        """Never called: a partitioned spout is read on the executors.
+
+        Raises:
+            TopologyError: always; only a checkpointed topology runs a partitioned spout.
+        """
+        kind = f"{type(self).__module__}.{type(self).__qualname__}"
+        msg = (
+            f"{kind} is a PartitionedSpout, read on the executors by the checkpoint runtime; "
+            "it runs only in a topology with a stateful bolt"
+        )
+        raise TopologyError(msg)

@@ -1,0 +1,231 @@
+"""Partitioned spouts read on the executors: exact counts through failures and restarts.
+
+The word count of ``partitioned_topologies`` over a directory of files (``DirectorySpout``,
+each file a partition, a byte offset its position) on the inline engine. The verdict is the
+committed state of ``count`` against a ``Counter`` over the files, and the positions the driver
+holds against the files' sizes: a transaction read twice, or lost, shows in both.
+
+``topology.max.spout.pending`` is small, so a run is many transactions. A driver death is
+simulated in process, as ``test_windowed_runner`` does: a listener raises ``SystemExit`` at
+the kill point, which ends the driver loop there; a new driver then opens the same SQLite
+store (durable, not the driver's own memory). ``STATEFULBOLTS_PARTITIONED_SEEDS`` (``"0-19"``,
+or ``"4"``; default ``"0-3"``) gives the seeds the kill test loops over: a seed picks the kill
+point and the transaction.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import topologies as topo
+from partitioned_topologies import (
+    corpus,
+    end_positions,
+    expected_counts,
+    word_count,
+    write_lines,
+)
+
+from checkpoint.runner import CheckpointRunner
+from providers import STATE_PROVIDER_CONFIG_KEY, STATE_PROVIDER_KEY, load_module
+from recovery.faults import KillPoint
+from statefulbolts import LocalCluster, StormTopology
+from statefulbolts.errors import TopologyError
+from statefulbolts.listeners import NoFaults
+from statefulbolts.tuples import Tuple
+
+FAST = {"topology.state.checkpoint.interval.ms": 1, "topology.max.spout.pending": 4}
+POINTS = [
+    KillPoint.AFTER_PREPARE,
+    KillPoint.AFTER_COMMITTING_SAVED,
+    KillPoint.MID_COMMIT,
+    KillPoint.AFTER_COMMITTED,
+]
+
+
+def seeds() -> list[int]:
+    """The seeds of ``STATEFULBOLTS_PARTITIONED_SEEDS``: ``"a-b"`` (inclusive) or one int."""
+    raw = os.environ.get("STATEFULBOLTS_PARTITIONED_SEEDS", "0-3")
+    low, _, high = raw.partition("-")
+    return list(range(int(low), int(high or low) + 1))
+
+
+@pytest.fixture
+def sqlite(tmp_path: Path) -> Iterator[dict[str, Any]]:
+    """A config on a SQLite store of the test's own, closed after it."""
+    yield {
+        **FAST,
+        STATE_PROVIDER_KEY: "sqlite_state.SqliteKeyValueStateProvider",
+        STATE_PROVIDER_CONFIG_KEY: json.dumps({"path": str(tmp_path / "state.db")}),
+    }
+    load_module("sqlite_state").close_connections()
+
+
+class _DriverDies(NoFaults):
+    """Ends the driver loop at ``point`` of ``txid``, as a driver process dying there.
+
+    Mid-commit: after the first stateful task committed (the driver commits them in turn).
+    """
+
+    def __init__(self, point: KillPoint, txid: int) -> None:
+        self.point, self.txid, self.fired = point, txid, False
+
+    def _die(self, point: KillPoint, txid: int) -> None:
+        if point is self.point and txid == self.txid and not self.fired:
+            self.fired = True
+            msg = f"driver died at {point.value} of txid {txid}"
+            raise SystemExit(msg)
+
+    def on_driver(self, point: Any, txid: int) -> None:
+        self._die(point, txid)
+
+    def on_task_committed(self, component: str, task: int, txid: int) -> None:
+        self._die(KillPoint.MID_COMMIT, txid)
+
+
+class _RaisesOnce(NoFaults):
+    """``count`` task 0 raises once, before its ``at``-th tuple of PREPARE(``txid``)."""
+
+    def __init__(self, txid: int, at: int) -> None:
+        self.txid, self.at, self.fired = txid, at, False
+
+    def tuple_target(
+        self, execute: Callable[[Tuple], None], component: str, task: int, txid: int, attempt: int
+    ) -> Callable[[Tuple], None]:
+        if component != "count" or task != 0 or txid != self.txid or self.fired:
+            return execute
+        seen = [0]
+
+        def target(tuple_: Tuple) -> None:
+            seen[0] += 1
+            if seen[0] == self.at and not self.fired:
+                self.fired = True
+                msg = f"count fails before its tuple {self.at} of PREPARE({txid})"
+                raise RuntimeError(msg)
+            execute(tuple_)
+
+        return target
+
+
+def _driver(
+    name: str,
+    conf: dict[str, Any],
+    topology: StormTopology,
+    faults: NoFaults | None = None,
+    on_transaction: Any = None,
+) -> CheckpointRunner:
+    runner = CheckpointRunner(
+        name, conf, topology, None, faults=faults, on_transaction=on_transaction, engine="inline"
+    )
+    runner.start()
+    return runner
+
+
+def _dies(runner: CheckpointRunner) -> None:
+    with pytest.raises(SystemExit, match="driver died"):
+        runner.await_idle(60)
+
+
+def _finish(runner: CheckpointRunner) -> tuple[dict[Any, Any], dict[str, Any]]:
+    """Run to idle; the committed counts and the driver's positions of ``files``."""
+    try:
+        runner.await_idle(60)
+        return runner.read_state("count"), runner.status()["partition_positions"]["files"]
+    finally:
+        runner.kill()
+
+
+def test_the_word_count_over_a_directory_is_exact_and_picks_up_new_lines_and_files(
+    tmp_path: Path,
+) -> None:
+    folder = corpus(tmp_path / "in")
+    actions: list[tuple[str, int, bool]] = []
+
+    def grow(info: Any) -> None:
+        # After the first commit: a new file, and more lines on one already read from.
+        actions.append((str(info.action), info.txid, info.ok))
+        if str(info.action) == "COMMIT" and not (folder / "late.txt").exists():
+            write_lines(folder / "part-1.txt", 7, 5, mode="a")
+            write_lines(folder / "late.txt", 8, 9)
+
+    runner = _driver(topo.new_key("part-wc"), dict(FAST), word_count(folder), on_transaction=grow)
+    counts, positions = _finish(runner)
+    assert (folder / "late.txt").exists()
+    assert counts == expected_counts(folder)
+    assert positions == end_positions(folder)
+    # 74 lines, at most 4 per spout task (2) per transaction: many transactions, all fine.
+    prepares = [ok for action, _, ok in actions if action == "PREPARE"]
+    assert len(prepares) >= 74 // 8 and all(prepares)
+
+
+@pytest.mark.parametrize("seed", seeds())
+def test_a_driver_killed_at_each_point_restarts_exactly(
+    seed: int, sqlite: dict[str, Any], tmp_path: Path
+) -> None:
+    # 60 lines, 8 a transaction: PREPAREs 1-8. The seed picks the point and the txid.
+    point, txid = POINTS[seed % 4], 1 + (seed // 4) % 5
+    folder = corpus(tmp_path / "in", seed=seed)
+    name = topo.new_key("part-kill")
+    first = _driver(name, sqlite, word_count(folder), faults=_DriverDies(point, txid))
+    _dies(first)
+    counts, positions = _finish(_driver(name, sqlite, word_count(folder)))
+    assert counts == expected_counts(folder)
+    assert positions == end_positions(folder)
+
+
+def test_a_task_failure_rolls_back_and_the_replay_reads_the_same_lines(tmp_path: Path) -> None:
+    folder = corpus(tmp_path / "in")
+    failed: list[int] = []
+
+    def record(info: Any) -> None:
+        if str(info.action) == "PREPARE" and not info.ok:
+            failed.append(info.txid)
+
+    runner = _driver(
+        topo.new_key("part-fault"),
+        dict(FAST),
+        word_count(folder),
+        faults=_RaisesOnce(txid=2, at=3),
+        on_transaction=record,
+    )
+    counts, positions = _finish(runner)
+    assert failed == [2]
+    assert counts == expected_counts(folder)
+    assert positions == end_positions(folder)
+
+
+def test_the_spout_parallelism_changes_across_restarts_and_counts_stay_exact(
+    sqlite: dict[str, Any], tmp_path: Path
+) -> None:
+    # 1 task, killed after COMMITTED(2); 3 tasks, killed after COMMITTED(4); then 2 tasks, with
+    # a file added while no driver ran. Positions are per file: each run takes them over.
+    folder = corpus(tmp_path / "in", files=4, lines=15)
+    name = topo.new_key("part-rescale")
+    one = _driver(name, sqlite, word_count(folder, spouts=1), _DriverDies(POINTS[3], 2))
+    _dies(one)
+    three = _driver(name, sqlite, word_count(folder, spouts=3), _DriverDies(POINTS[3], 4))
+    _dies(three)
+    write_lines(folder / "part-9.txt", 9, 11)
+    counts, positions = _finish(_driver(name, sqlite, word_count(folder, spouts=2)))
+    assert counts == expected_counts(folder)
+    assert positions == end_positions(folder)
+
+
+def test_a_partitioned_spout_needs_a_stateful_bolt_to_save_its_positions(tmp_path: Path) -> None:
+    from partitioned_topologies import Split
+
+    from statefulbolts import DirectorySpout, TopologyBuilder
+
+    builder = TopologyBuilder()
+    builder.set_spout("files", DirectorySpout(str(tmp_path)))
+    builder.set_bolt("split", Split()).shuffle_grouping("files")
+    with (
+        pytest.raises(TopologyError, match=r"partitioned spouts \['files'\].*no stateful bolt"),
+        LocalCluster(engine="inline") as cluster,
+    ):
+        cluster.submit_topology(topo.new_key("part-plain"), dict(FAST), builder.create_topology())
