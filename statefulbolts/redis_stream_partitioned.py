@@ -144,8 +144,7 @@ class PartitionedRedisStreamSpout(PartitionedSpout):
         names = list(output_fields) if output_fields is not None else list(fields)
         if len(names) != len(fields):
             msg = (
-                f"{_NAME}: output_fields {names} must have one name per entry field "
-                f"{list(fields)}"
+                f"{_NAME}: output_fields {names} must have one name per entry field {list(fields)}"
             )
             raise ValueError(msg)
         if redis_url is not None and host is not None:
