@@ -38,6 +38,7 @@ from statefulbolts.errors import (
     TopologyFailedError,
 )
 from statefulbolts.partitioned import PartitionBatch, PartitionedSpout, PartitionReader
+from statefulbolts.redis_stream_partitioned import PartitionedRedisStreamSpout
 from statefulbolts.ticks import SYSTEM_COMPONENT_ID, TICK_STREAM_ID, is_tick_tuple
 from statefulbolts.timers import TimeDomain, TimerBolt, TimerService
 from statefulbolts.topology import (
@@ -125,6 +126,7 @@ __all__ = [
     "OutputFieldsDeclarer",
     "PartitionBatch",
     "PartitionReader",
+    "PartitionedRedisStreamSpout",
     "PartitionedSpout",
     "PartitionedTransactionalSpout",
     "ReportedFailedException",

@@ -1,0 +1,232 @@
+"""``PartitionedRedisStreamSpout`` on a real redis-server: exact counts through kills and rescales.
+
+The word count of ``partitioned_topologies`` (``split`` -> stateful ``count``) reads Redis
+streams, each a partition, on the inline engine. The verdict is the committed state of
+``count`` against a ``Counter`` over every entry of the streams, and the positions the driver
+holds against each stream's last entry id: a transaction read twice, or lost, shows in both.
+The state is in the same redis-server (durable across a driver's death, which is simulated in
+process by ``test_partitioned_runner``'s ``_DriverDies``). The kill test loops over the seeds of
+``STATEFULBOLTS_PARTITIONED_SEEDS`` (default ``"0-3"``).
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from collections import Counter
+from typing import Any
+
+import pytest
+import topologies as topo
+from partitioned_topologies import WORDS, Split, WordCount
+from redis_fixtures import RedisServer
+from test_partitioned_runner import FAST, POINTS, _DriverDies, seeds
+
+from checkpoint.runner import CheckpointRunner
+from providers import STATE_PROVIDER_CONFIG_KEY, STATE_PROVIDER_KEY
+from statefulbolts import (
+    Fields,
+    PartitionedRedisStreamSpout,
+    StormTopology,
+    TopologyBuilder,
+    TopologyFailedError,
+)
+from statefulbolts.errors import ConfigError
+
+STREAMS = ["wc:0", "wc:1", "wc:2"]
+
+
+def _conf(server: RedisServer) -> dict[str, Any]:
+    """``FAST`` with the state in ``server`` and the spout's URL in ``redis.stream.url``."""
+    pool = {"host": server.host, "port": server.port, "database": 0}
+    return {
+        **FAST,
+        STATE_PROVIDER_KEY: "providers.redis.RedisKeyValueStateProvider",
+        STATE_PROVIDER_CONFIG_KEY: json.dumps({"jedisPoolConfig": pool}),
+        "redis.stream.url": server.url,
+    }
+
+
+def word_count(spout: PartitionedRedisStreamSpout, spouts: int = 2) -> StormTopology:
+    """``streams`` (``spouts`` tasks) -> ``split`` -> ``count`` (2 tasks)."""
+    builder = TopologyBuilder()
+    builder.set_spout("streams", spout, spouts)
+    builder.set_bolt("split", Split(), 2).shuffle_grouping("streams")
+    builder.set_bolt("count", WordCount(), 2).fields_grouping("split", Fields("word"))
+    return builder.create_topology()
+
+
+def add(client: Any, stream: str, seed: int, entries: int) -> None:
+    """``entries`` entries ``{sentence: 1-4 random words}`` (seeded) at the end of ``stream``."""
+    rng = random.Random(seed)
+    for _ in range(entries):
+        words = " ".join(rng.choice(WORDS) for _ in range(rng.randint(1, 4)))
+        client.xadd(stream, {"sentence": words})
+
+
+def fill(client: Any, streams: list[str], entries: int, seed: int = 0) -> None:
+    for i, stream in enumerate(streams):
+        add(client, stream, seed * 100 + i, entries)
+
+
+def expected(client: Any, streams: list[str]) -> tuple[dict[str, int], dict[str, str]]:
+    """The word counts of every entry of ``streams`` now, and each stream's last entry id."""
+    counts: Counter[str] = Counter()
+    last: dict[str, str] = {}
+    for stream in streams:
+        entries = client.xrange(stream)
+        for _, data in entries:
+            counts.update(data[b"sentence"].decode().split())
+        if entries:
+            last[stream] = entries[-1][0].decode()
+    return dict(counts), last
+
+
+def _driver(
+    name: str, conf: dict[str, Any], topology: StormTopology, **kwargs: Any
+) -> CheckpointRunner:
+    runner = CheckpointRunner(name, conf, topology, None, engine="inline", **kwargs)
+    runner.start()
+    return runner
+
+
+def _dies(runner: CheckpointRunner) -> None:
+    with pytest.raises(SystemExit, match="driver died"):
+        runner.await_idle(60)
+
+
+def _finish(runner: CheckpointRunner) -> tuple[dict[Any, Any], dict[str, Any]]:
+    """Run to idle; the committed counts and the driver's positions of ``streams``."""
+    try:
+        runner.await_idle(60)
+        return runner.read_state("count"), runner.status()["partition_positions"]["streams"]
+    finally:
+        runner.kill()
+
+
+def test_the_word_count_over_three_streams_is_exact_while_entries_are_appended(
+    redis_db: RedisServer,
+) -> None:
+    client = redis_db.client()
+    fill(client, STREAMS, 15)
+    appended: list[int] = []
+
+    def grow(info: Any) -> None:
+        # After the first commit, and again after the third: more entries on streams read from.
+        if str(info.action) == "COMMIT" and info.txid in (1, 3) and info.txid not in appended:
+            appended.append(info.txid)
+            add(client, "wc:1", 70 + info.txid, 6)
+            add(client, "wc:2", 80 + info.txid, 4)
+
+    spout = PartitionedRedisStreamSpout(STREAMS)
+    runner = _driver(topo.new_key("rwc"), _conf(redis_db), word_count(spout), on_transaction=grow)
+    counts, positions = _finish(runner)
+    assert appended == [1, 3]
+    want, last = expected(client, STREAMS)
+    assert counts == want
+    assert positions == last
+
+
+@pytest.mark.parametrize("seed", seeds())
+def test_a_driver_killed_at_each_point_restarts_exactly(seed: int, redis_db: RedisServer) -> None:
+    # 45 entries, 8 a transaction: PREPAREs 1-6. The seed picks the point and the txid.
+    point, txid = POINTS[seed % 4], 1 + (seed // 4) % 5
+    client = redis_db.client()
+    fill(client, STREAMS, 15, seed=seed)
+    conf, name = _conf(redis_db), topo.new_key("rkill")
+    spout = PartitionedRedisStreamSpout(STREAMS)
+    _dies(_driver(name, conf, word_count(spout), faults=_DriverDies(point, txid)))
+    counts, positions = _finish(_driver(name, conf, word_count(spout)))
+    want, last = expected(client, STREAMS)
+    assert counts == want
+    assert positions == last
+
+
+def test_the_spout_parallelism_changes_across_restarts_and_a_new_stream_is_picked_up(
+    redis_db: RedisServer,
+) -> None:
+    # The pattern from the config: 1 task, killed after COMMITTED(2); 3 tasks, killed after
+    # COMMITTED(4); then 2 tasks, with a new stream and more entries added while no driver ran.
+    client = redis_db.client()
+    streams = [f"wc:{i}" for i in range(4)]
+    fill(client, streams, 15)
+    client.set("wc:not-a-stream", "left out: the pattern lists streams only")
+    conf, name = {**_conf(redis_db), "redis.stream.pattern": "wc:*"}, topo.new_key("rscale")
+    spout = PartitionedRedisStreamSpout()
+    _dies(_driver(name, conf, word_count(spout, 1), faults=_DriverDies(POINTS[3], 2)))
+    _dies(_driver(name, conf, word_count(spout, 3), faults=_DriverDies(POINTS[3], 4)))
+    add(client, "wc:9", 9, 11)
+    add(client, "wc:0", 10, 3)
+    counts, positions = _finish(_driver(name, conf, word_count(spout, 2)))
+    want, last = expected(client, [*streams, "wc:9"])
+    assert counts == want
+    assert positions == last
+
+
+def test_a_key_that_is_not_a_stream_stops_the_topology_naming_it(redis_db: RedisServer) -> None:
+    client = redis_db.client()
+    fill(client, ["wc:0"], 5)
+    client.set("wc:plain", "a string, not a stream")
+    spout = PartitionedRedisStreamSpout(["wc:0", "wc:plain"])
+    runner = _driver(topo.new_key("rwrong"), _conf(redis_db), word_count(spout))
+    try:
+        with pytest.raises(TopologyFailedError) as failed:
+            runner.await_idle(60)
+    finally:
+        runner.kill()
+    text = str(failed.value)
+    assert "stream 'wc:plain'" in text
+    assert "key 'wc:plain' holds a string, not a stream" in text
+    assert "StateBackendRefusedError" in text and "list only stream keys" in text
+
+
+# ------------------------------------------------------------------ the reader, directly
+def _read(spout: PartitionedRedisStreamSpout, stream: str, position: Any, n: int) -> Any:
+    reader = spout.open_reader({}, None, stream, position)  # type: ignore[arg-type]
+    try:
+        return reader.read(n)
+    finally:
+        reader.close()
+
+
+def test_a_position_whose_entry_was_trimmed_reads_on_from_the_next(redis_db: RedisServer) -> None:
+    client = redis_db.client()
+    ids = [client.xadd("s", {"sentence": f"e{i}"}).decode() for i in range(6)]
+    spout = PartitionedRedisStreamSpout("s", redis_url=redis_db.url)
+    first = _read(spout, "s", None, 3)
+    assert first.records == [["e0"], ["e1"], ["e2"]] and first.position == ids[2]
+    # The writer trims the stream past the position, then deletes the entry after it.
+    client.xtrim("s", minid=ids[3], approximate=False)
+    client.xdel("s", ids[3])
+    assert client.xrange("s", ids[2], ids[2]) == []
+    assert spout.has_more({}, "s", first.position)
+    rest = _read(spout, "s", first.position, 10)
+    assert rest.records == [["e4"], ["e5"]] and rest.position == ids[5]
+    assert not spout.has_more({}, "s", rest.position)
+    # The last entry deleted too: the position is after every entry there is.
+    client.xdel("s", ids[5])
+    assert not spout.has_more({}, "s", rest.position)
+    assert _read(spout, "s", rest.position, 10) == (([]), ids[5], "default")
+
+
+def test_start_dollar_reads_only_entries_added_after_the_first_read(redis_db: RedisServer) -> None:
+    client = redis_db.client()
+    old = client.xadd("s", {"sentence": "old"}).decode()
+    spout = PartitionedRedisStreamSpout("s", redis_url=redis_db.url, start="$")
+    assert spout.has_more({}, "s", None)  # a stream never read: one read pins its end
+    pinned = _read(spout, "s", None, 10)
+    assert pinned.records == [] and pinned.position == old
+    client.xadd("s", {"sentence": "new"})
+    assert _read(spout, "s", pinned.position, 10).records == [["new"]]
+    assert _read(spout, "s", None, 10).position != old  # an unread stream pins its end now
+
+
+def test_settings_come_from_the_config_and_name_what_is_missing() -> None:
+    spout = PartitionedRedisStreamSpout()
+    assert spout.partitions({"redis.stream.keys": "b, a,c"}) == ["a", "b", "c"]
+    with pytest.raises(ConfigError, match=r"no streams; pass streams= or pattern=.*redis\.stream"):
+        spout.partitions({})
+    with pytest.raises(ConfigError, match="both 'redis.stream.keys' and 'redis.stream.pattern'"):
+        spout.partitions({"redis.stream.keys": ["a"], "redis.stream.pattern": "a*"})
+    with pytest.raises(ValueError, match="start is 'later'"):
+        PartitionedRedisStreamSpout(["a"], start="later")
