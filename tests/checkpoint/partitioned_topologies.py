@@ -7,11 +7,16 @@ expected counts are a plain ``Counter`` over the files as they are at the end of
 
 from __future__ import annotations
 
+import os
 import random
 from collections import Counter
 from pathlib import Path
 from typing import Any
 
+import pytest
+
+from checkpoint.runner import CheckpointRunner
+from recovery.faults import KillPoint
 from statefulbolts import (
     BasicBolt,
     DirectorySpout,
@@ -20,6 +25,7 @@ from statefulbolts import (
     StormTopology,
     TopologyBuilder,
 )
+from statefulbolts.listeners import NoFaults
 
 WORDS = ["apple", "pear", "fig", "plum", "kiwi", "lime", "date", "yuzu"]
 
@@ -94,3 +100,72 @@ def expected_counts(directory: Path) -> dict[str, int]:
 def end_positions(directory: Path) -> dict[str, int]:
     """Each file's size: where a spout that read it whole stands."""
     return {p.name: p.stat().st_size for p in sorted(directory.iterdir()) if p.is_file()}
+
+
+# ----------------------------------------------------------------- driving it, dying, restarting
+FAST = {"topology.state.checkpoint.interval.ms": 1, "topology.max.spout.pending": 4}
+POINTS = [
+    KillPoint.AFTER_PREPARE,
+    KillPoint.AFTER_COMMITTING_SAVED,
+    KillPoint.MID_COMMIT,
+    KillPoint.AFTER_COMMITTED,
+]
+
+
+def seeds() -> list[int]:
+    """The seeds of ``STATEFULBOLTS_PARTITIONED_SEEDS``: ``"a-b"`` (inclusive) or one int."""
+    raw = os.environ.get("STATEFULBOLTS_PARTITIONED_SEEDS", "0-3")
+    low, _, high = raw.partition("-")
+    return list(range(int(low), int(high or low) + 1))
+
+
+class DriverDies(NoFaults):
+    """Ends the driver loop at ``point`` of ``txid``, as a driver process dying there.
+
+    Mid-commit: after the first stateful task committed (the driver commits them in turn).
+    """
+
+    def __init__(self, point: KillPoint, txid: int) -> None:
+        self.point, self.txid, self.fired = point, txid, False
+
+    def _die(self, point: KillPoint, txid: int) -> None:
+        if point is self.point and txid == self.txid and not self.fired:
+            self.fired = True
+            msg = f"driver died at {point.value} of txid {txid}"
+            raise SystemExit(msg)
+
+    def on_driver(self, point: Any, txid: int) -> None:
+        self._die(point, txid)
+
+    def on_task_committed(self, component: str, task: int, txid: int) -> None:
+        self._die(KillPoint.MID_COMMIT, txid)
+
+
+def start_driver(
+    name: str,
+    conf: dict[str, Any],
+    topology: StormTopology,
+    faults: NoFaults | None = None,
+    on_transaction: Any = None,
+) -> CheckpointRunner:
+    """A driver of ``topology`` on the inline engine, started."""
+    runner = CheckpointRunner(
+        name, conf, topology, None, faults=faults, on_transaction=on_transaction, engine="inline"
+    )
+    runner.start()
+    return runner
+
+
+def dies(runner: CheckpointRunner) -> None:
+    """The driver ends at its ``DriverDies`` kill point."""
+    with pytest.raises(SystemExit, match="driver died"):
+        runner.await_idle(60)
+
+
+def finish(runner: CheckpointRunner, spout: str) -> tuple[dict[Any, Any], dict[str, Any]]:
+    """Run to idle; the committed counts and the driver's positions of ``spout``."""
+    try:
+        runner.await_idle(60)
+        return runner.read_state("count"), runner.status()["partition_positions"][spout]
+    finally:
+        runner.kill()

@@ -18,11 +18,20 @@ from typing import Any
 
 import pytest
 import topologies as topo
-from partitioned_topologies import WORDS, Split, WordCount
+from partitioned_topologies import (
+    FAST,
+    POINTS,
+    WORDS,
+    DriverDies,
+    Split,
+    WordCount,
+    dies,
+    finish,
+    seeds,
+    start_driver,
+)
 from redis_fixtures import RedisServer
-from test_partitioned_runner import FAST, POINTS, _DriverDies, seeds
 
-from checkpoint.runner import CheckpointRunner
 from providers import STATE_PROVIDER_CONFIG_KEY, STATE_PROVIDER_KEY
 from statefulbolts import (
     Fields,
@@ -82,28 +91,6 @@ def expected(client: Any, streams: list[str]) -> tuple[dict[str, int], dict[str,
     return dict(counts), last
 
 
-def _driver(
-    name: str, conf: dict[str, Any], topology: StormTopology, **kwargs: Any
-) -> CheckpointRunner:
-    runner = CheckpointRunner(name, conf, topology, None, engine="inline", **kwargs)
-    runner.start()
-    return runner
-
-
-def _dies(runner: CheckpointRunner) -> None:
-    with pytest.raises(SystemExit, match="driver died"):
-        runner.await_idle(60)
-
-
-def _finish(runner: CheckpointRunner) -> tuple[dict[Any, Any], dict[str, Any]]:
-    """Run to idle; the committed counts and the driver's positions of ``streams``."""
-    try:
-        runner.await_idle(60)
-        return runner.read_state("count"), runner.status()["partition_positions"]["streams"]
-    finally:
-        runner.kill()
-
-
 def test_the_word_count_over_three_streams_is_exact_while_entries_are_appended(
     redis_db: RedisServer,
 ) -> None:
@@ -119,8 +106,10 @@ def test_the_word_count_over_three_streams_is_exact_while_entries_are_appended(
             add(client, "wc:2", 80 + info.txid, 4)
 
     spout = PartitionedRedisStreamSpout(STREAMS)
-    runner = _driver(topo.new_key("rwc"), _conf(redis_db), word_count(spout), on_transaction=grow)
-    counts, positions = _finish(runner)
+    runner = start_driver(
+        topo.new_key("rwc"), _conf(redis_db), word_count(spout), on_transaction=grow
+    )
+    counts, positions = finish(runner, "streams")
     assert appended == [1, 3]
     want, last = expected(client, STREAMS)
     assert counts == want
@@ -135,8 +124,8 @@ def test_a_driver_killed_at_each_point_restarts_exactly(seed: int, redis_db: Red
     fill(client, STREAMS, 15, seed=seed)
     conf, name = _conf(redis_db), topo.new_key("rkill")
     spout = PartitionedRedisStreamSpout(STREAMS)
-    _dies(_driver(name, conf, word_count(spout), faults=_DriverDies(point, txid)))
-    counts, positions = _finish(_driver(name, conf, word_count(spout)))
+    dies(start_driver(name, conf, word_count(spout), faults=DriverDies(point, txid)))
+    counts, positions = finish(start_driver(name, conf, word_count(spout)), "streams")
     want, last = expected(client, STREAMS)
     assert counts == want
     assert positions == last
@@ -153,11 +142,11 @@ def test_the_spout_parallelism_changes_across_restarts_and_a_new_stream_is_picke
     client.set("wc:not-a-stream", "left out: the pattern lists streams only")
     conf, name = {**_conf(redis_db), "redis.stream.pattern": "wc:*"}, topo.new_key("rscale")
     spout = PartitionedRedisStreamSpout()
-    _dies(_driver(name, conf, word_count(spout, 1), faults=_DriverDies(POINTS[3], 2)))
-    _dies(_driver(name, conf, word_count(spout, 3), faults=_DriverDies(POINTS[3], 4)))
+    dies(start_driver(name, conf, word_count(spout, 1), faults=DriverDies(POINTS[3], 2)))
+    dies(start_driver(name, conf, word_count(spout, 3), faults=DriverDies(POINTS[3], 4)))
     add(client, "wc:9", 9, 11)
     add(client, "wc:0", 10, 3)
-    counts, positions = _finish(_driver(name, conf, word_count(spout, 2)))
+    counts, positions = finish(start_driver(name, conf, word_count(spout, 2)), "streams")
     want, last = expected(client, [*streams, "wc:9"])
     assert counts == want
     assert positions == last
@@ -168,7 +157,7 @@ def test_a_key_that_is_not_a_stream_stops_the_topology_naming_it(redis_db: Redis
     fill(client, ["wc:0"], 5)
     client.set("wc:plain", "a string, not a stream")
     spout = PartitionedRedisStreamSpout(["wc:0", "wc:plain"])
-    runner = _driver(topo.new_key("rwrong"), _conf(redis_db), word_count(spout))
+    runner = start_driver(topo.new_key("rwrong"), _conf(redis_db), word_count(spout))
     try:
         with pytest.raises(TopologyFailedError) as failed:
             runner.await_idle(60)

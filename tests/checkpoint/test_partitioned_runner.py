@@ -16,7 +16,6 @@ point and the transaction.
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -24,35 +23,25 @@ from typing import Any
 import pytest
 import topologies as topo
 from partitioned_topologies import (
+    FAST,
+    POINTS,
+    DriverDies,
     corpus,
+    dies,
     end_positions,
     expected_counts,
+    finish,
+    seeds,
+    start_driver,
     word_count,
     write_lines,
 )
 
-from checkpoint.runner import CheckpointRunner
 from providers import STATE_PROVIDER_CONFIG_KEY, STATE_PROVIDER_KEY, load_module
-from recovery.faults import KillPoint
-from statefulbolts import LocalCluster, StormTopology
+from statefulbolts import LocalCluster
 from statefulbolts.errors import TopologyError
 from statefulbolts.listeners import NoFaults
 from statefulbolts.tuples import Tuple
-
-FAST = {"topology.state.checkpoint.interval.ms": 1, "topology.max.spout.pending": 4}
-POINTS = [
-    KillPoint.AFTER_PREPARE,
-    KillPoint.AFTER_COMMITTING_SAVED,
-    KillPoint.MID_COMMIT,
-    KillPoint.AFTER_COMMITTED,
-]
-
-
-def seeds() -> list[int]:
-    """The seeds of ``STATEFULBOLTS_PARTITIONED_SEEDS``: ``"a-b"`` (inclusive) or one int."""
-    raw = os.environ.get("STATEFULBOLTS_PARTITIONED_SEEDS", "0-3")
-    low, _, high = raw.partition("-")
-    return list(range(int(low), int(high or low) + 1))
 
 
 @pytest.fixture
@@ -64,28 +53,6 @@ def sqlite(tmp_path: Path) -> Iterator[dict[str, Any]]:
         STATE_PROVIDER_CONFIG_KEY: json.dumps({"path": str(tmp_path / "state.db")}),
     }
     load_module("sqlite_state").close_connections()
-
-
-class _DriverDies(NoFaults):
-    """Ends the driver loop at ``point`` of ``txid``, as a driver process dying there.
-
-    Mid-commit: after the first stateful task committed (the driver commits them in turn).
-    """
-
-    def __init__(self, point: KillPoint, txid: int) -> None:
-        self.point, self.txid, self.fired = point, txid, False
-
-    def _die(self, point: KillPoint, txid: int) -> None:
-        if point is self.point and txid == self.txid and not self.fired:
-            self.fired = True
-            msg = f"driver died at {point.value} of txid {txid}"
-            raise SystemExit(msg)
-
-    def on_driver(self, point: Any, txid: int) -> None:
-        self._die(point, txid)
-
-    def on_task_committed(self, component: str, task: int, txid: int) -> None:
-        self._die(KillPoint.MID_COMMIT, txid)
 
 
 class _RaisesOnce(NoFaults):
@@ -112,34 +79,6 @@ class _RaisesOnce(NoFaults):
         return target
 
 
-def _driver(
-    name: str,
-    conf: dict[str, Any],
-    topology: StormTopology,
-    faults: NoFaults | None = None,
-    on_transaction: Any = None,
-) -> CheckpointRunner:
-    runner = CheckpointRunner(
-        name, conf, topology, None, faults=faults, on_transaction=on_transaction, engine="inline"
-    )
-    runner.start()
-    return runner
-
-
-def _dies(runner: CheckpointRunner) -> None:
-    with pytest.raises(SystemExit, match="driver died"):
-        runner.await_idle(60)
-
-
-def _finish(runner: CheckpointRunner) -> tuple[dict[Any, Any], dict[str, Any]]:
-    """Run to idle; the committed counts and the driver's positions of ``files``."""
-    try:
-        runner.await_idle(60)
-        return runner.read_state("count"), runner.status()["partition_positions"]["files"]
-    finally:
-        runner.kill()
-
-
 def test_the_word_count_over_a_directory_is_exact_and_picks_up_new_lines_and_files(
     tmp_path: Path,
 ) -> None:
@@ -153,8 +92,10 @@ def test_the_word_count_over_a_directory_is_exact_and_picks_up_new_lines_and_fil
             write_lines(folder / "part-1.txt", 7, 5, mode="a")
             write_lines(folder / "late.txt", 8, 9)
 
-    runner = _driver(topo.new_key("part-wc"), dict(FAST), word_count(folder), on_transaction=grow)
-    counts, positions = _finish(runner)
+    runner = start_driver(
+        topo.new_key("part-wc"), dict(FAST), word_count(folder), on_transaction=grow
+    )
+    counts, positions = finish(runner, "files")
     assert (folder / "late.txt").exists()
     assert counts == expected_counts(folder)
     assert positions == end_positions(folder)
@@ -171,9 +112,9 @@ def test_a_driver_killed_at_each_point_restarts_exactly(
     point, txid = POINTS[seed % 4], 1 + (seed // 4) % 5
     folder = corpus(tmp_path / "in", seed=seed)
     name = topo.new_key("part-kill")
-    first = _driver(name, sqlite, word_count(folder), faults=_DriverDies(point, txid))
-    _dies(first)
-    counts, positions = _finish(_driver(name, sqlite, word_count(folder)))
+    first = start_driver(name, sqlite, word_count(folder), faults=DriverDies(point, txid))
+    dies(first)
+    counts, positions = finish(start_driver(name, sqlite, word_count(folder)), "files")
     assert counts == expected_counts(folder)
     assert positions == end_positions(folder)
 
@@ -186,14 +127,14 @@ def test_a_task_failure_rolls_back_and_the_replay_reads_the_same_lines(tmp_path:
         if str(info.action) == "PREPARE" and not info.ok:
             failed.append(info.txid)
 
-    runner = _driver(
+    runner = start_driver(
         topo.new_key("part-fault"),
         dict(FAST),
         word_count(folder),
         faults=_RaisesOnce(txid=2, at=3),
         on_transaction=record,
     )
-    counts, positions = _finish(runner)
+    counts, positions = finish(runner, "files")
     assert failed == [2]
     assert counts == expected_counts(folder)
     assert positions == end_positions(folder)
@@ -206,12 +147,12 @@ def test_the_spout_parallelism_changes_across_restarts_and_counts_stay_exact(
     # a file added while no driver ran. Positions are per file: each run takes them over.
     folder = corpus(tmp_path / "in", files=4, lines=15)
     name = topo.new_key("part-rescale")
-    one = _driver(name, sqlite, word_count(folder, spouts=1), _DriverDies(POINTS[3], 2))
-    _dies(one)
-    three = _driver(name, sqlite, word_count(folder, spouts=3), _DriverDies(POINTS[3], 4))
-    _dies(three)
+    one = start_driver(name, sqlite, word_count(folder, spouts=1), DriverDies(POINTS[3], 2))
+    dies(one)
+    three = start_driver(name, sqlite, word_count(folder, spouts=3), DriverDies(POINTS[3], 4))
+    dies(three)
     write_lines(folder / "part-9.txt", 9, 11)
-    counts, positions = _finish(_driver(name, sqlite, word_count(folder, spouts=2)))
+    counts, positions = finish(start_driver(name, sqlite, word_count(folder, spouts=2)), "files")
     assert counts == expected_counts(folder)
     assert positions == end_positions(folder)
 
