@@ -975,11 +975,8 @@ def _give_namespaces(conf: Mapping[str, Any], plan: EvolutionPlan, txid: int) ->
     for change in plan.changes:
         if change.stored_as is not None:
             continue
-        for task in range(change.new.parallelism):
-            ns = str(TaskNamespace(plan.prefix, change.component, task))
-            state = open_image(conf, ns, True)
-            if state.stored_txids() == (None, None):
-                state.replace_stored(txid, (), None, {})
+        tasks = range(change.new.parallelism)
+        _give_empty(conf, [str(_task(plan, change, t)) for t in tasks], txid)
 
 
 def _give_windows(conf: Mapping[str, Any], plan: EvolutionPlan, wanted: Wanted, txid: int) -> None:

@@ -201,9 +201,6 @@ class _WarmTable:
         with self._lock:
             return self._entries.pop(namespace, None)
 
-    def __len__(self) -> int:
-        return len(self._entries)
-
 
 _WARM = _WarmTable(_WARM_TASKS)
 
