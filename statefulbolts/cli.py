@@ -67,6 +67,7 @@ from statefulbolts.errors import (
 )
 from statefulbolts.runtime import (
     DEFAULT_SPARK_LOG_LEVEL,
+    ENGINES,
     SPARK_LOG_ENV,
     SPARK_LOG_LEVELS,
 )
@@ -193,7 +194,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
         _print_transaction(info.as_dict(), args.json)
 
     code = 0
-    with cluster_for_run(args.master) as cluster:
+    with cluster_for_run(args.master, args.engine) as cluster:
         handle = cluster.submit_topology(name, conf, topology, on_transaction=progress)
         url = handle.ui_url
         if url is not None:
@@ -259,6 +260,7 @@ def _child_command(args: argparse.Namespace) -> list[str]:
         ("--conf", args.conf),
         ("--name", args.name),
         ("--master", args.master),
+        ("--engine", args.engine),
         ("--timeout", args.timeout),
         ("--ui", args.ui),
         ("--spark-log", args.spark_log),
@@ -510,6 +512,13 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--name", help="topology name (default: the module's last part)")
     run.add_argument(
         "--master", help="Spark master (default local[2]; under spark-submit, spark-submit's)"
+    )
+    run.add_argument(
+        "--engine",
+        choices=sorted(ENGINES),
+        default=None,
+        help="what runs the jobs: spark (the default) or inline (every task in this process, "
+        "no Spark: the same protocols, for development and tests)",
     )
     run.add_argument("--timeout", type=float, default=None, help="give up after N seconds")
     run.add_argument("--json", action="store_true", help="JSON lines instead of text")

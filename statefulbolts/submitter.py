@@ -207,13 +207,22 @@ def _on_signals(stop: threading.Event) -> Callable[[], None]:
     return restore
 
 
-def cluster_for_run(master: str | None) -> LocalCluster:
+def cluster_for_run(master: str | None, engine: str | None = None) -> LocalCluster:
     """The cluster ``statefulbolts run`` runs on.
 
     Under ``spark-submit``: the application's session (``--master`` is ignored, with a warning
     when it differs from ``spark-submit``'s). Otherwise a ``LocalCluster`` for ``master``
-    (default ``local[2]``).
+    (default ``local[2]``). ``engine="inline"`` runs the jobs in this process, without Spark.
+
+    Raises:
+        ConfigError: ``engine="inline"`` with a ``master`` or under ``spark-submit``.
     """
+    if engine == "inline":
+        if master is not None or under_spark_submit():
+            where = f"--master {master}" if master is not None else "spark-submit"
+            msg = f"--engine inline runs without Spark: it takes no {where}; drop one of the two"
+            raise ConfigError(msg)
+        return LocalCluster(engine="inline")
     if not under_spark_submit():
         return LocalCluster(master or "local[2]")
     cluster = LocalCluster(spark=application_session())

@@ -9,6 +9,7 @@ handling are tested here, and ``tests/cli/test_cluster_submit.py`` runs them und
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import random
@@ -166,6 +167,23 @@ def test_supervise_is_refused_under_spark_submit(
         check_supervise()
     assert cli_main(["run", "examples.wordcount:topology", "--supervise"]) == 2
     assert "use spark-submit's own --supervise" in capsys.readouterr().err
+
+
+def test_run_with_the_inline_engine_runs_the_word_count_without_spark(capsys: Any) -> None:
+    assert cli_main(["run", "examples.wordcount:topology", "--engine", "inline", "--json"]) == 0
+    lines = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    [done] = [line for line in lines if line["event"] == "done"]
+    words = sum(expected_counts(2000).values())
+    assert done["components"]["count"]["executed"] == words
+    assert done["components"]["count"]["failed"] == 0
+
+
+def test_the_inline_engine_takes_no_master(capsys: Any) -> None:
+    argv = ["run", "examples.wordcount:topology", "--engine", "inline", "--master", "local[2]"]
+    assert cli_main(argv) == 2
+    assert "--engine inline runs without Spark: it takes no --master local[2]" in (
+        capsys.readouterr().err
+    )
 
 
 def test_the_launcher_gives_its_path_and_runs_the_command_line_from_the_current_folder(

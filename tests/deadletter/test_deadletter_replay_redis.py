@@ -16,6 +16,9 @@ at a protocol point, and the run after it finishes the job:
   the committers skip, then deletes the record).
 
 Every word is then counted exactly once, the poisoned sentence included, and the store is empty.
+The child drivers run with ``--engine inline`` (the jobs in the driver's process): what is under
+test is the protocol across real process deaths and the command line, and a JVM per child would
+cost about 8 s each; ``test_deadletter_spark.py`` replays on Spark.
 """
 
 from __future__ import annotations
@@ -36,7 +39,7 @@ from statefulbolts.deadletter import DeadLetterStore
 from statefulbolts.redis_stream import load_stream, pending_count
 from statefulbolts.state import read_state
 
-pytestmark = [pytest.mark.spark, pytest.mark.redis]
+pytestmark = pytest.mark.redis
 
 ROOT = Path(__file__).resolve().parents[2]
 RUN_TIMEOUT = 180
@@ -56,6 +59,7 @@ def _provider(redis_db: Any) -> dict[str, Any]:
 def _run(topology: str, conf: dict[str, Any], path: Path, name: str) -> tuple[int, str]:
     path.write_text(json.dumps(conf), encoding="utf-8")
     cmd = [sys.executable, "-m", "statefulbolts.cli", "run", topology, "--conf", str(path)]
+    cmd += ["--engine", "inline"]
     status, _, err = run_driver_process(
         [*cmd, "--name", name, "--json"], ROOT, RUN_TIMEOUT, env=tx.child_env()
     )
