@@ -32,15 +32,14 @@ from partitioned_topologies import (
 )
 from redis_fixtures import RedisServer
 
-from providers import STATE_PROVIDER_CONFIG_KEY, STATE_PROVIDER_KEY
+from providers import STATE_PROVIDER_CONFIG_KEY, STATE_PROVIDER_KEY, StateBackendRefusedError
 from statefulbolts import (
     Fields,
     PartitionedRedisStreamSpout,
     StormTopology,
     TopologyBuilder,
-    TopologyFailedError,
 )
-from statefulbolts.errors import ConfigError
+from statefulbolts.errors import ConfigError, TopologyError
 
 STREAMS = ["wc:0", "wc:1", "wc:2"]
 
@@ -159,14 +158,15 @@ def test_a_key_that_is_not_a_stream_stops_the_topology_naming_it(redis_db: Redis
     spout = PartitionedRedisStreamSpout(["wc:0", "wc:plain"])
     runner = start_driver(topo.new_key("rwrong"), _conf(redis_db), word_count(spout))
     try:
-        with pytest.raises(TopologyFailedError) as failed:
+        # The driver meets it when it lists where each stream ends, before the PREPARE's job.
+        with pytest.raises(StateBackendRefusedError) as failed:
             runner.await_idle(60)
     finally:
         runner.kill()
     text = str(failed.value)
     assert "stream 'wc:plain'" in text
     assert "key 'wc:plain' holds a string, not a stream" in text
-    assert "StateBackendRefusedError" in text and "list only stream keys" in text
+    assert "list only stream keys" in text
 
 
 # ------------------------------------------------------------------ the reader, directly
@@ -219,3 +219,24 @@ def test_settings_come_from_the_config_and_name_what_is_missing() -> None:
         spout.partitions({"redis.stream.keys": ["a"], "redis.stream.pattern": "a*"})
     with pytest.raises(ValueError, match="start is 'later'"):
         PartitionedRedisStreamSpout(["a"], start="later")
+
+
+def test_a_reader_reads_no_entry_past_the_end_the_driver_listed(redis_db: RedisServer) -> None:
+    task: Any = None  # a reader outside a job: no task context
+    client = redis_db.client()
+    ids = [client.xadd("s", {"sentence": f"e{i}"}).decode() for i in range(3)]
+    spout = PartitionedRedisStreamSpout(["s", "none"], redis_url=redis_db.url)
+    ends = spout.ends({}, ["s", "none"])
+    assert ends == {"s": ids[2], "none": "0-0"}
+    later = client.xadd("s", {"sentence": "later"}).decode()  # after the listing
+    # Any attempt of the task reads up to the listed end, however many entries came since.
+    reader = spout.open_reader({}, task, "s", ids[0], end=ends["s"])
+    assert reader.read(10) == ([["e1"], ["e2"]], ids[2], "default")
+    assert spout.open_reader({}, task, "none", None, end="0-0").read(10).records == []
+    # start="$" pins the listed end, not the stream's end when the task runs.
+    dollar = PartitionedRedisStreamSpout("s", redis_url=redis_db.url, start="$")
+    pinned = dollar.open_reader({}, task, "s", None, end=ends["s"]).read(10)
+    assert pinned == ([], ids[2], "default")
+    assert _read(dollar, "s", ids[2], 10) == ([["later"]], later, "default")
+    with pytest.raises(TopologyError, match=r"end of stream 's' is 'last', expected an entry id"):
+        spout.open_reader({}, task, "s", None, end="last")
