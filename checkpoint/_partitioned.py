@@ -5,9 +5,11 @@ the first stage of every PREPARE job. The protocol, for PREPARE(t):
 
 1. **Assign** (driver, ``PartitionedSpouts.orders``): list each spout's partitions, sort them,
    give partition ``i`` to task ``i % parallelism`` (``assign``), each at its committed
-   position. Reserve a block of root ids per task (``topology.max.spout.pending`` of them):
-   the task's tuples are roots ``first_root, first_root + 1, ...``, tracked as a driver spout's
-   are, without the driver making each one.
+   position and, for a spout that defines ``ends``, with its end now: every Spark attempt of
+   the task then reads the same records, however much the source grew in between. Reserve a
+   block of root ids per task (``topology.max.spout.pending`` of them): the task's tuples are
+   roots ``first_root, first_root + 1, ...``, tracked as a driver spout's are, without the
+   driver making each one.
 2. **Read** (task, ``PartitionReadTask``): read the task's partitions, the record budget shared
    out in turn, emit each record as a tuple of the spout's stream, and return the end
    positions (``ReadResult``) in the task's report.
@@ -39,7 +41,7 @@ import reprlib
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from statefulbolts.errors import CheckpointError, TopologyError
+from statefulbolts.errors import CheckpointError, StatefulBoltsError, TopologyError
 from statefulbolts.partitioned import DEFAULT_MAX_RECORDS, PartitionedSpout
 
 if TYPE_CHECKING:  # the task side runs in Spark workers: importing it loads no engine
@@ -89,6 +91,7 @@ class TaskReads(NamedTuple):
     starts: tuple[tuple[str, Any], ...]  # (partition, start position), in partition order
     first_root: int
     max_records: int
+    ends: Mapping[str, Any] | None = None  # the spout's ``ends`` of these partitions, if any
 
 
 class ReadResult(NamedTuple):
@@ -147,9 +150,13 @@ class PartitionReadTask:
         return ReadResult(root - reads.first_root, positions)
 
     def _read(self, spout: PartitionedSpout, partition: str, start: Any, share: int) -> Any:
-        context = self._context
+        context, ends = self._context, self.reads.ends
         assert context is not None  # noqa: S101 - prepare ran
-        reader = spout.open_reader(self._conf, context, partition, start)
+        if ends is None:
+            reader = spout.open_reader(self._conf, context, partition, start)
+        else:  # ``end`` is in the signature of the spouts that define ``ends`` only
+            bounded: Any = spout.open_reader
+            reader = bounded(self._conf, context, partition, start, end=ends.get(partition))
         try:
             batch = reader.read(share)
         finally:
@@ -255,6 +262,24 @@ class PartitionedSpouts:
             raise TopologyError(msg)
         return found
 
+    def _ends(
+        self, cid: str, spout: PartitionedSpout, found: list[str]
+    ) -> Mapping[str, Any] | None:
+        try:
+            ends = spout.ends(self._conf, found)
+        except StatefulBoltsError:
+            raise  # names the source, the cause and the fix already (a backend error, typed)
+        except Exception as exc:
+            msg = f"spout {cid!r}: {_kind(spout)}.ends raised: {exc}"
+            raise TopologyError(msg) from exc
+        if ends is not None and not isinstance(ends, Mapping):
+            msg = (
+                f"spout {cid!r}: {_kind(spout)}.ends returned {reprlib.repr(ends)}; expected "
+                "None or a mapping of partition id to its end"
+            )
+            raise TopologyError(msg)
+        return ends
+
     def has_more(self) -> bool:
         """Whether any partition of any partitioned spout may hold records to read."""
         for cid, (spout, _) in self._spouts.items():
@@ -273,10 +298,13 @@ class PartitionedSpouts:
         out: dict[tuple[str, int], TaskReads] = {}
         for cid, (spout, parallelism) in self._spouts.items():
             committed = self._positions[cid]
-            for task, mine in enumerate(assign(self._partitions(cid, spout), parallelism)):
+            found = self._partitions(cid, spout)
+            ends = self._ends(cid, spout, found)
+            for task, mine in enumerate(assign(found, parallelism)):
                 first = reserve(self.max_records)
                 starts = tuple((p, committed.get(p)) for p in mine)
-                out[(cid, task)] = TaskReads(spout, starts, first, self.max_records)
+                bounds = None if ends is None else {p: ends.get(p) for p in mine}
+                out[(cid, task)] = TaskReads(spout, starts, first, self.max_records, bounds)
                 given.append(_TaskRoots(cid, task, first))
         self._given[txid] = given
         return out

@@ -5,12 +5,15 @@ and one driver caps what a topology can ingest. A ``PartitionedSpout`` is read i
 instead, as Flink reads source splits and Storm's Kafka spout reads offsets:
 
 1. In the driver, before each PREPARE, ``partitions(conf)`` names the source's partitions
-   (strings). Sorted, partition ``i`` goes to spout task ``i % parallelism``.
+   (strings). Sorted, partition ``i`` goes to spout task ``i % parallelism``. A spout whose
+   partitions grow also says where each one ends now (``ends(conf, partitions)``): the end
+   goes with the partition to its task, and that PREPARE reads nothing after it.
 2. In the job, each spout task opens a reader per partition it was given
-   (``open_reader(conf, context, partition, position)``), at the position the last committed
-   transaction ended at (``None`` for a partition never read), and asks it for up to N records
-   (``PartitionReader.read``). The reader returns the records and the position after them.
-   The records go on as tuples of the spout's stream; nothing passes through the driver.
+   (``open_reader(conf, context, partition, position)``, plus ``end=`` from ``ends`` for a
+   spout that defines it), at the position the last committed transaction ended at (``None``
+   for a partition never read), and asks it for up to N records (``PartitionReader.read``).
+   The reader returns the records and the position after them. The records go on as tuples
+   of the spout's stream; nothing passes through the driver.
 3. The job returns the end positions. The driver saves them with the checkpoint, in the commit
    that decides the transaction (COMMITTING), so the positions and the bolts' state commit
    together: a transaction that fails or rolls back is read again from the same positions, and
@@ -18,8 +21,13 @@ instead, as Flink reads source splits and Storm's Kafka spout reads offsets:
    spout parallelism (positions belong to partitions, not to tasks).
 
 A position is any plain value the state can store as msgpack: an int offset, a Redis stream
-id, a list of them. A reader must be deterministic: the same partition, position and count read
-the same records (a Spark retry of the task reads them again).
+id, a list of them. A reader must be deterministic: the same partition, position, end and count
+read the same records. Spark may run a spout task more than once in one job (a retry after a
+crash, or again after an executor holding its output was lost, while other tasks already
+consumed the first attempt's output): every attempt must read the same records, or the job
+counts some twice and others never. A source that only grows keeps that promise through
+``ends``: the end is fixed in the driver, once per PREPARE, so an attempt run after more was
+appended still stops where the first one did.
 
 Only checkpointed topologies (with a stateful bolt) run partitioned spouts: their positions are
 saved with the checkpoint. N is ``topology.max.spout.pending`` records per spout task per
@@ -113,7 +121,23 @@ class PartitionedSpout(Spout):
         partition: str,
         position: Any,
     ) -> PartitionReader:
-        """A reader of ``partition`` from ``position`` (``None``: its beginning), in a task."""
+        """A reader of ``partition`` from ``position`` (``None``: its beginning), in a task.
+
+        A spout that defines ``ends`` takes a keyword argument ``end`` too: the reader returns
+        no record after it.
+        """
+
+    def ends(self, conf: Mapping[str, Any], partitions: Sequence[str]) -> Mapping[str, Any] | None:
+        """Where each of ``partitions`` ends now (in the driver, once per PREPARE).
+
+        Define it for a source that grows while the topology runs (appended files, streams):
+        the PREPARE's tasks then get ``end=`` (this mapping's value for their partition,
+        ``None`` if it has none) in ``open_reader``, and a reader returns no record after
+        its end. Every Spark attempt of the task then reads the same records, however much
+        was appended between them. ``None`` (the default): no ends, and ``open_reader`` is
+        called without ``end``; for a source that does not change under its readers.
+        """
+        return None
 
     def has_more(self, conf: Mapping[str, Any], partition: str, position: Any) -> bool:
         """Whether ``partition`` may hold records after ``position`` (in the driver).

@@ -5,8 +5,12 @@ matches a pattern (``pattern=``, ``SCAN MATCH``, listed again before each PREPAR
 stream is picked up at the next transaction). A record is one entry, its ``fields`` as the
 tuple's values, like ``RedisStreamSpout``'s. The position is the id of the last entry read
 (``"1700000000000-3"``), saved with the checkpoint; a task reads on from it with
-``XRANGE key (<position> + COUNT n``: exclusive of the position (Redis 6.2 or later), so the
-same position and count read the same entries, as a partitioned reader must.
+``XRANGE key (<position> <end> COUNT n``: exclusive of the position (Redis 6.2 or later) and
+inclusive of the end, the stream's last entry id when the driver assigned the partitions
+(``ends``: one ``XREVRANGE key + - COUNT 1`` per stream, pipelined). So the same position, end
+and count read the same entries, as a partitioned reader must, even in a Spark task run again
+after more entries were added (a retry, or a rerun after its executor was lost); entries added
+after the listing are the next transaction's.
 
 There is no consumer group and no ``XACK``: what was read is the checkpoint's business, not the
 stream's. Several topologies may read the same streams, and nothing is left pending in Redis.
@@ -15,7 +19,8 @@ Where a partition starts (its position ``None``, never read in a committed trans
 
 - ``start="0"`` (the default): at the stream's first entry.
 - ``start="$"``: only entries added later. The first transaction that reads the stream reads
-  nothing from it and ends at its last entry; entries added after that are read.
+  nothing from it and ends at its last entry when the driver listed it; entries added after
+  that are read.
 - any other entry id: after that id.
 
 Streams are trimmed by their writers (``XTRIM``, ``MAXLEN``, ``XDEL``). Reading from an id whose
@@ -221,6 +226,22 @@ class PartitionedRedisStreamSpout(PartitionedSpout):
             }
         return sorted(found)
 
+    def ends(self, conf: Mapping[str, Any], partitions: Sequence[str]) -> dict[str, str]:
+        """Each stream's last entry id now (``"0-0"``: empty or not there), one round trip."""
+        client = self._client(conf)
+        pipe = client.pipeline(transaction=False)
+        for stream in partitions:
+            pipe.xrevrange(stream, "+", "-", count=1)
+        with _backend(client, "XREVRANGE", f"the last entries of {len(partitions)} streams", None):
+            replies = pipe.execute(raise_on_error=False)
+        ends: dict[str, str] = {}
+        for stream, reply in zip(partitions, replies, strict=True):
+            if isinstance(reply, Exception):  # this stream's own error (WRONGTYPE), named
+                with _backend(client, "XREVRANGE", f"stream {stream!r}", stream):
+                    raise reply
+            ends[stream] = _text(reply[0][0]) if reply else "0-0"
+        return ends
+
     def has_more(self, conf: Mapping[str, Any], partition: str, position: Any) -> bool:
         """Whether the stream's last entry is after ``position`` (``XREVRANGE ... COUNT 1``)."""
         after = self._after(partition, position)
@@ -242,10 +263,20 @@ class PartitionedRedisStreamSpout(PartitionedSpout):
         context: TopologyContext,
         partition: str,
         position: Any,
+        end: str | None = None,
     ) -> PartitionReader:
-        """A reader of stream ``partition`` after entry id ``position`` (``None``: ``start``)."""
+        """A reader of stream ``partition`` after entry id ``position`` (``None``: ``start``).
+
+        ``end``: the last entry id it may read (``ends``); ``None``: the stream's end now.
+        """
         after = self._after(partition, position)
-        return _EntryReader(self, self._client(conf), partition, after)
+        if end is not None and (not isinstance(end, str) or _entry_id(end) is None):
+            msg = (
+                f"{_NAME} end of stream {partition!r} is {end!r}, expected an entry id "
+                '("<ms>-<seq>")'
+            )
+            raise TopologyError(msg)
+        return _EntryReader(self, self._client(conf), partition, after, end)
 
     def _after(self, partition: str, position: Any) -> str | None:
         """The id to read after; ``"-"``: from the first entry; ``None``: pin the end ("$")."""
@@ -284,17 +315,25 @@ class PartitionedRedisStreamSpout(PartitionedSpout):
 
 
 class _EntryReader(PartitionReader):
-    """Entries of one stream after one id, in a task of the job."""
+    """Entries of one stream after one id, up to an end id (``None``: the stream's end)."""
 
     def __init__(
-        self, spout: PartitionedRedisStreamSpout, client: Any, stream: str, after: str | None
+        self,
+        spout: PartitionedRedisStreamSpout,
+        client: Any,
+        stream: str,
+        after: str | None,
+        end: str | None,
     ) -> None:
-        self.spout, self.client, self.stream, self.after = spout, client, stream, after
+        self.spout, self.client, self.stream = spout, client, stream
+        self.after, self.end = after, end
 
     def read(self, max_records: int) -> PartitionBatch:
         """Up to ``max_records`` entries after the position; the position: the last id read."""
-        client, stream, after = self.client, self.stream, self.after
+        client, stream, after, end = self.client, self.stream, self.after, self.end
         subject = f"stream {stream!r}"
+        if after is None and end is not None:  # start="$": begin where the listing ended it
+            return PartitionBatch([], end)
         if after is None:  # start="$" on a stream never read: begin where it ends now
             with _backend(client, "XREVRANGE", subject, stream):
                 last = client.xrevrange(stream, "+", "-", count=1)
@@ -303,7 +342,7 @@ class _EntryReader(PartitionReader):
             return PartitionBatch([], None if after == "-" else after)
         low = "-" if after == "-" else f"({after}"
         with _backend(client, "XRANGE", subject, stream):
-            entries = client.xrange(stream, low, "+", count=max_records)
+            entries = client.xrange(stream, low, "+" if end is None else end, count=max_records)
         if not entries:
             return PartitionBatch([], None if after == "-" else after)
         records = []

@@ -1,5 +1,11 @@
 """The driver of ``tests/cli/test_cluster.py``: the Redis word count on a Spark standalone master.
 
+The sentences come from a driver spout (``--source sentences``, the default), or from Redis
+streams read on the executors (``--source partitioned-redis``): the driver first writes sentence
+``i`` onto stream ``<name>:in:<i % streams>`` (``--streams``), then a
+``PartitionedRedisStreamSpout`` of ``--spout-parallelism`` tasks reads them. Either way the
+counts are those of ``examples.wordcount.expected_counts``.
+
 It runs in its own process because the test session already has a ``local[2]`` SparkSession and
 a process can hold only one. It prints one JSON object per line on stdout, each with ``event``
 and ``t`` (``time.time()``, so the test can order lines against what it did itself):
@@ -8,7 +14,8 @@ and ``t`` (``time.time()``, so the test can order lines against what it did itse
   ``bind_address`` (with ``--probe``, ``views``: what the executors' Python sees before
   anything was shipped, see ``executor_probe``).
 - ``tx``: one finished transaction (``TransactionInfo.as_dict()``).
-- ``done``: the topology is idle; ``transactions``, ``failed_transactions``, ``components``
+- ``done``: the topology is idle; ``transactions``, ``failed_transactions``, ``components``,
+  ``positions`` (the partitioned spouts' positions, by component, then partition)
   (with ``--probe``, ``views`` again; with ``--ui-port``, ``jobs``: every Spark job's
   description and group from the driver's REST API).
 - ``error``: it stopped with an error (exit status 1).
@@ -41,8 +48,15 @@ for _path in (str(TESTS), str(ROOT)):
 from executor_probe import executor_views, spark_jobs  # noqa: E402
 from outage_topologies import redis_conf  # noqa: E402
 
-from examples.wordcount import build  # noqa: E402
-from statefulbolts import LocalCluster  # noqa: E402
+from examples.corpus import sentence  # noqa: E402
+from examples.wordcount import SplitSentence, WordCount, build  # noqa: E402
+from statefulbolts import (  # noqa: E402
+    Fields,
+    LocalCluster,
+    PartitionedRedisStreamSpout,
+    StormTopology,
+    TopologyBuilder,
+)
 from statefulbolts._output import print_event  # noqa: E402
 
 LOOPBACK = "127.0.0.1"
@@ -84,6 +98,35 @@ def spark_conf(
     return conf
 
 
+def stream_keys(name: str, streams: int) -> list[str]:
+    """The input streams of ``--source partitioned-redis``."""
+    return [f"{name}:in:{k}" for k in range(streams)]
+
+
+def write_streams(port: int, keys: list[str], sentences: int) -> None:
+    """Sentence ``i`` onto stream ``keys[i % len(keys)]``, in one pipeline."""
+    import redis
+
+    client = redis.Redis(host=LOOPBACK, port=port)
+    try:
+        pipe = client.pipeline(transaction=False)
+        for i in range(sentences):
+            pipe.xadd(keys[i % len(keys)], {"sentence": sentence(i)})
+        pipe.execute()
+    finally:
+        client.close()
+
+
+def partitioned_build(port: int, keys: list[str], spouts: int, parallelism: int) -> StormTopology:
+    """``examples.wordcount``'s topology with its sentences read from ``keys`` on the executors."""
+    spout = PartitionedRedisStreamSpout(keys, redis_url=f"redis://{LOOPBACK}:{port}/0")
+    builder = TopologyBuilder()
+    builder.set_spout("sentences", spout, spouts)
+    builder.set_bolt("split", SplitSentence(), parallelism).shuffle_grouping("sentences")
+    builder.set_bolt("count", WordCount(), parallelism).fields_grouping("split", Fields("word"))
+    return builder.create_topology()
+
+
 def executor_count(spark: Any) -> int:
     """Executors registered with the driver (the driver's own entry not counted)."""
     return max(0, len(spark.sparkContext._jsc.sc().statusTracker().getExecutorInfos()) - 1)
@@ -106,6 +149,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--ui-port", type=int, help="serve the driver's UI; report its jobs")
     parser.add_argument("--java-options", help="for the driver's and executors' JVMs")
     parser.add_argument("--commit-location", default="auto", help="topology.state.commit.location")
+    parser.add_argument(
+        "--source",
+        choices=("sentences", "partitioned-redis"),
+        default="sentences",
+        help="a driver spout, or Redis streams read on the executors",
+    )
+    parser.add_argument("--streams", type=int, default=4, help="partitioned-redis: streams")
+    parser.add_argument(
+        "--spout-parallelism", type=int, default=2, help="partitioned-redis: spout tasks"
+    )
     args = parser.parse_args(argv)
     os.environ.setdefault("SPARK_LOCAL_IP", LOOPBACK)
     if args.executor_python:
@@ -141,10 +194,18 @@ def main(argv: list[str] | None = None) -> int:
             bind_address=sc_conf.get("spark.driver.bindAddress"),
             **({"views": executor_views(spark.sparkContext)} if args.probe else {}),
         )
+        if args.source == "partitioned-redis":
+            keys = stream_keys(args.name, args.streams)
+            write_streams(args.redis_port, keys, args.sentences)
+            topology = partitioned_build(
+                args.redis_port, keys, args.spout_parallelism, args.parallelism
+            )
+        else:
+            topology = build(args.sentences, args.parallelism)
         handle = cluster.submit_topology(
             args.name,
             conf,
-            build(args.sentences, args.parallelism),
+            topology,
             on_transaction=lambda info: say("tx", **info.as_dict()),
         )
         handle.await_idle(args.timeout)
@@ -156,6 +217,7 @@ def main(argv: list[str] | None = None) -> int:
             commits=sum(1 for t in txs if t["action"] == "COMMIT"),
             failed_transactions=sum(1 for t in txs if not t["ok"]),
             components=metrics["components"],
+            positions=handle.status().get("partition_positions", {}),
             executors=executor_count(spark),
             **({"views": executor_views(spark.sparkContext)} if args.probe else {}),
             **({"jobs": spark_jobs(spark.sparkContext)} if args.ui_port else {}),

@@ -1,12 +1,15 @@
-"""The word count over a directory of files, read by a ``DirectorySpout`` on the executors.
+"""The word count over partitioned spouts read on the executors: files, or Redis streams.
 
-``files -> split -> count``: each line of each file is a tuple; ``split`` emits its words,
-grouped by word into ``count``, a stateful bolt whose committed state is the verdict. The
-expected counts are a plain ``Counter`` over the files as they are at the end of a run.
+``files -> split -> count``: each line of each file is a tuple (``DirectorySpout``), or each
+entry of each stream (``PartitionedRedisStreamSpout``, ``stream_word_count``); ``split`` emits
+its words, grouped by word into ``count``, a stateful bolt whose committed state is the
+verdict. The expected counts are a plain ``Counter`` over the files (the streams) as they are at
+the end of a run, and the expected positions each file's size (each stream's last entry id).
 """
 
 from __future__ import annotations
 
+import json
 import os
 import random
 from collections import Counter
@@ -16,11 +19,15 @@ from typing import Any
 import pytest
 
 from checkpoint.runner import CheckpointRunner
+from providers import STATE_PROVIDER_CONFIG_KEY, STATE_PROVIDER_KEY
 from recovery.faults import KillPoint
 from statefulbolts import (
     BasicBolt,
     DirectorySpout,
     Fields,
+    PartitionBatch,
+    PartitionedRedisStreamSpout,
+    PartitionReader,
     StatefulBolt,
     StormTopology,
     TopologyBuilder,
@@ -61,10 +68,15 @@ class WordCount(StatefulBolt):
         self.collector.ack(tuple)
 
 
-def word_count(directory: Path, spouts: int = 2, counters: int = 2) -> StormTopology:
-    """``files`` (``spouts`` tasks) -> ``split`` -> ``count`` (``counters`` tasks)."""
+def word_count(
+    directory: Path, spouts: int = 2, counters: int = 2, spout: DirectorySpout | None = None
+) -> StormTopology:
+    """``files`` (``spouts`` tasks) -> ``split`` -> ``count`` (``counters`` tasks).
+
+    ``spout``: the files' spout (default: a ``DirectorySpout`` of ``directory``).
+    """
     builder = TopologyBuilder()
-    builder.set_spout("files", DirectorySpout(str(directory)), spouts)
+    builder.set_spout("files", spout or DirectorySpout(str(directory)), spouts)
     builder.set_bolt("split", Split(), 2).shuffle_grouping("files")
     builder.set_bolt("count", WordCount(), counters).fields_grouping("split", Fields("word"))
     return builder.create_topology()
@@ -102,6 +114,107 @@ def end_positions(directory: Path) -> dict[str, int]:
     return {p.name: p.stat().st_size for p in sorted(directory.iterdir()) if p.is_file()}
 
 
+class GrowsUnderItsFirstAttempt(DirectorySpout):
+    """A ``DirectorySpout`` whose first read of ``victim`` appends to it, then crashes its worker.
+
+    Each read is logged to ``log`` (a JSON line: the partition, the Spark task attempt, the
+    start, the end position and the lines read). The first read of ``victim`` then appends
+    ``grow`` lines to it and ends its Python worker (``os._exit``), once (``marker``): Spark runs
+    the task again over a longer file, and must read what the first attempt read.
+    """
+
+    def __init__(self, directory: Path, victim: str, grow: int, log: Path, marker: Path) -> None:
+        super().__init__(str(directory))
+        self.victim, self.grow, self.log, self.marker = victim, grow, str(log), str(marker)
+
+    def open_reader(
+        self, conf: Any, context: Any, partition: str, position: Any, end: int | None = None
+    ) -> Any:
+        inner = super().open_reader(conf, context, partition, position, end)
+        spout = self
+
+        class Logged(PartitionReader):
+            def read(self, max_records: int) -> PartitionBatch:
+                from pyspark import TaskContext
+
+                batch = inner.read(max_records)
+                task = TaskContext.get()
+                entry = {
+                    "partition": partition,
+                    "attempt": task.attemptNumber() if task is not None else -1,
+                    "start": position,
+                    "position": batch.position,
+                    "lines": len(batch.records),
+                }
+                with open(spout.log, "a", encoding="utf-8") as f:
+                    f.write(json.dumps(entry) + "\n")
+                if partition == spout.victim and _first(spout.marker):
+                    path = Path(spout.directory) / partition
+                    write_lines(path, len(spout.log), spout.grow, mode="a")
+                    os._exit(1)  # the Python worker dies, as a crash does
+                return batch
+
+        return Logged()
+
+
+def _first(marker: str) -> bool:
+    """Whether this call made ``marker`` (only one call, in any process, does)."""
+    try:
+        os.close(os.open(marker, os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+    except FileExistsError:
+        return False
+    return True
+
+
+# ----------------------------------------------------------------- the same over Redis streams
+def stream_word_count(spout: PartitionedRedisStreamSpout, spouts: int = 2) -> StormTopology:
+    """``streams`` (``spouts`` tasks) -> ``split`` -> ``count`` (2 tasks)."""
+    builder = TopologyBuilder()
+    builder.set_spout("streams", spout, spouts)
+    builder.set_bolt("split", Split(), 2).shuffle_grouping("streams")
+    builder.set_bolt("count", WordCount(), 2).fields_grouping("split", Fields("word"))
+    return builder.create_topology()
+
+
+def stream_conf(server: Any, **extra: Any) -> dict[str, Any]:
+    """``FAST`` with the state in ``server`` (a ``RedisServer``), the spout's URL, ``extra``."""
+    pool = {"host": server.host, "port": server.port, "database": 0}
+    return {
+        **FAST,
+        STATE_PROVIDER_KEY: "providers.redis.RedisKeyValueStateProvider",
+        STATE_PROVIDER_CONFIG_KEY: json.dumps({"jedisPoolConfig": pool}),
+        "redis.stream.url": server.url,
+        **extra,
+    }
+
+
+def add_entries(client: Any, stream: str, seed: int, entries: int) -> None:
+    """``entries`` entries ``{sentence: 1-4 random words}`` (seeded) at the end of ``stream``."""
+    rng = random.Random(seed)
+    for _ in range(entries):
+        words = " ".join(rng.choice(WORDS) for _ in range(rng.randint(1, 4)))
+        client.xadd(stream, {"sentence": words})
+
+
+def fill_streams(client: Any, streams: list[str], entries: int, seed: int = 0) -> None:
+    """``entries`` entries on each of ``streams`` (seeded per stream)."""
+    for i, stream in enumerate(streams):
+        add_entries(client, stream, seed * 100 + i, entries)
+
+
+def stream_counts(client: Any, streams: list[str]) -> tuple[dict[str, int], dict[str, str]]:
+    """The word counts of every entry of ``streams`` now, and each stream's last entry id."""
+    counts: Counter[str] = Counter()
+    last: dict[str, str] = {}
+    for stream in streams:
+        entries = client.xrange(stream)
+        for _, data in entries:
+            counts.update(data[b"sentence"].decode().split())
+        if entries:
+            last[stream] = entries[-1][0].decode()
+    return dict(counts), last
+
+
 # ----------------------------------------------------------------- driving it, dying, restarting
 FAST = {"topology.state.checkpoint.interval.ms": 1, "topology.max.spout.pending": 4}
 POINTS = [
@@ -112,9 +225,12 @@ POINTS = [
 ]
 
 
-def seeds() -> list[int]:
-    """The seeds of ``STATEFULBOLTS_PARTITIONED_SEEDS``: ``"a-b"`` (inclusive) or one int."""
-    raw = os.environ.get("STATEFULBOLTS_PARTITIONED_SEEDS", "0-3")
+def seeds(default: str = "0-3") -> list[int]:
+    """The seeds of ``STATEFULBOLTS_PARTITIONED_SEEDS``: ``"a-b"`` (inclusive) or one int.
+
+    ``default`` when it is unset (the Spark tests run one seed by default).
+    """
+    raw = os.environ.get("STATEFULBOLTS_PARTITIONED_SEEDS", default)
     low, _, high = raw.partition("-")
     return list(range(int(low), int(high or low) + 1))
 

@@ -5,113 +5,59 @@ streams, each a partition, on the inline engine. The verdict is the committed st
 ``count`` against a ``Counter`` over every entry of the streams, and the positions the driver
 holds against each stream's last entry id: a transaction read twice, or lost, shows in both.
 The state is in the same redis-server (durable across a driver's death, which is simulated in
-process by ``test_partitioned_runner``'s ``_DriverDies``). The kill test loops over the seeds of
+process by ``partitioned_topologies``' ``DriverDies``). The kill test loops over the seeds of
 ``STATEFULBOLTS_PARTITIONED_SEEDS`` (default ``"0-3"``).
 """
 
 from __future__ import annotations
 
-import json
-import random
-from collections import Counter
 from typing import Any
 
 import pytest
 import topologies as topo
 from partitioned_topologies import (
-    FAST,
     POINTS,
-    WORDS,
     DriverDies,
-    Split,
-    WordCount,
+    add_entries,
     dies,
+    fill_streams,
     finish,
     seeds,
     start_driver,
+    stream_conf,
+    stream_counts,
+    stream_word_count,
 )
 from redis_fixtures import RedisServer
 
-from providers import STATE_PROVIDER_CONFIG_KEY, STATE_PROVIDER_KEY
-from statefulbolts import (
-    Fields,
-    PartitionedRedisStreamSpout,
-    StormTopology,
-    TopologyBuilder,
-    TopologyFailedError,
-)
-from statefulbolts.errors import ConfigError
+from providers import StateBackendRefusedError
+from statefulbolts import PartitionedRedisStreamSpout
+from statefulbolts.errors import ConfigError, TopologyError
 
 STREAMS = ["wc:0", "wc:1", "wc:2"]
-
-
-def _conf(server: RedisServer) -> dict[str, Any]:
-    """``FAST`` with the state in ``server`` and the spout's URL in ``redis.stream.url``."""
-    pool = {"host": server.host, "port": server.port, "database": 0}
-    return {
-        **FAST,
-        STATE_PROVIDER_KEY: "providers.redis.RedisKeyValueStateProvider",
-        STATE_PROVIDER_CONFIG_KEY: json.dumps({"jedisPoolConfig": pool}),
-        "redis.stream.url": server.url,
-    }
-
-
-def word_count(spout: PartitionedRedisStreamSpout, spouts: int = 2) -> StormTopology:
-    """``streams`` (``spouts`` tasks) -> ``split`` -> ``count`` (2 tasks)."""
-    builder = TopologyBuilder()
-    builder.set_spout("streams", spout, spouts)
-    builder.set_bolt("split", Split(), 2).shuffle_grouping("streams")
-    builder.set_bolt("count", WordCount(), 2).fields_grouping("split", Fields("word"))
-    return builder.create_topology()
-
-
-def add(client: Any, stream: str, seed: int, entries: int) -> None:
-    """``entries`` entries ``{sentence: 1-4 random words}`` (seeded) at the end of ``stream``."""
-    rng = random.Random(seed)
-    for _ in range(entries):
-        words = " ".join(rng.choice(WORDS) for _ in range(rng.randint(1, 4)))
-        client.xadd(stream, {"sentence": words})
-
-
-def fill(client: Any, streams: list[str], entries: int, seed: int = 0) -> None:
-    for i, stream in enumerate(streams):
-        add(client, stream, seed * 100 + i, entries)
-
-
-def expected(client: Any, streams: list[str]) -> tuple[dict[str, int], dict[str, str]]:
-    """The word counts of every entry of ``streams`` now, and each stream's last entry id."""
-    counts: Counter[str] = Counter()
-    last: dict[str, str] = {}
-    for stream in streams:
-        entries = client.xrange(stream)
-        for _, data in entries:
-            counts.update(data[b"sentence"].decode().split())
-        if entries:
-            last[stream] = entries[-1][0].decode()
-    return dict(counts), last
 
 
 def test_the_word_count_over_three_streams_is_exact_while_entries_are_appended(
     redis_db: RedisServer,
 ) -> None:
     client = redis_db.client()
-    fill(client, STREAMS, 15)
+    fill_streams(client, STREAMS, 15)
     appended: list[int] = []
 
     def grow(info: Any) -> None:
         # After the first commit, and again after the third: more entries on streams read from.
         if str(info.action) == "COMMIT" and info.txid in (1, 3) and info.txid not in appended:
             appended.append(info.txid)
-            add(client, "wc:1", 70 + info.txid, 6)
-            add(client, "wc:2", 80 + info.txid, 4)
+            add_entries(client, "wc:1", 70 + info.txid, 6)
+            add_entries(client, "wc:2", 80 + info.txid, 4)
 
     spout = PartitionedRedisStreamSpout(STREAMS)
     runner = start_driver(
-        topo.new_key("rwc"), _conf(redis_db), word_count(spout), on_transaction=grow
+        topo.new_key("rwc"), stream_conf(redis_db), stream_word_count(spout), on_transaction=grow
     )
     counts, positions = finish(runner, "streams")
     assert appended == [1, 3]
-    want, last = expected(client, STREAMS)
+    want, last = stream_counts(client, STREAMS)
     assert counts == want
     assert positions == last
 
@@ -121,12 +67,12 @@ def test_a_driver_killed_at_each_point_restarts_exactly(seed: int, redis_db: Red
     # 45 entries, 8 a transaction: PREPAREs 1-6. The seed picks the point and the txid.
     point, txid = POINTS[seed % 4], 1 + (seed // 4) % 5
     client = redis_db.client()
-    fill(client, STREAMS, 15, seed=seed)
-    conf, name = _conf(redis_db), topo.new_key("rkill")
+    fill_streams(client, STREAMS, 15, seed=seed)
+    conf, name = stream_conf(redis_db), topo.new_key("rkill")
     spout = PartitionedRedisStreamSpout(STREAMS)
-    dies(start_driver(name, conf, word_count(spout), faults=DriverDies(point, txid)))
-    counts, positions = finish(start_driver(name, conf, word_count(spout)), "streams")
-    want, last = expected(client, STREAMS)
+    dies(start_driver(name, conf, stream_word_count(spout), faults=DriverDies(point, txid)))
+    counts, positions = finish(start_driver(name, conf, stream_word_count(spout)), "streams")
+    want, last = stream_counts(client, STREAMS)
     assert counts == want
     assert positions == last
 
@@ -138,35 +84,36 @@ def test_the_spout_parallelism_changes_across_restarts_and_a_new_stream_is_picke
     # COMMITTED(4); then 2 tasks, with a new stream and more entries added while no driver ran.
     client = redis_db.client()
     streams = [f"wc:{i}" for i in range(4)]
-    fill(client, streams, 15)
+    fill_streams(client, streams, 15)
     client.set("wc:not-a-stream", "left out: the pattern lists streams only")
-    conf, name = {**_conf(redis_db), "redis.stream.pattern": "wc:*"}, topo.new_key("rscale")
+    conf, name = {**stream_conf(redis_db), "redis.stream.pattern": "wc:*"}, topo.new_key("rscale")
     spout = PartitionedRedisStreamSpout()
-    dies(start_driver(name, conf, word_count(spout, 1), faults=DriverDies(POINTS[3], 2)))
-    dies(start_driver(name, conf, word_count(spout, 3), faults=DriverDies(POINTS[3], 4)))
-    add(client, "wc:9", 9, 11)
-    add(client, "wc:0", 10, 3)
-    counts, positions = finish(start_driver(name, conf, word_count(spout, 2)), "streams")
-    want, last = expected(client, [*streams, "wc:9"])
+    dies(start_driver(name, conf, stream_word_count(spout, 1), faults=DriverDies(POINTS[3], 2)))
+    dies(start_driver(name, conf, stream_word_count(spout, 3), faults=DriverDies(POINTS[3], 4)))
+    add_entries(client, "wc:9", 9, 11)
+    add_entries(client, "wc:0", 10, 3)
+    counts, positions = finish(start_driver(name, conf, stream_word_count(spout, 2)), "streams")
+    want, last = stream_counts(client, [*streams, "wc:9"])
     assert counts == want
     assert positions == last
 
 
 def test_a_key_that_is_not_a_stream_stops_the_topology_naming_it(redis_db: RedisServer) -> None:
     client = redis_db.client()
-    fill(client, ["wc:0"], 5)
+    fill_streams(client, ["wc:0"], 5)
     client.set("wc:plain", "a string, not a stream")
     spout = PartitionedRedisStreamSpout(["wc:0", "wc:plain"])
-    runner = start_driver(topo.new_key("rwrong"), _conf(redis_db), word_count(spout))
+    runner = start_driver(topo.new_key("rwrong"), stream_conf(redis_db), stream_word_count(spout))
     try:
-        with pytest.raises(TopologyFailedError) as failed:
+        # The driver meets it when it lists where each stream ends, before the PREPARE's job.
+        with pytest.raises(StateBackendRefusedError) as failed:
             runner.await_idle(60)
     finally:
         runner.kill()
     text = str(failed.value)
     assert "stream 'wc:plain'" in text
     assert "key 'wc:plain' holds a string, not a stream" in text
-    assert "StateBackendRefusedError" in text and "list only stream keys" in text
+    assert "list only stream keys" in text
 
 
 # ------------------------------------------------------------------ the reader, directly
@@ -219,3 +166,24 @@ def test_settings_come_from_the_config_and_name_what_is_missing() -> None:
         spout.partitions({"redis.stream.keys": ["a"], "redis.stream.pattern": "a*"})
     with pytest.raises(ValueError, match="start is 'later'"):
         PartitionedRedisStreamSpout(["a"], start="later")
+
+
+def test_a_reader_reads_no_entry_past_the_end_the_driver_listed(redis_db: RedisServer) -> None:
+    task: Any = None  # a reader outside a job: no task context
+    client = redis_db.client()
+    ids = [client.xadd("s", {"sentence": f"e{i}"}).decode() for i in range(3)]
+    spout = PartitionedRedisStreamSpout(["s", "none"], redis_url=redis_db.url)
+    ends = spout.ends({}, ["s", "none"])
+    assert ends == {"s": ids[2], "none": "0-0"}
+    later = client.xadd("s", {"sentence": "later"}).decode()  # after the listing
+    # Any attempt of the task reads up to the listed end, however many entries came since.
+    reader = spout.open_reader({}, task, "s", ids[0], end=ends["s"])
+    assert reader.read(10) == ([["e1"], ["e2"]], ids[2], "default")
+    assert spout.open_reader({}, task, "none", None, end="0-0").read(10).records == []
+    # start="$" pins the listed end, not the stream's end when the task runs.
+    dollar = PartitionedRedisStreamSpout("s", redis_url=redis_db.url, start="$")
+    pinned = dollar.open_reader({}, task, "s", None, end=ends["s"]).read(10)
+    assert pinned == ([], ids[2], "default")
+    assert _read(dollar, "s", ids[2], 10) == ([["later"]], later, "default")
+    with pytest.raises(TopologyError, match=r"end of stream 's' is 'last', expected an entry id"):
+        spout.open_reader({}, task, "s", None, end="last")

@@ -38,7 +38,7 @@ from partitioned_topologies import (
 )
 
 from providers import STATE_PROVIDER_CONFIG_KEY, STATE_PROVIDER_KEY, load_module
-from statefulbolts import LocalCluster
+from statefulbolts import DirectorySpout, LocalCluster
 from statefulbolts.errors import TopologyError
 from statefulbolts.listeners import NoFaults
 from statefulbolts.tuples import Tuple
@@ -170,3 +170,23 @@ def test_a_partitioned_spout_needs_a_stateful_bolt_to_save_its_positions(tmp_pat
         LocalCluster(engine="inline") as cluster,
     ):
         cluster.submit_topology(topo.new_key("part-plain"), dict(FAST), builder.create_topology())
+
+
+def test_a_reader_reads_no_line_past_the_end_the_driver_listed(tmp_path: Path) -> None:
+    task: Any = None  # a reader outside a job: no task context
+    # The driver lists 2 whole lines and half a third; then the third is finished and a fourth
+    # appended. A reader given the listed end (any attempt of the task) stops after line 2.
+    (tmp_path / "a.txt").write_bytes(b"one\ntwo\nthr")
+    spout = DirectorySpout(str(tmp_path))
+    ends = spout.ends({}, ["a.txt", "gone.txt"])
+    assert ends == {"a.txt": 11, "gone.txt": 0}
+    with (tmp_path / "a.txt").open("ab") as f:
+        f.write(b"ee\nfour\n")
+    bounded = spout.open_reader({}, task, "a.txt", None, end=ends["a.txt"])
+    assert bounded.read(10) == ([["one"], ["two"]], 8, "default")
+    assert spout.open_reader({}, task, "a.txt", 8, end=8).read(10).records == []
+    # The next transaction's listing takes in what was appended.
+    rest = spout.open_reader({}, task, "a.txt", 8, end=spout.ends({}, ["a.txt"])["a.txt"])
+    assert rest.read(10) == ([["three"], ["four"]], 19, "default")
+    with pytest.raises(TopologyError, match=r"end of 'a.txt' is -1, expected a byte offset"):
+        spout.open_reader({}, task, "a.txt", 0, end=-1)
