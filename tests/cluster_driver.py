@@ -1,10 +1,11 @@
 """The driver of ``tests/cli/test_cluster.py``: the Redis word count on a Spark standalone master.
 
-The sentences come from a driver spout (``--source sentences``, the default), or from Redis
-streams read on the executors (``--source partitioned-redis``): the driver first writes sentence
-``i`` onto stream ``<name>:in:<i % streams>`` (``--streams``), then a
-``PartitionedRedisStreamSpout`` of ``--spout-parallelism`` tasks reads them. Either way the
-counts are those of ``examples.wordcount.expected_counts``.
+The sentences come from a driver spout (``--source sentences``, the default), or half from it
+and half from Redis streams read on the executors (``--source mixed``): the driver spout
+``sentences`` emits the first half, and the driver first writes sentence ``i`` of the second half
+onto stream ``<name>:in:<i % streams>`` (``--streams``), which a ``PartitionedRedisStreamSpout``
+``streams`` of ``--spout-parallelism`` tasks reads. Either way the counts are those of
+``examples.wordcount.expected_counts``.
 
 It runs in its own process because the test session already has a ``local[2]`` SparkSession and
 a process can hold only one. It prints one JSON object per line on stdout, each with ``event``
@@ -49,7 +50,7 @@ from executor_probe import executor_views, spark_jobs  # noqa: E402
 from outage_topologies import redis_conf  # noqa: E402
 
 from examples.corpus import sentence  # noqa: E402
-from examples.wordcount import SplitSentence, WordCount, build  # noqa: E402
+from examples.wordcount import SentenceSpout, SplitSentence, WordCount, build  # noqa: E402
 from statefulbolts import (  # noqa: E402
     Fields,
     LocalCluster,
@@ -103,26 +104,31 @@ def stream_keys(name: str, streams: int) -> list[str]:
     return [f"{name}:in:{k}" for k in range(streams)]
 
 
-def write_streams(port: int, keys: list[str], sentences: int) -> None:
-    """Sentence ``i`` onto stream ``keys[i % len(keys)]``, in one pipeline."""
+def write_streams(port: int, keys: list[str], first: int, stop: int) -> None:
+    """Sentence ``i`` (``first <= i < stop``) onto stream ``keys[i % len(keys)]``, one pipeline."""
     import redis
 
     client = redis.Redis(host=LOOPBACK, port=port)
     try:
         pipe = client.pipeline(transaction=False)
-        for i in range(sentences):
+        for i in range(first, stop):
             pipe.xadd(keys[i % len(keys)], {"sentence": sentence(i)})
         pipe.execute()
     finally:
         client.close()
 
 
-def partitioned_build(port: int, keys: list[str], spouts: int, parallelism: int) -> StormTopology:
-    """``examples.wordcount``'s topology with its sentences read from ``keys`` on the executors."""
+def mixed_build(
+    port: int, keys: list[str], half: int, spouts: int, parallelism: int
+) -> StormTopology:
+    """``examples.wordcount``'s topology, its first ``half`` sentences from the driver spout
+    ``sentences``, the rest read from ``keys`` on the executors by the spout ``streams``."""
     spout = PartitionedRedisStreamSpout(keys, redis_url=f"redis://{LOOPBACK}:{port}/0")
     builder = TopologyBuilder()
-    builder.set_spout("sentences", spout, spouts)
-    builder.set_bolt("split", SplitSentence(), parallelism).shuffle_grouping("sentences")
+    builder.set_spout("sentences", SentenceSpout(half), 1)
+    builder.set_spout("streams", spout, spouts)
+    split = builder.set_bolt("split", SplitSentence(), parallelism)
+    split.shuffle_grouping("sentences").shuffle_grouping("streams")
     builder.set_bolt("count", WordCount(), parallelism).fields_grouping("split", Fields("word"))
     return builder.create_topology()
 
@@ -151,13 +157,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--commit-location", default="auto", help="topology.state.commit.location")
     parser.add_argument(
         "--source",
-        choices=("sentences", "partitioned-redis"),
+        choices=("sentences", "mixed"),
         default="sentences",
-        help="a driver spout, or Redis streams read on the executors",
+        help="a driver spout, or half from it and half from Redis streams read on the executors",
     )
-    parser.add_argument("--streams", type=int, default=4, help="partitioned-redis: streams")
+    parser.add_argument("--streams", type=int, default=4, help="mixed: streams")
     parser.add_argument(
-        "--spout-parallelism", type=int, default=2, help="partitioned-redis: spout tasks"
+        "--spout-parallelism", type=int, default=2, help="mixed: the partitioned spout's tasks"
     )
     args = parser.parse_args(argv)
     os.environ.setdefault("SPARK_LOCAL_IP", LOOPBACK)
@@ -194,11 +200,11 @@ def main(argv: list[str] | None = None) -> int:
             bind_address=sc_conf.get("spark.driver.bindAddress"),
             **({"views": executor_views(spark.sparkContext)} if args.probe else {}),
         )
-        if args.source == "partitioned-redis":
-            keys = stream_keys(args.name, args.streams)
-            write_streams(args.redis_port, keys, args.sentences)
-            topology = partitioned_build(
-                args.redis_port, keys, args.spout_parallelism, args.parallelism
+        if args.source == "mixed":
+            keys, half = stream_keys(args.name, args.streams), args.sentences // 2
+            write_streams(args.redis_port, keys, half, args.sentences)
+            topology = mixed_build(
+                args.redis_port, keys, half, args.spout_parallelism, args.parallelism
             )
         else:
             topology = build(args.sentences, args.parallelism)
