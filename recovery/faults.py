@@ -19,9 +19,14 @@ a driver kill is ``os._exit`` of the driver process at a named point of the chec
 Task faults fire when the task has executed ``at_tuple`` data tuples (0: before the first), or,
 with ``"at": "prepared"``, right after a stateful task's state prepared its transaction (the
 attempt's writes reached the store but its output never reaches Spark, as when an executor dies
-after a task finished); in transaction ``txid`` if given (else any); on the first Spark attempt
-of the task only (``"first"``: Spark's retry then succeeds) or on every attempt (``"every"``: a
-poison tuple).
+after a task finished), or with ``"at": "committed"`` right after it committed one; in
+transaction ``txid`` if given (else any); on the first Spark attempt of the task only
+(``"first"``: Spark's retry then succeeds) or on every attempt (``"every"``: a poison tuple).
+A ``"hold"`` fault (it needs ``"marker"``, a path) neither crashes nor raises: the task creates
+the marker file and waits until ``<marker>.release`` exists (at most ``HOLD_LIMIT_SECONDS``),
+then goes on. A test that must act while a given job runs (kill a worker machine in the middle
+of PREPARE(t), not in the gap between two jobs) waits for the marker, acts, then releases it:
+no timing luck.
 Driver kill points (``KillPoint``) name where in the protocol the driver dies. With
 ``once_file``, the kill fires only if it can create that file (``O_EXCL``), so a driver restarted
 with the same config (``statefulbolts run --supervise``) does not die again at the same point:
@@ -35,6 +40,7 @@ import enum
 import json
 import logging
 import os
+import time
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -47,6 +53,8 @@ log = logging.getLogger(__name__)
 
 FAULTS_KEY = "topology.faults"
 KILLED_EXIT_CODE = 137
+# The longest a "hold" fault waits for its release file.
+HOLD_LIMIT_SECONDS = 300.0
 
 
 class InjectedFault(RuntimeError):  # noqa: N818 - it is the fault itself, not an error report
@@ -89,7 +97,8 @@ class TaskFault:
     kind: str = "crash"
     attempts: str = "first"
     txid: int | None = None
-    at: str = "tuple"  # "tuple": before tuple at_tuple; "prepared": after the state prepared
+    at: str = "tuple"  # "tuple": before tuple at_tuple; "prepared"/"committed": after the state did
+    marker: str | None = None  # "hold": the file made on arrival; it waits for <marker>.release
 
     def matches(
         self, component: str, task: int, txid: int, attempt: int, n: int, at: str = "tuple"
@@ -126,13 +135,14 @@ class FaultPlan:
             tasks = tuple(TaskFault(**t) for t in data.get("tasks", ()))
             for t in tasks:
                 if (
-                    t.kind not in ("crash", "raise")
+                    t.kind not in ("crash", "raise", "hold")
                     or t.attempts not in ("first", "every")
-                    or t.at not in ("tuple", "prepared")
+                    or t.at not in ("tuple", "prepared", "committed")
+                    or (t.kind == "hold") != isinstance(t.marker, str)
                 ):
                     msg = (
-                        f"kind must be crash|raise, attempts first|every and at "
-                        f"tuple|prepared, got {t}"
+                        f"kind must be crash|raise|hold (hold, and only hold, with a marker "
+                        f"path), attempts first|every and at tuple|prepared|committed, got {t}"
                     )
                     raise ValueError(msg)
             driver = data.get("driver") or {}
@@ -146,7 +156,7 @@ class FaultPlan:
             allowed = [p.value for p in KillPoint]
             msg = (
                 f"{FAULTS_KEY}: {exc}; expected {{'tasks': [{{component, task, at_tuple, at, kind, "
-                f"attempts, txid}}], 'driver': {{'point': one of {allowed}, 'txid': int, "
+                f"attempts, txid, marker}}], 'driver': {{'point': one of {allowed}, 'txid': int, "
                 f"'once_file': path}}}}"
             )
             raise ConfigError(msg) from exc
@@ -216,11 +226,21 @@ class FaultPlan:
         log.warning("injected %s in %s task %s %s", fault.kind, fault.component, fault.task, where)
         if fault.kind == "crash":
             os._exit(1)
+        if fault.kind == "hold":
+            _hold(fault.marker or "", f"{fault.component} task {fault.task} {where}, txid {txid}")
+            return
         msg = f"injected fault in {fault.component} task {fault.task} {where} (txid {txid})"
         raise InjectedFault(msg)
 
     def on_task_committed(self, component: str, task: int, txid: int) -> None:
-        """Called in a task right after its state committed ``txid``: the mid-commit kill."""
+        """Called in a task right after its state committed ``txid``: the mid-commit kill.
+
+        Also fires the task faults with ``"at": "committed"`` (on any attempt: a COMMIT is told
+        no attempt; a ``"hold"`` released once lets a retry by).
+        """
+        for fault in self.tasks:
+            if fault.matches(component, task, txid, 0, 0, at="committed"):
+                self._fire(fault, "after its state committed", txid)
         if (
             self.driver_point is KillPoint.MID_COMMIT
             and self.driver_pid is not None
@@ -264,3 +284,16 @@ def fault_listener(conf: Mapping[str, Any]) -> FaultListener:
     """The listener of a run: ``topology.faults``' ``FaultPlan``, else ``NO_FAULTS``."""
     plan = FaultPlan.from_conf(conf)
     return NO_FAULTS if plan is None else plan
+
+
+def _hold(marker: str, where: str) -> None:
+    """Make ``marker`` and wait for ``<marker>.release`` (a ``"hold"`` fault)."""
+    with open(marker, "w", encoding="utf-8") as f:
+        f.write(f"{os.getpid()} {where}\n")
+    release = f"{marker}.release"
+    deadline = time.monotonic() + HOLD_LIMIT_SECONDS
+    while not os.path.exists(release):
+        if time.monotonic() > deadline:
+            msg = f"injected hold in {where}: {release} did not appear in {HOLD_LIMIT_SECONDS} s"
+            raise InjectedFault(msg)
+        time.sleep(0.02)

@@ -165,6 +165,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--spout-parallelism", type=int, default=2, help="mixed: the partitioned spout's tasks"
     )
+    parser.add_argument("--faults", help="topology.faults, as JSON (recovery.faults)")
     args = parser.parse_args(argv)
     os.environ.setdefault("SPARK_LOCAL_IP", LOOPBACK)
     if args.executor_python:
@@ -177,6 +178,7 @@ def main(argv: list[str] | None = None) -> int:
             "topology.state.checkpoint.interval.ms": args.interval_ms,
             "topology.message.timeout.secs": 120,
             "topology.state.commit.location": args.commit_location,
+            **({"topology.faults": args.faults} if args.faults else {}),
         },
     )
     cluster = LocalCluster(

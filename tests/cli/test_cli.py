@@ -13,6 +13,8 @@ import signal
 import subprocess
 import sys
 import textwrap
+import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -242,12 +244,44 @@ def test_fault_once_file_must_be_a_path():
         )
 
 
-def test_task_fault_at_must_be_tuple_or_prepared():
+def test_task_fault_at_must_be_tuple_prepared_or_committed():
     from recovery import FaultPlan
 
-    task = {"component": "count", "task": 0, "at": "committed"}
-    with pytest.raises(ConfigError, match="at tuple[|]prepared.*'committed'"):
+    task = {"component": "count", "task": 0, "at": "finished"}
+    with pytest.raises(ConfigError, match="at tuple[|]prepared[|]committed.*'finished'"):
         FaultPlan.from_conf({"topology.faults": {"tasks": [task]}})
+
+
+@pytest.mark.parametrize("marker", [None, 3])
+def test_a_hold_fault_needs_a_marker_path(marker):
+    from recovery import FaultPlan
+
+    task = {"component": "count", "task": 0, "kind": "hold", "marker": marker}
+    with pytest.raises(ConfigError, match="hold, and only hold, with a marker path"):
+        FaultPlan.from_conf({"topology.faults": {"tasks": [task]}})
+
+
+def test_a_hold_fault_after_commit_waits_for_its_release(tmp_path):
+    from recovery import FaultPlan
+
+    marker = tmp_path / "held"
+    task = {"component": "count", "task": 1, "at": "committed", "kind": "hold", "txid": 4}
+    plan = FaultPlan.from_conf({"topology.faults": {"tasks": [{**task, "marker": str(marker)}]}})
+    assert plan is not None
+    plan.on_task_committed("count", 1, 3)  # another txid: no hold
+    plan.on_task_prepared("count", 1, 4, 0)  # not after a commit
+    assert not marker.exists()
+    held = threading.Thread(target=plan.on_task_committed, args=("count", 1, 4), daemon=True)
+    held.start()
+    deadline = time.monotonic() + 60
+    while not marker.exists():
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+    assert "count task 1 after its state committed, txid 4" in marker.read_text()
+    assert held.is_alive()  # waiting for its release
+    (tmp_path / "held.release").touch()
+    held.join(60)
+    assert not held.is_alive()
 
 
 def test_task_fault_after_prepare_fires_only_there():

@@ -10,10 +10,19 @@ Redis. Half its sentences come from a driver spout, half from Redis streams read
 executors by a ``PartitionedRedisStreamSpout`` (two tasks: the lost executor held one of them,
 and Spark runs it again on the survivor), so one machine's death covers both kinds of source;
 the positions saved with the checkpoint must be each stream's last entry.
+
+Where the kill lands is chosen, not left to timing: ``STATEFULBOLTS_FAULT_SEED`` (default 0;
+loop it over seeds 0-19) picks the transaction t (3 to 6) and the job. In PREPARE(t), a
+``"hold"`` fault (``recovery.faults``) stops one ``count`` task after its state prepared, the
+test kills the machine while it waits, then releases it: the lost executor held spout and split
+output of that job, which Spark reads again from the same positions and ends. In COMMIT(t)
+(committed by the executors), the hold is in a ``count`` task after its state committed.
 """
 
 from __future__ import annotations
 
+import json
+import os
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -60,6 +69,9 @@ def test_loopback_standalone_masters_are_recognised() -> None:
 # STREAMS streams (2 tasks of 150: ~7): both are still reading when the kill lands.
 PENDING = 150
 STREAMS = 4
+SEED = int(os.environ.get("STATEFULBOLTS_FAULT_SEED", "0"))
+TXID = 3 + SEED % 4
+IN_PREPARE = (SEED // 4) % 2 == 0  # seeds 0-3, 8-11, ...: the kill lands in PREPARE(TXID)
 
 
 @pytest.mark.spark
@@ -69,6 +81,11 @@ def test_worker_machine_dies_mid_run_and_counts_stay_exact(
     standalone: Standalone, redis_db: Any, tmp_path: Path
 ) -> None:
     started, begun = time.monotonic(), time.time()
+    marker = tmp_path / "held"
+    hold = {
+        "component": "count", "task": SEED % 2, "at": "prepared" if IN_PREPARE else "committed",
+        "kind": "hold", "txid": TXID, "marker": str(marker),
+    }  # fmt: skip
     driver = DriverProcess(
         [
             "--master", standalone.url,
@@ -76,8 +93,9 @@ def test_worker_machine_dies_mid_run_and_counts_stay_exact(
             "--sentences", str(SENTENCES),
             "--name", NAME,
             "--pending", str(PENDING),
-            # COMMIT jobs too (not done by the driver), so jobs run back to back (see below).
+            # COMMIT jobs too (not done by the driver): a COMMIT-aimed hold is in a task.
             "--commit-location", "executors",
+            "--faults", json.dumps({"tasks": [hold]}),
             "--source", "mixed",
             "--streams", str(STREAMS),
         ],
@@ -91,28 +109,19 @@ def test_worker_machine_dies_mid_run_and_counts_stay_exact(
         assert ready["executors"] == 2, ready
         assert (ready["driver_host"], ready["bind_address"]) == (LOOPBACK, LOOPBACK)
 
-        # Let a few transactions commit, so both executors hold Python workers and shuffle data.
-        commits_before = 0
-        while commits_before < 3:
-            event = driver.next_event(deadline)
-            assert event["event"] == "tx", event
-            if event["action"] == "COMMIT" and event["ok"]:
-                commits_before += 1
+        # A count task of the aimed job waits, the job in flight, until released; by then a
+        # few transactions committed, so both executors hold Python workers and shuffle data.
+        while not marker.exists():
+            assert time.monotonic() < deadline, driver.tail()
+            assert driver.process.poll() is None, driver.tail()
+            time.sleep(0.02)
         executors = victim.executor_pids()
         assert len(executors) == 1, (executors, victim.tail())
         assert len(survivor.executor_pids()) == 1, survivor.tail()
-        # Into a running job: a PREPARE's end is reported when its COMMIT job starts (tens of
-        # ms on this cluster); after a COMMIT, the next PREPARE may wait for its data (one run
-        # in 20 of the loop killed in that gap with a fixed sleep after a COMMIT).
-        while True:
-            event = driver.next_event(deadline)
-            assert event["event"] == "tx", event
-            if event["action"] == "PREPARE" and event["ok"]:
-                break
-        time.sleep(0.01)
         killed_at = time.time()
         killed = kill_tree(victim.process.pid)
         assert executors[0] in killed
+        (tmp_path / "held.release").touch()
 
         done = None
         while done is None:
@@ -132,6 +141,8 @@ def test_worker_machine_dies_mid_run_and_counts_stay_exact(
     # The kill landed in a running job (jobs run back to back), and the run went on and committed.
     in_flight = [e for e in after if e["t"] - e["seconds"] <= killed_at]
     assert in_flight, after[:3]
+    aimed = ("PREPARE" if IN_PREPARE else "COMMIT", TXID)
+    assert (in_flight[0]["action"], in_flight[0]["txid"]) == aimed, in_flight[0]
     assert any(e["action"] == "COMMIT" and e["ok"] for e in after), after
     client = redis_db.client()
     assert counts_in_redis(client, NAME) == dict(expected_counts(SENTENCES))
