@@ -1,6 +1,6 @@
 """Ingest against spout parallelism on a standalone cluster: partitioned spout against driver spout.
 
-    python bench/ingest.py                    # 400k lines, 1, 2, 4 spout tasks, 2 rounds
+    python bench/ingest.py                    # 800k lines, 1, 2, 4 spout tasks, 2 rounds
     python bench/ingest.py --json > out.json  # the figures as one JSON document on stdout
     python bench/ingest.py --replot docs/bench/ingest.json   # redraw, run nothing
 
@@ -23,21 +23,31 @@ commit; the counts are checked in every run (a wrong one makes the exit status 1
 is also a ratio to the 1-task run of its kind in the same round (the machine is shared: ratios
 within a round are the figures to trust).
 
-The 16-executor projection, on paper, from costs measured here: partitioned runs at each
-``--parallelisms`` spout tasks, each with a small and a large ``topology.max.spout.pending``
-(records per task per transaction, ``B``). Over the span from the first PREPARE's start to the
-last job's end, ``span = T * a(p) + N * b / min(p, 2)`` (``T`` transactions, ``N`` lines, the
-tasks sharing two worker cores): the two budgets give ``a(p)``, the seconds a transaction costs
-beside its records (the driver's coordination: assign, schedule the job, collect the positions,
-save, commit; and Spark's job and task launch), and ``b``, an executor core's seconds per record
-(read and count), taken at ``p`` = 1 (one task alone on a core). ``a(p) = a0 + a1 * p`` by least
-squares over the parallelisms. With ``E`` executors, one spout task each, a transaction of ``B``
-records per task takes ``a0 + a1 * E + B * b``, so::
+The 16-executor projection, on paper, from costs measured here: partitioned runs of
+``--calibration-records`` lines at each ``--parallelisms`` spout tasks, each with a small and a
+large ``topology.max.spout.pending`` (records per task per transaction, ``B``). Over the span
+from the first PREPARE's start to the last job's end, ``span = T * a(p) + N * b / min(p, 2)``
+(``T`` transactions, ``N`` lines, the tasks sharing two worker cores), so the two budgets give
 
-    throughput(E) = E * B / (a0 + a1 * E + B * b)
+- ``a(p)``: what a transaction costs beside its records, in wall seconds: the driver's
+  coordination (list and assign the partitions, start the job, collect the positions, save,
+  commit), Spark's job and task launch, each task's fixed cost (the topology, the state);
+- ``c(p)``: the driver's CPU seconds per transaction (its Python process and its JVM, from
+  ``/proc``, the JVM's JIT compiler threads left out: a warm-up cost): the part that is serial
+  in the driver, ``c0 + c1 * p`` by least squares;
+- ``b``: an executor core's seconds per record (read and count), from ``p`` = 1 (one task
+  alone on a core).
+
+With ``E`` executors, one spout task each, the tasks' fixed costs run side by side, as the one
+task's did at ``p`` = 1, and the driver pays ``c1`` more for each further task, so a
+transaction of ``B`` records per task takes ``a(1) + c1 * (E - 1) + B * b``::
+
+    throughput(E) = E * B / (a(1) + c1 * (E - 1) + B * b)
 
 The driver spout's ceiling is the driver's: every tuple is emitted there, so it is one over the
-driver's CPU seconds per tuple, measured in the ``driver`` runs, whatever ``E`` is.
+driver's CPU seconds (Python and JVM) per tuple in the ``driver`` runs, whatever ``E`` is. The
+model leaves out what one machine cannot show: the network between executors (the count is
+chained to the read, so no tuple crosses it) and a shared file system's reads.
 """
 
 from __future__ import annotations
@@ -66,13 +76,42 @@ WORKER_CORES = 2  # two workers of one core: p tasks run min(p, 2) at a time
 LOOPBACK = "127.0.0.1"
 
 
-def _cpu() -> float:
+def _cpu(jvm: int) -> tuple[float, float]:
+    """CPU seconds (user + system) so far of this process and of the driver's JVM ``jvm``.
+
+    The JVM's without its JIT compiler threads: they compile what runs hot, a cost that fades
+    as the JVM warms up, and under a load it is most of the JVM's CPU in a short run.
+    """
     usage = resource.getrusage(resource.RUSAGE_SELF)
-    return usage.ru_utime + usage.ru_stime
+    jvm_cpu = _stat_cpu(Path(f"/proc/{jvm}/stat"))
+    for thread in Path(f"/proc/{jvm}/task").iterdir():
+        try:
+            if "CompilerThre" in (thread / "comm").read_text():
+                jvm_cpu -= _stat_cpu(thread / "stat")
+        except OSError:
+            continue  # the thread ended meanwhile
+    return usage.ru_utime + usage.ru_stime, jvm_cpu
+
+
+def _stat_cpu(path: Path) -> float:
+    """utime + stime of a ``/proc`` ``stat`` file, in seconds."""
+    fields = path.read_text().rpartition(")")[2].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def driver_jvm(spark: Any) -> int:
+    """The pid of the driver's JVM: the process PySpark launched for its gateway."""
+    pid = int(spark.sparkContext._gateway.proc.pid)
+    comm = Path(f"/proc/{pid}/comm").read_text().strip()
+    if comm != "java":
+        msg = f"the driver's gateway process {pid} is {comm!r}, not a JVM; cannot measure it"
+        raise RuntimeError(msg)
+    return pid
 
 
 def run_once(
     cluster: LocalCluster,
+    jvm: int,
     kind: str,
     files: list[str],
     lines: int,
@@ -92,7 +131,7 @@ def run_once(
         "topology.state.checkpoint.interval.ms": args.interval,
     }
     infos: list[Any] = []
-    cpu, started = _cpu(), time.perf_counter()
+    (cpu, jvm_cpu), started = _cpu(jvm), time.perf_counter()
     wall_started = time.time()
     handle = cluster.submit_topology(
         f"ingest-{kind}-{parallelism}-{time.time_ns()}",
@@ -101,7 +140,9 @@ def run_once(
         on_transaction=infos.append,
     )
     handle.await_idle(600)
-    wall, cpu = time.perf_counter() - started, _cpu() - cpu
+    wall = time.perf_counter() - started
+    cpu_after, jvm_after = _cpu(jvm)
+    cpu, jvm_cpu = cpu_after - cpu, jvm_after - jvm_cpu
     counted = sum(handle.read_state("count").values())
     handle.kill()
     prepares = [i for i in infos if str(i.action) == "PREPARE" and i.ok]
@@ -116,7 +157,8 @@ def run_once(
         "tuples_per_sec": round(lines / wall),
         "transactions": len(prepares),
         "prepare_s": round(sum(i.seconds for i in prepares), 3),
-        "driver_cpu_s": round(cpu, 3),
+        "driver_cpu_s": round(cpu, 3),  # the driver's Python process
+        "driver_jvm_cpu_s": round(jvm_cpu, 3),
         "exact": counted == lines,
         "counted": counted,
     }
@@ -126,7 +168,8 @@ def _progress(tag: str, run: dict[str, Any]) -> None:
     print(
         f"{tag} {run['spout']:<11} p={run['parallelism']} B={run['pending']:>7,}: "
         f"{run['wall_s']:6.2f}s {run['tuples_per_sec']:>9,} lines/s, "
-        f"{run['transactions']} PREPAREs, driver CPU {run['driver_cpu_s']:.2f}s"
+        f"{run['transactions']} PREPAREs, driver CPU {run['driver_cpu_s']:.2f}s + JVM "
+        f"{run['driver_jvm_cpu_s']:.2f}s"
         f"{'' if run['exact'] else ' WRONG COUNT ' + str(run['counted'])}",
         file=sys.stderr,
         flush=True,
@@ -145,6 +188,8 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
     lines = len(files) * (args.records // args.files)
     warm_each = max(1, args.records // 10 // args.files)
     warm = write_corpus(base / "warm", warm_each * args.files, args.files)
+    calib = write_corpus(base / "calibration", args.calibration_records, args.files)
+    calib_lines = len(calib) * (args.calibration_records // args.files)
     spark_conf = {
         "spark.driver.host": LOOPBACK,
         "spark.driver.bindAddress": LOOPBACK,
@@ -165,25 +210,28 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
         cluster_s = time.perf_counter() - started
         spark = build_session(standalone.url, "statefulbolts-bench-ingest", spark_conf)
         try:
+            jvm = driver_jvm(spark)
             with LocalCluster(spark=spark) as cluster:
+
+                def once(kind: str, files: list[str], n: int, p: int, pending: int) -> Any:
+                    return run_once(cluster, jvm, kind, files, n, p, pending, args)
+
                 for kind in KINDS:
                     for p in (1, max(args.parallelisms)):  # every Python worker up
-                        run_once(cluster, kind, warm, len(warm) * warm_each, p, args.pending, args)
+                        once(kind, warm, len(warm) * warm_each, p, args.pending)
                 print("warmed up", file=sys.stderr, flush=True)
                 plan = [(kind, p) for p in args.parallelisms for kind in KINDS]
                 for r in range(args.rounds):
                     tag = f"[round {r + 1}/{args.rounds}]"
                     for kind, p in plan if r % 2 == 0 else plan[::-1]:
-                        run = {"round": r} | run_once(
-                            cluster, kind, files, lines, p, args.pending, args
-                        )
+                        run = {"round": r} | once(kind, files, lines, p, args.pending)
                         rows[(kind, p)].append(run)
                         _progress(tag, run)
                         if not run["exact"]:
                             wrong.append(f"{tag} {kind} p={p}: counted {run['counted']}")
                 for p in args.parallelisms:
                     for pending in (args.small_pending, args.pending):
-                        run = run_once(cluster, "partitioned", files, lines, p, pending, args)
+                        run = once("partitioned", calib, calib_lines, p, pending)
                         calibration.append(run)
                         _progress("[calibration]", run)
                         if not run["exact"]:
@@ -204,7 +252,8 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
         "bench_s": round(time.perf_counter() - started, 1),
         "runs": [_summary(kind, p, runs) for (kind, p), runs in sorted(rows.items())],
         "calibration": calibration,
-        "model": model(calibration, rows, lines, args),
+        "calibration_lines": calib_lines,
+        "model": model(calibration, rows, lines, calib_lines, args),
         "wrong": wrong,
         "exact": not wrong,
     }
@@ -242,69 +291,85 @@ def _ratios(result: dict[str, Any]) -> None:
         row["ratio_to_1_task"] = round(statistics.median(ratios), 3) if ratios else None
 
 
+def _line(points: dict[int, float]) -> tuple[float, float]:
+    """``(intercept, slope)`` of the least-squares line through ``{x: y}``."""
+    xs = sorted(points)
+    mean_x, mean_y = statistics.mean(xs), statistics.mean(points[x] for x in xs)
+    spread = sum((x - mean_x) ** 2 for x in xs)
+    slope = sum((x - mean_x) * (points[x] - mean_y) for x in xs) / spread if spread else 0.0
+    return mean_y - slope * mean_x, slope
+
+
 def model(
     calibration: list[dict[str, Any]],
     rows: dict[tuple[str, int], list[dict[str, Any]]],
     lines: int,
+    calib_lines: int,
     args: argparse.Namespace,
 ) -> dict[str, Any]:
     """The 16-executor projection and its inputs (see the module docstring)."""
-    cost: dict[int, float] = {}
-    per_record: dict[int, float] = {}
+    cost: dict[int, float] = {}  # a(p): seconds per transaction beside its records
+    driver: dict[int, float] = {}  # c(p): the driver's CPU seconds per transaction
+    per_record: dict[int, float] = {}  # b(p): an executor core's seconds per record
     for p in sorted({r["parallelism"] for r in calibration}):
-        mine = sorted(
-            (r for r in calibration if r["parallelism"] == p), key=lambda r: -r["transactions"]
-        )
-        small, large = mine[0], mine[-1]
+        mine = [r for r in calibration if r["parallelism"] == p]
+        small = max(mine, key=lambda r: r["transactions"])
+        large = min(mine, key=lambda r: r["transactions"])
         extra = small["transactions"] - large["transactions"]
-        a = (small["span_s"] - large["span_s"]) / extra if extra > 0 else 0.0
-        cost[p] = a
-        per_record[p] = min(p, WORKER_CORES) * (large["span_s"] - large["transactions"] * a) / lines
-    # a(p) = a0 + a1 * p, least squares over the parallelisms measured.
-    ps = sorted(cost)
-    mean_p, mean_a = statistics.mean(ps), statistics.mean(cost[p] for p in ps)
-    spread = sum((p - mean_p) ** 2 for p in ps)
-    a1 = sum((p - mean_p) * (cost[p] - mean_a) for p in ps) / spread if spread else 0.0
-    a0 = mean_a - a1 * mean_p
-    b = per_record[1]
+        if extra <= 0:
+            continue
+        cost[p] = (small["span_s"] - large["span_s"]) / extra
+        driver[p] = (_driver_cpu(small) - _driver_cpu(large)) / extra
+        cores = min(p, WORKER_CORES)
+        per_record[p] = cores * (large["span_s"] - large["transactions"] * cost[p]) / calib_lines
+    c0, c1 = _line(driver)
+    a, b = cost[1], per_record[1]
     executors, budget = args.executors, args.pending
-    tx = a0 + a1 * executors + budget * b
-    projected = executors * budget / tx
+    tx = a + c1 * (executors - 1) + budget * b
     driver_runs = [r for (kind, _), runs in rows.items() if kind == "driver" for r in runs]
-    cpu_per_tuple = statistics.median(r["driver_cpu_s"] / lines for r in driver_runs)
+    cpu_per_tuple = statistics.median(_driver_cpu(r) / lines for r in driver_runs)
     return {
-        "a_per_transaction_s": {str(p): round(v, 4) for p, v in cost.items()},
-        "a0_s": round(a0, 4),
-        "a1_s_per_task": round(a1, 4),
-        "b_s_per_record": {str(p): round(v * 1e6, 3) for p, v in per_record.items()},
-        "b_unit": "microseconds per record per executor core (b at p=2 shows sharing)",
+        "a_per_transaction_ms": {str(p): round(v * 1000, 1) for p, v in cost.items()},
+        "c_driver_cpu_per_transaction_ms": {str(p): round(v * 1000, 2) for p, v in driver.items()},
+        "c0_ms": round(c0 * 1000, 2),
+        "c1_ms_per_task": round(c1 * 1000, 3),
+        "b_us_per_record": {str(p): round(v * 1e6, 3) for p, v in per_record.items()},
         "executors": executors,
         "records_per_task_per_transaction": budget,
         "transaction_s": round(tx, 3),
-        "partitioned_tuples_per_sec": round(projected),
-        "driver_share_of_transaction": round((a0 + a1 * executors) / tx, 3),
+        "partitioned_tuples_per_sec": round(executors * budget / tx),
+        "per_transaction_share": round((a + c1 * (executors - 1)) / tx, 3),
         "driver_spout_cpu_us_per_tuple": round(cpu_per_tuple * 1e6, 3),
         "driver_spout_ceiling_tuples_per_sec": round(1 / cpu_per_tuple) if cpu_per_tuple else None,
-        "formula": "E * B / (a0 + a1 * E + B * b)",
+        "formula": "E * B / (a(1) + c1 * (E - 1) + B * b)",
     }
+
+
+def _driver_cpu(run: dict[str, Any]) -> float:
+    """The driver's CPU seconds in ``run``: its Python process and its JVM."""
+    return float(run["driver_cpu_s"] + run["driver_jvm_cpu_s"])
 
 
 def describe_model(m: dict[str, Any]) -> str:
     """The projection and its inputs, for a person."""
     e, budget = m["executors"], m["records_per_task_per_transaction"]
+
+    def per_p(values: dict[str, float], unit: str) -> str:
+        return ", ".join(f"p={p}: {v:g} {unit}" for p, v in values.items())
+
     return "\n".join(
         [
-            f"model: throughput(E) = {m['formula']}; measured: "
-            + ", ".join(f"a({p}) = {a * 1000:.1f} ms" for p, a in m["a_per_transaction_s"].items())
-            + f" per transaction -> a0 = {m['a0_s'] * 1000:.1f} ms, a1 = "
-            f"{m['a1_s_per_task'] * 1000:.1f} ms per spout task (least squares); b = "
-            f"{m['b_s_per_record']['1']:.2f} us per record per core at p=1 ("
-            + ", ".join(f"p={p}: {v:.2f}" for p, v in m["b_s_per_record"].items() if p != "1")
-            + ")",
-            f"E = {e} executors, B = {budget:,} records per task per transaction: a transaction "
-            f"takes {m['transaction_s']:.3f} s ({m['driver_share_of_transaction']:.0%} of it the "
+            f"model: throughput(E) = {m['formula']}",
+            "  a(p), a transaction's cost beside its records: "
+            + per_p(m["a_per_transaction_ms"], "ms"),
+            f"  c(p), the driver's CPU (Python + JVM) per transaction: "
+            f"{per_p(m['c_driver_cpu_per_transaction_ms'], 'ms')} -> c0 = {m['c0_ms']:g} ms, "
+            f"c1 = {m['c1_ms_per_task']:g} ms per spout task (least squares)",
+            f"  b(p), an executor core's time per record: {per_p(m['b_us_per_record'], 'us')}",
+            f"  E = {e} executors, B = {budget:,} records per task per transaction: "
+            f"{m['transaction_s']:.3f} s a transaction ({m['per_transaction_share']:.0%} of it "
             f"per-transaction cost) -> {m['partitioned_tuples_per_sec']:,} tuples/s partitioned",
-            f"driver spout: {m['driver_spout_cpu_us_per_tuple']:.2f} us of driver CPU per tuple "
+            f"  driver spout: {m['driver_spout_cpu_us_per_tuple']:g} us of driver CPU per tuple "
             f"-> at most {m['driver_spout_ceiling_tuples_per_sec']:,} tuples/s whatever E is",
         ]
     )
@@ -385,7 +450,8 @@ def plot(result: dict[str, Any], path: Path) -> None:
     fig.suptitle("Ingest against spout parallelism, standalone cluster on 127.0.0.1", fontsize=12)
     ax.set_title(
         f"{result['lines']:,} lines, no-op stateful count by {result['grouping']} grouping, "
-        f"median of {result['rounds']} rounds, bars min-max, ×: / 1 task same round\n"
+        f"median of {result['rounds']} rounds, bars min-max, ×: / 1 task same round, load "
+        f"{result['load_avg_1m_before_after'][0]:g} (1 min, 2 cores)\n"
         f"projected, {m['executors']} executors: {m['partitioned_tuples_per_sec']:,} lines/s "
         f"partitioned; driver spout at most {m['driver_spout_ceiling_tuples_per_sec']:,}",
         fontsize=8,
@@ -403,7 +469,7 @@ def _ints(text: str) -> list[int]:
 def main(argv: list[str] | None = None) -> int:
     """Run (or redraw) the bench; exit status 1 when a count was wrong."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--records", type=int, default=400_000, help="lines in all")
+    parser.add_argument("--records", type=int, default=800_000, help="lines in all")
     parser.add_argument("--files", type=int, default=8, help="files (partitions)")
     parser.add_argument("--parallelisms", type=_ints, default=[1, 2, 4], help="spout tasks")
     parser.add_argument("--rounds", type=int, default=2)
@@ -411,7 +477,10 @@ def main(argv: list[str] | None = None) -> int:
         "--pending", type=int, default=100_000, help="topology.max.spout.pending (B)"
     )
     parser.add_argument(
-        "--small-pending", type=int, default=10_000, help="the calibration's small B"
+        "--small-pending", type=int, default=5_000, help="the calibration's small B"
+    )
+    parser.add_argument(
+        "--calibration-records", type=int, default=200_000, help="lines of each calibration run"
     )
     parser.add_argument("--interval", type=int, default=50, help="checkpoint interval, ms")
     parser.add_argument(
