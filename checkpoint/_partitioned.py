@@ -131,7 +131,7 @@ class PartitionReadTask:
         A partition gets an even share of what the budget has left (rounded up), so one full
         partition cannot starve the others, and a short one leaves its share to the next.
         """
-        reads, spout, emit_to = self.reads, self.reads.spout, self._out.emit_to
+        reads, spout, emit_run = self.reads, self.reads.spout, self._out.emit_run
         budget, root, left = reads.max_records, reads.first_root, len(reads.starts)
         positions: dict[str, Any] = {}
         for partition, start in reads.starts:
@@ -141,11 +141,10 @@ class PartitionReadTask:
                 positions[partition] = start
                 continue
             batch = self._read(spout, partition, start, share)
-            stream = batch.stream
-            for values in batch.records:
-                emit_to(values, stream, root)
-                root += 1
-            budget -= len(batch.records)
+            records = batch.records
+            emit_run(records, batch.stream, root)  # roots root, root + 1, ...: one per record
+            root += len(records)
+            budget -= len(records)
             positions[partition] = batch.position
         return ReadResult(root - reads.first_root, positions)
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import traceback
 from collections.abc import Iterator, Sequence
+from operator import itemgetter
 from typing import Any
 
 from statefulbolts.acker import DeliveryLedger, id_base
@@ -216,6 +217,53 @@ class TaskCollector(OutputCollector):
         dest_of = self._dest_of
         batches = self._emit(values, None, stream, root)
         return [ids[d][t] for d, t in (dest_of[id(b)] for b in batches)]
+
+    def emit_run(self, rows: Sequence[Sequence[Any]], stream: str, first_root: int) -> None:
+        """Emit unanchored tuples, the k-th rooted at ``first_root + k``, as ``emit_to`` each.
+
+        A partitioned spout's task emits what it read this way (``checkpoint._partitioned``):
+        where ``stream`` goes to one task, or to one consumer by shuffle, the rows go into
+        their batches by slices, in C, instead of one call each; the round-robin goes on from
+        where it was, so the tuples land where ``emit_to`` one by one would have put them.
+        Any other stream, or a row of the wrong width (``emit_to`` then names it), goes one
+        row at a time.
+        """
+        if not rows:
+            return
+        s = self._streams.get(stream)
+        width = None if s is None else self._widths[s]
+        if (
+            s is None
+            or s == self._cp_stream
+            or self._flat_action is not None
+            or self._anchored_only
+            or not set(map(len, rows)) <= {width}
+        ):
+            self._emit_each(rows, stream, first_root)
+            return
+        values = list(map(itemgetter(0), rows)) if width == 1 else list(map(list, rows))
+        end = first_root + len(values)
+        single = self._router.single_target(s)
+        shuffle = self._router.single_shuffle_routes().get(s) if single is None else None
+        if single is not None:
+            batch = self._batch(single[0], single[1], s)
+            batch[0].extend(values)
+            batch[1].extend(range(first_root, end))
+        elif shuffle is not None:
+            # Row k goes to task (i + k) % n, i the route's counter: Router.targets's order.
+            dest, n, i = shuffle[1], shuffle[2], shuffle[4]
+            for j in range(min(n, len(values))):
+                batch = self._batch(dest, (i + j) % n, s)
+                batch[0].extend(values[j::n])
+                batch[1].extend(range(first_root + j, end, n))
+            shuffle[4] = i + len(values)
+        else:
+            self._emit_each(rows, stream, first_root)
+
+    def _emit_each(self, rows: Sequence[Sequence[Any]], stream: str, first_root: int) -> None:
+        emit_to = self.emit_to
+        for root, values in enumerate(rows, first_root):
+            emit_to(values, stream, root)
 
     def refuse_unanchored(self) -> None:
         """From now on an emit with ``anchors=None`` raises ``UnanchoredEmitError``.
