@@ -217,6 +217,61 @@ class TaskCollector(OutputCollector):
         batches = self._emit(values, None, stream, root)
         return [ids[d][t] for d, t in (dest_of[id(b)] for b in batches)]
 
+    def emit_columns(
+        self,
+        columns: Sequence[Sequence[Any]],
+        roots: Sequence[int],
+        stream: str = DEFAULT_STREAM,
+    ) -> None:
+        """Emit ``len(roots)`` tuples at once: tuple ``i`` is ``[c[i] for c in columns]``.
+
+        Each is what ``emit`` of those values makes, anchored to one tree, ``roots[i]`` (0:
+        untracked), in order: a batch bolt's emits (``ColumnOutputCollector.emit_columns``).
+        A stream into one task, once its batch exists, takes the whole columns in one
+        ``extend``; a fields-grouped one-field stream looks each value up in ``emit``'s cache;
+        anything else goes a tuple at a time through the general path, with its checks.
+        """
+        n = len(roots)
+        s = self._streams.get(stream)
+        if s is None or len(columns) != self._widths[s]:
+            raise self._bad_emit([c[0] if c else None for c in columns], stream)
+        if any(len(c) != n for c in columns):
+            lengths = [len(c) for c in columns]
+            msg = (
+                f"bolt {self._name!r} task {self._task_id} emitted columns of lengths "
+                f"{lengths} on stream {stream!r} with {n} anchors: give one value per tuple "
+                "in every column"
+            )
+            raise TopologyError(msg)
+        if not n:
+            return
+        width = len(columns)
+        fixed = self._fixed.get(stream)
+        if fixed is not None:
+            if fixed[1] is None:  # its batch is made by the first emit, through the general path
+                self._emit([c[0] for c in columns], (), stream, roots[0])
+                columns, roots = [c[1:] for c in columns], roots[1:]
+            to = self._fixed[stream][1]
+            assert to is not None  # noqa: S101 - the general path made it
+            # Single-field streams ship bare values (see ``_emit``).
+            to[0].extend(columns[0] if width == 1 else map(list, zip(*columns, strict=True)))
+            to[1].extend(roots)
+            return
+        cache = self._fast.get(stream)
+        if cache is not None:
+            emit = self._emit
+            for value, root in zip(columns[0], roots, strict=True):
+                entry = cache.get(value) if type(value) is str else None
+                if entry is None:
+                    emit([value], (), stream, root)
+                else:  # see ``emit``
+                    batch = entry[0]
+                    batch[0].append(entry[1])
+                    batch[1].append(root)
+            return
+        for values, root in zip(zip(*columns, strict=True), roots, strict=True):
+            self._emit(list(values), (), stream, root)
+
     def refuse_unanchored(self) -> None:
         """From now on an emit with ``anchors=None`` raises ``UnanchoredEmitError``.
 
