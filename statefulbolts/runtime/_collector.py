@@ -247,12 +247,14 @@ class TaskCollector(OutputCollector):
             return
         width = len(columns)
         fixed = self._fixed.get(stream)
-        if fixed is not None:
-            if fixed[1] is None:  # its batch is made by the first emit, through the general path
-                self._emit([c[0] for c in columns], (), stream, roots[0])
-                columns, roots = [c[1:] for c in columns], roots[1:]
-            to = self._fixed[stream][1]
-            assert to is not None  # noqa: S101 - the general path made it
+        if fixed is not None and fixed[1] is None:
+            # The stream's batch is made by its first emit, through the general path (which
+            # leaves it unmade when the value took the fields-grouping cache instead).
+            self._emit([c[0] for c in columns], (), stream, roots[0])
+            columns, roots = [c[1:] for c in columns], roots[1:]
+            fixed = self._fixed[stream]
+        if fixed is not None and fixed[1] is not None:
+            to = fixed[1]
             # Single-field streams ship bare values (see ``_emit``).
             to[0].extend(columns[0] if width == 1 else map(list, zip(*columns, strict=True)))
             to[1].extend(roots)

@@ -21,8 +21,18 @@ from pyspark import cloudpickle
 from checkpoint import Action, CheckpointTaskProgram, StatefulBoltExecutor
 from providers import InMemoryKeyValueStateProvider, KeyValueState, StateFactory
 from providers.memory import InMemoryKeyValueState
-from statefulbolts import ColumnBatch, Fields, LocalCluster, StatefulBolt
-from statefulbolts.errors import TaskFailedError
+from statefulbolts import (
+    BasicBolt,
+    ColumnBatch,
+    ColumnOutputCollector,
+    Fields,
+    LocalCluster,
+    StatefulBolt,
+    TopologyBuilder,
+    Tuple,
+)
+from statefulbolts.errors import TaskFailedError, TopologyError, UnanchoredEmitError
+from statefulbolts.runtime._collector import TaskCollector
 from statefulbolts.runtime._columns import ROWS
 from statefulbolts.runtime._plan import ExecutionPlan
 from statefulbolts.runtime._program import TaskJob
@@ -33,6 +43,82 @@ from statefulbolts.testing import RecordingCollector, drive, make_context
 from statefulbolts.topology import CHECKPOINT_STREAM_ID
 
 FAST = {"topology.state.checkpoint.interval.ms": 1}
+
+# ------------------------------------------------------------------ emit_columns, per route
+
+
+class _Emitter(BasicBolt):
+    def execute(self, tuple: Any, collector: Any) -> None:  # noqa: A002
+        """Never called: the tests emit through the collector directly."""
+
+    def declare_output_fields(self, declarer: Any) -> None:
+        declarer.declare_stream("pairs", Fields("word", "count"))  # local: into one task
+        declarer.declare_stream("words", Fields("word"))  # fields grouped over two tasks
+        declarer.declare_stream("single", Fields("word"))  # fields grouped into one task
+        declarer.declare_stream("wide", Fields("word", "count"))  # fields grouped, two fields
+
+
+def _emitter_plan() -> ExecutionPlan:
+    builder = TopologyBuilder()
+    builder.set_spout("src", topo.ValueSpout("unused", []))
+    builder.set_bolt("emit", _Emitter(), 2).shuffle_grouping("src")
+    builder.set_bolt("pairs", topo.Relay(), 2).local_or_shuffle_grouping("emit", "pairs")
+    builder.set_bolt("words", topo.Relay(), 2).fields_grouping("emit", Fields("word"), "words")
+    builder.set_bolt("single", topo.Relay(), 1).fields_grouping("emit", Fields("word"), "single")
+    builder.set_bolt("wide", topo.Relay(), 2).fields_grouping("emit", Fields("word"), "wide")
+    return ExecutionPlan(builder.create_topology())
+
+
+@pytest.mark.parametrize("stream", ["pairs", "words", "single", "wide"])
+def test_emit_columns_makes_the_batches_emit_makes_row_by_row(stream: str) -> None:
+    plan = _emitter_plan()
+    comp = plan.index["emit"]
+    words = ["a", "b", "a", "c", "b", "a", 7]  # 7: not a str, the general path's
+    roots = [11, 0, 12, 12, 13, 14, 15]
+    width = len(plan.fields[comp][plan.stream_index[comp][stream]])
+    columns = [words, list(range(len(words)))][:width]
+    by_columns, by_row = (TaskCollector(plan, comp, 0, 3, "emit") for _ in range(2))
+    for half in (slice(0, 3), slice(3, None)):  # twice: the routes' caches are made, then used
+        by_columns.emit_columns([c[half] for c in columns], roots[half], stream)
+    for i, root in enumerate(roots):
+        anchor = Tuple(["x"], Fields("line"), "src", 1, "default", ((root, i),))
+        by_row.emit([c[i] for c in columns], anchor, stream)
+    assert by_columns.batches == by_row.batches
+    assert by_columns.emitted == by_row.emitted == len(words)
+    assert sum(len(values) for values, _, _ in by_columns.batches.values()) == len(words)
+
+
+def test_emit_columns_refuses_a_wrong_width_unequal_columns_and_a_data_free_job() -> None:
+    plan = _emitter_plan()
+    comp = plan.index["emit"]
+    collector = TaskCollector(plan, comp, 0, 3, "emit")
+    with pytest.raises(TopologyError, match=r"emitted 1 values on stream 'pairs'"):
+        collector.emit_columns([["a"]], [1], "pairs")
+    with pytest.raises(TopologyError, match=r"columns of lengths \[2, 1\]"):
+        collector.emit_columns([["a", "b"], [1]], [1, 2], "pairs")
+    with pytest.raises(TopologyError, match="undeclared stream 'nope'"):
+        collector.emit_columns([["a"]], [1], "nope")
+    free = TaskCollector(plan, comp, 0, 3, "emit", data_free="COMMIT")
+    with pytest.raises(TopologyError, match="during COMMIT"):
+        free.emit_columns([["a"]], [1], "words")
+    assert collector.batches == {} and free.batches == {}
+
+
+def test_a_column_collector_s_rows_anchor_each_emit_and_a_wrong_length_is_refused() -> None:
+    out = RecordingCollector()
+    columns = ColumnOutputCollector(out)
+    batch = ColumnBatch(["a", "b", "c"], Fields("value"), "src", 4, single=True, roots=[7, 8, 9])
+    with pytest.raises(UnanchoredEmitError, match="outside execute_batch"):
+        columns.emit_columns([["x"]])
+    columns.set_batch(batch)
+    columns.emit_columns([["x", "y"]], [2, 0])
+    with pytest.raises(ValueError, match=r"one value per tuple of the batch \(3\)"):
+        columns.emit_columns([["x", "y"]])
+    assert [(e.values, [t.anchors for t in e.anchors]) for e in out.emitted] == [
+        (["x"], [((9, 2),)]),
+        (["y"], [((7, 0),)]),
+    ]
+
 
 # ------------------------------------------------------------------------- one task, directly
 
