@@ -158,7 +158,8 @@ class BasicBolt(Component):
         each tuple of the batch in order: ``execute`` stays the definition (a tuple of several
         trees, tick tuples, and the search for a tuple that makes the bolt raise, all go
         through it). ``collector.emit(values, row)`` anchors an emit to the batch's ``row``-th
-        tuple, as ``execute``'s emits are anchored to its tuple.
+        tuple, as ``execute``'s emits are anchored to its tuple; ``collector.emit_columns``
+        makes many such emits in one call.
 
         Raising ``FailedException`` fails every tuple of the batch. Raising anything else
         fails the task, as it would from ``execute``; first the batch runs again through
