@@ -232,11 +232,9 @@ def test_a_batch_s_acks_are_held_until_commit_and_failed_on_rollback() -> None:
             values, Fields("value"), "source", 1, single=True, roots=roots, first=first
         )
 
-    early = batch(["a", "b"], [7, 8], 0)
-    executor.execute_batch(early)  # before INITSTATE: waits as its tuples
+    drive(executor, context, [batch(["a", "b"], [7, 8], 0)])  # before INITSTATE: it waits
     assert out.emitted == [] and state.get("a") is None
-    drive(executor, context, [("INITSTATE", 0)])
-    executor.execute_batch(batch(["a", "a"], [9, 9], 2))
+    drive(executor, context, [("INITSTATE", 0), batch(["a", "a"], [9, 9], 2)])
     emitted = out.on_stream("default")
     assert [e.values for e in emitted] == [["a", 1], ["b", 1], ["a", 2], ["a", 3]]
     # Each emit is anchored to its own input tuple.
@@ -258,10 +256,14 @@ def test_a_batch_s_acks_are_held_until_commit_and_failed_on_rollback() -> None:
         (["a"], ((9, 2),)),
         (["a"], ((9, 3),)),
     ]
-    executor.execute_batch(batch(["c"], [10], 4))
-    drive(executor, context, [("PREPARE", 2), ("ROLLBACK", 2)])
+    drive(executor, context, [batch(["c"], [10], 4), ("PREPARE", 2), ("ROLLBACK", 2)])
     assert [(t.values, t.anchors) for t in out.failed] == [(["c"], ((10, 4),))]
     assert state.get("c") is None and state.get("a") == 3
+    # A bolt without execute_batch takes no batch.
+    per_tuple = StatefulBoltExecutor(col.Tallied())
+    per_tuple.prepare({}, context, RecordingCollector(), InMemoryKeyValueState("held/count-1"))
+    with pytest.raises(TypeError, match="its bolt must define execute_batch"):
+        drive(per_tuple, context, [batch(["a"], [1], 0)])
 
 
 # --------------------------------------------------------------------------------- end to end
