@@ -220,7 +220,8 @@ class StatefulBolt(Bolt):
         what ``execute`` would do for each tuple of the batch in order, acking each, to the
         state and to what is emitted: ``execute`` stays the definition (a tuple of several
         trees, and the search for a tuple that makes the bolt raise, go through it; so does
-        every tuple of a run with fault injection). ``collector.emit(values, row)`` anchors
+        every tuple of a task in which a test's injected fault may fire).
+        ``collector.emit(values, row)`` anchors
         an emit to the batch's ``row``-th tuple, and ``collector.emit_columns`` makes many
         emits at once; ``prepare``'s collector still reports errors.
 
