@@ -31,6 +31,7 @@ from statefulbolts import (
     TopologyBuilder,
     Tuple,
 )
+from statefulbolts.acker import DeliveryLedger, tuple_id
 from statefulbolts.errors import TaskFailedError, TopologyError, UnanchoredEmitError
 from statefulbolts.runtime._collector import TaskCollector
 from statefulbolts.runtime._columns import ROWS
@@ -43,6 +44,38 @@ from statefulbolts.testing import RecordingCollector, drive, make_context
 from statefulbolts.topology import CHECKPOINT_STREAM_ID
 
 FAST = {"topology.state.checkpoint.interval.ms": 1}
+
+# --------------------------------------------------------------------- the ledger's runs
+
+
+class _Delivered:
+    def __init__(self, number: int, root: int) -> None:
+        self._edge, self._root, self._more = number, root, None
+
+
+def test_runs_released_after_a_checkpoint_ack_settle_at_once_and_a_second_ack_shows() -> None:
+    # A stateful task: its data in two batches, then the checkpoint tuple, acked first (when
+    # it is forwarded); the batches' held acks come after it.
+    ledger = DeliveryLedger(base=100)
+    ledger.deliver([7, 7, 9])
+    ledger.deliver([9, 8])
+    ledger.deliver([5])  # the checkpoint tuple, number 5
+    ledger.ack(_Delivered(5, 5))
+    ledger.ack_run(0, [7, 7, 9])
+    ledger.ack_run(3, [9, 8])
+    assert (ledger.settled, ledger.acked_in_runs) == (5, 0)
+    assert ledger.settle() == ({}, True)
+    ledger.ack(_Delivered(1, 7))  # acked again, on its own: its tree's XOR shows
+    assert ledger.settle() == ({7: tuple_id(101)}, False)
+
+
+def test_a_tuple_acked_alone_before_its_run_leaves_its_second_xor_open() -> None:
+    ledger = DeliveryLedger(base=100)
+    ledger.deliver([7, 9])
+    ledger.ack(_Delivered(1, 9))
+    ledger.ack_run(0, [7, 9])  # tuple 1 acked twice
+    assert ledger.settle() == ({9: tuple_id(101)}, False)
+
 
 # ------------------------------------------------------------------ emit_columns, per route
 
