@@ -266,8 +266,10 @@ class TaskCollector(OutputCollector):
                 entries = list(map(cache.get, column))
             except TypeError:  # an unhashable value: only a str is looked up, as in ``emit``
                 entries = [cache.get(v) if type(v) is str else None for v in column]
-            emit = self._emit
+            emit, get = self._emit, cache.get
             for entry, value, root in zip(entries, column, roots, strict=True):
+                if entry is None and type(value) is str:
+                    entry = get(value)  # routed since the lookups by an earlier miss here
                 if entry is None or type(value) is not str:  # the cache holds str values only
                     emit([value], (), stream, root)
                 else:  # see ``emit``
