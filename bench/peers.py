@@ -13,8 +13,9 @@ Systems, all over ``examples/zipf.py``'s seeded corpus (10-word sentences), on t
   ``local[2]`` session; every ratio is to it. ``reduce_by_key`` (Spark's best, with its
   map-side combine) is shown too.
 - ``statefulbolts``: the stateful word count (``bench/wordcount.py``'s topology: spout ->
-  split -> count, 2 tasks each) with in-memory state, checkpoints every ``--interval`` ms, from
-  submit to idle (every count committed), on the same warm session.
+  split -> count, 2 tasks each, split and count taking column batches) with in-memory state,
+  checkpoints every ``--interval`` ms, from submit to idle (every count committed), on the
+  same warm session.
 - ``bytewax_1p``: Bytewax (``pip install bytewax``): input -> ``flat_map`` (split) ->
   ``key_on`` -> ``stateful_map`` (count, emits ``(word, count)``) -> a sink keeping each word's
   last count, one worker (``run_main``), with recovery on: its SQLite recovery store

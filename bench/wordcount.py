@@ -23,7 +23,9 @@ As in issue 13, the count bolt emits ``(word, count)`` after each update, anchor
 bolt that does nothing else (``local_or_shuffle_grouping``, so a runtime that chains tasks keeps
 it in the counting task; it takes its input as column batches, ``BasicBolt.execute_batch``), and
 ``same_shape`` emits the pair too, to a sink stage in the same partition; ``--no-emit`` drops
-both (a count bolt that is a sink, and the plain count).
+both (a count bolt that is a sink, and the plain count). The split and count bolts are the
+examples' with an ``execute_batch`` added (``BatchSplit``, ``BatchWordCount``): the runtime
+gives them their input as column batches, the counter's acks held per batch until the commit.
 
 ``--state-keys N`` seeds the committed state with N filler keys before each framework run
 (``bench/_state.py``: through the providers' stored-image API, split over the counter tasks,
@@ -92,7 +94,53 @@ class ListSpout(SentenceSpout):
         self.collector.emit([self.corpus[i]], message_id=i)
 
 
-class EmittingWordCount(WordCount):
+class BatchSplit(SplitSentence):
+    """The examples' split bolt, which also takes its sentences a batch at a time.
+
+    ``execute_batch`` emits what ``execute`` emits for each sentence, in order, in one
+    ``emit_columns``: each word anchored to its sentence.
+    """
+
+    def execute_batch(self, batch: Any, collector: Any) -> None:
+        """Split every sentence of the batch; emit its words anchored to it."""
+        column: list[str] = []
+        rows: list[int] = []
+        for row, text in enumerate(batch.column(0)):
+            split = words(text)
+            column += split
+            rows += [row] * len(split)
+        collector.emit_columns([column], rows)
+
+
+class BatchWordCount(WordCount):
+    """The examples' word count, which also takes its words a batch at a time.
+
+    ``execute_batch`` reads each distinct word of the batch once (``get_many``), counts in a
+    dict, and writes each once (``put_many``): the state ends as ``execute``'s ``get`` and
+    ``put`` per word leave it.
+    """
+
+    def counted(self, batch: Any) -> list[int]:
+        """Count the batch's words into the state; each word's count after it, in order."""
+        column = batch.column(0)
+        state = self.counts
+        distinct = list(dict.fromkeys(column))
+        counts = dict(zip(distinct, state.get_many(distinct, 0), strict=True))
+        after: list[int] = []
+        append = after.append
+        for word in column:
+            count = counts[word] + 1
+            counts[word] = count
+            append(count)
+        state.put_many(counts.items())
+        return after
+
+    def execute_batch(self, batch: Any, collector: Any) -> None:
+        """Count the batch's words."""
+        self.counted(batch)
+
+
+class EmittingWordCount(BatchWordCount):
     """The word count that also emits ``(word, count)`` after each update, as issue 13 has it."""
 
     def execute(self, tuple: Any) -> None:  # noqa: A002
@@ -102,6 +150,10 @@ class EmittingWordCount(WordCount):
         self.counts.put(word, count)
         self.collector.emit([word, count], anchors=tuple)
         self.collector.ack(tuple)
+
+    def execute_batch(self, batch: Any, collector: Any) -> None:
+        """Count the batch's words; emit each word's new count anchored to it, in one call."""
+        collector.emit_columns([batch.column(0), self.counted(batch)])
 
     def declare_output_fields(self, declarer: Any) -> None:
         """``word``, ``count``."""
@@ -129,8 +181,8 @@ def build(corpus: list[str], parallelism: int, emit: bool = True) -> StormTopolo
     """The stateful word count over ``corpus``; with ``emit``, counts go on to a sink bolt."""
     builder = TopologyBuilder()
     builder.set_spout("sentences", ListSpout(corpus), 1)
-    builder.set_bolt("split", SplitSentence(), parallelism).shuffle_grouping("sentences")
-    counter = EmittingWordCount() if emit else WordCount()
+    builder.set_bolt("split", BatchSplit(), parallelism).shuffle_grouping("sentences")
+    counter = EmittingWordCount() if emit else BatchWordCount()
     builder.set_bolt(_state.COUNTER, counter, parallelism).fields_grouping("split", Fields("word"))
     if emit:
         builder.set_bolt("sink", Sink(), parallelism).local_or_shuffle_grouping(_state.COUNTER)

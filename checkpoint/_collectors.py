@@ -8,7 +8,7 @@ from typing import Any
 from statefulbolts.collectors import Anchors, OutputCollector
 from statefulbolts.context import TopologyContext
 from statefulbolts.errors import UnanchoredEmitError
-from statefulbolts.tuples import DEFAULT_STREAM, Tuple
+from statefulbolts.tuples import DEFAULT_STREAM, ColumnBatch, Tuple
 
 
 class AnchoringOutputCollector(OutputCollector):
@@ -30,6 +30,11 @@ class AnchoringOutputCollector(OutputCollector):
         if refuse is not None:
             refuse()
             self.emit = delegate.emit  # type: ignore[method-assign]
+        # Many emits at once, each anchored to one tree (``ColumnOutputCollector``): a
+        # delegate that takes them takes them from here too, as it takes anchored emits.
+        bulk = getattr(delegate, "emit_columns", None)
+        if bulk is not None:
+            self.emit_columns = bulk
 
     def emit(
         self, values: Sequence[Any], anchors: Anchors = None, stream: str = DEFAULT_STREAM
@@ -59,12 +64,17 @@ class AnchoringOutputCollector(OutputCollector):
 
 
 class AckTrackingOutputCollector(AnchoringOutputCollector):
-    """Holds acks back: they are released when the checkpoint that covers them commits."""
+    """Holds acks back: they are released when the checkpoint that covers them commits.
+
+    A batch acked whole (``ack_batch``, a ``StatefulBolt.execute_batch`` that returned) is
+    held as the batch, not as a tuple per row.
+    """
 
     def __init__(self, delegate: OutputCollector, context: TopologyContext) -> None:
         super().__init__(delegate, context)
         self.anchored_target = None  # acks are held back here, so nothing may skip this
         self.acked: list[Tuple] = []
+        self.acked_batches: list[ColumnBatch] = []
         # A stateful bolt acks every tuple it executes: its ``ack`` is the queue's own append,
         # with no Python frame in between (``drain`` rebinds it to the new queue).
         self.ack = self.acked.append  # type: ignore[method-assign,assignment]
@@ -73,8 +83,17 @@ class AckTrackingOutputCollector(AnchoringOutputCollector):
         """Queue the ack until the next PREPARE moves it to the prepared set."""
         self.acked.append(tuple_)
 
+    def ack_batch(self, batch: ColumnBatch) -> None:
+        """Queue the acks of every tuple of ``batch``, as ``ack`` queues one tuple's."""
+        self.acked_batches.append(batch)
+
     def drain(self) -> list[Tuple]:
-        """Return the queued acks and forget them."""
+        """Return the queued acks of single tuples and forget them."""
         acked, self.acked = self.acked, []
         self.ack = self.acked.append  # type: ignore[method-assign,assignment]
         return acked
+
+    def drain_batches(self) -> list[ColumnBatch]:
+        """Return the batches queued by ``ack_batch`` and forget them."""
+        batches, self.acked_batches = self.acked_batches, []
+        return batches

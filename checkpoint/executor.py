@@ -2,20 +2,20 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from checkpoint._base import BaseStatefulBoltExecutor
 from checkpoint._collectors import AckTrackingOutputCollector
 from checkpoint._state import Action
 from providers import KeyValueState, StateFactory
-from statefulbolts.collectors import OutputCollector
+from statefulbolts.collectors import ColumnOutputCollector, OutputCollector
 from statefulbolts.components import StatefulBolt
 from statefulbolts.context import TopologyContext
 from statefulbolts.errors import CheckpointError
 from statefulbolts.namespaces import timers_namespace
 from statefulbolts.timers import TimerBolt, TimerOutputCollector, TimerService, attach_timers
-from statefulbolts.tuples import Tuple
+from statefulbolts.tuples import ColumnBatch, Tuple
 
 
 class StatefulBoltExecutor(BaseStatefulBoltExecutor):
@@ -35,6 +35,12 @@ class StatefulBoltExecutor(BaseStatefulBoltExecutor):
     A ``TimerBolt``'s timers are a second state (``states``), made from the same provider in
     the task's ``$timers`` namespace: every state step above is taken on both, and the bolt
     gets its ``TimerService`` before ``init_state``.
+
+    A bolt that defines ``execute_batch`` may be given its data a batch at a time
+    (``execute_batch`` here, which the runtime finds as ``batch_target``): when the bolt's
+    ``execute_batch`` returns, the batch's acks are held as one (the collector's
+    ``ack_batch``) and go through the steps above with the single tuples' acks: prepared,
+    then released or failed. Before INITSTATE a batch waits in the buffer as its tuples.
     """
 
     bolt: StatefulBolt
@@ -52,6 +58,8 @@ class StatefulBoltExecutor(BaseStatefulBoltExecutor):
         self._initialized = False
         self._pending: list[Tuple] = []
         self._prepared: list[Tuple] = []
+        self._prepared_batches: list[ColumnBatch] = []
+        self._columns: ColumnOutputCollector | None = None
 
     @property
     def state(self) -> KeyValueState:
@@ -99,6 +107,7 @@ class StatefulBoltExecutor(BaseStatefulBoltExecutor):
             self._timers = TimerService(
                 self._timer_state, lambda key, at, domain: bolt.on_timer(key, at, domain, out)
             )
+        self._columns = ColumnOutputCollector(self._tracking)
         bolt.prepare(conf, context, self._tracking)
 
     def initialize(self) -> None:
@@ -120,6 +129,29 @@ class StatefulBoltExecutor(BaseStatefulBoltExecutor):
         else:
             self._pending.append(tuple_)
 
+    @property
+    def batch_target(self) -> Callable[[ColumnBatch], None] | None:
+        """``execute_batch`` when the bolt takes batches (``None`` when it does not)."""
+        return self.execute_batch if self.bolt.takes_batches() else None
+
+    def execute_batch(self, batch: ColumnBatch) -> None:
+        """Execute the bolt on a batch and hold the acks of its tuples; buffer it before INITSTATE.
+
+        An exception from the bolt goes on, no ack held: the caller fails the task (and first
+        looks for the tuple that raises, through ``execute``), as an exception from ``execute``
+        fails it.
+        """
+        tracking, out = self._tracking, self._columns
+        if tracking is None or out is None:
+            msg = "StatefulBoltExecutor used before prepare"
+            raise CheckpointError(msg)
+        if not self._initialized:
+            self._pending.extend(batch.tuples())
+            return
+        out.set_batch(batch)
+        self.bolt.execute_batch(batch, out)
+        tracking.ack_batch(batch)
+
     def handle_checkpoint(self, cp: Tuple, action: Action, txid: int) -> None:
         """Run the hooks and the state step for ``action`` (see the class docstring)."""
         tracking = self._tracking
@@ -134,6 +166,7 @@ class StatefulBoltExecutor(BaseStatefulBoltExecutor):
             for state in self.states:
                 state.prepare_commit(txid)
             self._prepared.extend(tracking.drain())
+            self._prepared_batches.extend(tracking.drain_batches())
         elif action is Action.COMMIT:
             self.bolt.pre_commit(txid)
             for state in self.states:
@@ -145,7 +178,10 @@ class StatefulBoltExecutor(BaseStatefulBoltExecutor):
                 state.rollback()
             for tuple_ in [*self._prepared, *tracking.drain()]:
                 self.collector.fail(tuple_)
-            self._prepared = []
+            for batch in [*self._prepared_batches, *tracking.drain_batches()]:
+                for tuple_ in batch.tuples():
+                    self.collector.fail(tuple_)
+            self._prepared, self._prepared_batches = [], []
         elif action is Action.INITSTATE:
             self.initialize()
         self.forward(cp, action, txid)
@@ -166,12 +202,21 @@ class StatefulBoltExecutor(BaseStatefulBoltExecutor):
         COMMIT, and the driver itself holds spout acks until COMMIT succeeds.
         """
         prepared, self._prepared = self._prepared, []
-        ack_many = getattr(self.collector, "ack_many", None)
+        batches, self._prepared_batches = self._prepared_batches, []
+        collector = self.collector
+        ack_many = getattr(collector, "ack_many", None)
         if ack_many is not None:
             ack_many(prepared)  # the runtime's collector acks a whole batch in one loop
-            return
-        for tuple_ in prepared:
-            self.collector.ack(tuple_)
+        else:
+            for tuple_ in prepared:
+                collector.ack(tuple_)
+        ack_batch = getattr(collector, "ack_batch", None)
+        for batch in batches:
+            if ack_batch is not None:
+                ack_batch(batch)  # the runtime's ledger: one step per batch
+            else:
+                for tuple_ in batch.tuples():
+                    collector.ack(tuple_)
 
 
 def _timer_state(conf: Mapping[str, Any], context: TopologyContext) -> KeyValueState:

@@ -12,7 +12,8 @@ around its tuples is this protocol's decision, written here and nowhere else:
    executor would only pass them on. A ``BasicBolt`` that takes its input as column batches
    (``execute_batch``) outside a stateful executor also offers ``batch_target``: the forwarder
    only passes data on, and its barrier is untouched, since ``$checkpoint`` tuples come after
-   every data tuple and batch.
+   every data tuple and batch. So does a ``StatefulBolt`` that defines ``execute_batch``:
+   its target is the stateful executor's, which holds each batch's acks until the commit.
 2. ``before_data``: a stateful task hints its state with the keys its tuples will likely read,
    the values of the field its input is grouped on (``KeyValueState.prefetch``, ``_prefetch``):
    a store a round trip away reads them all at once instead of one ``get`` at a time.
@@ -204,6 +205,7 @@ class CheckpointTask:
                     # of this task prepared before it was lost must not be read, and is replaced.
                     state.supersede_prepared(self._txid)
             bolt.initialize()
+            self.batch_target = bolt.batch_target
             return bolt.bolt.execute
         passed = bolt.bolt if isinstance(bolt, CheckpointTupleForwarder) else bolt
         if isinstance(passed, BasicBoltExecutor):

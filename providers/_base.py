@@ -147,6 +147,25 @@ class KeyValueState(State):
         """``get`` of each key, in order; a store may read them all in one round trip."""
         return [self.get(key, default) for key in keys]
 
+    def put_many(self, items: Iterable[tuple[Any, Any]]) -> None:
+        """``put`` of each ``(key, value)``, in order; a store may make it cheaper than the loop.
+
+        What the state holds afterwards, and the order of first writes that iteration and a
+        prepare keep, are those of the ``put`` calls one after another; a pair ``put`` refuses
+        raises as ``put`` does, with the pairs before it written and those after it not.
+        For a bolt that works out many new values at once (``StatefulBolt.execute_batch``).
+
+        Example:
+            >>> from providers.memory import InMemoryKeyValueState
+            >>> state = InMemoryKeyValueState("demo/counter-0")
+            >>> state.put_many([("storm", 1), ("spark", 2), ("storm", 3)])
+            >>> state.get_many(["storm", "spark"])
+            [3, 2]
+        """
+        put = self.put
+        for key, value in items:
+            put(key, value)
+
     def prefetch(self, keys: Iterable[Any]) -> None:
         """A hint: ``get`` of many of ``keys`` is likely to follow, so read them ahead, together.
 

@@ -71,7 +71,9 @@ class DeliveryLedger:
 
     A bolt that takes its input as column batches acks a batch as a whole: ``ack_run`` keeps
     the batch's first number and its roots column, no tuple. A run that continues the settled
-    prefix, with nothing else waiting, is settled at once: one step for the whole batch.
+    prefix, with no other run waiting, is settled at once: one step for the whole batch. (A
+    tuple acked on its own is not in the way: if it is one of the run's, acked twice, its
+    second XOR still shows when the task settles.)
 
     Example:
         >>> ledger = DeliveryLedger(base=100)
@@ -126,9 +128,11 @@ class DeliveryLedger:
 
         ``roots`` are their first roots, as delivered (a tuple of several trees is acked one by
         one, through ``ack``). The usual case, a batch right after the settled prefix with no
-        other ack waiting, settles here: the tuples' XORs cancel, and nothing is kept.
+        other run waiting, settles here: the tuples' XORs cancel, and nothing is kept. Tuples
+        acked one by one may wait meanwhile (a stateful task's checkpoint tuple, acked before
+        the batches its commit releases): ``settle`` reckons them alone.
         """
-        if first == self._settled and not self.acked and not self._runs:
+        if first == self._settled and not self._runs:
             self._settled = first + len(roots)
             return
         self._runs.append((first, roots))

@@ -158,7 +158,8 @@ class BasicBolt(Component):
         each tuple of the batch in order: ``execute`` stays the definition (a tuple of several
         trees, tick tuples, and the search for a tuple that makes the bolt raise, all go
         through it). ``collector.emit(values, row)`` anchors an emit to the batch's ``row``-th
-        tuple, as ``execute``'s emits are anchored to its tuple.
+        tuple, as ``execute``'s emits are anchored to its tuple; ``collector.emit_columns``
+        makes many such emits in one call.
 
         Raising ``FailedException`` fails every tuple of the batch. Raising anything else
         fails the task, as it would from ``execute``; first the batch runs again through
@@ -210,6 +211,53 @@ class StatefulBolt(Bolt):
     @abstractmethod
     def init_state(self, state: KeyValueState) -> None:
         """Receive the state, restored to the last committed checkpoint."""
+
+    def execute_batch(self, batch: ColumnBatch, collector: ColumnOutputCollector) -> None:
+        """Process consecutive tuples at once, as columns; optional (see ``takes_batches``).
+
+        Define it to take the input a batch at a time: the runtime then calls it, not
+        ``execute``, for each batch of data tuples of one source task and stream. It must do
+        what ``execute`` would do for each tuple of the batch in order, acking each, to the
+        state and to what is emitted: ``execute`` stays the definition (a tuple of several
+        trees, and the search for a tuple that makes the bolt raise, go through it; so does
+        every tuple of a task in which a test's injected fault may fire).
+        ``collector.emit(values, row)`` anchors
+        an emit to the batch's ``row``-th tuple, and ``collector.emit_columns`` makes many
+        emits at once; ``prepare``'s collector still reports errors.
+
+        When it returns, every tuple of the batch is acked: the acks are held until the
+        checkpoint that covers them commits, and failed if it rolls back, as ``execute``'s
+        acks are. To fail a tuple on its own, leave the batch to ``execute``. Raising fails
+        the task, as raising from ``execute`` does (the transaction rolls back and is
+        replayed); first the batch runs again through ``execute``, a tuple at a time, so the
+        error names the tuple that raises.
+
+        ``KeyValueState.get_many`` and ``put_many`` read and write many keys in one call.
+
+        Example:
+            >>> class Count(StatefulBolt):
+            ...     def prepare(self, conf, context, collector):
+            ...         self.collector = collector
+            ...     def init_state(self, state):
+            ...         self.counts = state
+            ...     def execute(self, tuple):
+            ...         word = tuple.get_value(0)
+            ...         self.counts.put(word, self.counts.get(word, 0) + 1)
+            ...         self.collector.ack(tuple)
+            ...     def execute_batch(self, batch, collector):
+            ...         words = batch.column("word")
+            ...         distinct = list(dict.fromkeys(words))
+            ...         counts = dict(zip(distinct, self.counts.get_many(distinct, 0)))
+            ...         for word in words:
+            ...             counts[word] += 1
+            ...         self.counts.put_many(counts.items())
+        """
+        raise NotImplementedError
+
+    @classmethod
+    def takes_batches(cls) -> bool:
+        """Whether this bolt class defines ``execute_batch``."""
+        return cls.execute_batch is not StatefulBolt.execute_batch
 
     def grouping_key(self, state_key: Any) -> Any:
         """The grouped value(s) ``state_key`` belongs to: the key itself by default.

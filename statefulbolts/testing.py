@@ -37,7 +37,7 @@ from statefulbolts.topology import (
     StormTopology,
     TopologyBuilder,
 )
-from statefulbolts.tuples import DEFAULT_STREAM, Fields, Tuple
+from statefulbolts.tuples import DEFAULT_STREAM, ColumnBatch, Fields, Tuple
 
 # ``drive``'s step ``(BEGIN, started_ms)``: a transaction starts (see ``drive``).
 BEGIN = "BEGIN"
@@ -404,7 +404,9 @@ def checkpoint_barrier(context: TopologyContext, action: Any, txid: int) -> list
 def drive(executor: Bolt, context: TopologyContext, steps: Iterable[Any]) -> None:
     """Feed ``executor`` (already prepared with ``context``) a sequence of steps, in order.
 
-    A step is a ``Tuple`` (executed as is); an ``(action, txid)`` pair, which delivers the
+    A step is a ``Tuple`` (executed as is); a ``ColumnBatch``, given to the executor's
+    ``batch_target`` (a bolt that defines ``execute_batch``, as the runtime gives it its
+    batches); an ``(action, txid)`` pair, which delivers the
     complete barrier of ``checkpoint_barrier(context, action, txid)`` (``action`` may be an
     ``Action`` or its name); or ``("BEGIN", started_ms)``: a transaction starts at
     ``started_ms``, as the runtime starts each one before its data, so a ``TimerBolt``'s due
@@ -426,6 +428,18 @@ def drive(executor: Bolt, context: TopologyContext, steps: Iterable[Any]) -> Non
     for step in steps:
         if isinstance(step, Tuple):
             executor.execute(step)
+            continue
+        if isinstance(step, ColumnBatch):
+            target = getattr(executor, "batch_target", None)
+            if target is None:
+                msg = (
+                    f"drive: {step!r} is a batch, but {type(executor).__qualname__} of "
+                    f"{context.this_component_id!r} takes none: its bolt must define "
+                    "execute_batch, and the executor be the one that runs it "
+                    "(BasicBoltExecutor, StatefulBoltExecutor)"
+                )
+                raise TypeError(msg)
+            target(step)
             continue
         action, txid = step
         if action == BEGIN:

@@ -149,3 +149,104 @@ def expected(n: int) -> tuple[dict[str, int], dict[str, list[int]]]:
 def sorted_lists(state: Mapping[str, Sequence[int]]) -> dict[str, list[int]]:
     """``keep``'s state with each list sorted (transactions interleave the tasks' emits)."""
     return {value: sorted(counts) for value, counts in state.items()}
+
+
+# ------------------------------------------------------------------ stateful bolts in batches
+
+
+class BatchTally(StatefulBolt):
+    """Counts each value in managed state and emits ``(value, count)``; per tuple or in batches.
+
+    ``execute`` is the definition; ``execute_batch`` reads each distinct value once
+    (``get_many``), writes each once (``put_many``) and emits in one ``emit_columns`` (with
+    ``one_by_one``: one ``emit`` per row instead). ``log``: each batch's size is appended to it.
+    ``crash_on``: the first batch holding that value (across processes, by a marker file next
+    to ``log``) raises. ``poison``: every batch and every tuple holding that value raises.
+    """
+
+    def __init__(
+        self,
+        log: str | None = None,
+        *,
+        crash_on: Any = None,
+        poison: Any = None,
+        one_by_one: bool = False,
+    ) -> None:
+        self.log = log
+        self.crash_on = crash_on
+        self.poison = poison
+        self.one_by_one = one_by_one
+
+    def prepare(self, conf: Mapping[str, Any], context: Any, collector: Any) -> None:
+        """Keep the collector."""
+        self.collector = collector
+
+    def init_state(self, state: Any) -> None:
+        """The counts, as of the last commit."""
+        self.counts = state
+
+    def execute(self, tuple: Any) -> None:  # noqa: A002
+        """Add one to the value's count, emit ``(value, count)`` anchored to the input, ack."""
+        value = tuple.get_value(0)
+        if self.poison is not None and value == self.poison:
+            msg = f"poison value {value!r}"
+            raise RuntimeError(msg)
+        count = self.counts.get(value, 0) + 1
+        self.counts.put(value, count)
+        self.collector.emit([value, count], anchors=tuple)
+        self.collector.ack(tuple)
+
+    def execute_batch(self, batch: Any, collector: Any) -> None:
+        """Count a column at a time; emit each new count anchored to its row."""
+        values = batch.column("value")
+        if self.poison is not None and self.poison in values:
+            msg = f"a batch holding the poison value {self.poison!r}"
+            raise RuntimeError(msg)
+        if self.crash_on is not None and self.crash_on in values:
+            if _first_time(f"{self.log}.crashed"):
+                msg = f"the first batch holding {self.crash_on!r}"
+                raise RuntimeError(msg)
+        distinct = list(dict.fromkeys(values))
+        counts = dict(zip(distinct, self.counts.get_many(distinct, 0), strict=True))
+        after = []
+        for value in values:
+            counts[value] += 1
+            after.append(counts[value])
+        self.counts.put_many(counts.items())
+        if self.one_by_one:
+            for row, (value, count) in enumerate(zip(values, after, strict=True)):
+                collector.emit([value, count], row)
+        else:
+            collector.emit_columns([values, after])
+        if self.log is not None:
+            _append(self.log, str(len(batch)))
+
+    def declare_output_fields(self, declarer: Any) -> None:
+        """``value``, ``count``."""
+        declarer.declare(Fields("value", "count"))
+
+
+class Tallied(BatchTally):
+    """``BatchTally`` without ``execute_batch``: the per-tuple bolt it must equal."""
+
+    execute_batch = StatefulBolt.execute_batch  # type: ignore[assignment]
+
+
+class BatchKeep(Keep):
+    """``Keep`` in batches: plain ``get`` and ``put`` per row, no emit."""
+
+    def execute_batch(self, batch: Any, collector: Any) -> None:
+        """Append each row's count to its value's list."""
+        state = self.state
+        for value, count in zip(batch.column(0), batch.column(1), strict=True):
+            state.put(value, [*state.get(value, []), count])
+
+
+def tallied(key: str, n: int, count: StatefulBolt, keep: StatefulBolt, burst: int = 40) -> Any:
+    """``src`` -> ``relay`` -fields-> ``count`` -fields-> ``keep`` over ``values(n)``."""
+    builder = TopologyBuilder()
+    builder.set_spout("src", ValueSpout(key, values(n), burst=burst))
+    builder.set_bolt("relay", Relay(), 2).shuffle_grouping("src")
+    builder.set_bolt("count", count, 2).fields_grouping("relay", Fields("value"))
+    builder.set_bolt("keep", keep, 2).fields_grouping("count", Fields("value"))
+    return builder.create_topology()

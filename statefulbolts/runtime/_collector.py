@@ -265,6 +265,69 @@ class TaskCollector(OutputCollector):
         for root, values in enumerate(rows, first_root):
             emit_to(values, stream, root)
 
+    def emit_columns(
+        self,
+        columns: Sequence[Sequence[Any]],
+        roots: Sequence[int],
+        stream: str = DEFAULT_STREAM,
+    ) -> None:
+        """Emit ``len(roots)`` tuples at once: tuple ``i`` is ``[c[i] for c in columns]``.
+
+        Each is what ``emit`` of those values makes, anchored to one tree, ``roots[i]`` (0:
+        untracked), in order: a batch bolt's emits (``ColumnOutputCollector.emit_columns``).
+        A stream into one task, once its batch exists, takes the whole columns in one
+        ``extend``; a fields-grouped one-field stream looks each value up in ``emit``'s cache;
+        anything else goes a tuple at a time through the general path, with its checks.
+        """
+        n = len(roots)
+        s = self._streams.get(stream)
+        if s is None or len(columns) != self._widths[s]:
+            raise self._bad_emit([c[0] if c else None for c in columns], stream)
+        if any(len(c) != n for c in columns):
+            lengths = [len(c) for c in columns]
+            msg = (
+                f"bolt {self._name!r} task {self._task_id} emitted columns of lengths "
+                f"{lengths} on stream {stream!r} with {n} anchors: give one value per tuple "
+                "in every column"
+            )
+            raise TopologyError(msg)
+        if not n:
+            return
+        width = len(columns)
+        fixed = self._fixed.get(stream)
+        if fixed is not None and fixed[1] is None:
+            # The stream's batch is made by its first emit, through the general path (which
+            # leaves it unmade when the value took the fields-grouping cache instead).
+            self._emit([c[0] for c in columns], (), stream, roots[0])
+            columns, roots = [c[1:] for c in columns], roots[1:]
+            fixed = self._fixed[stream]
+        if fixed is not None and fixed[1] is not None:
+            to = fixed[1]
+            # Single-field streams ship bare values (see ``_emit``).
+            to[0].extend(columns[0] if width == 1 else map(list, zip(*columns, strict=True)))
+            to[1].extend(roots)
+            return
+        cache = self._fast.get(stream)
+        if cache is not None:
+            column = columns[0]
+            try:  # the lookups in one C loop: a third of the cost of a split bolt's emits
+                entries = list(map(cache.get, column))
+            except TypeError:  # an unhashable value: only a str is looked up, as in ``emit``
+                entries = [cache.get(v) if type(v) is str else None for v in column]
+            emit, get = self._emit, cache.get
+            for entry, value, root in zip(entries, column, roots, strict=True):
+                if entry is None and type(value) is str:
+                    entry = get(value)  # routed since the lookups by an earlier miss here
+                if entry is None or type(value) is not str:  # the cache holds str values only
+                    emit([value], (), stream, root)
+                else:  # see ``emit``
+                    batch = entry[0]
+                    batch[0].append(entry[1])
+                    batch[1].append(root)
+            return
+        for values, root in zip(zip(*columns, strict=True), roots, strict=True):
+            self._emit(list(values), (), stream, root)
+
     def refuse_unanchored(self) -> None:
         """From now on an emit with ``anchors=None`` raises ``UnanchoredEmitError``.
 

@@ -1,17 +1,19 @@
 """Feeding a batch bolt: a task's input as ``ColumnBatch`` columns, not a ``Tuple`` per value.
 
-A ``BasicBolt`` that defines ``execute_batch`` takes each batch of its data input (one source
-task, one stream, single-tree tuples) a chunk of rows at a time: one call into the bolt, and
-one step of the task's ledger for the chunk's acks (``TaskCollector.ack_batch``), where the
-per-tuple path (``_task._feed``) builds a ``Tuple``, calls the executor and appends an ack per
-value. The tuples are numbered by the ledger exactly as the per-tuple path numbers them, so
-what the task settles and reports is the same.
+A ``BasicBolt`` or ``StatefulBolt`` that defines ``execute_batch`` takes each batch of its
+data input (one source task, one stream, single-tree tuples) a chunk of rows at a time: one
+call into the bolt, and one step of the task's ledger for the chunk's acks
+(``TaskCollector.ack_batch``; a stateful bolt's executor holds the batch and takes that step
+when the checkpoint releases its acks), where the per-tuple path (``_task._feed``) builds a
+``Tuple``, calls the executor and appends an ack per value. The tuples are numbered by the
+ledger exactly as the per-tuple path numbers them, so what the task settles and reports is the
+same.
 
-When ``execute_batch`` raises (anything but ``FailedException``, which the executor turns into
-fails), the chunk runs again through the per-tuple path, whose failure names the tuple that
-raised (the poison-tuple search of ``statefulbolts.deadletter`` needs one). If no tuple raises
-there, the batch's own exception goes on. Either way the task fails, as it would have on the
-per-tuple path: nothing the chunk did is kept.
+When ``execute_batch`` raises (anything but a ``BasicBolt``'s ``FailedException``, which its
+executor turns into fails), the chunk runs again through the per-tuple path, whose failure
+names the tuple that raised (the poison-tuple search of ``statefulbolts.deadletter`` needs
+one). If no tuple raises there, the batch's own exception goes on. Either way the task fails,
+as it would have on the per-tuple path: nothing the chunk did is kept.
 
 No pyspark here: this module runs inside Spark's Python workers but is plain Python.
 """

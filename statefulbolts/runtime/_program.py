@@ -46,7 +46,7 @@ class TaskExecutor(Protocol):
     whose ``lineage`` the runtime sets to each data tuple's root before executing it
     (``None``: none); ``batch_target``, read after ``prepare``: where data batches go as
     ``ColumnBatch`` columns instead of a tuple at a time (``None``: nowhere), for a bolt that
-    takes them (``BasicBolt.execute_batch``).
+    takes them (``BasicBolt.execute_batch``, ``StatefulBolt.execute_batch``).
     """
 
     def prepare(

@@ -269,9 +269,10 @@ def _execute(
     a counting task); young garbage is still collected between chunks. (``run_task`` turns the
     collector off around this.)
 
-    A bolt that takes its input as column batches (``BasicBolt.execute_batch``, offered by the
-    protocol's executor as ``batch_target``) gets its single-tree data batches through
-    ``_columns.feed_columns`` instead: no ``Tuple``, call or ack per value.
+    A bolt that takes its input as column batches (``BasicBolt.execute_batch`` or
+    ``StatefulBolt.execute_batch``, offered by the protocol's executor as ``batch_target``)
+    gets its single-tree data batches through ``_columns.feed_columns`` instead: no
+    ``Tuple``, call or ack per value.
     """
     plan = job.plan
     info = TaskInfo(spec.id, context.this_task_index, job.txid, task_attempt())
@@ -353,10 +354,10 @@ def _execute(
 def _batch_target(executor: Any, plain: bool) -> Callable[[ColumnBatch], None] | None:
     """Where the executor takes its data input as column batches, if it does and may.
 
-    A protocol's executor offers ``batch_target`` (a ``BasicBolt`` defining ``execute_batch``)
-    once prepared. Only a ``plain`` task takes it: one whose data target gets the tuples as
-    they are (no fault listener counting them, no shared leading values, no lineage sink),
-    since the batch path hands none of those a tuple.
+    A protocol's executor offers ``batch_target`` (a ``BasicBolt`` or ``StatefulBolt``
+    defining ``execute_batch``) once prepared. Only a ``plain`` task takes it: one whose data
+    target gets the tuples as they are (no fault listener counting them, no shared leading
+    values, no lineage sink), since the batch path hands none of those a tuple.
     """
     offered = getattr(executor, "batch_target", None) if plain else None
     return offered if callable(offered) else None

@@ -160,6 +160,45 @@ def test_get_many_reads_every_layer_in_order(backend: Backend) -> None:
     assert [fresh.get(k) for k in keys] == fresh.get_many(keys)
 
 
+def test_put_many_writes_what_puts_one_by_one_write(backend: Backend) -> None:
+    pairs = [
+        ("b", 1),
+        ("a", "text"),
+        (("tuple", "key"), [1]),
+        ("b", 2),  # written twice: the last value, in the place of the first write
+        ("c", {"n": 3}),
+        ("d", 2.5),
+        ("e", "\u00e9t\u00e9"),  # not ASCII: outside the fresh layer
+        ("a", 7),
+    ]
+    many, each = backend.state(), backend.state(f"{backend.namespace}-each")
+    many.put("c", 0)  # an earlier write keeps its place
+    each.put("c", 0)
+    many.put_many(iter(pairs))  # any iterable, read once
+    for key, value in pairs:
+        each.put(key, value)
+    keys = ["a", "b", ("tuple", "key"), "c", "d", "e", "absent"]
+    expected = [7, 2, [1], {"n": 3}, 2.5, "\u00e9t\u00e9", None]
+    assert many.get_many(keys) == each.get_many(keys) == expected
+    assert list(many) == list(each)  # the same order of first writes too
+    many.prepare_commit(1)
+    many.commit(1)
+    assert backend.state().get_many(keys) == expected
+
+
+def test_put_many_stops_at_a_refused_pair_with_the_pairs_before_it_written(
+    backend: Backend,
+) -> None:
+    state = backend.state()
+    state.put("old", 1)
+    with pytest.raises(StateSerializationError):
+        state.put_many([("new", 2), ("old", object()), ("after", 3)])
+    assert state.get_many(["new", "old", "after"]) == [2, 1, None]
+    with pytest.raises(StateSerializationError, match="None"):
+        state.put_many([("n", None)])
+    assert state.get("n") is None
+
+
 def test_stored_value_is_a_copy(backend: Backend) -> None:
     state = backend.state()
     value = [1, 2]
