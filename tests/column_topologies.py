@@ -18,16 +18,22 @@ import os
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+import topologies as topo
 from topologies import Relay, Tally, ValueSpout
 
 from statefulbolts import (
     BasicBolt,
     FailedException,
     Fields,
+    LocalCluster,
     StatefulBolt,
     StormTopology,
     TopologyBuilder,
 )
+from statefulbolts.runtime._records import TaskReport
+
+# Checkpoint every millisecond: transactions back to back.
+FAST = {"topology.state.checkpoint.interval.ms": 1}
 
 
 def _append(path: str, line: str) -> None:
@@ -250,3 +256,40 @@ def tallied(key: str, n: int, count: StatefulBolt, keep: StatefulBolt, burst: in
     builder.set_bolt("count", count, 2).fields_grouping("relay", Fields("value"))
     builder.set_bolt("keep", keep, 2).fields_grouping("count", Fields("value"))
     return builder.create_topology()
+
+
+# ------------------------------------------------------------------ for the tests themselves
+
+
+class Delivered:
+    """A delivered tuple as the ledger reads it: its number and root, no other trees."""
+
+    def __init__(self, number: int, root: int) -> None:
+        self._edge, self._root, self._more = number, root, None
+
+
+def comparable(sent: list[Any]) -> list[Any]:
+    """A task's records with the metrics' seconds left out."""
+    return [
+        r._replace(metrics=r.metrics._replace(seconds=0)) if isinstance(r, TaskReport) else r
+        for r in sent
+    ]
+
+
+def outcome(cluster: LocalCluster, key: str, topology: StormTopology) -> dict[str, Any]:
+    """Run ``topology`` (``scaled``, ``tallied``) until idle: state, acks, fails, rollbacks."""
+    handle = cluster.submit_topology(key, FAST, topology)
+    try:
+        handle.await_idle(120)
+        counts, kept = handle.read_state("count"), handle.read_state("keep")
+        actions = [t["action"] for t in handle.metrics()["transactions"]]
+    finally:
+        handle.kill()
+    rec = topo.record(key)
+    return {
+        "count": counts,
+        "keep": kept,
+        "acks": dict(rec.acks),
+        "fails": dict(rec.fails),
+        "rollbacks": actions.count("ROLLBACK"),
+    }

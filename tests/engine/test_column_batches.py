@@ -40,14 +40,7 @@ from statefulbolts.runtime._task import run_task
 from statefulbolts.runtime._task_errors import decode_task_error
 from statefulbolts.testing import RecordingCollector, make_context
 
-FAST = {"topology.state.checkpoint.interval.ms": 1}
-
 # ------------------------------------------------------------------------- the ledger's runs
-
-
-class _Delivered:
-    def __init__(self, number: int, root: int) -> None:
-        self._edge, self._root, self._more = number, root, None
 
 
 def test_a_run_acked_whole_settles_as_acking_each_of_its_tuples() -> None:
@@ -57,10 +50,10 @@ def test_a_run_acked_whole_settles_as_acking_each_of_its_tuples() -> None:
         ledger.deliver([5])  # one tuple before the batch, acked last: the run cannot settle
         ledger.deliver(roots)
     whole.ack_run(1, roots)
-    whole.ack(_Delivered(0, 5))
+    whole.ack(col.Delivered(0, 5))
     for i, root in enumerate(roots):
-        each.ack(_Delivered(1 + i, root))
-    each.ack(_Delivered(0, 5))
+        each.ack(col.Delivered(1 + i, root))
+    each.ack(col.Delivered(0, 5))
     assert whole.acked_in_runs == 5
     assert whole.settle() == each.settle() == ({}, True)
 
@@ -70,7 +63,7 @@ def test_a_run_after_the_settled_prefix_settles_at_once_and_a_second_ack_shows()
     ledger.deliver([7, 9])
     ledger.ack_run(0, [7, 9])
     assert (ledger.settled, ledger.acked_in_runs) == (2, 0)
-    ledger.ack(_Delivered(1, 9))  # acked twice: its tree's XOR is no longer zero
+    ledger.ack(col.Delivered(1, 9))  # acked twice: its tree's XOR is no longer zero
     assert ledger.settle() == ({9: tuple_id(101)}, False)
 
 
@@ -150,14 +143,6 @@ def _records(n: int, *, more: dict[int, tuple[int, ...]] | None = None) -> list[
     ]
 
 
-def _comparable(sent: list[Any]) -> list[Any]:
-    """The records with the metrics' seconds left out."""
-    return [
-        r._replace(metrics=r.metrics._replace(seconds=0)) if isinstance(r, TaskReport) else r
-        for r in sent
-    ]
-
-
 @pytest.mark.parametrize(
     ("case", "n"),
     [("every tuple acked", 40), ("over several batches", 2 * ROWS + 5), ("two trees", 30)],
@@ -167,7 +152,7 @@ def test_a_batch_task_sends_back_what_the_per_tuple_task_does(case: str, n: int)
     _BatchSink.calls = []
     by_batch = _run(_BatchSink(), _records(n, more=more))
     by_tuple = _run(_Sink(), _records(n, more=more))
-    assert _comparable(by_batch) == _comparable(by_tuple)
+    assert col.comparable(by_batch) == col.comparable(by_tuple)
     (report,) = [r for r in by_batch if isinstance(r, TaskReport)]
     assert (report.metrics.executed, report.metrics.acked) == (n + 7, n + 7)
     assert not [r for r in by_batch if isinstance(r, AckLedger | Fails)]
@@ -257,21 +242,8 @@ def test_a_batch_bolt_driven_without_the_runtime_emits_anchored_and_acks_each_tu
 def _run_topology(
     cluster: LocalCluster, key: str, n: int, scale: BasicBolt, burst: int = 40
 ) -> dict[str, Any]:
-    handle = cluster.submit_topology(key, FAST, col.scaled(key, n, scale, burst=burst))
-    try:
-        handle.await_idle(120)
-        counts, kept = handle.read_state("count"), handle.read_state("keep")
-        actions = [t["action"] for t in handle.metrics()["transactions"]]
-    finally:
-        handle.kill()
-    rec = topo.record(key)
-    return {
-        "count": counts,
-        "keep": col.sorted_lists(kept),
-        "acks": dict(rec.acks),
-        "fails": dict(rec.fails),
-        "rollbacks": actions.count("ROLLBACK"),
-    }
+    got = col.outcome(cluster, key, col.scaled(key, n, scale, burst=burst))
+    return {**got, "keep": col.sorted_lists(got["keep"])}
 
 
 def test_batch_and_per_tuple_bolts_commit_and_ack_the_same_on_the_inline_engine(

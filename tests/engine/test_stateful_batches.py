@@ -43,14 +43,7 @@ from statefulbolts.runtime._task_errors import decode_task_error
 from statefulbolts.testing import RecordingCollector, drive, make_context
 from statefulbolts.topology import CHECKPOINT_STREAM_ID
 
-FAST = {"topology.state.checkpoint.interval.ms": 1}
-
 # --------------------------------------------------------------------- the ledger's runs
-
-
-class _Delivered:
-    def __init__(self, number: int, root: int) -> None:
-        self._edge, self._root, self._more = number, root, None
 
 
 def test_runs_released_after_a_checkpoint_ack_settle_at_once_and_a_second_ack_shows() -> None:
@@ -60,19 +53,19 @@ def test_runs_released_after_a_checkpoint_ack_settle_at_once_and_a_second_ack_sh
     ledger.deliver([7, 7, 9])
     ledger.deliver([9, 8])
     ledger.deliver([5])  # the checkpoint tuple, number 5
-    ledger.ack(_Delivered(5, 5))
+    ledger.ack(col.Delivered(5, 5))
     ledger.ack_run(0, [7, 7, 9])
     ledger.ack_run(3, [9, 8])
     assert (ledger.settled, ledger.acked_in_runs) == (5, 0)
     assert ledger.settle() == ({}, True)
-    ledger.ack(_Delivered(1, 7))  # acked again, on its own: its tree's XOR shows
+    ledger.ack(col.Delivered(1, 7))  # acked again, on its own: its tree's XOR shows
     assert ledger.settle() == ({7: tuple_id(101)}, False)
 
 
 def test_a_tuple_acked_alone_before_its_run_leaves_its_second_xor_open() -> None:
     ledger = DeliveryLedger(base=100)
     ledger.deliver([7, 9])
-    ledger.ack(_Delivered(1, 9))
+    ledger.ack(col.Delivered(1, 9))
     ledger.ack_run(0, [7, 9])  # tuple 1 acked twice
     assert ledger.settle() == ({9: tuple_id(101)}, False)
 
@@ -190,14 +183,6 @@ def _records(n: int, *, more: dict[int, tuple[int, ...]] | None = None) -> Any:
     return make
 
 
-def _comparable(sent: list[Any]) -> list[Any]:
-    """The records with the metrics' seconds left out."""
-    return [
-        r._replace(metrics=r.metrics._replace(seconds=0)) if isinstance(r, TaskReport) else r
-        for r in sent
-    ]
-
-
 @pytest.mark.parametrize(
     ("case", "n"),
     [
@@ -220,7 +205,7 @@ def test_a_stateful_batch_task_prepares_and_sends_back_what_the_per_tuple_task_d
     finally:
         InMemoryKeyValueStateProvider.drop(key)
     # Names differ only in the state: the records sent back are the same, field for field.
-    assert _comparable(by_batch) == _comparable(by_tuple)
+    assert col.comparable(by_batch) == col.comparable(by_tuple)
     assert batch_state == tuple_state
     assert sum(batch_state.values()) == n + 9
     (report,) = [r for r in by_batch if isinstance(r, TaskReport)]
@@ -305,21 +290,7 @@ def test_a_batch_s_acks_are_held_until_commit_and_failed_on_rollback() -> None:
 def _run_topology(
     cluster: LocalCluster, key: str, n: int, count: Any, keep: Any, burst: int = 40
 ) -> dict[str, Any]:
-    handle = cluster.submit_topology(key, FAST, col.tallied(key, n, count, keep, burst))
-    try:
-        handle.await_idle(120)
-        counts, kept = handle.read_state("count"), handle.read_state("keep")
-        actions = [t["action"] for t in handle.metrics()["transactions"]]
-    finally:
-        handle.kill()
-    rec = topo.record(key)
-    return {
-        "count": counts,
-        "keep": kept,
-        "acks": dict(rec.acks),
-        "fails": dict(rec.fails),
-        "rollbacks": actions.count("ROLLBACK"),
-    }
+    return col.outcome(cluster, key, col.tallied(key, n, count, keep, burst))
 
 
 def test_stateful_batch_and_per_tuple_bolts_commit_emit_and_ack_the_same_inline(
