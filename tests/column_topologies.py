@@ -131,8 +131,18 @@ class Keep(StatefulBolt):
 
 
 def values(n: int) -> list[str]:
-    """``n`` values over 7 distinct words, unevenly."""
+    """``n`` values over 4 distinct words (``w0``, ``w1``, ``w2``, ``w4``), unevenly."""
     return [f"w{(i * i) % 7}" for i in range(n)]
+
+
+def crash_case() -> tuple[int, str]:
+    """The crash tests' value count and the value whose first batch crashes.
+
+    From ``STATEFULBOLTS_FAULT_SEED`` (default 0: 200 values, ``w2``): loop the crash tests
+    over seeds to move the crash across batches and transactions.
+    """
+    seed = int(os.environ.get("STATEFULBOLTS_FAULT_SEED", "0"))
+    return 200 + 13 * (seed % 7), ("w2", "w0", "w1", "w4")[seed % 4]
 
 
 def scaled(key: str, n: int, scale: BasicBolt, *, burst: int = 40) -> StormTopology:

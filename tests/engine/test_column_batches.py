@@ -265,11 +265,11 @@ def test_batch_and_per_tuple_bolts_commit_and_ack_the_same_on_the_inline_engine(
 def test_a_batch_that_crashes_once_is_rolled_back_replayed_and_counted_exactly(
     tmp_path: Path,
 ) -> None:
-    # The first batch holding "w2" raises: the per-tuple search finds no tuple that raises, so
+    # The first batch holding the value raises: the per-tuple search finds no tuple that raises, so
     # the task fails with the batch's error, the transaction rolls back and is replayed.
-    n = 200
+    n, value = col.crash_case()
     log = tmp_path / "batches.log"
-    scale = col.BatchScale(str(log), fail_on="w2", crash=True)
+    scale = col.BatchScale(str(log), fail_on=value, crash=True)
     with LocalCluster(engine="inline") as cluster:
         got = _run_topology(cluster, topo.new_key("cols-crash"), n, scale)
     counts, kept = col.expected(n)

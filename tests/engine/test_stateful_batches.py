@@ -317,11 +317,11 @@ def test_stateful_batch_and_per_tuple_bolts_commit_emit_and_ack_the_same_inline(
 def test_a_stateful_batch_that_crashes_once_is_rolled_back_replayed_and_counted_exactly(
     tmp_path: Path,
 ) -> None:
-    # The first batch holding "w2" raises, and no tuple does when the batch runs again per
+    # The first batch holding the value raises, and no tuple does when the batch runs again per
     # tuple: the task fails with the batch's error, the transaction rolls back and is replayed.
-    n = 200
+    n, value = col.crash_case()
     log = tmp_path / "batches.log"
-    count = col.BatchTally(str(log), crash_on="w2")
+    count = col.BatchTally(str(log), crash_on=value)
     with LocalCluster(engine="inline") as cluster:
         got = _run_topology(cluster, topo.new_key("sbatch-crash"), n, count, col.BatchKeep())
     counts, _ = col.expected(n)
