@@ -1,10 +1,12 @@
 """The driver of ``tests/cli/test_cluster.py``: the Redis word count on a Spark standalone master.
 
-The sentences come from a driver spout (``--source sentences``, the default), or half from it
-and half from Redis streams read on the executors (``--source mixed``): the driver spout
-``sentences`` emits the first half, and the driver first writes sentence ``i`` of the second half
-onto stream ``<name>:in:<i % streams>`` (``--streams``), which a ``PartitionedRedisStreamSpout``
-``streams`` of ``--spout-parallelism`` tasks reads. Either way the counts are those of
+The sentences come from a driver spout (``--source sentences``, the default), or a third each
+from three kinds of source (``--source mixed``): the driver spout ``sentences`` emits the first
+third; the driver first writes sentence ``i`` of the second third onto Redis stream
+``<name>:in:<i % streams>`` (``--streams``), read on the executors by the
+``PartitionedRedisStreamSpout`` ``streams``, and sentence ``i`` of the last third as a line of
+file ``<i % streams>.txt`` in ``--files-dir``, read on the executors by the ``DirectorySpout``
+``files`` (both of ``--spout-parallelism`` tasks). Either way the counts are those of
 ``examples.wordcount.expected_counts``.
 
 It runs in its own process because the test session already has a ``local[2]`` SparkSession and
@@ -52,6 +54,7 @@ from outage_topologies import redis_conf  # noqa: E402
 from examples.corpus import sentence  # noqa: E402
 from examples.wordcount import SentenceSpout, SplitSentence, WordCount, build  # noqa: E402
 from statefulbolts import (  # noqa: E402
+    DirectorySpout,
     Fields,
     LocalCluster,
     PartitionedRedisStreamSpout,
@@ -100,7 +103,7 @@ def spark_conf(
 
 
 def stream_keys(name: str, streams: int) -> list[str]:
-    """The input streams of ``--source partitioned-redis``."""
+    """The input streams of ``--source mixed``."""
     return [f"{name}:in:{k}" for k in range(streams)]
 
 
@@ -118,17 +121,30 @@ def write_streams(port: int, keys: list[str], first: int, stop: int) -> None:
         client.close()
 
 
+def write_files(folder: Path, files: int, first: int, stop: int) -> None:
+    """Sentence ``i`` (``first <= i < stop``) as a line of ``folder/<i % files>.txt``."""
+    folder.mkdir(parents=True, exist_ok=True)
+    lines: list[list[str]] = [[] for _ in range(files)]
+    for i in range(first, stop):
+        lines[i % files].append(sentence(i) + "\n")
+    for k, chunk in enumerate(lines):
+        (folder / f"{k}.txt").write_text("".join(chunk), encoding="utf-8")
+
+
 def mixed_build(
-    port: int, keys: list[str], half: int, spouts: int, parallelism: int
+    port: int, keys: list[str], folder: Path, third: int, spouts: int, parallelism: int
 ) -> StormTopology:
-    """``examples.wordcount``'s topology, its first ``half`` sentences from the driver spout
-    ``sentences``, the rest read from ``keys`` on the executors by the spout ``streams``."""
-    spout = PartitionedRedisStreamSpout(keys, redis_url=f"redis://{LOOPBACK}:{port}/0")
+    """``examples.wordcount``'s topology, its first ``third`` sentences from the driver spout
+    ``sentences``, the others read on the executors: from ``keys`` by the spout ``streams``,
+    from the files of ``folder`` by the spout ``files``."""
+    streams = PartitionedRedisStreamSpout(keys, redis_url=f"redis://{LOOPBACK}:{port}/0")
     builder = TopologyBuilder()
-    builder.set_spout("sentences", SentenceSpout(half), 1)
-    builder.set_spout("streams", spout, spouts)
+    builder.set_spout("sentences", SentenceSpout(third), 1)
+    builder.set_spout("streams", streams, spouts)
+    builder.set_spout("files", DirectorySpout(str(folder), field="sentence"), spouts)
     split = builder.set_bolt("split", SplitSentence(), parallelism)
-    split.shuffle_grouping("sentences").shuffle_grouping("streams")
+    for source in ("sentences", "streams", "files"):
+        split.shuffle_grouping(source)
     builder.set_bolt("count", WordCount(), parallelism).fields_grouping("split", Fields("word"))
     return builder.create_topology()
 
@@ -159,9 +175,10 @@ def main(argv: list[str] | None = None) -> int:
         "--source",
         choices=("sentences", "mixed"),
         default="sentences",
-        help="a driver spout, or half from it and half from Redis streams read on the executors",
+        help="a driver spout, or a third each from it, Redis streams and files",
     )
-    parser.add_argument("--streams", type=int, default=4, help="mixed: streams")
+    parser.add_argument("--streams", type=int, default=4, help="mixed: streams, and files")
+    parser.add_argument("--files-dir", help="mixed: the folder of the files (made)")
     parser.add_argument(
         "--spout-parallelism", type=int, default=2, help="mixed: the partitioned spout's tasks"
     )
@@ -203,10 +220,12 @@ def main(argv: list[str] | None = None) -> int:
             **({"views": executor_views(spark.sparkContext)} if args.probe else {}),
         )
         if args.source == "mixed":
-            keys, half = stream_keys(args.name, args.streams), args.sentences // 2
-            write_streams(args.redis_port, keys, half, args.sentences)
+            keys, third = stream_keys(args.name, args.streams), args.sentences // 3
+            folder = Path(args.files_dir)
+            write_streams(args.redis_port, keys, third, 2 * third)
+            write_files(folder, args.streams, 2 * third, args.sentences)
             topology = mixed_build(
-                args.redis_port, keys, half, args.spout_parallelism, args.parallelism
+                args.redis_port, keys, folder, third, args.spout_parallelism, args.parallelism
             )
         else:
             topology = build(args.sentences, args.parallelism)

@@ -6,10 +6,11 @@ pyspark's ``spark-class``, all on 127.0.0.1. The driver runs in a subprocess
 SparkSession. Mid-run the test kills one worker's whole process tree at once: the worker JVM,
 its executor JVM (``CoarseGrainedExecutorBackend``) and the executor's Python workers, as if
 the machine died. The word count must still finish on the surviving worker with exact counts in
-Redis. Half its sentences come from a driver spout, half from Redis streams read on the
-executors by a ``PartitionedRedisStreamSpout`` (two tasks: the lost executor held one of them,
-and Spark runs it again on the survivor), so one machine's death covers both kinds of source;
-the positions saved with the checkpoint must be each stream's last entry.
+Redis. A third of its sentences come from a driver spout, a third from Redis streams read on
+the executors by a ``PartitionedRedisStreamSpout``, a third from files read on the executors by a
+``DirectorySpout`` (two tasks each: the lost executor held one of each, and Spark runs them
+again on the survivor), so one machine's death covers every kind of source; the positions saved
+with the checkpoint must be each stream's last entry and each file's size.
 
 Where the kill lands is chosen, not left to timing: ``STATEFULBOLTS_FAULT_SEED`` (default 0;
 loop it over seeds 0-19) picks the transaction t (3 to 6) and the job. In PREPARE(t), a
@@ -65,9 +66,10 @@ def test_loopback_standalone_masters_are_recognised() -> None:
     assert not is_loopback_master("local[2]")
 
 
-# Half of SENTENCES each from the driver spout (150 a transaction: ~14 transactions) and from
-# STREAMS streams (2 tasks of 150: ~7): both are still reading when the kill lands.
-PENDING = 150
+# A third of SENTENCES each from the driver spout (100 a transaction: ~14 transactions), from
+# STREAMS streams and from STREAMS files (2 tasks of 100 each: ~7): all still read when the
+# kill lands (transaction 3 to 6).
+PENDING = 100
 STREAMS = 4
 SEED = int(os.environ.get("STATEFULBOLTS_FAULT_SEED", "0"))
 TXID = 3 + SEED % 4
@@ -98,6 +100,7 @@ def test_worker_machine_dies_mid_run_and_counts_stay_exact(
             "--faults", json.dumps({"tasks": [hold]}),
             "--source", "mixed",
             "--streams", str(STREAMS),
+            "--files-dir", str(tmp_path / "files"),
         ],
         tmp_path / "driver.log",
     )  # fmt: skip
@@ -147,19 +150,21 @@ def test_worker_machine_dies_mid_run_and_counts_stay_exact(
     client = redis_db.client()
     assert counts_in_redis(client, NAME) == dict(expected_counts(SENTENCES))
     assert not client.keys(f"{NAME}/*$prepare")
-    assert done["components"]["sentences"]["emitted"] >= SENTENCES // 2
     assert done["executors"] == 1  # it finished on the surviving worker's executor alone
     # Spark saw the executor go (it was not idle: it had Python workers and shuffle output).
     assert "Lost executor" in driver.log.read_text(errors="replace"), driver.tail()
-    # The streams were read whole, once: saved where each stream ends.
+    # The streams and files were read whole, once: saved where each one ends.
     last = {
         key: client.xrevrange(key, count=1)[0][0].decode()
         for key in (f"{NAME}:in:{k}" for k in range(STREAMS))
     }
+    sizes = {f.name: f.stat().st_size for f in (tmp_path / "files").iterdir()}
+    assert len(sizes) == STREAMS
     saved = decode_hash(client.hgetall(f"{NAME}/{CHECKPOINT}"))["__positions"]
-    assert saved["spouts"] == {"streams": last}
-    assert done["positions"] == {"streams": last}
-    assert done["components"]["streams"]["emitted"] >= SENTENCES // 2
+    assert saved["spouts"] == {"streams": last, "files": sizes}
+    assert done["positions"] == {"streams": last, "files": sizes}
+    for source in ("sentences", "streams", "files"):
+        assert done["components"][source]["emitted"] >= SENTENCES // 3, source
     print(
         f"cluster run: {time.monotonic() - started:.1f} s; driver ready after "
         f"{ready['t'] - begun:.1f} s, kill at {killed_at - begun:.1f} s, done at "
