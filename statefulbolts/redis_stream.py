@@ -77,6 +77,7 @@ __all__ = [
     "STREAM_KEY",
     "URL_KEY",
     "RedisStreamSpout",
+    "entry_values",
     "load_stream",
     "main",
     "pending_count",
@@ -122,6 +123,37 @@ def _client(client_or_url: Any) -> tuple[Any, bool]:
 
 def _text(value: Any) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def entry_values(
+    stream: str | None,
+    entry_id: str,
+    data: Mapping[Any, Any],
+    fields: Sequence[str],
+    encoding: str | None,
+) -> list[Any]:
+    """The values of ``fields`` in a stream entry, decoded with ``encoding`` (``None``: bytes).
+
+    Raises:
+        ValueError: the entry lacks one of ``fields``; the message names the entry, the
+            stream, the missing fields and those it has.
+
+    Example:
+        >>> entry_values("s", "1-0", {b"sentence": b"the cow"}, ["sentence"], "utf-8")
+        ['the cow']
+    """
+    present = {_text(k): v for k, v in data.items()}
+    missing = [f for f in fields if f not in present]
+    if missing:
+        msg = (
+            f"entry {entry_id} of stream {stream!r} has no field(s) {missing}; it has "
+            f"{sorted(present)}; skipped"
+        )
+        raise ValueError(msg)
+    raw = [present[f] for f in fields]
+    if encoding is None:
+        return raw
+    return [v.decode(encoding) if isinstance(v, bytes) else v for v in raw]
 
 
 class RedisStreamSpout(Spout):
@@ -418,21 +450,13 @@ class RedisStreamSpout(Spout):
         if not data:
             log.warning("entry %s of stream %r was deleted; skipping it", entry_id, self.stream)
             return None
-        fields = {_text(k): v for k, v in data.items()}
-        missing = [f for f in self.fields if f not in fields]
-        if missing:
-            error = ValueError(
-                f"entry {entry_id} of stream {self.stream!r} has no field(s) {missing}; it has "
-                f"{sorted(fields)}; skipped"
-            )
+        try:
+            return entry_values(self.stream, entry_id, data, self.fields, self.encoding)
+        except ValueError as error:
             log.warning("%s", error)
             if self._collector is not None:
                 self._collector.report_error(error)
             return None
-        raw = [fields[f] for f in self.fields]
-        if self.encoding is None:
-            return raw
-        return [v.decode(self.encoding) if isinstance(v, bytes) else v for v in raw]
 
     def lag(self) -> int | None:
         """Entries of the stream the group has not acknowledged: never delivered, or pending.

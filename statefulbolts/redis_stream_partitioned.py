@@ -58,7 +58,7 @@ from statefulbolts.components import OutputFieldsDeclarer
 from statefulbolts.context import TopologyContext
 from statefulbolts.errors import ConfigError, TopologyError
 from statefulbolts.partitioned import PartitionBatch, PartitionedSpout, PartitionReader
-from statefulbolts.redis_stream import DEFAULT_URL, URL_KEY
+from statefulbolts.redis_stream import DEFAULT_URL, URL_KEY, entry_values
 from statefulbolts.tuples import Fields
 
 __all__ = ["KEYS_KEY", "PATTERN_KEY", "PartitionedRedisStreamSpout"]
@@ -293,21 +293,11 @@ class PartitionedRedisStreamSpout(PartitionedSpout):
         return position
 
     def _values(self, stream: str, entry_id: str, data: Mapping[Any, Any]) -> list[Any] | None:
-        fields = {_text(k): v for k, v in data.items()}
-        missing = [f for f in self.fields if f not in fields]
-        if missing:
-            log.warning(
-                "entry %s of stream %r has no field(s) %s (it has %s); skipped",
-                entry_id,
-                stream,
-                missing,
-                sorted(fields),
-            )
+        try:
+            return entry_values(stream, entry_id, data, self.fields, self.encoding)
+        except ValueError as error:
+            log.warning("%s", error)
             return None
-        raw = [fields[f] for f in self.fields]
-        if self.encoding is None:
-            return raw
-        return [v.decode(self.encoding) if isinstance(v, bytes) else v for v in raw]
 
     def __repr__(self) -> str:
         named = f"pattern={self.pattern!r}" if self.pattern is not None else repr(self.streams)
