@@ -16,20 +16,25 @@ from providers._factory import (
     STATE_PROVIDER_CONFIG_KEY,
     STATE_PROVIDER_KEY,
     StateFactory,
+    fence_epoch,
     get_provider,
     load_object,
     provider_name,
 )
+from providers._lease import FENCE_EPOCH_KEY, Lease, LeaseHolder, LeaseStore
 from providers._resolve import resolve_serializers
 from providers._serializers import MsgpackSerializer, Serializer, encode_value
 from providers._ttl import StateTtl, TtlRefresh, is_expired
 from providers.errors import (
     FATAL_STATE_ERRORS,
+    LeaseHeldError,
+    LeaseLostError,
     ProviderConfigError,
     ProviderError,
     ProviderNotFoundError,
     StateBackendError,
     StateBackendRefusedError,
+    StateFencedError,
     StatefulBoltsError,
     StateLostError,
     StateSerializationError,
@@ -40,6 +45,7 @@ from providers.memory import InMemoryKeyValueState, InMemoryKeyValueStateProvide
 __all__ = [
     "DEFAULT_PROVIDER",
     "FATAL_STATE_ERRORS",
+    "FENCE_EPOCH_KEY",
     "SERIALIZER_FIELDS",
     "STATE_PROVIDER_CONFIG_KEY",
     "STATE_PROVIDER_KEY",
@@ -47,6 +53,11 @@ __all__ = [
     "InMemoryKeyValueState",
     "InMemoryKeyValueStateProvider",
     "KeyValueState",
+    "Lease",
+    "LeaseHeldError",
+    "LeaseHolder",
+    "LeaseLostError",
+    "LeaseStore",
     "MsgpackSerializer",
     "ProviderConfigError",
     "ProviderError",
@@ -56,6 +67,7 @@ __all__ = [
     "StateBackendError",
     "StateBackendRefusedError",
     "StateFactory",
+    "StateFencedError",
     "StateLostError",
     "StateProvider",
     "StateSerializationError",
@@ -67,6 +79,7 @@ __all__ = [
     "encode_value",
     "extlib_dirs",
     "extlib_origin",
+    "fence_epoch",
     "get_provider",
     "is_expired",
     "load_module",

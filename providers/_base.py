@@ -16,6 +16,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Collection, Hashable, Iterable, Iterator, Mapping, Sequence
 from typing import Any, ClassVar
 
+from providers._lease import LeaseStore
 from providers._ttl import StateTtl
 from providers.errors import ProviderConfigError
 
@@ -72,6 +73,28 @@ class State(ABC):
     @abstractmethod
     def rollback(self) -> None:
         """Drop everything since the last commit, prepared or not."""
+
+    def fence(self, epoch: int) -> None:
+        """Carry the driver's lease ``epoch`` with every write of this object from now on.
+
+        Part of the lease protocol (``providers._lease``), for a state whose provider has a
+        ``lease_store``: each write step (``prepare_commit``, ``commit`` with or without a txid,
+        ``rollback``, ``replace_stored``) compares ``epoch`` with its namespace's fence in the
+        same atomic step as the write; an older epoch is refused with ``StateFencedError`` and
+        writes nothing, a newer one raises the fence. ``StateFactory`` calls this on every state
+        it makes when the config holds ``FENCE_EPOCH_KEY``.
+
+        The default refuses: a provider that hands out leases must fence its writes too.
+
+        Raises:
+            NotImplementedError: this state cannot carry an epoch.
+        """
+        kind = f"{type(self).__module__}.{type(self).__qualname__}"
+        msg = (
+            f"{kind} cannot fence its writes (State.fence), so its provider must not hand out "
+            "leases (StateProvider.lease_store); see providers._lease"
+        )
+        raise NotImplementedError(msg)
 
     def supersede_prepared(self, txid: int) -> None:
         """Begin a new attempt of transaction ``txid``, which a lost attempt may have prepared.
@@ -258,6 +281,14 @@ class KeyValueState(State):
         """The committed value of ``key`` (``default`` when absent), ignoring anything prepared."""
         raise NotImplementedError(_no_stored_image(self, "get_committed"))
 
+    def stored_fence(self) -> int | None:
+        """The highest lease epoch that wrote this namespace, as stored now (``None``: none).
+
+        Lets a message say which driver wrote what a namespace holds. Optional (not part of
+        ``supports_stored_image``); the default does not know.
+        """
+        return None
+
     def replace_stored(
         self,
         committed_txid: int | None,
@@ -367,6 +398,23 @@ class StateProvider(ABC):
 
         Raises:
             StateBackendError: the store could not be reached.
+        """
+        return None
+
+    def lease_store(self, conf: Mapping[str, Any]) -> LeaseStore | None:
+        """The store of this provider's leases (one driver per topology), or ``None``.
+
+        A provider whose states outlive the driver (a server, a file) should return one, and
+        its states must then implement ``State.fence``: together they keep a second or stale
+        driver of a topology from writing its state (``providers._lease`` has the protocol;
+        the contract suite checks it). Without one, nothing stops two drivers of one topology
+        from sharing its state, and the runtime warns at submit.
+
+        The default returns ``None``, which is right for state that lives in one driver
+        (``DriverOwnedStateProvider``).
+
+        Raises:
+            ProviderConfigError: the provider config is invalid.
         """
         return None
 

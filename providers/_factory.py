@@ -21,6 +21,7 @@ from providers._config import (
     provider_config_fields,
 )
 from providers._extlib import extlib_dirs, import_by_rule
+from providers._lease import FENCE_EPOCH_KEY
 from providers.errors import ProviderConfigError, ProviderNotFoundError
 
 __all__ = [
@@ -29,6 +30,7 @@ __all__ = [
     "STATE_PROVIDER_CONFIG_KEY",
     "STATE_PROVIDER_KEY",
     "StateFactory",
+    "fence_epoch",
     "get_provider",
     "load_object",
     "provider_name",
@@ -128,8 +130,12 @@ class StateFactory:
 
     @staticmethod
     def get_state(namespace: str, conf: Mapping[str, Any], context: Any | None = None) -> State:
-        """Return the state for ``namespace`` from the configured provider."""
-        return get_provider(conf).new_state(namespace, conf, context)
+        """Return the state for ``namespace`` from the configured provider.
+
+        When ``conf`` holds the driver's lease epoch (``FENCE_EPOCH_KEY``), the state carries
+        it with every write (``State.fence``).
+        """
+        return _fenced(get_provider(conf).new_state(namespace, conf, context), conf)
 
     @staticmethod
     def get_system_state(
@@ -153,4 +159,17 @@ class StateFactory:
             >>> state.get("__state")
             [3, 'COMMITTED']
         """
-        return get_provider(conf).new_state(namespace, _system_conf(conf), context)
+        return _fenced(get_provider(conf).new_state(namespace, _system_conf(conf), context), conf)
+
+
+def fence_epoch(conf: Mapping[str, Any]) -> int | None:
+    """The lease epoch a driver put in ``conf`` (``FENCE_EPOCH_KEY``), or ``None``."""
+    epoch = conf.get(FENCE_EPOCH_KEY)
+    return None if epoch is None else int(epoch)
+
+
+def _fenced(state: State, conf: Mapping[str, Any]) -> State:
+    epoch = fence_epoch(conf)
+    if epoch is not None:
+        state.fence(epoch)
+    return state

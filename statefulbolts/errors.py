@@ -27,11 +27,14 @@
 from __future__ import annotations
 
 from providers.errors import (
+    LeaseHeldError,
+    LeaseLostError,
     ProviderConfigError,
     ProviderError,
     ProviderNotFoundError,
     StateBackendError,
     StateBackendRefusedError,
+    StateFencedError,
     StatefulBoltsError,
     StateLostError,
     StateSerializationError,
@@ -47,6 +50,8 @@ __all__ = [
     "DeadLetterNotFoundError",
     "FailedException",
     "FieldNotFoundError",
+    "LeaseHeldError",
+    "LeaseLostError",
     "ProviderConfigError",
     "ProviderError",
     "ProviderNotFoundError",
@@ -54,6 +59,7 @@ __all__ = [
     "StateBackendError",
     "StateBackendRefusedError",
     "StateEvolutionError",
+    "StateFencedError",
     "StateFileError",
     "StateLostError",
     "StateNotFoundError",
