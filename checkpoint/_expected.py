@@ -71,17 +71,25 @@ def check_stored_txids(state: State, action: Action, txid: int) -> None:
     needs = "nothing committed" if want is None else f"committed txid {want}"
     if action is Action.COMMIT:
         needs = f"{needs} with txid {txid} prepared, or committed txid {txid}"
+    writer = state.stored_fence()
+    if writer is not None:
+        found += f" (last written under lease epoch {writer})"
     if committed is not None and want is not None and committed > want:
-        why = (
-            "the store holds state from after the checkpoint (restored from a later copy, or "
-            "another topology of the same name?)"
+        # Never advise deleting state here: it may be the live state of another driver.
+        msg = (
+            f"state {namespace!r} in {state.location} holds {found}, but the checkpoint is at "
+            f"{action.value}({txid}), which needs {needs}: the store holds state from after "
+            "the checkpoint, restored from a later copy of the store, or written by another "
+            "driver of this topology (`statefulbolts checkpoint status` shows which driver "
+            "holds its lease). The topology stops rather than go on from it; find out which "
+            "copy is the right one before changing anything"
         )
-    else:
-        why = "the store lost committed state (restarted empty, flushed, another database?)"
+        raise StateLostError(msg)
     msg = (
         f"state {namespace!r} in {state.location} holds {found}, but the checkpoint is at "
-        f"{action.value}({txid}), which needs {needs}: {why}. The topology stops rather than "
-        "go on from it; restore the store (a durable Redis keeps it: appendonly yes), or, to "
-        "start this topology over on purpose, delete its state (statefulbolts state drop)"
+        f"{action.value}({txid}), which needs {needs}: the store lost committed state "
+        "(restarted empty, flushed, another database?). The topology stops rather than go on "
+        "from it; restore the store (a durable Redis keeps it: appendonly yes), or, to start "
+        "this topology over on purpose, delete its state (statefulbolts state drop)"
     )
     raise StateLostError(msg)

@@ -68,6 +68,7 @@ from statefulbolts.keygroups import component_key_groups
 from statefulbolts.listeners import FaultListener
 from statefulbolts.namespaces import TaskNamespace, topology_prefix
 from statefulbolts.runtime import (
+    HeldLease,
     JobResult,
     Progress,
     Router,
@@ -138,8 +139,11 @@ class CheckpointRunner(TopologyRunner):
         on_transaction: Callable[[TransactionInfo], None] | None = None,
         faults: FaultListener | None = None,
         engine: str = "spark",
+        lease: HeldLease | None = None,
     ) -> None:
-        super().__init__(name, conf, clock=clock, on_transaction=on_transaction, faults=faults)
+        super().__init__(
+            name, conf, clock=clock, on_transaction=on_transaction, faults=faults, lease=lease
+        )
         if faults is None:
             self.faults = fault_listener(self.conf)
         if not isinstance(topology, StormTopology):

@@ -23,7 +23,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from checkpoint import TX_STATE_KEY, CheckPointState, TxPhase
-from providers import KeyValueState, StateFactory, get_provider, provider_name
+from providers import KeyValueState, Lease, StateFactory, get_provider, provider_name
+from recovery.lease import lease_as_dict, read_lease
 from statefulbolts.namespaces import (
     RECORD_MARK,
     TRANSACTIONAL_ROOT,
@@ -67,6 +68,8 @@ class CheckpointStatus:
     provider: str
     checkpoint: CheckPointState | None
     tasks: list[TaskStatus] = field(default_factory=list)
+    # The topology's lease (one driver per topology): who runs it now, or ran it last.
+    lease: Lease | None = None
 
     @property
     def on_restart(self) -> list[str]:
@@ -89,6 +92,7 @@ class CheckpointStatus:
             "checkpoint": None if cp is None else {"txid": cp.txid, "phase": cp.phase.value},
             "on_restart": self.on_restart,
             "tasks": [t.as_dict() for t in self.tasks],
+            "lease": lease_as_dict(self.lease),
         }
 
 
@@ -174,7 +178,8 @@ def checkpoint_status(
         namespace = str(TaskNamespace.of_topology(topology_name, component, task))
         committed, prepared = _txids(StateFactory.get_system_state(namespace, conf))
         rows.append(TaskStatus(component, task, namespace, committed, prepared))
-    return CheckpointStatus(topology_name, provider, checkpoint, rows)
+    lease = read_lease(conf, topology_prefix(topology_name))
+    return CheckpointStatus(topology_name, provider, checkpoint, rows, lease)
 
 
 def stored_topologies(conf: Mapping[str, Any]) -> list[CheckpointStatus] | None:

@@ -142,8 +142,12 @@ def supervise(
     on_event: Callable[[dict[str, Any]], None],
     env: Mapping[str, str] | None = None,
     sleep: Callable[[float], None] = time.sleep,
+    restart_command: Sequence[str] | None = None,
 ) -> int:
     """Run ``command`` until it succeeds, restarting it per ``policy``; return its exit status.
+
+    A restart runs ``restart_command`` when given (``statefulbolts run --take-over`` is for the
+    first child only), else ``command`` again.
 
     Every stdout line of the child goes to ``on_line``; the supervisor's own events go to
     ``on_event``: ``{"event": "restart", "restart", "exit_code", "backoff_seconds"}`` before a
@@ -158,7 +162,7 @@ def supervise(
     while True:
         started = time.monotonic()
         tracker = RecoveryTracker()
-        child = _start(command, env)
+        child = _start(restart_command if restarts and restart_command else command, env)
         try:
             assert child.stdout is not None  # noqa: S101 - _start asks for stdout=PIPE
             for line in child.stdout:

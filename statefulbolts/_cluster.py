@@ -4,6 +4,10 @@ The one module that wires the protocols to the engine: it picks each topology's 
 (``checkpoint.runner.CheckpointRunner``, or
 ``statefulbolts.transactional.runner.TransactionalRunner``).
 
+One driver per topology: ``submit_topology`` takes the topology's lease in its state store
+first (``recovery.lease``; ``take_topology_lease``), so a second driver of the same topology,
+here or anywhere, is refused before anything runs, and a stale one is fenced off.
+
 A topology whose config sets ``topology.ui.port`` gets its live dashboard and ``/metrics``
 (``statefulbolts.ui``) from the moment it is submitted until its handle is killed (``kill``,
 ``kill_topology`` or the cluster's ``shutdown``); ``handle.ui_url`` says where.
@@ -16,15 +20,58 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from checkpoint.runner import CheckpointRunner
+from recovery.lease import DriverLease, take_lease
 from statefulbolts.clock import Clock
 from statefulbolts.config import validate_config
 from statefulbolts.errors import ConfigError, TopologyError
-from statefulbolts.runtime import ENGINES, TopologyRunner, TransactionInfo, build_session
+from statefulbolts.namespaces import topology_prefix, transactional_prefix
+from statefulbolts.runtime import (
+    ENGINES,
+    HeldLease,
+    TopologyRunner,
+    TransactionInfo,
+    build_session,
+)
 from statefulbolts.topology import StormTopology
 from statefulbolts.transactional import TransactionalTopology
 from statefulbolts.transactional.runner import TransactionalRunner
 
 log = logging.getLogger(__name__)
+
+
+def lease_scope(name: str, topology: StormTopology | TransactionalTopology) -> str:
+    """The namespace prefix a topology's lease covers: where its protocol keeps its state.
+
+    A checkpointed topology's is its name's (``wc/``); a transactional topology keeps its
+    progress under its transactional id (``$transactional/words/``).
+    """
+    if isinstance(topology, TransactionalTopology):
+        return transactional_prefix(topology.transactional_id)
+    return topology_prefix(name)
+
+
+def take_topology_lease(
+    name: str,
+    conf: Mapping[str, Any] | None,
+    topology: StormTopology | TransactionalTopology,
+    *,
+    take_over: bool = False,
+) -> DriverLease | None:
+    """Take the lease of topology ``name`` in its state store (``recovery.lease.take_lease``).
+
+    ``None`` when the provider keeps no leases (state in memory lives in one driver).
+
+    Raises:
+        LeaseHeldError: another driver of the topology runs (the message says who, and how
+            to take over).
+        StateBackendError: the store could not be reached.
+    """
+    what = f"topology {name!r}"
+    if isinstance(topology, TransactionalTopology):
+        what = f"transactional id {topology.transactional_id!r} (topology {name!r})"
+    return take_lease(
+        dict(conf or {}), lease_scope(name, topology), what, take_over=take_over
+    )
 
 
 class TopologyHandle:
@@ -153,14 +200,32 @@ class LocalCluster:
         clock: Clock | None = None,
         on_transaction: Callable[[TransactionInfo], None] | None = None,
         faults: Any = None,
+        take_over: bool = False,
+        lease: HeldLease | None = None,
     ) -> TopologyHandle:
-        """Start ``topology`` under ``name``; returns at once with a handle."""
+        """Start ``topology`` under ``name``; returns at once with a handle.
+
+        The topology's lease is taken first (``take_topology_lease``; ``take_over`` takes it
+        from a live driver), unless one taken earlier is given (``lease``: the CLI takes it
+        before Spark starts). The runner releases it when it stops.
+
+        Raises:
+            LeaseHeldError: another driver of the topology runs.
+            TopologyError: the wiring is wrong, or ``name`` is already running here.
+        """
         if name in self._topologies:
             msg = f"a topology named {name!r} is already running on this cluster"
             raise TopologyError(msg)
         tc = validate_config(conf)
-        runner = self._runner(name, conf, topology, clock, on_transaction, faults)
-        runner.start()
+        if lease is None:
+            lease = take_topology_lease(name, conf, topology, take_over=take_over)
+        try:
+            runner = self._runner(name, conf, topology, clock, on_transaction, faults, lease)
+        except BaseException:
+            if lease is not None:
+                lease.release()
+            raise
+        runner.start()  # releases the lease itself if opening fails
         ui = None
         if tc.ui_port is not None:
             try:
@@ -189,6 +254,7 @@ class LocalCluster:
         clock: Clock | None,
         on_transaction: Callable[[TransactionInfo], None] | None,
         faults: Any,
+        lease: HeldLease | None,
     ) -> TopologyRunner:
         """The protocol's runner: transactional, or checkpointing (which runs plain ones too)."""
         if isinstance(topology, TransactionalTopology):
@@ -212,6 +278,7 @@ class LocalCluster:
                 on_transaction=on_transaction,
                 faults=faults,
                 engine=self.engine,
+                lease=lease,
             )
         return CheckpointRunner(
             name,
@@ -222,6 +289,7 @@ class LocalCluster:
             on_transaction=on_transaction,
             faults=faults,
             engine=self.engine,
+            lease=lease,
         )
 
     def kill_topology(self, name: str) -> None:

@@ -2,6 +2,7 @@
 
     statefulbolts run MODULE:ATTR [--conf FILE] [--name NAME] [--master URL] [--json]
                       [--timeout S] [--ui [PORT] [--exit-when-idle]] [--spark-log LEVEL]
+                      [--take-over]
                       [--supervise [--max-restarts N] [--backoff S] [--max-backoff S]]
     statefulbolts checkpoint status --conf FILE --topology NAME
                       [--topology-module MODULE:ATTR] [--json]
@@ -21,9 +22,16 @@ URL; once the topology is idle the dashboard stays up (the topology still runnin
 Ctrl-C, unless ``--exit-when-idle``. Spark's own log shows errors only (``--spark-log INFO`` for
 more).
 
+One driver per topology: before Spark starts, ``run`` takes the topology's lease in its state
+store (``recovery.lease``; durable providers only). While another driver of the topology holds
+it, ``run`` is refused at once (exit status 2) with one line naming that driver;
+``--take-over`` takes the lease from it instead, and the store refuses the other driver's
+writes from then on.
+
 ``--supervise`` runs the topology in a child process and restarts it when it crashes (see
 ``recovery.supervisor``); each restart is logged with the recovery actions the restarted driver
-took. ``checkpoint status`` shows where a topology's checkpoint stands in its state provider and
+took, and takes the lease over from its crashed predecessor at once (they share a restart
+token). ``checkpoint status`` shows where a topology's checkpoint stands in its state provider and
 what a restarted driver would do; ``transactional status`` shows a transactional topology's
 next txid, the txids a restart would replay, and its partitions' metas (and, for an id with
 nothing stored, the ids that are). ``checkpoint list`` and ``transactional list`` name what a
@@ -46,6 +54,7 @@ import signal
 import sys
 import threading
 import tomllib
+import uuid
 import warnings
 from collections.abc import Mapping
 from importlib import metadata
@@ -193,9 +202,21 @@ def _cmd_run(args: argparse.Namespace) -> int:
     def progress(info: Any) -> None:
         _print_transaction(info.as_dict(), args.json)
 
+    from statefulbolts._cluster import take_topology_lease
+
+    # Before Spark starts: a second driver of the topology is refused in a moment.
+    lease = take_topology_lease(name, conf, topology, take_over=args.take_over)
     code = 0
-    with cluster_for_run(args.master, args.engine) as cluster:
-        handle = cluster.submit_topology(name, conf, topology, on_transaction=progress)
+    try:
+        cluster = cluster_for_run(args.master, args.engine)
+    except BaseException:
+        if lease is not None:
+            lease.release()
+        raise
+    with cluster:
+        handle = cluster.submit_topology(
+            name, conf, topology, on_transaction=progress, lease=lease
+        )
         url = handle.ui_url
         if url is not None:
             event = {"event": "dashboard", "url": url}
@@ -253,9 +274,15 @@ def _serve_until_interrupted(handle: Any, url: str, as_json: bool) -> None:
         raise handle.error
 
 
-def _child_command(args: argparse.Namespace) -> list[str]:
-    """The ``run`` command line of the supervised child: the same run, always ``--json``."""
+def _child_command(args: argparse.Namespace, *, first: bool = True) -> list[str]:
+    """The ``run`` command line of the supervised child: the same run, always ``--json``.
+
+    ``--take-over`` goes to the first child only: a restarted child takes the lease from its
+    crashed predecessor by their shared restart token, never from another driver.
+    """
     cmd = [sys.executable, "-m", "statefulbolts.cli", "run", args.topology, "--json"]
+    if args.take_over and first:
+        cmd.append("--take-over")
     for flag, value in (
         ("--conf", args.conf),
         ("--name", args.name),
@@ -323,14 +350,29 @@ def _supervise(args: argparse.Namespace) -> int:
     def on_term(signum: int, frame: Any) -> None:
         raise KeyboardInterrupt
 
+    # One restart token for every child of this supervisor (``recovery.lease``): a child
+    # restarted after a crash takes its predecessor's lease over at once. A token set by the
+    # user's own supervisor is kept.
+    from recovery.lease import LEASE_TOKEN_ENV
+
+    env = dict(os.environ)
+    env.setdefault(LEASE_TOKEN_ENV, f"supervise-{uuid.uuid4().hex}")
     previous = signal.signal(signal.SIGTERM, on_term)
     try:
-        return supervise(_child_command(args), policy, on_line=on_line, on_event=on_event)
+        return supervise(
+            _child_command(args),
+            policy,
+            on_line=on_line,
+            on_event=on_event,
+            env=env,
+            restart_command=_child_command(args, first=False),
+        )
     finally:
         signal.signal(signal.SIGTERM, previous)
 
 
 def _cmd_checkpoint_status(args: argparse.Namespace) -> int:
+    from recovery.lease import describe_lease
     from recovery.status import checkpoint_status, stateful_tasks
 
     conf = Config(load_config_file(args.conf))
@@ -358,6 +400,7 @@ def _cmd_checkpoint_status(args: argparse.Namespace) -> int:
         cp = status.checkpoint
         print(f"  checkpoint: {cp} (txid {cp.txid}, phase {cp.phase.value})")
     print(f"  on restart: {', '.join(status.on_restart)}")
+    print(f"  lease: {describe_lease(status.lease)}")
     if not status.tasks:
         print("  stateful tasks: none found")
     for t in status.tasks:
@@ -438,6 +481,7 @@ def _did_you_mean(conf: Mapping[str, Any], wanted: str, what: str, stored: list[
 
 
 def _cmd_transactional_status(args: argparse.Namespace) -> int:
+    from recovery.lease import describe_lease
     from statefulbolts.transactional import stored_transactional_ids, transactional_status
 
     conf = Config(load_config_file(args.conf))
@@ -454,6 +498,7 @@ def _cmd_transactional_status(args: argparse.Namespace) -> int:
     print(f"  next txid to commit: {status.current_txid} (last committed: {committed})")
     replays = ", ".join(f"{t} (meta {status.metas[t]!r})" for t in status.replays) or "none"
     print(f"  on restart, replays: {replays}")
+    print(f"  lease: {describe_lease(status.lease)}")
     if not status.partitions:
         print("  partitions: none stored")
     for p, metas in sorted(status.partitions.items()):
@@ -543,6 +588,13 @@ def _parser() -> argparse.ArgumentParser:
         metavar="LEVEL",
         help=f"the level of Spark's own log, one of {', '.join(SPARK_LOG_LEVELS)} (default "
         f"{DEFAULT_SPARK_LOG_LEVEL}; or ${SPARK_LOG_ENV})",
+    )
+    run.add_argument(
+        "--take-over",
+        action="store_true",
+        help="take the topology's lease from the driver that holds it (that driver is fenced "
+        "off: the store refuses its writes, and it stops); without it, a second driver is "
+        "refused while the first holds the lease",
     )
     run.add_argument(
         "--supervise",

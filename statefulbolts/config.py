@@ -61,6 +61,20 @@ class TopologyConfig(BaseModel):
     state_backend_timeout_secs: float = Field(
         300, gt=0, alias="topology.state.backend.timeout.secs"
     )
+    # One driver per topology (``recovery.lease``): how long its lease holds unrenewed.
+    state_lease_timeout_secs: float = Field(
+        20,
+        ge=1,
+        alias="topology.state.lease.timeout.secs",
+        description=(
+            "How long, in seconds, a driver's lease on its topology holds without renewal. The "
+            "driver renews it four times per period; once a driver stopped renewing (it "
+            "crashed, or hangs), another driver of the topology may start without "
+            "--take-over after this long. A restart by the same supervisor, or on the same "
+            "machine after the holder's process died, takes over at once. Only durable "
+            "providers keep leases (Redis, SQLite)."
+        ),
+    )
     # Key groups of keyed state (``statefulbolts.keygroups``): the most tasks a stateful bolt
     # may have; a restart with another parallelism redistributes committed state by group.
     state_max_parallelism: int = Field(
@@ -191,6 +205,7 @@ class Config(dict[str, Any]):
     TOPOLOGY_NAME = "topology.name"
     TOPOLOGY_FAULTS = "topology.faults"
     TOPOLOGY_STATE_BACKEND_TIMEOUT_SECS = "topology.state.backend.timeout.secs"
+    TOPOLOGY_STATE_LEASE_TIMEOUT_SECS = "topology.state.lease.timeout.secs"
     TOPOLOGY_STATE_MAX_PARALLELISM = "topology.state.max.parallelism"
     TOPOLOGY_STATE_EVOLVE = "topology.state.evolve"
     TOPOLOGY_STATE_SIZE_INTERVAL = "topology.state.size.interval.ms"

@@ -21,7 +21,8 @@
     ├── WindowingError ...                      windowed bolts (see statefulbolts.windowing)
     ├── TimerError ...                          per-key timers (see statefulbolts.timers)
     └── TopologyFailedError (RuntimeError)      the runtime gave up (names component, task, txid)
-        └── TaskFailedError                     one task's error, carried from a Spark worker
+        ├── TaskFailedError                     one task's error, carried from a Spark worker
+        └── DriverFencedError                   another driver of the topology took over
 """
 
 from __future__ import annotations
@@ -48,6 +49,7 @@ __all__ = [
     "ConfigError",
     "DeadLetterError",
     "DeadLetterNotFoundError",
+    "DriverFencedError",
     "FailedException",
     "FieldNotFoundError",
     "LeaseHeldError",
@@ -162,6 +164,14 @@ class TopologyFailedError(StatefulBoltsError, RuntimeError):
 
 class TaskFailedError(TopologyFailedError):
     """A task's user code raised inside a Spark worker."""
+
+
+class DriverFencedError(TopologyFailedError):
+    """Another driver of the topology took its lease over; this one stopped for good.
+
+    Always ``fatal``: a restart of this driver would only be refused (or take the topology
+    back from the driver that now runs it), so ``statefulbolts run`` exits 2.
+    """
 
 
 # The attribute ``mark_raised_in`` sets on an exception.

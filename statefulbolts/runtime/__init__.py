@@ -19,6 +19,7 @@ from statefulbolts.runtime._program import TaskExecutor, TaskInfo, TaskJob, Task
 from statefulbolts.runtime._records import JobResult, TupleBatch, id_column
 from statefulbolts.runtime._runner import (
     BackendFigures,
+    HeldLease,
     Observation,
     Progress,
     TopologyRunner,
@@ -59,6 +60,7 @@ __all__ = [
     "ENGINES",
     "Engine",
     "ExecutionPlan",
+    "HeldLease",
     "ImageShipper",
     "InlineEngine",
     "JobLabels",

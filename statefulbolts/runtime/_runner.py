@@ -7,6 +7,12 @@ stops the loop and is kept, and ``await_idle`` raises it in the caller's thread.
 (``CheckpointRunner``, ``TransactionalRunner``) say what a step is, when the topology is idle,
 and what ``status``, ``metrics`` and ``read_state`` show.
 
+A runner given a lease (``HeldLease``: one driver per topology, ``recovery.lease``) puts its
+epoch in the config every state is made with (``providers.FENCE_EPOCH_KEY``), keeps it renewed
+while it runs and releases it when its loop ends. A lease taken over by another driver stops
+the loop, and whatever error the stop surfaces, the runner reports the take-over
+(``DriverFencedError``): after it, the store refuses every write of this driver.
+
 ``observe`` is for readers on other threads (the dashboard, Prometheus): it copies every figure
 into an ``Observation`` without waiting for the driver loop longer than ``_OBSERVE_WAIT``. The
 protocol's own view (its phase, committed txid, pending tuple trees) needs the loop's lock; when
@@ -24,10 +30,10 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple, Protocol
 
-from providers import KeyValueState, StateFactory
+from providers import FENCE_EPOCH_KEY, KeyValueState, Lease, StateFactory
 from statefulbolts.clock import Clock
 from statefulbolts.config import TopologyConfig, validate_config
-from statefulbolts.errors import TopologyError, TopologyFailedError
+from statefulbolts.errors import DriverFencedError, TopologyError, TopologyFailedError
 from statefulbolts.listeners import NO_FAULTS, FaultListener
 from statefulbolts.namespaces import RECORD_MARK
 from statefulbolts.runtime._stats import Stats, StatsSnapshot, TransactionInfo, format_traceback
@@ -35,6 +41,7 @@ from statefulbolts.state import committed_items
 
 __all__ = [
     "BackendFigures",
+    "HeldLease",
     "Observation",
     "Progress",
     "TopologyRunner",
@@ -61,6 +68,23 @@ class BackendFigures(Protocol):
     @property
     def backend_down(self) -> bool:
         """Whether an outage is under way."""
+
+
+class HeldLease(Protocol):
+    """The lease a driver holds on its topology (``recovery.lease.DriverLease``)."""
+
+    @property
+    def epoch(self) -> int:
+        """The fencing token every write of this driver carries."""
+
+    def keep(self, on_lost: Callable[[BaseException], None]) -> None:
+        """Renew the lease until released; call ``on_lost`` once if another driver took it."""
+
+    def release(self) -> None:
+        """Stop renewing and end the lease, if it is still this driver's."""
+
+    def taken_over(self) -> Lease | None:
+        """The lease as the store holds it now, if another driver took it over."""
 
 
 class Progress(NamedTuple):
@@ -111,6 +135,7 @@ class TopologyRunner(ABC):
         clock: Clock | None = None,
         on_transaction: Callable[[TransactionInfo], None] | None = None,
         faults: FaultListener | None = None,
+        lease: HeldLease | None = None,
     ) -> None:
         if (
             not isinstance(name, str)
@@ -129,6 +154,12 @@ class TopologyRunner(ABC):
         self.conf: dict[str, Any] = {**dict(conf or {}), "topology.name": name}
         if self.tc.extlib_dir:
             self.conf["topology.state.extlib.dir"] = self.tc.extlib_dir
+        # One driver per topology: every state this driver and its tasks make carries the
+        # lease's epoch, and the store refuses it once another driver took over.
+        self.lease = lease
+        if lease is not None:
+            self.conf[FENCE_EPOCH_KEY] = lease.epoch
+        self._lost: BaseException | None = None
         self.clock = clock or Clock()
         self.stats = Stats(on_transaction=on_transaction)
         # Told at every fault point; a protocol reads ``topology.faults`` when none is given.
@@ -244,9 +275,49 @@ class TopologyRunner(ABC):
 
     # ----------------------------------------------------------------- lifecycle
     def start(self) -> None:
-        """Open the topology and start the driver loop in a thread."""
-        self._open()
+        """Open the topology and start the driver loop in a thread.
+
+        The lease (if any) is kept renewed from now on and released when the loop ends, or
+        at once if opening fails.
+        """
+        lease = self.lease
+        if lease is not None:
+            lease.keep(self._lease_lost)
+        try:
+            self._open()
+        except BaseException as exc:
+            if lease is not None:
+                fenced = self._fenced(exc)
+                lease.release()
+                if fenced is not None:
+                    raise fenced from exc
+            raise
         self._thread.start()
+
+    def _lease_lost(self, exc: BaseException) -> None:
+        """From the renewal thread: another driver took the lease over; stop the loop."""
+        self._lost = exc
+        self._stop.set()
+
+    def _fenced(self, exc: BaseException | None) -> DriverFencedError | None:
+        """The take-over error to report instead of ``exc``, if another driver took over.
+
+        Whatever error a take-over surfaces first (a refused write in the driver or in a
+        task, a renewal that found the lease gone), the cause to report is the take-over.
+        """
+        lease = self.lease
+        if lease is None:
+            return None
+        now = lease.taken_over()
+        if now is None and self._lost is None:
+            return None
+        by = f": {now.describe()}" if now is not None else ""
+        msg = (
+            f"topology {self.name!r}: this driver (lease epoch {lease.epoch}) was taken over by "
+            f"another driver{by}; it stopped, and the store refuses its writes from now on. "
+            "The other driver keeps the topology's state; nothing needs cleaning up"
+        )
+        return DriverFencedError(msg, cause=str(exc or self._lost), fatal=True)
 
     def kill(self, timeout: float | None = 60) -> None:
         """Stop the loop after the running job, close the spouts."""
@@ -293,13 +364,23 @@ class TopologyRunner(ABC):
                     self._wait_a_little()
                 else:
                     self._after_progress()
+            if self._lost is not None:
+                raise self._lost
         except BaseException as exc:  # noqa: BLE001 - kept and re-raised to the caller
+            fenced = self._fenced(exc)
+            if fenced is not None:
+                fenced.__cause__ = exc
+                exc = fenced
             log.error("topology %s stopped: %s", self.name, exc)
             self.stats.log_error("fatal", str(exc), traceback=format_traceback(exc))
             self.error = exc
         finally:
-            self._shutdown()
-            self._done.set()
+            try:
+                self._shutdown()
+            finally:
+                if self.lease is not None:
+                    self.lease.release()
+                self._done.set()
 
     def _after_progress(self) -> None:  # noqa: B027 - an optional hook
         """Called after a step that made progress (a hook for pacing; nothing by default)."""

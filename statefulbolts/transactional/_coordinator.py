@@ -437,6 +437,20 @@ class TransactionalSpoutCoordinator:
         if curr == expected and meta is not None:
             return
         found = f"currtx {curr!r}" + ("" if meta is not None else f" and no meta for txid {txid}")
+        writer = state.stored_fence()
+        if writer is not None:
+            found += f" (last written under lease epoch {writer})"
+        if isinstance(curr, int) and curr > (expected or FIRST_TXID):
+            # Ahead, not lost: never advise deleting what may be another driver's live state.
+            msg = (
+                f"coordinator state {self._metas.namespace!r} in {state.location} holds {found}, "
+                f"but this coordinator committed up to txid {self._curr - 1}: the store holds "
+                "progress from after this driver's, restored from a later copy or written by "
+                "another driver of this transactional id (`statefulbolts transactional status` "
+                "shows which driver holds its lease). The topology stops rather than commit "
+                "into it; find out which copy is the right one before changing anything"
+            )
+            raise StateLostError(msg)
         msg = (
             f"coordinator state {self._metas.namespace!r} in {state.location} holds {found}, "
             f"but this coordinator committed up to txid {self._curr - 1} and stored txid "

@@ -17,7 +17,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from providers import KeyValueState, StateFactory, get_provider, provider_name
+from providers import KeyValueState, Lease, StateFactory, get_provider, provider_name
 from statefulbolts.namespaces import (
     TRANSACTIONAL_ROOT,
     TaskNamespace,
@@ -40,6 +40,8 @@ class TransactionalStatus:
     metas: dict[int, Any]
     partitions: dict[int, dict[int, Any]] = field(default_factory=dict)
     maps: list[str] = field(default_factory=list)
+    # The id's lease (one driver per transactional id): who runs it now, or ran it last.
+    lease: Lease | None = None
 
     @property
     def found(self) -> bool:
@@ -70,6 +72,7 @@ class TransactionalStatus:
                 for p, metas in sorted(self.partitions.items())
             },
             "maps": self.maps,
+            "lease": _lease_as_dict(self.lease),
         }
 
 
@@ -104,6 +107,7 @@ def transactional_status(conf: Mapping[str, Any], transactional_id: str) -> Tran
         {t: metas.get(t) for t in metas.txids()},
         partitions,
         maps,
+        _read_lease(conf, prefix),
     )
 
 
@@ -126,6 +130,20 @@ def stored_transactional_ids(conf: Mapping[str, Any]) -> list[str] | None:
         if namespace == coordinator_namespace(transactional_prefix(tid)):
             ids.add(tid)
     return sorted(ids)
+
+
+# ``recovery`` imports the transactional package (``recovery.evolve``): its lease helpers are
+# imported where used, so importing this package does not import ``recovery`` first.
+def _read_lease(conf: Mapping[str, Any], scope: str) -> Lease | None:
+    from recovery.lease import read_lease
+
+    return read_lease(conf, scope)
+
+
+def _lease_as_dict(lease: Lease | None) -> dict[str, Any] | None:
+    from recovery.lease import lease_as_dict
+
+    return lease_as_dict(lease)
 
 
 def _state(namespace: str, conf: Mapping[str, Any]) -> KeyValueState:

@@ -64,6 +64,7 @@ from statefulbolts.keygroups import component_key_groups
 from statefulbolts.listeners import FaultListener
 from statefulbolts.namespaces import TaskNamespace, transactional_prefix
 from statefulbolts.runtime import (
+    HeldLease,
     JobResult,
     Progress,
     StateKeyCounter,
@@ -148,8 +149,11 @@ class TransactionalRunner(TopologyRunner):
         on_transaction: Callable[[TransactionInfo], None] | None = None,
         faults: FaultListener | None = None,
         engine: str = "spark",
+        lease: HeldLease | None = None,
     ) -> None:
-        super().__init__(name, conf, clock=clock, on_transaction=on_transaction, faults=faults)
+        super().__init__(
+            name, conf, clock=clock, on_transaction=on_transaction, faults=faults, lease=lease
+        )
         if faults is None:
             self.faults = fault_listener(self.conf)
         if not isinstance(topology, TransactionalTopology):

@@ -361,6 +361,7 @@ def test_checkpoint_status_reads_redis(redis_db, tmp_path, capsys):
                 "prepared_txid": None,
             },
         ],
+        "lease": None,  # written by hand: no driver ever took the topology's lease
     }
 
     code, out = status_cli(conf_file, "--topology", "wc", capsys=capsys)
@@ -369,6 +370,7 @@ def test_checkpoint_status_reads_redis(redis_db, tmp_path, capsys):
         "topology 'wc' in providers.redis.RedisKeyValueStateProvider",
         "  checkpoint: COMMITTING(3) (txid 3, phase COMMITTING)",
         "  on restart: COMMIT(3), INITSTATE(3)",
+        "  lease: none (no driver has run, or the provider keeps no leases)",
         "  wc/count-0: committed txid 2, prepared txid 3",
         "  wc/count-1: committed txid 3, prepared txid none",
     ]
@@ -561,6 +563,7 @@ def test_transactional_status_shows_currtx_replays_partitions_and_maps(redis_db,
         "transactional id 'words' in providers.redis.RedisKeyValueStateProvider",
         "  next txid to commit: 3 (last committed: 2)",
         "  on restart, replays: 3 (meta 3), 4 (meta 3)",
+        "  lease: none (no driver has run, or the provider keeps no leases)",
         "  partition 0: txid 2: [2, 2], txid 3: [4, 0]",
         "  partition 1: txid 2: [1, 1], txid 3: [2, 0]",
         "  partition 2: txid 2: [2, 1], txid 3: [3, 0]",
@@ -583,6 +586,7 @@ def test_transactional_status_shows_currtx_replays_partitions_and_maps(redis_db,
             "2": {"2": [2, 1], "3": [3, 0]},
         },
         "maps": ["$transactional/words/count-0/default"],
+        "lease": None,
     }
 
     # An id that ends like a task ("-2"): its coordinator is not taken for a committer's map.
@@ -604,6 +608,7 @@ def test_transactional_status_of_an_id_with_nothing_stored_exits_1(redis_db, tmp
         "transactional id 'nothing-here' in providers.redis.RedisKeyValueStateProvider",
         "  next txid to commit: 1 (last committed: none)",
         "  on restart, replays: none",
+        "  lease: none (no driver has run, or the provider keeps no leases)",
         "  partitions: none stored",
         "  committer maps: 0",
     ]
