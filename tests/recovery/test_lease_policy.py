@@ -102,7 +102,8 @@ def test_a_live_lease_of_a_running_process_elsewhere_is_never_taken() -> None:
 
 def test_a_live_lease_of_a_running_process_here_is_never_taken() -> None:
     live = Lease("wc/", 3, _holder(), 20_000, 15_000)
-    assert successor_reason(live, _holder(pid=7, process="boot-a/900"), alive=lambda p: True) is None
+    me = _holder(pid=7, process="boot-a/900")
+    assert successor_reason(live, me, alive=lambda p: True) is None
 
 
 def test_a_lapsed_lease_is_taken() -> None:
