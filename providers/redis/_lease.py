@@ -110,7 +110,7 @@ redis.call('HSET', KEYS[3], e, ARGV[1])
 for _, old in ipairs(redis.call('HKEYS', KEYS[3])) do
   if tonumber(old) <= e - tonumber(ARGV[5]) then redis.call('HDEL', KEYS[3], old) end
 end
-return {1, e, ARGV[1], ARGV[2], ttl}
+return {1, tostring(e), ARGV[1], ARGV[2], ttl}
 """
 )
 
@@ -264,7 +264,8 @@ class RedisLeaseStore(LeaseStore):
                 return
             pipe = self._client.pipeline(transaction=False)
             for name in names:
-                pipe.eval(_scripts.FENCE, 1, txid_key(name, cluster), epoch)
+                # execute_command: a cluster pipeline has no eval(), but routes EVAL by its key.
+                pipe.execute_command("EVAL", _scripts.FENCE, 1, txid_key(name, cluster), epoch)
             fences = pipe.execute()
         above = [(n, int(f)) for n, f in zip(names, fences, strict=True) if f and int(f) > epoch]
         if above:

@@ -316,7 +316,8 @@ class RedisKeyValueState(StoredImageReads, LayeredKeyValueState):
 
     def _refuse(self, step: str, fence: Any) -> NoReturn:
         """Raise the ``StateFencedError`` of a write script's ``{FENCED, fence}`` reply."""
-        raise fenced_error(f"state {self.namespace!r}", step, int(self._epoch), int(fence))
+        subject = f"state {self.namespace!r}"
+        raise fenced_error(subject, step, int(self._epoch), int(fence))
 
     # -- the transaction
     def prepare_commit(self, txid: int) -> None:

@@ -17,7 +17,7 @@ from typing import Any
 import msgpack
 import pytest
 import redis
-from redis_fixtures import free_port
+from redis_fixtures import free_port, single_node_cluster
 
 from providers import (
     STATE_PROVIDER_CONFIG_KEY,
@@ -697,23 +697,8 @@ def test_cluster_config() -> None:
 
 # --- cluster -------------------------------------------------------------------------------
 def test_cluster_keys_share_a_slot(redis_server_factory: Any) -> None:
-    # An explicit bus port: the default (port + 10000) can be taken or above 65535.
-    node = redis_server_factory(
-        extra_args=(
-            "--cluster-enabled",
-            "yes",
-            "--cluster-config-file",
-            "nodes.conf",
-            "--cluster-port",
-            str(free_port()),
-        )
-    )
+    node = single_node_cluster(redis_server_factory)
     admin = node.client()
-    admin.execute_command("CLUSTER", "ADDSLOTSRANGE", "0", "16383")
-    deadline = time.monotonic() + 10
-    while admin.cluster("info")["cluster_state"] != "ok":
-        assert time.monotonic() < deadline, "single-node cluster did not come up"
-        time.sleep(0.05)
     config = {"jedisClusterConfig": {"nodes": [f"{node.host}:{node.port}"]}}
     conf = conf_for(json.dumps(config))
     state = StateFactory.get_state("topo/count-0", conf)
