@@ -14,7 +14,8 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from test_state_contract import Backend, backend  # noqa: F401 (the fixture)
+import test_state_contract
+from test_state_contract import Backend
 
 from providers import (
     FENCE_EPOCH_KEY,
@@ -29,6 +30,8 @@ from providers import (
     get_provider,
 )
 
+# The contract suite's fixture: a Backend per provider (memory, fakeredis, redis, sqlite).
+backend = test_state_contract.backend
 LEASED = ["fakeredis", pytest.param("redis", marks=pytest.mark.redis), "sqlite"]
 leased = pytest.mark.parametrize("backend", LEASED, indirect=True)
 
