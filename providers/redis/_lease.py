@@ -221,6 +221,10 @@ class RedisLeaseStore(LeaseStore):
     ) -> Lease:
         """Take the lease (one script), then fence the scope's namespaces (see the module).
 
+        Should fencing fail (``StateBackendError`` between the two round trips), the lease stays
+        granted, unfenced and unused: a later ``acquire`` meets it as live, naming this holder,
+        and takes it over with ``over=`` its epoch, which fences everything again.
+
         Raises:
             LeaseHeldError: a live lease exists and ``over`` does not name its epoch.
             StateLostError: a namespace of the scope was written under an epoch above the one
