@@ -46,6 +46,13 @@ library; copy it and swap SQL for your store's calls.
    ``statefulbolts state`` can dump the provider's states and export or import a topology; this
    file has all of them.
 
+   A durable provider (its state outlives the driver: a server, a file) must also keep leases
+   and fence its writes, or nothing stops two drivers of one topology from writing the same
+   state: ``StateProvider.lease_store(conf)`` returns a ``providers.LeaseStore`` (here
+   ``SqliteLeaseStore``), and the state implements ``State.fence(epoch)`` (and, optionally,
+   ``KeyValueState.stored_fence()``). Only a provider whose state lives in one driver (the
+   in-memory one) returns ``None``. The rules are in 2.; ``providers._lease`` has the protocol.
+
    Choose the key and value serializers with ``providers.resolve_serializers`` from the four
    fields above and nothing else: the framework stores its own records (the checkpoint spout's
    ``[txid, phase]``) through ``StateFactory.get_system_state``, which takes those fields out of
@@ -90,6 +97,26 @@ library; copy it and swap SQL for your store's calls.
      (here: a read-only file, a full disk, a corrupt file or one that is not a database, a
      path that cannot be a file; ``_failure``). Bad config raises ``ProviderConfigError``
      naming the field.
+   - **Leases** (``tests/providers/test_lease_contract.py`` checks them; add your provider
+     there too): each ``LeaseStore`` method is one atomic step of the store. Keep per scope (a
+     namespace prefix, ``wc/``) the lease's *epoch*, its holder and its expiry, by one clock
+     (here ``time.time``: one machine; a server should use its own, as the Redis store does),
+     and the holders of the last grants. ``acquire(scope, holder, ttl_ms, over=None)`` grants
+     the next epoch when no lease is live, or when ``over`` names the live epoch (a
+     compare-and-set: of two take-overs at once, one wins); otherwise it raises
+     ``LeaseHeldError`` with the live ``Lease``. Epochs only grow, also after the scope's state
+     was deleted (here: the ``leases`` row stays, and a grant also goes past every fence of the
+     scope). Before ``acquire`` returns, raise the fence of every namespace under the scope that
+     holds state to the new epoch (here: in the grant's own transaction). ``renew`` extends
+     only the caller's epoch, lapsed or not (else ``LeaseLostError``); ``release`` marks it
+     lapsed, keeping its epoch and holder.
+   - **Fencing**: after ``fence(epoch)``, every write step of the state (``prepare_commit``,
+     ``commit`` with and without a txid, ``rollback``, ``replace_stored``) compares the epoch
+     with the namespace's fence in the same atomic step as the write: below it, raise
+     ``StateFencedError`` (with ``epoch`` and ``fence``) and write nothing; above it, raise the
+     fence. A state never fenced (the state tool, tests) writes as before and leaves the fence
+     alone. Here: the ``fences`` table, read and raised inside each write transaction
+     (``_write``).
 
 3. **Dropping it in.** Put the module (or package) in an ``extlib/`` folder: the project's own,
    ``./extlib`` in the working directory, a folder named by ``topology.state.extlib.dir`` or by
@@ -111,7 +138,8 @@ import logging
 import os
 import sqlite3
 import threading
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+import time
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -119,11 +147,17 @@ from providers import (
     SERIALIZER_FIELDS,
     STATE_PROVIDER_CONFIG_KEY,
     KeyValueState,
+    Lease,
+    LeaseHeldError,
+    LeaseHolder,
+    LeaseLostError,
+    LeaseStore,
     MsgpackSerializer,
     ProviderConfigError,
     Serializer,
     StateBackendError,
     StateBackendRefusedError,
+    StateFencedError,
     StateProvider,
     StateSerializationError,
     StateTransactionError,
@@ -135,7 +169,7 @@ from providers import (
     resolve_serializers,
 )
 
-__all__ = ["SqliteConfig", "SqliteKeyValueState", "SqliteKeyValueStateProvider"]
+__all__ = ["SqliteConfig", "SqliteKeyValueState", "SqliteKeyValueStateProvider", "SqliteLeaseStore"]
 
 log = logging.getLogger(__name__)
 
@@ -144,6 +178,8 @@ DEFAULT_TIMEOUT_MS = 5000
 _PAGE = 100
 # Namespaces per COUNT query of ``committed_key_counts`` (bound parameters per statement).
 _COUNT_CHUNK = 500
+# How many grants ``lease_holders`` keeps per scope (the contract asks for at least 8).
+LEASE_HISTORY = 16
 
 # committed: the committed map. prepared: the prepared delta, value NULL = tombstone.
 # txids: per namespace, the committed txid and the pending prepare txid (NULL = none).
@@ -155,6 +191,12 @@ _COUNT_CHUNK = 500
 # indexed for the commit's cleanup; ttl_times holds per namespace the prepared transaction's
 # timestamp and the expiry of every value of its delta, and the last committed transaction's
 # timestamp. (A file made before TTL gains the column, its index and the table when opened.)
+# Leases (``providers.LeaseStore``): leases holds per scope the lease's epoch, its holder, its
+# time to live and when it expires (ms of ``time.time``: one machine, one clock), and stays when
+# the scope's state is deleted, so epochs never go back; lease_holders the holders of the last
+# LEASE_HISTORY grants. fences holds per namespace the highest lease epoch that wrote it: a
+# table of its own rather than a column of txids, whose row a rollback before any commit
+# deletes. (A file made before leases gains the three tables when opened.)
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS committed (
     ns TEXT NOT NULL, key BLOB NOT NULL, value BLOB NOT NULL, expiry INTEGER,
@@ -171,6 +213,21 @@ CREATE TABLE IF NOT EXISTS rollbacks (
 );
 CREATE TABLE IF NOT EXISTS ttl_times (
     ns TEXT PRIMARY KEY, prepared_time INTEGER, prepared_expiry INTEGER, committed_time INTEGER
+);
+CREATE TABLE IF NOT EXISTS leases (
+    scope TEXT PRIMARY KEY, epoch INTEGER NOT NULL,
+    host TEXT NOT NULL, pid INTEGER NOT NULL, started_at REAL NOT NULL,
+    process TEXT NOT NULL, token TEXT NOT NULL,
+    ttl_ms INTEGER NOT NULL, expires_ms INTEGER NOT NULL
+);
+CREATE TABLE IF NOT EXISTS lease_holders (
+    scope TEXT NOT NULL, epoch INTEGER NOT NULL,
+    host TEXT NOT NULL, pid INTEGER NOT NULL, started_at REAL NOT NULL,
+    process TEXT NOT NULL, token TEXT NOT NULL,
+    PRIMARY KEY (scope, epoch)
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS fences (
+    ns TEXT PRIMARY KEY, epoch INTEGER NOT NULL
 );
 """
 _EXPIRY_INDEX = (
@@ -224,15 +281,24 @@ _REFUSED_ERRNOS: dict[int, tuple[str, str]] = {
 
 
 def _failure(
-    path: Path, step: str, exc: sqlite3.Error | OSError, namespace: str | None = None
+    path: Path,
+    step: str,
+    exc: sqlite3.Error | OSError,
+    namespace: str | None = None,
+    *,
+    subject: str | None = None,
 ) -> StateBackendError | StateBackendRefusedError:
-    """The error to raise for ``exc``: an outage (waited out) or a refusal (stops at once)."""
+    """The error to raise for ``exc``: an outage (waited out) or a refusal (stops at once).
+
+    It names the namespace's state, or ``subject`` (``the lease of 'wc/'``) when given.
+    """
     if isinstance(exc, sqlite3.Error):
         code = getattr(exc, "sqlite_errorcode", None)
         refused = None if code is None else _REFUSED_CODES.get(code & 0xFF)
     else:
         refused = _REFUSED_ERRNOS.get(exc.errno or 0)
     of = "" if namespace is None else f" of state {namespace!r}"
+    of = of if subject is None else f" of {subject}"
     said = f"{type(exc).__name__}: {exc}"
     where = f"SQLite state file {str(path)!r}"
     if refused is None:
@@ -355,6 +421,8 @@ class SqliteKeyValueState(KeyValueState):
         self._touch = False
         # The namespace's rollback count when this object last looked (the fence of prepare).
         self._rollbacks = self._rollback_count(self._query)
+        # The driver's lease epoch every write carries (``fence``); None: unfenced.
+        self._epoch: int | None = None
 
     def __repr__(self) -> str:
         return f"SqliteKeyValueState(namespace={self.namespace!r}, path={str(self.path)!r})"
@@ -389,14 +457,20 @@ class SqliteKeyValueState(KeyValueState):
         return (rows[0][0], rows[0][1]) if rows else (None, None)
 
     def _write(self, step: str, work: Any) -> Any:
-        """Run ``work(txids)`` in one write transaction; its exception rolls everything back."""
+        """Run ``work(txids)`` in one write transaction; its exception rolls everything back.
+
+        The lease fence is checked first and raised last, in the same transaction: a fenced
+        state whose epoch is below the namespace's fence writes nothing.
+        """
         with self._lock:
             try:
                 self._conn.execute("BEGIN IMMEDIATE")
             except sqlite3.Error as exc:
                 raise self._failure(step, exc) from exc
             try:
+                self._check_fence(step)
                 result = work(*self._txids())
+                self._raise_fence()
                 self._conn.execute("COMMIT")
                 return result
             except BaseException as exc:
@@ -406,6 +480,43 @@ class SqliteKeyValueState(KeyValueState):
                 if isinstance(exc, sqlite3.Error):
                     raise self._failure(step, exc) from exc
                 raise
+
+    # -- the lease fence (see providers.LeaseStore)
+    def fence(self, epoch: int) -> None:
+        """Carry lease ``epoch`` with every write transaction from now on (``State.fence``)."""
+        self._epoch = int(epoch)
+
+    def stored_fence(self) -> int | None:
+        """The namespace's row in ``fences``: the highest lease epoch that wrote it."""
+        rows = self._query("SELECT epoch FROM fences WHERE ns = ?", (self.namespace,))
+        return int(rows[0][0]) if rows else None
+
+    def _check_fence(self, step: str) -> None:
+        """Refuse this write if the state carries an epoch below the namespace's fence."""
+        if self._epoch is None:
+            return  # a state no driver fenced (a tool, a test): never refused
+        rows = self._run("SELECT epoch FROM fences WHERE ns = ?", (self.namespace,))
+        if rows and rows[0][0] > self._epoch:
+            fence = int(rows[0][0])
+            msg = (
+                f"state {self.namespace!r}: {step} under lease epoch {self._epoch} refused: it "
+                f"was written under epoch {fence} since; another driver of this topology took "
+                "over, and this one must stop (nothing of this step was written)"
+            )
+            raise StateFencedError(msg, epoch=self._epoch, fence=fence)
+
+    def _raise_fence(self) -> None:
+        """Raise the namespace's fence to this state's epoch, if it still holds state."""
+        if self._epoch is None:
+            return
+        self._conn.execute(
+            "INSERT INTO fences (ns, epoch) SELECT ?1, ?2 "
+            "WHERE EXISTS (SELECT 1 FROM txids WHERE ns = ?1) "
+            "OR EXISTS (SELECT 1 FROM rollbacks WHERE ns = ?1) "
+            "ON CONFLICT (ns) DO UPDATE SET epoch = excluded.epoch "
+            "WHERE excluded.epoch > fences.epoch",
+            (self.namespace, self._epoch),
+        )
 
     def _rollback_count(self, query: Any) -> int:
         rows = query("SELECT count FROM rollbacks WHERE ns = ?", (self.namespace,))
@@ -636,7 +747,8 @@ class SqliteKeyValueState(KeyValueState):
         """Replace every row of the namespace in one SQL transaction (all or nothing).
 
         ``committed`` is inserted as it streams in, so it need not fit in memory; the rollback
-        count row goes, as after a namespace's first write.
+        count row goes, as after a namespace's first write. The lease fence stays when the new
+        image has a txid; an image without one leaves no namespace, and no fence either.
         """
         if prepared and prepared_txid is None:
             msg = f"state {self.namespace!r}: a prepared delta needs a prepared txid"
@@ -662,6 +774,8 @@ class SqliteKeyValueState(KeyValueState):
             )
             if committed_txid is not None or prepared_txid is not None:
                 self._set_txids(committed_txid, prepared_txid)
+            else:
+                self._conn.execute("DELETE FROM fences WHERE ns = ?", (ns,))
 
         self._write("replace", work)
         self._pending = {}
@@ -797,6 +911,11 @@ class SqliteKeyValueStateProvider(StateProvider):
         """Validate the provider config and its serializer classes; the file is not opened."""
         SqliteConfig(conf.get(STATE_PROVIDER_CONFIG_KEY)).serializers(conf)
 
+    def lease_store(self, conf: Mapping[str, Any]) -> SqliteLeaseStore:
+        """The leases kept in the state file (``SqliteLeaseStore``)."""
+        config = SqliteConfig(conf.get(STATE_PROVIDER_CONFIG_KEY))
+        return SqliteLeaseStore(config.path, timeout_ms=config.timeout_ms)
+
     def committed_key_counts(
         self, conf: Mapping[str, Any], namespaces: Sequence[str]
     ) -> dict[str, int]:
@@ -840,3 +959,229 @@ class SqliteKeyValueStateProvider(StateProvider):
                 step = f"namespace listing (prefix {prefix!r})"
                 raise _failure(config.path, step, exc) from exc
         return sorted(ns for (ns,) in rows if ns.startswith(prefix))
+
+
+class SqliteLeaseStore(LeaseStore):
+    """The leases of the state file: one driver per scope (``providers.LeaseStore``).
+
+    Each method is one ``BEGIN IMMEDIATE`` transaction, so two drivers taking over one lease at
+    once are serialized and one of them wins. Time is ``clock()`` in seconds (``time.time``
+    by default): the file is on one machine, so its processes share one clock. A grant takes
+    the next epoch of the scope, past every fence of its namespaces, and raises those fences
+    in the same transaction (step 2 of the protocol).
+
+    Example:
+        >>> import tempfile, os
+        >>> path = os.path.join(tempfile.mkdtemp(), "state.sqlite3")
+        >>> now = [1000.0]
+        >>> store = SqliteLeaseStore(path, clock=lambda: now[0])
+        >>> store.acquire("wc/", LeaseHolder("h1", 42, 0.0), ttl_ms=20_000).epoch
+        1
+        >>> now[0] += 21  # past its time to live: the lease lapsed
+        >>> lease = store.acquire("wc/", LeaseHolder("h2", 7, 0.0), ttl_ms=20_000)
+        >>> lease.epoch, lease.holder.host, sorted(store.holders("wc/"))
+        (2, 'h2', [1, 2])
+    """
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        timeout_ms: int = DEFAULT_TIMEOUT_MS,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.path = Path(path).resolve()
+        self._conn, self._lock = _connect(self.path, timeout_ms)
+        self._clock = clock
+
+    def __repr__(self) -> str:
+        return f"SqliteLeaseStore(path={str(self.path)!r})"
+
+    def _now_ms(self) -> int:
+        return int(self._clock() * 1000)
+
+    def _write(self, step: str, scope: str, work: Callable[[], Any]) -> Any:
+        """Run ``work()`` in one write transaction; its exception rolls everything back."""
+        subject = f"the lease of {scope!r}"
+        with self._lock:
+            try:
+                self._conn.execute("BEGIN IMMEDIATE")
+            except sqlite3.Error as exc:
+                raise _failure(self.path, step, exc, subject=subject) from exc
+            try:
+                result = work()
+                self._conn.execute("COMMIT")
+                return result
+            except BaseException as exc:
+                if self._conn.in_transaction:
+                    self._conn.execute("ROLLBACK")
+                if isinstance(exc, sqlite3.Error):
+                    raise _failure(self.path, step, exc, subject=subject) from exc
+                raise
+
+    def _query(self, step: str, scope: str, sql: str, params: tuple[Any, ...]) -> list[Any]:
+        with self._lock:
+            try:
+                return self._conn.execute(sql, params).fetchall()
+            except sqlite3.Error as exc:
+                subject = f"the lease of {scope!r}"
+                raise _failure(self.path, step, exc, subject=subject) from exc
+
+    def _lease(self, scope: str) -> Lease | None:
+        """The scope's row of ``leases``, inside the caller's transaction or lock."""
+        rows = self._conn.execute(
+            "SELECT epoch, host, pid, started_at, process, token, ttl_ms, expires_ms "
+            "FROM leases WHERE scope = ?",
+            (scope,),
+        ).fetchall()
+        if not rows:
+            return None
+        epoch, host, pid, started_at, process, token, ttl_ms, expires_ms = rows[0]
+        holder = LeaseHolder(host, int(pid), float(started_at), process, token)
+        return Lease(scope, int(epoch), holder, int(ttl_ms), int(expires_ms) - self._now_ms())
+
+    def acquire(
+        self, scope: str, holder: LeaseHolder, ttl_ms: int, *, over: int | None = None
+    ) -> Lease:
+        """Take the lease of ``scope`` and fence its namespaces, in one transaction.
+
+        Raises:
+            LeaseHeldError: a live lease exists and ``over`` does not name its epoch.
+            StateBackendError: the file is locked or failed.
+        """
+        _check_lease_args(scope, ttl_ms)
+
+        def work() -> Lease:
+            live = self._lease(scope)
+            if live is not None and live.live and (over is None or int(over) != live.epoch):
+                msg = (
+                    f"the lease of {scope!r} in SQLite state file {str(self.path)!r} is held: "
+                    f"{live.describe()}, {live.remaining_ms / 1000:.1f} s left; stop that "
+                    f"driver, wait for its lease to lapse, or take it over (over={live.epoch}) "
+                    "if it is gone"
+                )
+                raise LeaseHeldError(msg, lease=live)
+            # Past the last grant and past every fence under the scope: a driver fenced once
+            # stays fenced, whatever happened to the row.
+            (fenced,) = self._conn.execute(
+                "SELECT MAX(epoch) FROM fences WHERE substr(ns, 1, length(?1)) = ?1", (scope,)
+            ).fetchone()
+            epoch = max(live.epoch if live is not None else 0, fenced or 0) + 1
+            fields = (
+                holder.host,
+                int(holder.pid),
+                float(holder.started_at),
+                holder.process,
+                holder.token,
+            )
+            self._conn.execute(
+                "INSERT OR REPLACE INTO leases (scope, epoch, host, pid, started_at, process, "
+                "token, ttl_ms, expires_ms) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (scope, epoch, *fields, int(ttl_ms), self._now_ms() + int(ttl_ms)),
+            )
+            self._conn.execute(
+                "INSERT OR REPLACE INTO lease_holders (scope, epoch, host, pid, started_at, "
+                "process, token) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                (scope, epoch, *fields),
+            )
+            self._conn.execute(
+                "DELETE FROM lease_holders WHERE scope = ? AND epoch <= ?",
+                (scope, epoch - LEASE_HISTORY),
+            )
+            # Step 2: every namespace under the scope that holds state is fenced at the epoch.
+            self._conn.execute(
+                "INSERT INTO fences (ns, epoch) "
+                "SELECT ns, ?2 FROM (SELECT ns FROM txids UNION SELECT ns FROM rollbacks) "
+                "WHERE substr(ns, 1, length(?1)) = ?1 "
+                "ON CONFLICT (ns) DO UPDATE SET epoch = excluded.epoch "
+                "WHERE excluded.epoch > fences.epoch",
+                (scope, epoch),
+            )
+            return Lease(scope, epoch, holder, int(ttl_ms), int(ttl_ms))
+
+        lease: Lease = self._write("lease acquire", scope, work)
+        log.info("lease %s: epoch %s granted to %s", scope, lease.epoch, holder.describe())
+        return lease
+
+    def renew(self, scope: str, epoch: int, ttl_ms: int) -> Lease:
+        """Extend lease ``epoch`` by ``ttl_ms`` from now, live or lapsed, if nobody took it.
+
+        Raises:
+            LeaseLostError: the scope's lease has another epoch now, or there is none.
+            StateBackendError: the file is locked or failed.
+        """
+        _check_lease_args(scope, ttl_ms)
+
+        def work() -> Lease:
+            lease = self._lease(scope)
+            where = f"the lease of {scope!r} in SQLite state file {str(self.path)!r}"
+            if lease is None:
+                msg = (
+                    f"{where}: epoch {epoch} is gone, and no lease is there any more; this "
+                    "driver must stop"
+                )
+                raise LeaseLostError(msg)
+            if lease.epoch != int(epoch):
+                msg = (
+                    f"{where}: epoch {epoch} was taken over, the lease is now "
+                    f"{lease.describe()}; this driver must stop"
+                )
+                raise LeaseLostError(msg, lease=lease)
+            self._conn.execute(
+                "UPDATE leases SET ttl_ms = ?, expires_ms = ? WHERE scope = ?",
+                (int(ttl_ms), self._now_ms() + int(ttl_ms), scope),
+            )
+            return Lease(scope, lease.epoch, lease.holder, int(ttl_ms), int(ttl_ms))
+
+        renewed: Lease = self._write(f"lease renewal of epoch {epoch}", scope, work)
+        return renewed
+
+    def release(self, scope: str, epoch: int) -> bool:
+        """Mark lease ``epoch`` lapsed now, if it is still this epoch's."""
+        _check_lease_args(scope)
+
+        def work() -> bool:
+            cursor = self._conn.execute(
+                "UPDATE leases SET expires_ms = MIN(expires_ms, ?) WHERE scope = ? AND epoch = ?",
+                (self._now_ms(), scope, int(epoch)),
+            )
+            return cursor.rowcount > 0
+
+        released: bool = self._write(f"lease release of epoch {epoch}", scope, work)
+        log.info("lease %s: epoch %s %s", scope, epoch, "released" if released else "not ours")
+        return released
+
+    def read(self, scope: str) -> Lease | None:
+        """The scope's lease, live or lapsed; ``None`` if it was never taken."""
+        _check_lease_args(scope)
+        with self._lock:
+            try:
+                return self._lease(scope)
+            except sqlite3.Error as exc:
+                subject = f"the lease of {scope!r}"
+                raise _failure(self.path, "lease read", exc, subject=subject) from exc
+
+    def holders(self, scope: str) -> dict[int, LeaseHolder]:
+        """The holders of the scope's last ``LEASE_HISTORY`` grants, by epoch."""
+        _check_lease_args(scope)
+        rows = self._query(
+            "lease holders read",
+            scope,
+            "SELECT epoch, host, pid, started_at, process, token FROM lease_holders "
+            "WHERE scope = ? ORDER BY epoch",
+            (scope,),
+        )
+        return {
+            int(epoch): LeaseHolder(host, int(pid), float(started_at), process, token)
+            for epoch, host, pid, started_at, process, token in rows
+        }
+
+
+def _check_lease_args(scope: str, ttl_ms: int = 1) -> None:
+    """Refuse a scope that is not a namespace prefix, or a time to live that is not one."""
+    if not isinstance(scope, str) or not scope.endswith("/"):
+        msg = f"a lease scope is a namespace prefix ending in '/' ('wc/'); got {scope!r}"
+        raise ValueError(msg)
+    if isinstance(ttl_ms, bool) or not isinstance(ttl_ms, int) or ttl_ms <= 0:
+        msg = f"the lease of {scope!r}: ttl_ms must be a positive int (ms); got {ttl_ms!r}"
+        raise ValueError(msg)

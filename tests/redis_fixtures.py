@@ -23,7 +23,13 @@ from typing import Any
 
 import pytest
 
-__all__ = ["RedisServer", "redis_db", "redis_server", "redis_server_factory"]
+__all__ = [
+    "RedisServer",
+    "redis_db",
+    "redis_server",
+    "redis_server_factory",
+    "single_node_cluster",
+]
 
 _MISSING = (
     "redis-server is not on PATH. Run the test command from the README, which installs it "
@@ -189,3 +195,31 @@ def redis_server_factory(tmp_path: Path) -> Iterator[Any]:
     yield factory
     for server in started:
         server.stop()
+
+
+def single_node_cluster(factory: Any) -> RedisServer:
+    """A redis-server in cluster mode serving every slot alone, started by ``factory``.
+
+    ``factory`` is the ``redis_server_factory`` fixture; the node is up (``cluster_state:ok``)
+    when this returns.
+    """
+    # An explicit bus port: the default (port + 10000) can be taken or above 65535.
+    node: RedisServer = factory(
+        extra_args=(
+            "--cluster-enabled",
+            "yes",
+            "--cluster-config-file",
+            "nodes.conf",
+            "--cluster-port",
+            str(free_port()),
+        )
+    )
+    admin = node.client()
+    admin.execute_command("CLUSTER", "ADDSLOTSRANGE", "0", "16383")
+    deadline = time.monotonic() + 10
+    while admin.cluster("info")["cluster_state"] != "ok":
+        if time.monotonic() > deadline:
+            msg = f"the single-node cluster on {node.host}:{node.port} did not come up in 10 s"
+            raise RuntimeError(msg)
+        time.sleep(0.05)
+    return node

@@ -5,8 +5,9 @@ configure it with ``topology.state.provider.config`` (see ``providers._config``)
 is in parts: ``_codec`` (the value envelope), ``_scripts`` (the Lua scripts), ``_clients``
 (``connect``, the one factory of redis-py clients in the project, and the connection pools per
 process), ``_errors`` (which Redis errors are an outage to wait out and
-which a refusal that stops the topology; every user of Redis in the project asks it) and
-``_state`` (the state and its provider).
+which a refusal that stops the topology; every user of Redis in the project asks it),
+``_keys`` (the key names and the namespace listing), ``_state`` (the state and its provider)
+and ``_lease`` (the lease store and the fence's error).
 
 Layout per namespace ``ns`` (Storm's):
 
@@ -16,7 +17,8 @@ key             type   content
 ``ns``          hash   committed data: serialized key -> envelope
 ``ns$prepare``  hash   the prepared delta, tombstones included
 ``ns$txid``     hash   ``commit``: last committed txid; ``prepare``: the pending prepare;
-                       ``rollbacks``: how many rollbacks the namespace had (ours)
+                       ``rollbacks``: how many rollbacks the namespace had (ours);
+                       ``epoch``: the highest lease epoch that wrote it (the fence, ours)
 ==============  =====  ==============================================================
 
 Txids are decimal strings. ``prepare`` is present exactly while a prepare is pending: commit and
@@ -47,6 +49,12 @@ guarantees (one task per namespace). Connection pools are shared per process and
 
 Every script is idempotent, so redis-py may retry one after a dropped connection. The provider
 can list the namespaces it holds (``namespaces``: a ``SCAN`` for the ``$txid`` hashes).
+
+Leases (``providers._lease``; ``_lease``): ``lease_store`` keeps one lease per scope (``wc/``) in
+``{wc/}$lease``, ``{wc/}$epoch`` and ``{wc/}$leases``, hash-tagged on the scope so they share a
+cluster slot, and judged by the server's clock. A grant raises ``epoch`` in the ``$txid`` hash of
+every namespace under the scope; from then on each write script refuses a state fenced with an
+older epoch (``StateFencedError``), in the same atomic step as the write it refuses.
 """
 
 from providers.redis._clients import (
@@ -65,6 +73,7 @@ from providers.redis._errors import (
     classify_error,
     reply_code,
 )
+from providers.redis._lease import RedisLeaseStore, fenced_error
 from providers.redis._state import RedisKeyValueState, RedisKeyValueStateProvider
 
 __all__ = [
@@ -73,11 +82,13 @@ __all__ = [
     "ErrorKind",
     "RedisKeyValueState",
     "RedisKeyValueStateProvider",
+    "RedisLeaseStore",
     "Verdict",
     "address_of",
     "backend_error",
     "classify_error",
     "connect",
+    "fenced_error",
     "make_client",
     "override_client",
     "reply_code",
@@ -88,3 +99,4 @@ __all__ = [
 # dotted name (providers.redis.RedisKeyValueStateProvider) says.
 RedisKeyValueState.__module__ = __name__
 RedisKeyValueStateProvider.__module__ = __name__
+RedisLeaseStore.__module__ = __name__

@@ -118,17 +118,21 @@ def replace_image(
     ],
     backend: Callable[[str], AbstractContextManager[None]],
     ttl: tuple[Iterable[tuple[bytes, int]], int | None] = ((), None),
-) -> None:
+    epoch: str = "",
+) -> Any:
     """Replace a namespace's ``(committed, prepare, txid, ttl)`` keys by ``image``, atomically.
 
     ``image`` is ``(committed txid, committed pairs, prepared txid, prepared delta)``; ``ttl``
-    is ``(the committed fields' expiries, the committed transaction's timestamp)``.
+    is ``(the committed fields' expiries, the committed transaction's timestamp)``; ``epoch``
+    the writer's lease epoch (``''``: unfenced). Returns ``None`` when replaced, or the
+    namespace's fence when it refused ``epoch`` (the namespace is then as it was).
 
     Steps:
         1. Stage the new image beside the namespace (``stage_image``). If this fails, the
            namespace is untouched.
-        2. One script (``REPLACE``) swaps the staged keys in and the old ones out, atomically;
-           a retry of it after a lost reply finds nothing staged and does nothing.
+        2. One script (``REPLACE``) checks the fence, then swaps the staged keys in and the old
+           ones out, atomically; a retry of it after a lost reply finds nothing staged and does
+           nothing. A refused epoch has the staged keys deleted instead.
     """
     committed_key, prepare_key, txid_key, ttl_key = keys
     committed_txid, committed, prepared_txid, prepared = image
@@ -137,9 +141,11 @@ def replace_image(
             client, committed_key, committed_txid, committed, prepared_txid, prepared, *ttl
         )
     with backend("replace"):
-        client.register_script(_scripts.REPLACE)(
-            keys=[committed_key, prepare_key, txid_key, *staged[:3], ttl_key, staged[3]]
+        reply = client.register_script(_scripts.REPLACE)(
+            keys=[committed_key, prepare_key, txid_key, *staged[:3], ttl_key, staged[3]],
+            args=[epoch],
         )
+    return reply[1] if int(reply[0]) == _scripts.FENCED else None
 
 
 class StoredImageReads:

@@ -7,9 +7,8 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import re
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from typing import Any
+from typing import Any, NoReturn
 
 import providers.redis._scripts as _scripts
 from providers._base import StateProvider
@@ -29,6 +28,8 @@ from providers.redis._clients import (
 from providers.redis._codec import TOMBSTONE, parse_txid, unwrap, wire
 from providers.redis._errors import BACKEND_ERRORS, backend_error
 from providers.redis._image import StoredImageReads, replace_image, scan_hash
+from providers.redis._keys import TXID_SUFFIX, list_namespaces, namespace_base
+from providers.redis._lease import RedisLeaseStore, fenced_error
 
 __all__ = ["RedisKeyValueState", "RedisKeyValueStateProvider"]
 
@@ -42,29 +43,10 @@ _SCAN_COUNT = 100
 # Committed values an iteration keeps in the read cache, at most: a later get of them costs
 # nothing, and iterating millions of keys does not hold them all.
 _ITER_CACHE_LIMIT = 100_000
-# How many keys one SCAN page of a namespace listing asks for.
-_KEY_SCAN_COUNT = 1000
-# The transaction record's key is the namespace's key plus this; every namespace that ever
-# prepared, committed or rolled back has one, so listing namespaces is a SCAN for it.
-_TXID_SUFFIX = "$txid"
 _MISSING: Any = object()
 # The most expired fields one commit deletes (``_scripts.COMMIT``): a commit's script stays short
 # however many keys expired at once; the rest go at the next commits, and reads hide them.
 EXPIRED_PER_COMMIT = 10_000
-
-
-def _hash_tagged(namespace: str) -> str:
-    """``{ns}``, the namespace as a cluster hash tag.
-
-    On a cluster the three keys of a namespace must share a slot, so that one script can touch
-    them all.
-    """
-    return f"{{{namespace}}}"
-
-
-def _glob_escape(text: str) -> str:
-    """``text`` matched literally by a SCAN ``MATCH`` pattern."""
-    return re.sub(r"([*?\[\]\\])", r"\\\1", text)
 
 
 class RedisKeyValueState(StoredImageReads, LayeredKeyValueState):
@@ -93,10 +75,10 @@ class RedisKeyValueState(StoredImageReads, LayeredKeyValueState):
         super().__init__(namespace, key_serializer, value_serializer)
         self._client = client
         self._address = address or address_of(client)
-        base = _hash_tagged(namespace) if is_cluster(client) else namespace
+        base = namespace_base(namespace, is_cluster(client))
         self.committed_key = base
         self.prepare_key = f"{base}$prepare"
-        self.txid_key = base + _TXID_SUFFIX
+        self.txid_key = base + TXID_SUFFIX
         self.ttl_key = f"{base}$ttl"
         self._load_script = client.register_script(_scripts.LOAD)
         self._prepare_script = client.register_script(_scripts.PREPARE)
@@ -124,6 +106,8 @@ class RedisKeyValueState(StoredImageReads, LayeredKeyValueState):
         self._superseding = False
         # The namespace's rollback count when this object last looked (the fence of prepare).
         self._rollbacks = b"0"
+        # The driver's lease epoch every write carries (``fence``); '' until then: unfenced.
+        self._epoch = ""
         self._load()
 
     @property
@@ -320,6 +304,21 @@ class RedisKeyValueState(StoredImageReads, LayeredKeyValueState):
     def __len__(self) -> int:
         return sum(1 for _ in self)
 
+    # -- the lease fence (providers._lease)
+    def fence(self, epoch: int) -> None:
+        """Carry lease ``epoch`` with every write script from now on (see ``State.fence``)."""
+        self._epoch = str(int(epoch))
+
+    def stored_fence(self) -> int | None:
+        """Field ``epoch`` of ``ns$txid``: the highest lease epoch that wrote the namespace."""
+        with self._backend("fence read"):
+            return parse_txid(self._client.hget(self.txid_key, "epoch"))
+
+    def _refuse(self, step: str, fence: Any) -> NoReturn:
+        """Raise the ``StateFencedError`` of a write script's ``{FENCED, fence}`` reply."""
+        subject = f"state {self.namespace!r}"
+        raise fenced_error(subject, step, int(self._epoch), int(fence))
+
     # -- the transaction
     def prepare_commit(self, txid: int) -> None:
         """Move pending writes into the prepared delta of ``txid`` (one script call).
@@ -327,7 +326,8 @@ class RedisKeyValueState(StoredImageReads, LayeredKeyValueState):
         Re-preparing the same txid adds the newer writes (newer wins). Preparing another txid
         while one is prepared, a txid at or below the committed one, or anything after another
         state object rolled the namespace back since this one was loaded, raises
-        ``StateTransactionError`` and keeps the pending writes.
+        ``StateTransactionError`` and keeps the pending writes; so does a fenced state whose
+        epoch is below the namespace's fence, with ``StateFencedError``.
         """
         self._flush()
         mode = "1" if self._superseding else "0"
@@ -338,11 +338,15 @@ class RedisKeyValueState(StoredImageReads, LayeredKeyValueState):
             self._rollbacks,
             "" if now is None else str(now),
             "" if expiry is None else str(expiry),
+            self._epoch,
             *wire(self._pending),
         ]
-        with self._backend(f"prepare of txid {txid}"):
+        step = f"prepare of txid {txid}"
+        with self._backend(step):
             reply = self._prepare_script(keys=[self.prepare_key, self.txid_key], args=args)
         code = int(reply[0])
+        if code == _scripts.FENCED:
+            self._refuse(step, reply[1])
         if code == 3:
             msg = (
                 f"state {self.namespace!r}: cannot prepare txid {txid}: the namespace was rolled "
@@ -381,24 +385,28 @@ class RedisKeyValueState(StoredImageReads, LayeredKeyValueState):
         Without ``txid``, commit the pending writes at once (the checkpoint spout's save).
 
         Steps (one Lua script, so Redis applies all or nothing):
-            1. Check ``ns$txid``: ``prepare`` must equal ``txid``; or nothing is prepared and
-               ``commit`` equals ``txid`` (a retried COMMIT: stop, nothing to do).
+            1. Check ``ns$txid``: a fenced state's epoch must not be below ``epoch`` (else
+               ``StateFencedError``); ``prepare`` must equal ``txid``; or nothing is prepared
+               and ``commit`` equals ``txid`` (a retried COMMIT: stop, nothing to do).
             2. Apply ``ns$prepare`` to ``ns``: HSET values, HDEL tombstones.
             3. Index what was written in ``ns$ttl`` by the prepare's expiry (none: unindex).
             4. Delete the fields expired at the prepare's timestamp from ``ns`` and ``ns$ttl``,
                ``EXPIRED_PER_COMMIT`` at most.
             5. DEL ``ns$prepare``; set ``commit`` to ``txid`` and ``time`` to the timestamp;
-               remove ``prepare``.
+               remove ``prepare``; raise ``epoch`` to the state's lease epoch.
         """
         if txid is None:
             self._commit_writes()
             return
-        with self._backend(f"commit of txid {txid}"):
+        step = f"commit of txid {txid}"
+        with self._backend(step):
             reply = self._commit_script(
                 keys=[self.committed_key, self.prepare_key, self.txid_key, self.ttl_key],
-                args=[str(int(txid)), TOMBSTONE, EXPIRED_PER_COMMIT],
+                args=[str(int(txid)), TOMBSTONE, EXPIRED_PER_COMMIT, self._epoch],
             )
         code = int(reply[0])
+        if code == _scripts.FENCED:
+            self._refuse(step, reply[1])
         if code == 2:
             self._prepared_txid, self._committed_txid = parse_txid(reply[1]), parse_txid(reply[2])
             msg = (
@@ -425,11 +433,13 @@ class RedisKeyValueState(StoredImageReads, LayeredKeyValueState):
 
     def _commit_writes(self) -> None:
         self._flush()
-        args: list[Any] = [TOMBSTONE, *wire(self._pending)]
+        args: list[Any] = [TOMBSTONE, self._epoch, *wire(self._pending)]
         with self._backend("commit"):
-            committed = self._commit_writes_script(
+            code, committed = self._commit_writes_script(
                 keys=[self.committed_key, self.txid_key, self.ttl_key], args=args
             )
+        if int(code) == _scripts.FENCED:
+            self._refuse("commit", committed)
         self._remember(self._pending, None)
         self._pending = {}
         self._committed_txid = parse_txid(committed)
@@ -473,7 +483,11 @@ class RedisKeyValueState(StoredImageReads, LayeredKeyValueState):
             raise StateTransactionError(msg)
         keys = (self.committed_key, self.prepare_key, self.txid_key, self.ttl_key)
         image = (committed_txid, committed, prepared_txid, prepared)
-        replace_image(self._client, keys, image, self._backend, (expiries, committed_time))
+        fence = replace_image(
+            self._client, keys, image, self._backend, (expiries, committed_time), self._epoch
+        )
+        if fence is not None:
+            self._refuse("replace", fence)
         self._pending, self._fresh, self._cache, self._expiry = {}, {}, {}, {}
         self._indexed, self._prepared_expiry = True, None
         self._prepared = {} if prepared_txid is None else dict(prepared)
@@ -497,7 +511,12 @@ class RedisKeyValueState(StoredImageReads, LayeredKeyValueState):
         One script call. States of this namespace loaded before it can no longer prepare.
         """
         with self._backend("rollback"):
-            committed, rollbacks = self._rollback_script(keys=[self.prepare_key, self.txid_key])
+            reply = self._rollback_script(
+                keys=[self.prepare_key, self.txid_key], args=[self._epoch]
+            )
+        if int(reply[0]) == _scripts.FENCED:
+            self._refuse("rollback", reply[1])
+        _, committed, rollbacks = reply
         self._rollbacks = str(int(rollbacks)).encode()
         self._pending, self._fresh = {}, {}
         self._superseding = False
@@ -551,16 +570,11 @@ class RedisKeyValueStateProvider(StateProvider):
         names = list(dict.fromkeys(namespaces))
         if not names:
             return {}
-        client = overriding_client()
-        if client is None:
-            endpoint = parse_provider_config(conf).redis_endpoint()
-            client, address = client_for(endpoint, names[0]), endpoint.address
-        else:
-            address = address_of(client)
+        client, address = _provider_client(conf, names[0])
         cluster = is_cluster(client)
         pipe = client.pipeline(transaction=False)
         for name in names:
-            pipe.hlen(_hash_tagged(name) if cluster else name)
+            pipe.hlen(namespace_base(name, cluster))
         try:
             lengths = pipe.execute()
         except BACKEND_ERRORS as exc:
@@ -578,26 +592,31 @@ class RedisKeyValueStateProvider(StateProvider):
             ProviderConfigError: the provider config is invalid.
             StateBackendError: Redis could not be reached or failed during the scan.
         """
-        client = overriding_client()
-        if client is None:
-            endpoint = parse_provider_config(conf).redis_endpoint()
-            client, address = client_for(endpoint, f"{prefix}*"), endpoint.address
-        else:
-            address = address_of(client)
-        cluster = is_cluster(client)
-        pattern = _glob_escape(prefix) + "*"
-        pattern = (_hash_tagged(pattern) if cluster else pattern) + _TXID_SUFFIX
-        head, tail = (1, len("}" + _TXID_SUFFIX)) if cluster else (0, len(_TXID_SUFFIX))
+        client, address = _provider_client(conf, f"{prefix}*")
         try:
-            keys = list(client.scan_iter(match=pattern, count=_KEY_SCAN_COUNT))
+            return list_namespaces(client, prefix, is_cluster(client))
         except BACKEND_ERRORS as exc:
             step = f"namespace listing (prefix {prefix!r})"
             raise backend_error(exc, address=address, step=step, client=client) from exc
-        found = set()
-        for key in keys:
-            try:
-                name = key.decode("utf-8") if isinstance(key, bytes) else key
-            except UnicodeDecodeError:
-                continue  # not a key of ours: redis-py writes namespaces as UTF-8
-            found.add(name[head:-tail])
-        return sorted(found)
+
+    def lease_store(self, conf: Mapping[str, Any]) -> RedisLeaseStore:
+        """The leases of this Redis (``providers.redis._lease``), on the provider's client.
+
+        The store shares the process's pooled client with the states; its ``close`` leaves it
+        open (``reset_clients`` closes it).
+
+        Raises:
+            ProviderConfigError: the provider config is invalid.
+            StateBackendError: Redis could not be reached.
+        """
+        client, address = _provider_client(conf, None)
+        return RedisLeaseStore(client, address=address)
+
+
+def _provider_client(conf: Mapping[str, Any], namespace: str | None) -> tuple[Any, str]:
+    """The client a provider call uses (the test override, else the shared one) and its address."""
+    client = overriding_client()
+    if client is not None:
+        return client, address_of(client)
+    endpoint = parse_provider_config(conf).redis_endpoint()
+    return client_for(endpoint, namespace), endpoint.address

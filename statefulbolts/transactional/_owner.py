@@ -12,15 +12,19 @@ per thread, so two topologies running tasks in one driver process never see each
 thread the user starts does not inherit it; a map used from one takes the task it was made in,
 or its owner explicitly (``RedisBackingMap(..., context=context)``).
 
+With the task goes the lease epoch of the driver that runs it (``providers.fence_epoch`` of
+the task's config; ``None`` when no driver took a lease), which a ``RedisBackingMap`` carries
+with its writes so that the map refuses a driver another one took over (``providers._lease``).
+
 Example:
     >>> running_task() is None
     True
-    >>> enter_task("count", 1)
-    >>> running_task()
-    'count-1'
+    >>> enter_task("count", 1, epoch=3)
+    >>> running_task(), running_epoch()
+    ('count-1', 3)
     >>> leave_task()
-    >>> running_task() is None
-    True
+    >>> running_task() is None, running_epoch() is None
+    (True, True)
 """
 
 from __future__ import annotations
@@ -30,9 +34,17 @@ from typing import Any
 
 from statefulbolts.namespaces import task_name
 
-__all__ = ["context_owner", "enter_task", "leave_task", "running_task", "task_owner"]
+__all__ = [
+    "context_owner",
+    "enter_task",
+    "leave_task",
+    "running_epoch",
+    "running_task",
+    "task_owner",
+]
 
 _RUNNING: ContextVar[str | None] = ContextVar("statefulbolts_transactional_task", default=None)
+_EPOCH: ContextVar[int | None] = ContextVar("statefulbolts_transactional_epoch", default=None)
 
 
 def task_owner(component: str, task: int) -> str:
@@ -57,16 +69,26 @@ def context_owner(context: Any) -> str:
     return task_owner(component, task)
 
 
-def enter_task(component: str, task: int) -> None:
-    """Mark ``component``'s task ``task`` as running in this thread (the runtime calls it)."""
+def enter_task(component: str, task: int, epoch: int | None = None) -> None:
+    """Mark ``component``'s task ``task`` as running in this thread (the runtime calls it).
+
+    ``epoch`` is the lease epoch of the driver running it (``None``: no lease).
+    """
     _RUNNING.set(task_owner(component, task))
+    _EPOCH.set(epoch)
 
 
 def leave_task() -> None:
     """No transactional task runs in this thread any more."""
     _RUNNING.set(None)
+    _EPOCH.set(None)
 
 
 def running_task() -> str | None:
     """The owner name of the transactional task running in this thread, or ``None``."""
     return _RUNNING.get()
+
+
+def running_epoch() -> int | None:
+    """The lease epoch of the driver of the task running in this thread, or ``None``."""
+    return _EPOCH.get()

@@ -1,4 +1,4 @@
-"""``RedisBackingMap``: a ``BackingMap`` in Redis; each ``multi_put`` is one ``MULTI``/``EXEC``.
+"""``RedisBackingMap``: a ``BackingMap`` in Redis; each ``multi_put`` is one fenced script call.
 
 Layout, for a map made with ``prefix`` and ``owner`` (Redis keys are bytes; UTF-8 throughout):
 
@@ -11,17 +11,19 @@ for any other key (int, bytes, tuple, ...)
 ``prefix`` + ``0xFE`` + ``owner``              the record (``BackingMap.get_record``)
 ``prefix`` + ``0xFD`` + ``owner``              the task that wrote the record
                                                (``<component>-<task index>``), when known
+``prefix`` + ``0xFC``                          the fence: the highest lease epoch that
+                                               wrote through the prefix (a decimal string)
 =============================================  ==========================================
 
 The stored form is whatever the map layer hands in: ``[txid, value]`` from ``TransactionalMap``,
 ``[txid, curr, prev]`` from ``OpaqueMap``. So ``prefix + "cat"`` holds msgpack ``[4, 15]``, and a
 ``redis-cli GET`` shows a str key's value where one expects it.
 
-The bytes ``0xFD``, ``0xFE`` and ``0xFF`` never occur in UTF-8, so the kinds cannot meet: no
-``str`` key reaches a non-str key or a record, and a non-str key (after ``0xFF``) never reaches
-a record (after ``0xFE``) or a writer (after ``0xFD``). msgpack has one array type, so a tuple
-key and the list with the same items are one key; ``1``, ``1.0``, ``True``, ``"1"`` and ``b"1"``
-are five keys.
+The bytes ``0xFC`` to ``0xFF`` never occur in UTF-8, so the kinds cannot meet: no ``str`` key
+reaches a non-str key, a record or the fence, a non-str key (after ``0xFF``) never reaches a
+record (after ``0xFE``) or a writer (after ``0xFD``), and the fence is the marker alone.
+msgpack has one array type, so a tuple key and the list with the same items are one key; ``1``,
+``1.0``, ``True``, ``"1"`` and ``b"1"`` are five keys.
 
 Owners. Maps with one prefix and different owners share their keys and keep separate records,
 and ``OpaqueMap`` needs one record per committer task (see ``_maps``, "the opaque map hole"):
@@ -39,15 +41,26 @@ The record's writer is kept beside it, and a task that reads a record another ta
 same owner wrote (one fixed ``owner`` in a committer of parallelism 2, say) gets a
 ``StateTransactionError`` naming both tasks, before it writes anything.
 
+The fence (``providers._lease``). A committer's ``multi_put`` is a write the user sees, so a
+driver that another driver of the topology took over must not land one. The task running the
+map carries its driver's lease epoch (``_owner.running_epoch``, from the task's config; a map
+used from a thread of the user's takes the epoch of the task it was made in), and each
+``multi_put`` compares it with the prefix's fence in the same atomic step as the write: an
+older epoch is refused with ``StateFencedError`` and nothing is written, a newer one raises
+the fence. A map used outside a driver's task (a script, a test) writes unfenced and leaves the
+fence alone. The prefix is not a namespace, so a lease's grant does not fence it (step 2): the
+new driver's first ``multi_put`` does.
+
 End a prefix with a separator (``"counts:"``) so that no two prefixes overlap. On Redis Cluster
-every key of one ``multi_put`` must be in one slot: put a hash tag in the prefix
-(``"{counts}:"``).
+every key of one ``multi_put`` must be in one slot, the fence included: put a hash tag in the
+prefix (``"{counts}:"``).
 
 Round trips: ``multi_get`` is one ``MGET``; ``get_record`` one ``MGET`` (the record and its
-writer); ``multi_put`` one ``MULTI`` / ``MSET`` / ``DEL`` / ``EXEC`` pipeline, atomic because
-Redis runs a transaction alone and applies none of it if the connection drops before ``EXEC``
-(or a command is refused when queued). A native ``MSET`` of 10,000 keys beats a script calling
-``SET`` per key. Errors name host:port, the step and the map: ``StateBackendError`` for an
+writer); ``multi_put`` one script call (``MULTI_PUT``), atomic because Redis runs a script alone
+(and, on a full server, refuses it at its first write, before anything is written). The script
+calls ``MSET`` and ``DEL`` on slices of 1,000 keys, not ``SET`` per key: a native ``MSET`` of
+10,000 keys beats a loop of ``SET``. Errors name host:port, the step and the map:
+``StateBackendError`` for an
 outage (the connection, a timeout, a server loading or busy), ``StateBackendRefusedError`` for
 a refusal (out of memory, a read-only replica, a wrong password, ...;
 ``providers.redis.classify_error``). With ``hiredis`` installed (the ``redis`` extra brings it)
@@ -66,10 +79,10 @@ import msgpack
 
 from providers.errors import StateSerializationError, StateTransactionError
 from statefulbolts.transactional._maps import BackingMap, pack_value
-from statefulbolts.transactional._owner import context_owner, running_task
+from statefulbolts.transactional._owner import context_owner, running_epoch, running_task
 
 try:
-    from providers.redis import BACKEND_ERRORS, address_of, backend_error, connect
+    from providers.redis import BACKEND_ERRORS, address_of, backend_error, connect, fenced_error
 except ImportError as exc:  # pragma: no cover - depends on the environment
     _msg = "RedisBackingMap needs redis-py: pip install 'statefulbolts[redis]'"
     raise ImportError(_msg) from exc
@@ -81,6 +94,39 @@ log = logging.getLogger(__name__)
 _OTHER_KEY = b"\xff"
 _RECORD = b"\xfe"
 _WRITER = b"\xfd"
+_FENCE = b"\xfc"
+
+# MULTI_PUT. KEYS[1] = the fence (prefix 0xFC), KEYS[2 .. n+1] = the keys to set,
+# KEYS[n+2 ..] = the keys to delete.
+# ARGV[1] = the writer's lease epoch ('' for none: unfenced), ARGV[2] = n (decimal),
+# ARGV[3 .. n+2] = the values of KEYS[2 .. n+1], in order.
+# Returns {-1, fence} when ARGV[1] is below the fence (nothing written); else MSETs and DELs the
+# keys, raises the fence to ARGV[1], and returns {0}. The first write is the MSET (or the DEL),
+# the one Redis judges against maxmemory, and the fence rises last. Idempotent for the same
+# arguments.
+MULTI_PUT = """
+local epoch, raise = ARGV[1], false
+if epoch ~= '' then
+  local f = redis.call('GET', KEYS[1])
+  if f and tonumber(f) > tonumber(epoch) then return {-1, f} end
+  raise = not f or tonumber(f) < tonumber(epoch)
+end
+local n = tonumber(ARGV[2])
+for i = 1, n, 1000 do
+  local pairs = {}
+  for j = i, math.min(i + 999, n) do
+    pairs[#pairs + 1] = KEYS[j + 1]
+    pairs[#pairs + 1] = ARGV[j + 2]
+  end
+  redis.call('MSET', unpack(pairs))
+end
+for i = n + 2, #KEYS, 1000 do
+  redis.call('DEL', unpack(KEYS, i, math.min(i + 999, #KEYS)))
+end
+if raise then redis.call('SET', KEYS[1], epoch) end
+return {0}
+"""
+_FENCED = -1  # MULTI_PUT's reply code for a refused epoch (the provider's scripts use it too)
 
 
 class RedisBackingMap(BackingMap):
@@ -131,8 +177,10 @@ class RedisBackingMap(BackingMap):
                 "'<component>-<task index>')"
             )
             raise ValueError(msg)
-        # The task this map is bound to, if any: the context's, else the one running now.
+        # The task this map is bound to, if any: the context's, else the one running now; and
+        # the lease epoch of the task running now (a task's prepare makes the map).
         self._task = context_owner(context) if context is not None else running_task()
+        self._epoch = running_epoch()
         self._owner = self._task if context is not None else owner
         self._owns_client = isinstance(url_or_client, str)
         # A URL gets a client of its own (closed by ``close``), without a socket timeout as
@@ -141,6 +189,8 @@ class RedisBackingMap(BackingMap):
         self._client = client
         self.prefix = prefix
         self._prefix = prefix.encode("utf-8")
+        self._fence_key = self._prefix + _FENCE
+        self._multi_put = client.register_script(MULTI_PUT)
         self._address = address_of(client)
 
     @property
@@ -153,6 +203,10 @@ class RedisBackingMap(BackingMap):
     def _writer(self) -> str | None:
         """The task writing through this map now, if known: the running one, else the bound."""
         return running_task() or self._task
+
+    def _writer_epoch(self) -> int | None:
+        """The lease epoch the write carries: the running task's, else the bound one's."""
+        return running_epoch() if running_task() is not None else self._epoch
 
     def _record_keys(self) -> tuple[bytes, bytes]:
         """The Redis keys of the owner's record and of the task that wrote it."""
@@ -253,9 +307,13 @@ class RedisBackingMap(BackingMap):
     def multi_put(
         self, keys: Sequence[Hashable], values: Sequence[Any], record: Any = None
     ) -> None:
-        """Write the values (``None`` deletes) and the record in one atomic transaction.
+        """Write the values (``None`` deletes) and the record in one atomic script call.
 
         With the record goes the task writing it, when known (else its last writer is cleared).
+
+        Raises:
+            StateFencedError: the write carries a lease epoch below the prefix's fence: another
+                driver of the topology took over, and nothing was written.
         """
         if len(keys) != len(values):
             msg = f"multi_put got {len(keys)} keys and {len(values)} values; give one per key"
@@ -275,13 +333,13 @@ class RedisBackingMap(BackingMap):
                 writes[writer_key] = writer.encode("utf-8")
         if not writes and not deletes:
             return
+        epoch = self._writer_epoch()
+        args: list[Any] = ["" if epoch is None else epoch, len(writes), *writes.values()]
         with self._backend("multi_put"):
-            pipe = self._client.pipeline(transaction=True)
-            if writes:
-                pipe.mset(writes)
-            if deletes:
-                pipe.delete(*deletes)
-            pipe.execute()
+            reply = self._multi_put(keys=[self._fence_key, *writes, *deletes], args=args)
+        if int(reply[0]) == _FENCED and epoch is not None:
+            subject = f"map {self.prefix!r} (owner {self.owner!r})"
+            raise fenced_error(subject, "multi_put", epoch, int(reply[1]))
         log.debug("map %s: wrote %s keys", self.prefix, len(writes) + len(deletes))
 
     def get_record(self) -> Any:

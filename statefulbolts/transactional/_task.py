@@ -32,7 +32,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple, Protocol
 
-from providers import KeyValueState, StateFactory
+from providers import KeyValueState, StateFactory, fence_epoch
 from statefulbolts.collectors import Anchors, BasicOutputCollector, OutputCollector
 from statefulbolts.components import BasicBolt, BasicBoltExecutor
 from statefulbolts.context import TopologyContext
@@ -375,9 +375,12 @@ class _Executor:
         """The task's user code is done: it no longer owns maps made without an owner."""
         leave_task()
 
-    def _running(self) -> None:
-        """From here to ``cleanup``, a map made without an owner belongs to this task."""
-        enter_task(self.spec.id, self.task)
+    def _running(self, conf: Mapping[str, Any]) -> None:
+        """From here to ``cleanup``, a map made without an owner belongs to this task.
+
+        The maps it writes carry the lease epoch the driver put in ``conf``.
+        """
+        enter_task(self.spec.id, self.task, fence_epoch(conf))
 
     def _context(self, context: TopologyContext) -> TransactionalContext:
         p = self.program
@@ -390,7 +393,7 @@ class _BatchTask(_Executor):
     ) -> Callable[[Tuple], None]:
         self.bolt = self.spec.obj  # a fresh copy: this task unpickled the topology
         out = self.out = _BatchCollector(collector, self.program.attempt, self.where)
-        self._running()
+        self._running(conf)
         self.bolt.prepare(conf, self._context(context), out, self.program.attempt)
         if self.program.lineage and self.spec.outputs:
             # The runtime sets ``out.lineage`` to each tuple's before executing it: what the
@@ -413,7 +416,7 @@ class _BasicTask(_Executor):
     ) -> Callable[[Tuple], None]:
         self.bolt = BasicBoltExecutor(self.spec.obj)
         out = _BasicCollector(collector, self.program.attempt, self.where)
-        self._running()
+        self._running(conf)
         self.bolt.prepare(conf, self._context(context), out)
         return self.bolt.execute
 

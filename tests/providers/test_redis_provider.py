@@ -17,7 +17,7 @@ from typing import Any
 import msgpack
 import pytest
 import redis
-from redis_fixtures import free_port
+from redis_fixtures import free_port, single_node_cluster
 
 from providers import (
     STATE_PROVIDER_CONFIG_KEY,
@@ -382,9 +382,9 @@ def test_commit_script_is_idempotent_and_cached(redis_db: Any) -> None:
     state.prepare_commit(1)
     script = state._commit_script
     keys = [ns, f"{ns}$prepare", f"{ns}$txid", f"{ns}$ttl"]
-    assert script(keys=keys, args=["1", TOMBSTONE, 100]) == [0, 0]
+    assert script(keys=keys, args=["1", TOMBSTONE, 100, ""]) == [0, 0]
     snapshot = (r.hgetall(ns), r.hgetall(f"{ns}$txid"), r.exists(f"{ns}$prepare"))
-    assert script(keys=keys, args=["1", TOMBSTONE, 100]) == [1]  # a retried COMMIT
+    assert script(keys=keys, args=["1", TOMBSTONE, 100, ""]) == [1]  # a retried COMMIT
     assert (r.hgetall(ns), r.hgetall(f"{ns}$txid"), r.exists(f"{ns}$prepare")) == snapshot
     assert r.script_exists(script.sha) == [True]
     # The state object learns about the commit from Redis when it commits again.
@@ -697,23 +697,8 @@ def test_cluster_config() -> None:
 
 # --- cluster -------------------------------------------------------------------------------
 def test_cluster_keys_share_a_slot(redis_server_factory: Any) -> None:
-    # An explicit bus port: the default (port + 10000) can be taken or above 65535.
-    node = redis_server_factory(
-        extra_args=(
-            "--cluster-enabled",
-            "yes",
-            "--cluster-config-file",
-            "nodes.conf",
-            "--cluster-port",
-            str(free_port()),
-        )
-    )
+    node = single_node_cluster(redis_server_factory)
     admin = node.client()
-    admin.execute_command("CLUSTER", "ADDSLOTSRANGE", "0", "16383")
-    deadline = time.monotonic() + 10
-    while admin.cluster("info")["cluster_state"] != "ok":
-        assert time.monotonic() < deadline, "single-node cluster did not come up"
-        time.sleep(0.05)
     config = {"jedisClusterConfig": {"nodes": [f"{node.host}:{node.port}"]}}
     conf = conf_for(json.dumps(config))
     state = StateFactory.get_state("topo/count-0", conf)
@@ -741,11 +726,13 @@ def test_package_face_is_sorted_and_resolves_by_dotted_name() -> None:
         "ErrorKind",
         "RedisKeyValueState",
         "RedisKeyValueStateProvider",
+        "RedisLeaseStore",
         "Verdict",
         "address_of",
         "backend_error",
         "classify_error",
         "connect",
+        "fenced_error",
         "make_client",
         "override_client",
         "reply_code",
@@ -755,6 +742,7 @@ def test_package_face_is_sorted_and_resolves_by_dotted_name() -> None:
     assert cls is package.RedisKeyValueStateProvider
     assert type(get_provider({STATE_PROVIDER_KEY: PROVIDER})) is cls
     assert (cls.__module__, RedisKeyValueState.__module__) == ("providers.redis",) * 2
+    assert package.RedisLeaseStore.__module__ == "providers.redis"
 
 
 def test_listing_skips_keys_that_are_not_utf8(redis_db: Any) -> None:

@@ -17,12 +17,16 @@ import msgpack
 import pytest
 
 from providers import (
+    FENCE_EPOCH_KEY,
     STATE_PROVIDER_CONFIG_KEY,
     STATE_PROVIDER_KEY,
+    LeaseHeldError,
+    LeaseHolder,
     ProviderConfigError,
     StateBackendError,
     StateBackendRefusedError,
     StateFactory,
+    get_provider,
     load_module,
 )
 
@@ -344,3 +348,135 @@ def test_a_file_that_is_not_a_database_is_refused(tmp_path: Path) -> None:
         "database; point the config field 'path' at the state file, or at a new one "
         "[DatabaseError: file is not a database]"
     )
+
+
+# --- leases and fences ------------------------------------------------------------------------
+HOLDER = LeaseHolder("host-a", 101, 1_780_000_000.0, process="9001", token="t")
+OTHER = LeaseHolder("host-b", 202, 1_780_000_100.0)
+
+# The schema of the version before leases, as its files hold it.
+SCHEMA_BEFORE_LEASES = """
+CREATE TABLE committed (
+    ns TEXT NOT NULL, key BLOB NOT NULL, value BLOB NOT NULL, expiry INTEGER,
+    PRIMARY KEY (ns, key)
+) WITHOUT ROWID;
+CREATE TABLE prepared (
+    ns TEXT NOT NULL, key BLOB NOT NULL, value BLOB, PRIMARY KEY (ns, key)
+) WITHOUT ROWID;
+CREATE TABLE txids (ns TEXT PRIMARY KEY, committed INTEGER, prepared INTEGER);
+CREATE TABLE rollbacks (ns TEXT PRIMARY KEY, count INTEGER NOT NULL);
+CREATE TABLE ttl_times (
+    ns TEXT PRIMARY KEY, prepared_time INTEGER, prepared_expiry INTEGER, committed_time INTEGER
+);
+"""
+
+
+def fenced_conf(db: Path, epoch: int) -> dict[str, Any]:
+    return {**path_conf(db), FENCE_EPOCH_KEY: epoch}
+
+
+def test_a_file_of_the_version_before_leases_gains_them_and_keeps_its_state(
+    tmp_path: Path,
+) -> None:
+    db = tmp_path / "old.sqlite3"
+    with sqlite3.connect(db) as conn:
+        conn.executescript(SCHEMA_BEFORE_LEASES)
+        conn.execute("INSERT INTO committed VALUES ('topo/count-0', ?, ?, NULL)", (k("a"), k(1)))
+        conn.execute("INSERT INTO txids VALUES ('topo/count-0', 4, NULL)")
+    conf = path_conf(db)
+    store = get_provider(conf).lease_store(conf)
+    assert store is not None
+    lease = store.acquire("topo/", HOLDER, 60_000)
+    tables = {name for (name,) in rows(db, "SELECT name FROM sqlite_master WHERE type='table'")}
+    assert {"leases", "lease_holders", "fences"} <= tables
+    assert rows(db, "SELECT ns, epoch FROM fences") == [("topo/count-0", lease.epoch)]
+    state = StateFactory.get_state("topo/count-0", fenced_conf(db, lease.epoch))
+    assert (state.committed_txid, dict(state)) == (4, {"a": 1})
+    state.put("a", 2)
+    state.prepare_commit(5)
+    state.commit(5)
+    assert dict(StateFactory.get_state("topo/count-0", conf)) == {"a": 2}
+
+
+def test_exact_lease_rows_after_a_take_over(tmp_path: Path) -> None:
+    db = tmp_path / "state.sqlite3"
+    store = sqlite_state.SqliteLeaseStore(db, clock=lambda: 1_000.0)
+    StateFactory.get_state("topo/count-0", path_conf(db)).commit()  # a namespace, unfenced
+    first = store.acquire("topo/", HOLDER, 20_000)
+    second = store.acquire("topo/", OTHER, 30_000, over=first.epoch)
+    assert (first.epoch, second.epoch) == (1, 2)
+    assert rows(db, "SELECT * FROM leases") == [
+        ("topo/", 2, "host-b", 202, 1_780_000_100.0, "", "", 30_000, 1_030_000)
+    ]
+    assert rows(db, "SELECT * FROM lease_holders ORDER BY epoch") == [
+        ("topo/", 1, "host-a", 101, 1_780_000_000.0, "9001", "t"),
+        ("topo/", 2, "host-b", 202, 1_780_000_100.0, "", ""),
+    ]
+    assert rows(db, "SELECT * FROM fences") == [("topo/count-0", 2)]
+
+
+def test_lease_time_is_the_stores_clock(tmp_path: Path) -> None:
+    now = [5_000.0]
+    store = sqlite_state.SqliteLeaseStore(tmp_path / "state.sqlite3", clock=lambda: now[0])
+    first = store.acquire("topo/", HOLDER, 10_000)
+    now[0] += 9.5  # halves and whole seconds: exact in binary floating point
+    live = store.read("topo/")
+    assert live is not None and (live.remaining_ms, live.live) == (500, True)
+    with pytest.raises(LeaseHeldError):
+        store.acquire("topo/", OTHER, 10_000)
+    now[0] += 0.5
+    gone = store.read("topo/")
+    assert gone is not None and (gone.remaining_ms, gone.live) == (0, False)
+    assert store.renew("topo/", first.epoch, 10_000).remaining_ms == 10_000
+    now[0] += 60
+    assert store.acquire("topo/", OTHER, 10_000).epoch == first.epoch + 1
+
+
+def test_a_grant_goes_past_every_fence_of_its_scope(tmp_path: Path) -> None:
+    db = tmp_path / "state.sqlite3"
+    StateFactory.get_state("topo/count-0", fenced_conf(db, 7)).commit()  # rows of another file
+    StateFactory.get_state("other/count-0", fenced_conf(db, 30)).commit()
+    conf = path_conf(db)
+    store = get_provider(conf).lease_store(conf)
+    assert store is not None
+    assert store.acquire("topo/", HOLDER, 60_000).epoch == 8
+    assert rows(db, "SELECT ns, epoch FROM fences ORDER BY ns") == [
+        ("other/count-0", 30),
+        ("topo/count-0", 8),
+    ]
+
+
+def test_two_processes_taking_over_one_lease_one_wins(tmp_path: Path) -> None:
+    db = tmp_path / "state.sqlite3"
+    store = sqlite_state.SqliteLeaseStore(db)
+    first = store.acquire("topo/", HOLDER, 60_000)
+    contender = f"""
+        import sys
+        from providers import LeaseHeldError, LeaseHolder, load_module
+        store = load_module("sqlite_state").SqliteLeaseStore({str(db)!r})
+        holder = LeaseHolder("host-" + sys.argv[1], int(sys.argv[1]), 0.0)
+        try:
+            print("won", store.acquire("topo/", holder, 60_000, over={first.epoch}).epoch)
+        except LeaseHeldError as exc:
+            print("held", exc.lease.epoch)
+    """
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), str(EXTLIB)])}
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", textwrap.dedent(contender), str(n)],
+            cwd=tmp_path,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for n in range(3)
+    ]
+    said = []
+    for proc in procs:
+        out, err = proc.communicate(timeout=60)
+        assert proc.returncode == 0, err
+        said.append(out.split())
+    assert sorted(said) == [["held", "2"], ["held", "2"], ["won", "2"]]
+    lease = store.read("topo/")
+    assert lease is not None and lease.epoch == 2

@@ -517,24 +517,25 @@ def _monitored(server: Any, action: Callable[[], Any]) -> tuple[list[str], list[
 
 
 @pytest.mark.redis
-def test_each_redis_multi_put_is_one_transaction(redis_db: Any) -> None:
+def test_each_redis_multi_put_is_one_script_call(redis_db: Any) -> None:
     backing = RedisBackingMap(redis_db.url, "wc:", owner="count-0")
     OpaqueMap(backing).multi_update(1, ["A", "K"], [add(10), add(20)])
     OpaqueMap(backing).multi_update(2, ["A", "K", "N"], [add(5), add(7), add(1)])
     # The hole's repair: two new values, two restored keys (N deleted) and the record, all in
-    # one MULTI/EXEC: one MSET, one DEL.
+    # one script call: one MSET, one DEL (no task, no lease: the fence is not read).
     sent, scripted = _monitored(
         redis_db, lambda: OpaqueMap(backing).multi_update(2, ["A", "B"], [add(3), add(1)])
     )
-    assert sent == ["MGET", "MGET", "MULTI", "MSET", "DEL", "EXEC"]  # record+writer, keys
-    assert scripted == []
+    assert sent == ["MGET", "MGET", "EVALSHA"]  # record+writer, keys, the write
+    assert [c.split(" ")[0] for c in scripted] == ["MSET", "DEL"]
     assert OpaqueMap(backing).multi_get(["A", "B", "K", "N"]) == [13, 1, 20, None]
     tx = TransactionalMap(RedisBackingMap(redis_db.client(), "tx:"))
     assert tx.multi_get(["a"]) == [None]  # connects
-    sent, _ = _monitored(
+    sent, scripted = _monitored(
         redis_db, lambda: tx.multi_update(1, ["a", "b", "c"], [add(1), add(2), add(3)])
     )
-    assert sent == ["MGET", "MULTI", "MSET", "EXEC"]
+    assert sent == ["MGET", "EVALSHA"]
+    assert scripted == ["MSET tx:a"]
     assert tx.multi_get(["a", "b", "c"]) == [1, 2, 3]
     backing.close()
 
