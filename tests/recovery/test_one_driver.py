@@ -230,18 +230,75 @@ def test_take_over_stops_the_running_driver_and_finishes_its_work(
     assert lease is not None and lease.epoch == 2
 
 
+# --- the store itself refuses a taken-over driver -----------------------------------------------
+@pytest.mark.parametrize("seed", _seeds("0-1"))
+def test_a_taken_over_driver_is_refused_by_the_store_itself(
+    store: Store, seed: int, tmp_path: Path
+) -> None:
+    """A write of the old driver, after the new one took over, is refused by the store.
+
+    The old driver's count task 0 is held (a ``hold`` fault) in PREPARE(t) before it wrote;
+    the new one takes over; then the hold is released and the task prepares. The old
+    driver's lease lasts ten minutes, so its renewal thread has not run yet and cannot be
+    what stops it: the refusal must come from the store (the fence raised at the grant).
+    """
+    txid = random.Random(seed).randint(1, 4)
+    name = f"refused-{store.kind}-{seed}"
+    inputs = corpus(tmp_path / "in", SENTENCES)
+    marker = tmp_path / "held"
+    fault = {"component": "count", "task": 0, "at_tuple": 0, "kind": "hold"}
+    fault.update({"marker": str(marker), "txid": txid, "attempts": "every"})
+    conf = base(store, **{"topology.state.lease.timeout.secs": 600})
+    first = start(
+        tmp_path, "a", {**conf, "topology.faults": {"tasks": [fault]}}, name, inputs,
+        "--engine", "inline",
+    )  # fmt: skip
+    try:
+        wait_for("the held PREPARE", marker.exists)
+        second = start(tmp_path, "b", conf, name, inputs, "--engine", "inline", "--take-over")
+        wait_for("the take-over", lambda: read_lease(store.conf, f"{name}/").epoch == 2)  # type: ignore[union-attr]
+    finally:
+        Path(f"{marker}.release").touch()
+    code_a, events_a, err_a = first.finish()
+    code_b, _, err_b = second.finish()
+    assert code_a == 2, err_a[-2000:]
+    assert code_b == 0, err_b[-2000:]
+    # Refused by the store (the fence), not by a txid check, nor by the renewal thread.
+    assert f"prepare of txid {txid} under lease epoch 1 refused" in err_a, err_a[-3000:]
+    assert "was taken over" in err_a
+    assert commits(events_a) == list(range(txid))  # nothing of txid t or later
+    assert committed(store.conf, name) == expected(SENTENCES)
+
+
 # --- a paused driver -------------------------------------------------------------------------
 def _paused_past_its_lease(
     store: Store, seed: int, tmp_path: Path, engine: str
 ) -> None:
+    """Pause the first driver, let its lease lapse, run a second, resume the first.
+
+    On Redis the pause lands anywhere in a transaction. On SQLite it lands in a held task (a
+    ``hold`` fault in PREPARE(t)): a process paused inside one of SQLite's write
+    transactions keeps the file locked for every other process, so the second driver could
+    not even take the lease (it waits out the provider's busy timeout, then exits 1).
+    """
     rng = random.Random(seed)
     name = f"paused-{store.kind}-{engine}-{seed}"
     inputs = corpus(tmp_path / "in", SENTENCES)
     conf = base(store, **{"topology.state.lease.timeout.secs": 2})
-    first = start(tmp_path, "a", conf, name, inputs, "--engine", engine)
-    after = rng.randint(1, 4)
-    wait_for(f"{after} commits", lambda: len(commits(first.events())) >= after)
-    time.sleep(rng.uniform(0, 0.15))  # pause it anywhere in a transaction
+    held = store.kind == "sqlite"
+    marker = tmp_path / "held"
+    txid = rng.randint(1, 4)
+    faults = {"tasks": [{"component": "count", "task": 0, "at_tuple": 0, "kind": "hold",
+                         "marker": str(marker), "txid": txid, "attempts": "every"}]}  # fmt: skip
+    first = start(
+        tmp_path, "a", {**conf, "topology.faults": faults} if held else conf, name, inputs,
+        "--engine", engine,
+    )  # fmt: skip
+    if held:
+        wait_for("the held PREPARE", marker.exists)
+    else:
+        wait_for(f"{txid} commits", lambda: len(commits(first.events())) >= txid)
+        time.sleep(rng.uniform(0, 0.15))  # pause it anywhere in a transaction
     os.kill(first.proc.pid, signal.SIGSTOP)  # the driver's process; its JVM, if any, runs on
     try:
         paused_at = len(first.events())
@@ -249,12 +306,15 @@ def _paused_past_its_lease(
         second = start(tmp_path, "b", conf, name, inputs, "--engine", engine)
         code_b, _, err_b = second.finish()
     finally:
+        Path(f"{marker}.release").touch()
         os.kill(first.proc.pid, signal.SIGCONT)
     code_a, events_a, err_a = first.finish()
     assert code_b == 0, err_b[-2000:]
     assert code_a == 2, err_a[-2000:]
     assert "was taken over" in err_a
     assert commits(events_a[paused_at:]) == [], "the paused driver committed after it resumed"
+    if held:
+        assert commits(events_a) == list(range(txid))
     assert committed(store.conf, name) == expected(SENTENCES)
 
 
