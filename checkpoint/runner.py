@@ -630,18 +630,17 @@ class CheckpointRunner(TopologyRunner):
         return self._failures
 
     def _progress(self) -> Progress:
-        """The checkpoint spout's phase; committed: t in COMMITTED(t), else t - 1."""
+        """The checkpoint spout's phase, and its ``committed_txid``."""
         cp, job = self.cp, self._job
         running = f"{job.action.value if job.action else 'BATCH'}({job.txid})" if job else None
         pending = len(self.ledger.live)
         if cp is None:
             return Progress(f"running {running}" if running else "waiting", None, pending)
         cur = cp.cur
-        committed = cur.txid if cur.phase is TxPhase.COMMITTED else cur.txid - 1
         phase = f"{cur}{' recovering' if cp.recovering else ''}"
         if running:
             phase += f", running {running}"
-        return Progress(phase, committed if committed >= 0 else None, pending)
+        return Progress(phase, cur.committed_txid, pending)
 
     def spout_lags(self) -> dict[str, int]:
         """Per spout component, what its source holds not yet acked (see ``SpoutTasks.lags``)."""

@@ -226,7 +226,4 @@ def last_committed_txid(checkpoint: CheckPointState | None) -> int | None:
         >>> last_committed_txid(CheckPointState(4, TxPhase.COMMITTED))
         4
     """
-    if checkpoint is None:
-        return None
-    txid = checkpoint.txid if checkpoint.phase is TxPhase.COMMITTED else checkpoint.txid - 1
-    return txid if txid >= 0 else None
+    return None if checkpoint is None else checkpoint.committed_txid
