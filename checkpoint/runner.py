@@ -77,10 +77,10 @@ from statefulbolts.runtime import (
     TransactionInfo,
     TupleBatch,
     describe_job_failure,
-    merged_state,
     open_engine,
     worker_traceback,
 )
+from statefulbolts.state import merged_state
 from statefulbolts.ticks import tick_frequencies
 from statefulbolts.topology import CHECKPOINT_COMPONENT_ID, StormTopology
 from statefulbolts.tuples import DEFAULT_STREAM

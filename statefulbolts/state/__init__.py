@@ -40,7 +40,13 @@ from statefulbolts.state._dataframe import state_dataframe
 from statefulbolts.state._format import FORMAT, VERSION, NamespaceInfo, StateFileInfo
 from statefulbolts.state._layout import LayoutRule, legacy_hash
 from statefulbolts.state._move import ImportResult, export_state, import_state, read_info
-from statefulbolts.state._read import committed_items, get_value, iter_state, read_state
+from statefulbolts.state._read import (
+    committed_items,
+    get_value,
+    iter_state,
+    merged_state,
+    read_state,
+)
 from statefulbolts.state._redistribute import LayoutError, Stage, empty, open_image, stage, swap
 from statefulbolts.state._shape import (
     ComponentShape,
@@ -71,6 +77,7 @@ __all__ = [
     "import_state",
     "iter_state",
     "legacy_hash",
+    "merged_state",
     "open_image",
     "read_info",
     "read_shape",

@@ -72,11 +72,10 @@ from statefulbolts.runtime import (
     TransactionInfo,
     TupleBatch,
     describe_job_failure,
-    hashable,
     open_engine,
     worker_traceback,
 )
-from statefulbolts.state import committed_items
+from statefulbolts.state import merged_state
 from statefulbolts.ticks import refuse_ticks
 from statefulbolts.transactional._attempt import TransactionAttempt
 from statefulbolts.transactional._coordinator import (
@@ -588,12 +587,13 @@ class TransactionalRunner(TopologyRunner):
         """
         spec = self.topology.topology.component(component_id)
         prefix = transactional_prefix(self.topology.transactional_id)
-        merged: dict[Any, Any] = {}
+        namespaces = [
+            str(TaskNamespace(prefix, component_id, task, name)) for task in range(spec.parallelism)
+        ]
         with self._lock:
-            for task in range(spec.parallelism):
-                namespace = str(TaskNamespace(prefix, component_id, task, name))
-                state = self._system_state(namespace)
-                stored = committed_items(state, self.conf, system=True)
-                for key, value in read_backing_state(stored).items():
-                    merged[hashable(key)] = value
-        return merged
+            return merged_state(
+                self.conf,
+                namespaces,
+                system=True,
+                entries=lambda items: read_backing_state(items).items(),
+            )

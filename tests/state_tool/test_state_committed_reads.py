@@ -38,8 +38,7 @@ from statefulbolts import (
     TransactionalTopologyBuilder,
 )
 from statefulbolts.errors import StateToolError, TopologyFailedError
-from statefulbolts.runtime._runner import merged_state
-from statefulbolts.state import read_state
+from statefulbolts.state import merged_state, read_state
 from statefulbolts.state._read import committed_items
 from statefulbolts.transactional._maps import read_backing_state
 
