@@ -46,8 +46,9 @@ from pathlib import Path
 from typing import Any
 
 from checkpoint import TxPhase
+from checkpoint.status import checkpoint_status
 from providers import StateFactory
-from recovery import RecoveryTracker, checkpoint_status, exit_status
+from recovery import RecoveryTracker, exit_status
 from statefulbolts import Fields, StormTopology, TopologyBuilder
 from statefulbolts.redis_stream import RedisStreamSpout, load_stream, pending_count
 

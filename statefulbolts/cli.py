@@ -372,8 +372,8 @@ def _supervise(args: argparse.Namespace) -> int:
 
 
 def _cmd_checkpoint_status(args: argparse.Namespace) -> int:
+    from checkpoint.status import checkpoint_status, stateful_tasks
     from recovery.lease import describe_lease
-    from recovery.status import checkpoint_status, stateful_tasks
 
     conf = Config(load_config_file(args.conf))
     tasks = None
@@ -385,7 +385,7 @@ def _cmd_checkpoint_status(args: argparse.Namespace) -> int:
         tasks = stateful_tasks(topology)
     status = checkpoint_status(conf, args.topology, tasks)
     if not status.found:
-        from recovery.status import stored_topologies
+        from checkpoint.status import stored_topologies
 
         stored = stored_topologies(conf)
         if stored is not None:
@@ -411,7 +411,7 @@ def _cmd_checkpoint_status(args: argparse.Namespace) -> int:
 
 
 def _cmd_checkpoint_list(args: argparse.Namespace) -> int:
-    from recovery.status import last_committed_txid, stored_topologies
+    from checkpoint.status import last_committed_txid, stored_topologies
 
     conf = Config(load_config_file(args.conf))
     found = stored_topologies(conf)

@@ -179,7 +179,7 @@ def _cmd_get(args: argparse.Namespace) -> int:
 def _resume(conf: Mapping[str, Any], header: Mapping[str, Any]) -> dict[str, Any]:
     """Where the topology stands in ``conf``'s provider: what a restart will run."""
     if header["scope"] == "topology":
-        from recovery.status import checkpoint_status
+        from checkpoint.status import checkpoint_status
 
         status = checkpoint_status(conf, header["name"], tasks=[])
         cp = status.checkpoint

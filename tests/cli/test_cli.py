@@ -23,9 +23,10 @@ from recovery_topologies import run_driver_process
 from redis_fixtures import free_port
 
 from checkpoint import TX_STATE_KEY, CheckPointState, TxPhase
+from checkpoint.status import recovery_actions
 from examples.corpus import sentence, words
 from providers import StateFactory
-from recovery import RecoveryTracker, RestartPolicy, exit_status, recovery_actions, supervise
+from recovery import RecoveryTracker, RestartPolicy, exit_status, supervise
 from statefulbolts import cli
 from statefulbolts.errors import (
     ConfigError,

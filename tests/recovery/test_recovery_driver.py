@@ -27,9 +27,9 @@ import pytest
 from recovery_topologies import read_hooks, run_driver_process
 
 from checkpoint import CheckPointState, TxPhase
+from checkpoint.status import checkpoint_status
 from examples.corpus import sentence, words
 from providers import StateFactory
-from recovery import checkpoint_status
 from statefulbolts.redis_stream import load_stream, pending_count
 
 pytestmark = [pytest.mark.spark, pytest.mark.redis]

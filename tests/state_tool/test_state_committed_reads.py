@@ -21,6 +21,7 @@ from typing import Any
 import pytest
 import topologies as topo
 
+from checkpoint.status import checkpoint_status
 from examples.wordcount import SentenceSpout, SplitSentence, WordCount, expected_counts
 from providers import (
     STATE_PROVIDER_CONFIG_KEY,
@@ -30,7 +31,6 @@ from providers import (
     StateFactory,
     StateProvider,
 )
-from recovery.status import checkpoint_status
 from statefulbolts import (
     Fields,
     MemoryTransactionalSpout,

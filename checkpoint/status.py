@@ -1,12 +1,15 @@
 """Where a topology's checkpoint stands in its state provider, and what a restart would do.
 
-Read-only: it opens the checkpoint spout's state (``<topology>/$checkpointspout-0``, key
-``__state``, value ``[txid, phase]``) and each stateful task's state (``<topology>/<bolt>-<task>``)
-and reports their ``committed_txid`` / ``prepared_txid``. The stateful tasks come from the
-topology (when given) or from the provider's own list of the namespaces it holds
-(``StateProvider.namespaces``; none when the provider cannot list). Every state is opened as a
-system state (``StateFactory.get_system_state``): the spout's record is the framework's, and of a
-task's state only the txids are read, so the user's key and value classes need not be importable.
+The checkpoint protocol's report for tools (``statefulbolts checkpoint status | list``, the state
+tool's export and import): what a restart runs is read off ``CheckPointState``'s transition
+tables, the last committed txid off ``CheckPointState.committed_txid``. Read-only: it opens the
+checkpoint spout's state (``<topology>/$checkpointspout-0``, key ``__state``, value ``[txid,
+phase]``) and each stateful task's state (``<topology>/<bolt>-<task>``) and reports their
+``committed_txid`` / ``prepared_txid``. The stateful tasks come from the topology (when given)
+or from the provider's own list of the namespaces it holds (``StateProvider.namespaces``; none
+when the provider cannot list). Every state is opened as a system state
+(``StateFactory.get_system_state``): the spout's record is the framework's, and of a task's
+state only the txids are read, so the user's key and value classes need not be importable.
 
 Example:
     >>> status = checkpoint_status(conf, "wordcount")  # doctest: +SKIP
@@ -22,7 +25,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from checkpoint import TX_STATE_KEY, CheckPointState, TxPhase
+from checkpoint._state import CheckPointState, TxPhase
+from checkpoint.spout import TX_STATE_KEY
 from providers import KeyValueState, Lease, StateFactory, get_provider, provider_name
 from recovery.lease import lease_as_dict, read_lease
 from statefulbolts.namespaces import (
