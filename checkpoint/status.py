@@ -11,6 +11,9 @@ when the provider cannot list). Every state is opened as a system state
 (``StateFactory.get_system_state``): the spout's record is the framework's, and of a task's
 state only the txids are read, so the user's key and value classes need not be importable.
 
+``RECOVERY_ACTIONS`` is what a restarted driver's transaction events show of its recovery, for
+``recovery.supervise``, from the same tables.
+
 Example:
     >>> status = checkpoint_status(conf, "wordcount")  # doctest: +SKIP
     >>> print(status.checkpoint, status.on_restart)  # doctest: +SKIP
@@ -25,10 +28,11 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from checkpoint._state import CheckPointState, TxPhase
+from checkpoint._state import Action, CheckPointState, TxPhase
 from checkpoint.spout import TX_STATE_KEY
 from providers import KeyValueState, Lease, StateFactory, get_provider, provider_name
 from recovery.lease import lease_as_dict, read_lease
+from recovery.supervisor import RecoveryActions
 from statefulbolts.namespaces import (
     RECORD_MARK,
     TRANSACTIONAL_ROOT,
@@ -39,6 +43,7 @@ from statefulbolts.namespaces import (
 from statefulbolts.topology import StormTopology
 
 __all__ = [
+    "RECOVERY_ACTIONS",
     "CheckpointStatus",
     "TaskStatus",
     "checkpoint_status",
@@ -115,6 +120,25 @@ def recovery_actions(saved: CheckPointState | None) -> list[str]:
         if nxt == state:
             return actions
         state = nxt
+
+
+def _recovery_steps() -> RecoveryActions:
+    """What a recovering checkpoint spout emits, and what ends its recovery, by its tables.
+
+    A recovering spout's action from each phase (ROLLBACK, COMMIT, INITSTATE); the recovery
+    ends with the action of the state it stays in (INITSTATE of COMMITTED); after it, an action
+    that makes a transaction durable (COMMIT) is progress.
+    """
+    states = [CheckPointState(0, phase) for phase in TxPhase]
+    return RecoveryActions(
+        recovering=[s.next_action(True) for s in states],
+        ends=[s.next_action(True) for s in states if s.next_state(True) == s],
+        progress=[a for a in Action if a.makes_durable],
+    )
+
+
+# The checkpoint protocol's recovery as its driver's transaction events show it.
+RECOVERY_ACTIONS = _recovery_steps()
 
 
 def stateful_tasks(topology: StormTopology) -> list[tuple[str, int]]:

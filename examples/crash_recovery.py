@@ -46,7 +46,7 @@ from pathlib import Path
 from typing import Any
 
 from checkpoint import TxPhase
-from checkpoint.status import checkpoint_status
+from checkpoint.status import RECOVERY_ACTIONS, checkpoint_status
 from providers import StateFactory
 from recovery import RecoveryTracker, exit_status
 from statefulbolts import Fields, StormTopology, TopologyBuilder
@@ -112,7 +112,7 @@ def run_child(conf_path: Path, name: str, log: Path, timeout: float) -> dict[str
     cmd = [sys.executable, "-m", "statefulbolts.cli", "run", spec]
     cmd += ["--conf", str(conf_path), "--name", name, "--json"]
     started = time.monotonic()
-    tracker = RecoveryTracker()
+    tracker = RecoveryTracker(RECOVERY_ACTIONS)
     recovered_after = None
     transactions: list[dict[str, Any]] = []
     with open(log, "a", encoding="utf-8") as err:

@@ -26,6 +26,7 @@ from recovery.retry import RetryBudget, RetryPolicy, backend_outage, transaction
 from recovery.supervisor import (
     BAD_INPUT_EXIT_CODE,
     TIMEOUT_EXIT_CODE,
+    RecoveryActions,
     RecoveryTracker,
     RestartPolicy,
     exit_status,
@@ -42,6 +43,7 @@ __all__ = [
     "FaultPlan",
     "InjectedFault",
     "KillPoint",
+    "RecoveryActions",
     "RecoveryTracker",
     "RestartPolicy",
     "RetryBudget",

@@ -300,7 +300,13 @@ def _child_command(args: argparse.Namespace, *, first: bool = True) -> list[str]
 
 
 def _supervise(args: argparse.Namespace) -> int:
-    from recovery.supervisor import RestartPolicy, supervise
+    from checkpoint.status import RECOVERY_ACTIONS
+    from recovery.supervisor import RecoveryActions, RestartPolicy, supervise
+    from statefulbolts.transactional import BatchAction
+
+    # The child runs either protocol: a checkpointed one recovers by the checkpoint's actions
+    # (a transactional one replays in its normal batches), and either's commit is progress.
+    recovery = RECOVERY_ACTIONS | RecoveryActions(progress=[BatchAction.COMMIT])
 
     # Fail on bad arguments and config here, before any child starts.
     if args.conf:
@@ -364,6 +370,7 @@ def _supervise(args: argparse.Namespace) -> int:
             policy,
             on_line=on_line,
             on_event=on_event,
+            recovery=recovery,
             env=env,
             restart_command=_child_command(args, first=False),
         )
