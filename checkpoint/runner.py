@@ -50,6 +50,7 @@ from checkpoint._spouts import SpoutTask, SpoutTasks
 from checkpoint._state import Action, TxPhase
 from checkpoint._ticks import TickSchedule
 from checkpoint._txstart import TransactionStarts
+from checkpoint.progress import CheckpointProgress
 from checkpoint.spout import CheckpointSpout
 from providers import (
     FATAL_STATE_ERRORS,
@@ -281,29 +282,26 @@ class CheckpointRunner(TopologyRunner):
             raise
 
     def _evolve(self) -> None:
-        """Bring the stored state to this topology's shape, or refuse (``recovery.evolve``)."""
+        """Bring the stored state to this topology's shape, or refuse (``recovery.evolve``).
+
+        Not waited out: a store that cannot be reached fails the submit at once, as the
+        checkpoint spout's own open does.
+        """
         tc, name = self.tc, self.name
-        command = (
-            f"statefulbolts state evolve --conf <config file> --topology {name} "
-            "--topology-module <module>:<function building the topology>"
+        self.evolution = evolve(
+            self.conf,
+            topology_prefix(name),
+            self.wanted,
+            progress=CheckpointProgress(),
+            renames=tc.state_renames,
+            mode=tc.state_evolve,
+            allow_orphaned=tc.state_allow_orphaned,
+            faults=self.faults,
+            command=(
+                f"statefulbolts state evolve --conf <config file> --topology {name} "
+                "--topology-module <module>:<function building the topology>"
+            ),
         )
-
-        def run() -> EvolutionReport:
-            return evolve(
-                self.conf,
-                topology_prefix(name),
-                self.wanted,
-                checkpointed=True,
-                renames=tc.state_renames,
-                mode=tc.state_evolve,
-                allow_orphaned=tc.state_allow_orphaned,
-                faults=self.faults,
-                command=command,
-            )
-
-        # Not waited out: a store that cannot be reached fails the submit at once, as the
-        # checkpoint spout's own open does.
-        self.evolution = run()
 
     def _open_checkpoint_spout(self) -> None:
         cp = CheckpointSpout(self.clock)

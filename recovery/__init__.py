@@ -8,6 +8,8 @@ checkpoint's transaction manifest (``checkpoint.TransactionManifest``) and its s
 from recovery.evolve import (
     EvolutionPlan,
     EvolutionReport,
+    StagedRecords,
+    StoredProgress,
     Wanted,
     evolve,
     plan_evolution,
@@ -48,6 +50,8 @@ __all__ = [
     "RestartPolicy",
     "RetryBudget",
     "RetryPolicy",
+    "StagedRecords",
+    "StoredProgress",
     "TaskFault",
     "Wanted",
     "backend_outage",

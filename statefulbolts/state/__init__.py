@@ -15,7 +15,7 @@ config names, and reading never changes it.
   is laid out (parallelism, key groups, serializers, state version), recorded beside it; and
   the two steps that move a component's committed state to another layout, resumably
   (``stage``, ``swap``, ``empty``), which ``recovery.evolve`` runs at start and
-  ``recovery.offline`` on a stopped topology.
+  ``statefulbolts.offline`` on a stopped topology.
 
 The command line is ``statefulbolts state dump | get | export | import | verify``. The
 in-memory provider's state lives in the process that ran the topology, so it can be read and

@@ -28,11 +28,11 @@ from typing import Any
 
 from providers import provider_name
 from recovery.evolve import EvolutionReport
-from recovery.offline import drop, evolve_to_topology, rename, rescale, stored_shape
 from statefulbolts._load import load_topology
 from statefulbolts.config import Config, load_config_file
 from statefulbolts.errors import StateToolError, TopologyError
 from statefulbolts.namespaces import topology_prefix, transactional_prefix
+from statefulbolts.offline import drop, evolve_to_topology, rename, rescale, stored_shape
 from statefulbolts.transactional import TransactionalTopology
 
 __all__ = ["add_shape_commands"]
@@ -48,7 +48,7 @@ def _conf(args: argparse.Namespace) -> Config:
         msg = (
             f"{provider_name(conf)} keeps a topology's state in the memory of the driver process "
             "that ran it, and this command runs in a new process, which holds none. Use a "
-            "durable provider (Redis, SQLite) in --conf, or call recovery.offline (rescale, "
+            "durable provider (Redis, SQLite) in --conf, or call statefulbolts.offline (rescale, "
             "rename, drop, evolve_to_topology) from Python in the driver process"
         )
         raise StateToolError(msg)

@@ -98,6 +98,7 @@ from statefulbolts.transactional._spouts import (
 )
 from statefulbolts.transactional._task import BatchFailed, EmitResult
 from statefulbolts.transactional._topology import TransactionalTopology
+from statefulbolts.transactional.progress import TransactionalProgress
 
 __all__ = ["TransactionalRunner"]
 
@@ -249,28 +250,25 @@ class TransactionalRunner(TopologyRunner):
             raise
 
     def _evolve(self) -> None:
-        """Bring the committers' stored maps to this topology's shape, or refuse."""
+        """Bring the committers' stored maps to this topology's shape, or refuse.
+
+        Not waited out: a store that cannot be reached fails the submit at once.
+        """
         tc, tid = self.tc, self.topology.transactional_id
-        command = (
-            f"statefulbolts state evolve --conf <config file> --id {tid} "
-            "--topology-module <module>:<function building the topology>"
+        self.evolution = evolve(
+            self.conf,
+            transactional_prefix(tid),
+            self.wanted,
+            progress=TransactionalProgress(),
+            renames=tc.state_renames,
+            mode=tc.state_evolve,
+            allow_orphaned=tc.state_allow_orphaned,
+            faults=self.faults,
+            command=(
+                f"statefulbolts state evolve --conf <config file> --id {tid} "
+                "--topology-module <module>:<function building the topology>"
+            ),
         )
-
-        def run() -> EvolutionReport:
-            return evolve(
-                self.conf,
-                transactional_prefix(tid),
-                self.wanted,
-                checkpointed=False,
-                renames=tc.state_renames,
-                mode=tc.state_evolve,
-                allow_orphaned=tc.state_allow_orphaned,
-                faults=self.faults,
-                command=command,
-            )
-
-        # Not waited out: a store that cannot be reached fails the submit at once.
-        self.evolution = run()
 
     def _system_state(self, namespace: str) -> KeyValueState:
         state = StateFactory.get_system_state(namespace, self.conf)

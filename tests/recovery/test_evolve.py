@@ -21,11 +21,12 @@ from providers import (
     StateLostError,
     get_provider,
 )
-from recovery.evolve import Wanted, evolve, plan_evolution
+from recovery.evolve import Wanted
 from recovery.faults import KillPoint
 from statefulbolts import StatefulBolt
 from statefulbolts.errors import StateEvolutionError
 from statefulbolts.keygroups import KeyGroups
+from statefulbolts.offline import evolve, plan_evolution
 from statefulbolts.state import (
     ComponentShape,
     Partitioning,
