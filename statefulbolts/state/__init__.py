@@ -41,13 +41,16 @@ from statefulbolts.state._format import FORMAT, VERSION, NamespaceInfo, StateFil
 from statefulbolts.state._layout import LayoutRule, legacy_hash
 from statefulbolts.state._move import ImportResult, export_state, import_state, read_info
 from statefulbolts.state._read import (
+    Row,
     committed_items,
     get_value,
+    iter_rows,
     iter_state,
     merged_state,
     read_state,
 )
 from statefulbolts.state._redistribute import LayoutError, Stage, empty, open_image, stage, swap
+from statefulbolts.state._scope import Scope, driver_owned
 from statefulbolts.state._shape import (
     ComponentShape,
     Partitioning,
@@ -67,14 +70,18 @@ __all__ = [
     "LayoutRule",
     "NamespaceInfo",
     "Partitioning",
+    "Row",
+    "Scope",
     "Stage",
     "StateFileInfo",
     "StoredShape",
     "committed_items",
+    "driver_owned",
     "empty",
     "export_state",
     "get_value",
     "import_state",
+    "iter_rows",
     "iter_state",
     "legacy_hash",
     "merged_state",

@@ -33,6 +33,7 @@ from statefulbolts.config import Config, load_config_file
 from statefulbolts.errors import StateToolError, TopologyError
 from statefulbolts.namespaces import topology_prefix, transactional_prefix
 from statefulbolts.offline import drop, evolve_to_topology, rename, rescale, stored_shape
+from statefulbolts.state import driver_owned
 from statefulbolts.transactional import TransactionalTopology
 
 __all__ = ["add_shape_commands"]
@@ -41,8 +42,6 @@ NOT_FOUND_EXIT_CODE = 1
 
 
 def _conf(args: argparse.Namespace) -> Config:
-    from statefulbolts.state._scope import driver_owned
-
     conf = Config(load_config_file(args.conf))
     if driver_owned(conf) is not None:
         msg = (
