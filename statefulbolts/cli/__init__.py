@@ -8,7 +8,7 @@
     statefulbolts transactional status|list ...             (see statefulbolts.cli.status)
     statefulbolts state dump|get|export|import|verify ...   (see statefulbolts.cli.state)
     statefulbolts state shape|evolve|rescale|rename|drop ...
-    statefulbolts deadletter list|show|replay|purge ...     (see statefulbolts.deadletter.cli)
+    statefulbolts deadletter list|show|replay|purge ...     (see statefulbolts.cli.deadletter)
 
 ``ATTR`` is a ``StormTopology`` or a ``TransactionalTopology`` (or their builder), or a function
 called with no arguments that returns one (``examples.wordcount:topology``). ``MODULE`` is
@@ -63,10 +63,10 @@ from providers import FATAL_STATE_ERRORS, ProviderNotFoundError, get_provider, p
 from recovery.supervisor import BAD_INPUT_EXIT_CODE, TIMEOUT_EXIT_CODE
 from statefulbolts._load import EXAMPLE_SPEC, load_topology
 from statefulbolts._output import print_event, print_line
+from statefulbolts.cli.deadletter import add_deadletter_commands
 from statefulbolts.cli.state import add_state_commands
 from statefulbolts.cli.status import add_status_commands
 from statefulbolts.config import Config, load_config_file, validate_config
-from statefulbolts.deadletter.cli import add_deadletter_commands
 from statefulbolts.errors import (
     ConfigError,
     StateBackendError,
