@@ -17,7 +17,9 @@ COMMITTING(t)   COMMIT(t)           ``commit(t)``    COMMITTED(t)
 COMMITTED(t)    INITSTATE(t)        nothing          COMMITTED(t)
 ==============  ==================  ===============  =====================
 
-Moved state is staged at ``T``; new tasks are given empty state committed at ``T``.
+Moved state is staged at ``T``; new tasks are given empty state committed at ``T``, also when
+nothing moves and the recovery is left to the checkpoint spout: it then finds them as it finds
+every task it settles.
 """
 
 from __future__ import annotations
@@ -66,7 +68,8 @@ class CheckpointProgress:
     ) -> int | None:
         """Check every task against the checkpoint; settle its transaction if ``settle``.
 
-        Returns the committed txid ``T`` every task then holds (``None``: nothing committed).
+        Returns the committed txid ``T`` of the settled state (``None``: nothing committed):
+        what every task holds once settled, here or by the recovery that follows.
 
         Raises:
             StateLostError: a task's store does not hold what the checkpoint says it must, or
@@ -84,14 +87,15 @@ class CheckpointProgress:
         action = cur.next_action(True)
         for state in states.values():
             check_stored_txids(state, action, cur.txid)
+        # Settled or not, a new task given empty state at the settled txid passes the check of
+        # the recovery's first action (ROLLBACK(t) needs t - 1; COMMIT(t) takes t).
         settled = cur.next_state(True)
-        if not settle or settled == cur:
-            return cur.txid if cur.txid >= 0 else None
-        for state in states.values():
-            _run(action, state, cur.txid)
-        cp_state.put(TX_STATE_KEY, settled.to_value())
-        cp_state.commit()
-        log.info("%s: settled %s as %s before moving its state", label, cur, settled)
+        if settle and settled != cur:
+            for state in states.values():
+                _run(action, state, cur.txid)
+            cp_state.put(TX_STATE_KEY, settled.to_value())
+            cp_state.commit()
+            log.info("%s: settled %s as %s before moving its state", label, cur, settled)
         return settled.committed_txid
 
     def staged_txid(
