@@ -30,16 +30,23 @@ from collections.abc import Mapping
 from typing import Any
 
 from checkpoint.progress import CheckpointProgress
-from providers import get_provider
+from providers import KeyValueState, StateFactory, get_provider
 from recovery.evolve import EvolutionPlan, EvolutionReport, StoredProgress, Wanted, wanted_shapes
 from recovery.evolve import evolve as evolve_through
 from recovery.evolve import plan_evolution as plan_through
 from statefulbolts.config import validate_config
-from statefulbolts.errors import StateEvolutionError, StateNotFoundError
+from statefulbolts.errors import StateEvolutionError, StateNotFoundError, StateToolError
 from statefulbolts.keygroups import component_key_groups
 from statefulbolts.listeners import NO_FAULTS, FaultListener
 from statefulbolts.namespaces import TaskNamespace, transactional_id_of, window_prefix
-from statefulbolts.state import Partitioning, StoredShape, empty, read_shape, shape_namespace
+from statefulbolts.state import (
+    Partitioning,
+    StoredShape,
+    empty,
+    read_shape,
+    shape_namespace,
+    write_shape,
+)
 from statefulbolts.topology import StormTopology
 from statefulbolts.transactional import TransactionalTopology
 from statefulbolts.transactional.progress import TransactionalProgress
@@ -116,8 +123,6 @@ def plan_evolution(
 
 def stored_shape(conf: Mapping[str, Any], prefix: str) -> StoredShape | None:
     """The shape recorded under ``prefix`` (``None``: none recorded)."""
-    from providers import KeyValueState, StateFactory
-
     state = StateFactory.get_system_state(shape_namespace(prefix), conf)
     assert isinstance(state, KeyValueState)  # noqa: S101 - every provider's state is one
     return read_shape(state)
@@ -249,8 +254,6 @@ def drop(conf: Mapping[str, Any], prefix: str, component: str | None = None) -> 
     """
     listed = get_provider(conf).namespaces(conf, prefix)
     if listed is None:
-        from statefulbolts.errors import StateToolError
-
         msg = f"the provider cannot list what it holds under {prefix!r}, so nothing was dropped"
         raise StateToolError(msg)
     system = progress_of(prefix).system
@@ -274,9 +277,6 @@ def drop(conf: Mapping[str, Any], prefix: str, component: str | None = None) -> 
     if component is not None:
         shape = stored_shape(conf, prefix)
         if shape is not None and component in shape.components:
-            from providers import KeyValueState, StateFactory
-            from statefulbolts.state import write_shape
-
             remaining = {c: s for c, s in shape.components.items() if c != component}
             state = StateFactory.get_system_state(shape_namespace(prefix), conf)
             assert isinstance(state, KeyValueState)  # noqa: S101
