@@ -74,6 +74,8 @@ class ExecutionPlan:
         self.parallelism = [s.parallelism for s in specs]
         self.is_spout = [s.is_spout for s in specs]
         self.executor = [s.executor for s in specs]
+        # ``module.qualname`` of each component's class: errors raised outside a task name it.
+        self.user_classes = [s.user_class for s in specs]
         self.task_ids = [topology.task_ids(cid) for cid in self.component_ids]
         self.streams: list[list[str]] = [sorted(s.outputs) for s in specs]
         self.stream_index: list[dict[str, int]] = [
