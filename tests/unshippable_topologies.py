@@ -103,6 +103,17 @@ class ShippingTag(BasicBolt):
         declarer.declare(Fields("word"))
 
 
+class Unshipped(BasicBolt):
+    """Passes words on; a value that is not a ``str`` goes on as the word ``unshipped``."""
+
+    def execute(self, tuple: Any, collector: Any) -> None:  # noqa: A002
+        word = tuple.get_value(0)
+        collector.emit([word if isinstance(word, str) else "unshipped"])
+
+    def declare_output_fields(self, declarer: Any) -> None:
+        declarer.declare(Fields("word"))
+
+
 class LockSpout(ValueSpout):
     """``ValueSpout`` of sentences that emits a lock in place of the one at ``poisoned``."""
 
@@ -119,13 +130,22 @@ class LockSpout(ValueSpout):
         self.collector.emit([threading.Lock()], message_id=i)
 
 
-def wordcount(spout: Any, split: Any = None, tag: Any = None) -> StormTopology:
-    """``sentences`` -> ``split`` (default: the examples') [-> ``tag``, one task] -> ``count``."""
+def wordcount(
+    spout: Any, split: Any = None, tag: Any = None, *, chained: bool = False
+) -> StormTopology:
+    """``sentences`` -> ``split`` (default: the examples') [-> ``tag``] -> ``count``.
+
+    ``tag`` has one task, fed by shuffle; ``chained``: as many as ``split``, chained to it
+    (local-or-shuffle: one Python task runs both, and what ``split`` sends it is never pickled).
+    """
     builder = TopologyBuilder()
     builder.set_spout("sentences", spout, 1)
     builder.set_bolt("split", split or SplitSentence(), 2).shuffle_grouping("sentences")
     counted = "split"
-    if tag is not None:
+    if tag is not None and chained:
+        builder.set_bolt("tag", tag, 2).local_or_shuffle_grouping("split")
+        counted = "tag"
+    elif tag is not None:
         builder.set_bolt("tag", tag, 1).shuffle_grouping("split")
         counted = "tag"
     builder.set_bolt("count", WordCount(), 2).fields_grouping(counted, Fields("word"))

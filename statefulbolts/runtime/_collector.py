@@ -59,8 +59,12 @@ class TaskCollector(OutputCollector):
         txid: int,
         name: str,
         data_free: str | None = None,
+        pipelined: frozenset[int] = frozenset(),
     ) -> None:
         self.comp, self.task = comp, task
+        # Destinations reached without leaving this Python task (``JobLayout.pipelined``): their
+        # batches go on as objects, as Spark pipelines them, and are never sealed.
+        self._pipelined = pipelined
         self._task_id = plan.task_ids[comp][task]
         self._name = name
         self._flat_action = data_free
@@ -425,12 +429,16 @@ class TaskCollector(OutputCollector):
     def seal(self) -> Unsealed | None:
         """Pickle every values column emitted into since it was last sealed; the first that fails.
 
+        A batch for a pipelined destination is not pickled: it never leaves the Python task.
+
         Called by the task when its tuples are executed, and again when it ends (what a
         protocol's ``finish`` emitted): a column nothing was emitted into since is not pickled
         again. ``None``: every batch is sealed.
         """
-        sealed = self._sealed
+        sealed, pipelined = self._sealed, self._pipelined
         for key, batch in self.batches.items():
+            if key[0] in pipelined:
+                continue
             n = len(batch[0])
             done = sealed.get(key)
             if done is not None and done[0] == n:
@@ -444,10 +452,14 @@ class TaskCollector(OutputCollector):
     def records(self) -> Iterator[TupleBatch]:
         """Everything emitted, a sealed ``TupleBatch`` per (destination task, stream).
 
-        Every batch must be sealed (``seal`` returned ``None``) since its last emit.
+        Every batch must be sealed (``seal`` returned ``None``) since its last emit, but one for
+        a pipelined destination, which goes on unsealed.
         """
-        comp, task, sealed = self.comp, self.task, self._sealed
+        comp, task, sealed, pipelined = self.comp, self.task, self._sealed, self._pipelined
         for key, (vals, roots, more) in self.batches.items():
+            if key[0] in pipelined:
+                yield TupleBatch(key[0], key[1], comp, task, key[2], vals, id_column(roots), more)
+                continue
             n, data = sealed[key]
             if n != len(vals):
                 msg = f"batch {key} of {self._name!r} emitted into after it was sealed"

@@ -335,6 +335,16 @@ class JobLayout:
         """The slot of ``(comp, task)`` in ``stage``."""
         return self._slot_of[stage][(comp, task)]
 
+    def pipelined(self, stage: int) -> frozenset[int]:
+        """The components a record emitted in ``stage`` reaches through narrow boundaries only.
+
+        Spark runs those stages in one Python task: what goes to them is never pickled.
+        """
+        last = self._chained_to[stage]
+        return frozenset(
+            comp for comp, at in enumerate(self.stage_of) if at is not None and stage < at <= last
+        )
+
     def key_for(self, stage: int, dest: int, task: int) -> int:
         """The partition in stage ``stage + 1`` of a record bound for ``(dest, task)``."""
         nxt = stage + 1

@@ -6,7 +6,9 @@ whatever Spark would ship ships), and the batch travels *sealed*: its ``values``
 bytes. Spark then pickles a ``bytes`` (a copy), and the task the batch is for unpickles the
 column (``TupleBatch.unsealed``), as Spark would have. Both engines run it, in the task code
 (``run_task``): an inline job ships what a Spark job ships and fails where a Spark job fails.
-The driver seals the spout tuples it ships into a job the same way (``seal_inputs``).
+The driver seals the spout tuples it ships into a job the same way (``seal_inputs``). A batch
+for a stage Spark pipelines into the same Python task (``JobLayout.pipelined``) is never
+pickled, by Spark or here: it goes on as objects (a count chained to its sink pickles nothing).
 
 Why here and not in Spark: a value that cannot be pickled (a lock, a generator, a dict nested
 a thousand deep) failed inside PySpark's serializer, after the task, naming no component and

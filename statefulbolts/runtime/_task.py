@@ -132,7 +132,10 @@ def run_task(
     topology = _load_topology(topology_blob)
     spec = topology.component(job.plan.component_ids[comp])
     context = TopologyContext(topology, job.topology_name, spec.id, task)
-    collector = TaskCollector(job.plan, comp, task, job.txid, spec.id, job.program.data_free)
+    pipelined = job.layout.pipelined(stage)
+    collector = TaskCollector(
+        job.plan, comp, task, job.txid, spec.id, job.program.data_free, pipelined
+    )
     gc_enabled = gc.isenabled()
     gc.disable()
     failing: list[Tuple] = []  # the data tuple being executed when the task raised

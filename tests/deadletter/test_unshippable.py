@@ -139,6 +139,25 @@ def test_of_a_sentence_s_words_the_one_that_emitted_it_is_named(engine_cluster: 
     assert record.message == us.line("lock", "tag", 0, "word")
 
 
+@pytest.mark.parametrize("engine_cluster", ENGINES, indirect=True)
+def test_a_value_that_never_leaves_its_python_task_is_not_refused(engine_cluster: Any) -> None:
+    """``tag`` is chained to ``split``: Spark runs both in one Python task and pickles nothing
+    between them, so a lock ``split`` sends it is no error (nor is it on the inline engine);
+    ``tag`` sends the word ``unshipped`` on in its place."""
+    name = topo.new_key("ship-chained")
+    lines = dl.sentences(N, [POISONED])
+    spout = topo.ValueSpout(name, lines, fields=("sentence",))
+    topology = us.wordcount(spout, us.ShippingSplit("lock"), us.Unshipped(), chained=True)
+    run = _run(engine_cluster, name, topology)
+
+    expected = dl.counts(lines)
+    expected["unshipped"] = expected.pop(dl.POISON)
+    assert run["count"] == dict(expected)
+    assert DeadLetterStore({}, topology=name).records() == []
+    assert _failed_prepares(run["metrics"]) == []
+    assert topo.record(name).acks == collections.Counter(range(N))
+
+
 # ------------------------------------------------------------------------ a spout's value
 @pytest.mark.parametrize("engine_cluster", ENGINES, indirect=True)
 def test_a_driver_spout_s_tuple_that_does_not_pickle_is_its_own_dead_letter(
