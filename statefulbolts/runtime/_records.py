@@ -142,7 +142,8 @@ class JobResult:
 
     ``acks`` holds only roots whose XOR is not zero (a root every task reported nothing for had
     each tuple of its tree acked exactly once); ``outputs`` holds the tuples the job's tasks
-    emitted for components outside the job, for the protocol to use; ``aborted`` says a task's
+    emitted for components outside the job, for the protocol to use (sealed, as they travelled:
+    a next job takes them as they are, ``TupleBatch.column`` reads them); ``aborted`` says a task's
     protocol failed it (its report's ``result`` says why) and the tasks after it were skipped.
     """
 

@@ -23,6 +23,7 @@ No pyspark here but its cloudpickle, imported on the first seal.
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
@@ -62,10 +63,15 @@ def seal_column(values: list[Any]) -> bytes:
     Raises:
         Exception: whatever pickling a value raised (``PicklingError``, ``TypeError``, ...).
     """
+    data: bytes = _cloudpickle().dumps(values, _PROTOCOL)
+    return data
+
+
+@functools.cache
+def _cloudpickle() -> Any:
     from pyspark import cloudpickle
 
-    data: bytes = cloudpickle.dumps(values, _PROTOCOL)
-    return data
+    return cloudpickle
 
 
 class Unshippable(NamedTuple):
