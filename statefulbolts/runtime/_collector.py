@@ -2,12 +2,12 @@
 
 An emit appends the tuple's value and the root of its anchor to the batch of each destination
 task (``TupleBatch`` columns, see ``_records``); the XOR ids that acking needs are made by the
-task a tuple is delivered to (``statefulbolts.acker``), so an emit computes none. The task seals
-the batches (``seal``: each values column pickled once, ``_sealing``) before it hands them on
-(``records``); an emit checks nothing. Most emits take
-one fast path (one anchor on one tree, a one-field stream routed by fields grouping on that
-field, a ``str`` value seen before): that path lives here, in ``TaskCollector.emit`` and its copy
-in ``_TaskBasicCollector.emit``, and nowhere else.
+task a tuple is delivered to (``statefulbolts.acker``), so an emit computes none, and checks
+nothing: the task seals the batches (``seal``: each values column pickled once, ``_sealing``)
+before it hands them on (``records``). Most emits take one fast path (one anchor on one tree, a
+one-field stream routed by fields grouping on that field, a ``str`` value seen before): that
+path lives here, in ``TaskCollector.emit`` and its copy in ``_TaskBasicCollector.emit``, and
+nowhere else.
 
 No pyspark here: this module runs inside Spark's Python workers but is plain Python.
 """
@@ -429,11 +429,10 @@ class TaskCollector(OutputCollector):
     def seal(self) -> Unsealed | None:
         """Pickle every values column emitted into since it was last sealed; the first that fails.
 
-        A batch for a pipelined destination is not pickled: it never leaves the Python task.
-
         Called by the task when its tuples are executed, and again when it ends (what a
         protocol's ``finish`` emitted): a column nothing was emitted into since is not pickled
-        again. ``None``: every batch is sealed.
+        again, nor is one for a pipelined destination (it never leaves the Python task).
+        ``None``: every batch is sealed.
         """
         sealed, pipelined = self._sealed, self._pipelined
         for key, batch in self.batches.items():

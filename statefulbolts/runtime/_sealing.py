@@ -141,7 +141,7 @@ def unshippable(
     )
 
 
-def field_name(plan: ExecutionPlan, comp: int, stream: int, found: Unshippable) -> str:
+def _field_name(plan: ExecutionPlan, comp: int, stream: int, found: Unshippable) -> str:
     """The name of the field ``found`` is in (the stream's own fields, after the job's lead)."""
     names = plan.fields[comp][stream].to_list()[plan.lead :]
     position = 0 if found.field is None else found.field
@@ -210,7 +210,7 @@ def _spout_tuple_error(plan: ExecutionPlan, batch: TupleBatch) -> UnshippableVal
         plan.component_ids[src],
         batch.src_task,
         plan.streams[src][s],
-        field_name(plan, src, s, found),
+        _field_name(plan, src, s, found),
         found,
     )
     return UnshippableValueError(line, facts)
@@ -253,7 +253,7 @@ def unshippable_error(
     found = find_unshippable(values, width)
     if found is None:  # the column as a whole, not one value of it
         found = Unshippable(0, None, values, error)
-    line = unshippable(kind, name, task, stream_name, field_name(plan, comp, stream, found), found)
+    line = unshippable(kind, name, task, stream_name, _field_name(plan, comp, stream, found), found)
     root = int(roots[found.row]) if roots else 0
     extra = (more or {}).get(found.row, ())
     if plan.is_spout[comp] or not root:
@@ -275,7 +275,7 @@ def unshippable_error(
     if len(candidates) > 1:
         blamed = _emitting(plan, comp, batches, candidates, again) or blamed
     b, _first, i = blamed
-    return UnshippableValueError(line, input_facts(plan, task, b, i))
+    return UnshippableValueError(line, _input_facts(plan, task, b, i))
 
 
 def _emitting(
@@ -300,7 +300,7 @@ def _emitting(
     return None
 
 
-def input_facts(plan: ExecutionPlan, task: int, batch: TupleBatch, i: int) -> FailingTuple:
+def _input_facts(plan: ExecutionPlan, task: int, batch: TupleBatch, i: int) -> FailingTuple:
     """The facts of the ``i``-th tuple of an (unsealed) input batch of task index ``task``."""
     src, s = batch.src, batch.stream
     value = batch.column()[i]
