@@ -61,14 +61,23 @@ def plan(rng: random.Random, kills: int) -> list[str]:
 
 
 def committed(conf: Mapping[str, Any], name: str) -> tuple[dict[Any, Any], dict[Any, Any]]:
-    """The results and late counts committed in the store under topology ``name``."""
-    from providers import StateFactory
+    """The results and late counts committed in the store under topology ``name``.
+
+    Committed only: what a killed run prepared and did not commit is not in them.
+    """
+    from providers import KeyValueState, StateFactory
     from statefulbolts.namespaces import TaskNamespace
+    from statefulbolts.runtime import hashable
+    from statefulbolts.state import committed_items
 
     found = []
     for component in ("results", "late_count"):
         namespace = str(TaskNamespace.of_topology(name, component, 0))
-        found.append(dict(StateFactory.get_state(namespace, conf)))
+        state = StateFactory.get_state(namespace, conf)
+        if not isinstance(state, KeyValueState):
+            msg = f"the state provider returned {type(state).__qualname__}, not a KeyValueState"
+            raise TypeError(msg)
+        found.append({hashable(k): v for k, v in committed_items(state, conf)})
     return found[0], found[1]
 
 
