@@ -613,14 +613,16 @@ class RedisKeyValueStateProvider(StateProvider):
             ProviderConfigError: the provider config is invalid.
             StateBackendError: Redis could not be reached.
         """
-        client, address = _provider_client(conf, None)
+        client, address = _provider_client(conf, None, subject="the topologies' leases")
         return RedisLeaseStore(client, address=address)
 
 
-def _provider_client(conf: Mapping[str, Any], namespace: str | None) -> tuple[Any, str]:
+def _provider_client(
+    conf: Mapping[str, Any], namespace: str | None, *, subject: str | None = None
+) -> tuple[Any, str]:
     """The client a provider call uses (the test override, else the shared one) and its address."""
     client = overriding_client()
     if client is not None:
         return client, address_of(client)
     endpoint = parse_provider_config(conf).redis_endpoint()
-    return client_for(endpoint, namespace), endpoint.address
+    return client_for(endpoint, namespace, subject=subject), endpoint.address

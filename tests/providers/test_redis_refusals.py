@@ -212,7 +212,9 @@ def test_a_password_problem_stops_the_topology_at_start(
         cluster.submit_topology(name, conf, burst_wordcount(SENTENCES, BURST))
     assert time.monotonic() - started < FAST
     message = str(info.value)
-    assert f"Redis at 127.0.0.1:{server.port} refused the connection of state " in message
+    # The first contact is the topology's lease, taken before anything else runs.
+    assert message.startswith(f"topology {name!r}: taking its lease: ")
+    assert f"Redis at 127.0.0.1:{server.port} refused the connection of the topologies' " in message
     assert cause in message and " in topology.state.provider.config [" in message
     assert "not-the-password" not in message and "the-password" not in message
     assert server.client(password="the-password").keys("*") == []
