@@ -3,10 +3,10 @@
 Every key, its type, default and allowed values come from the models the runtime validates with:
 ``statefulbolts.config.TopologyConfig`` (the ``topology.*`` keys, also ``Config``'s constants) and
 ``providers._config.StateProviderConfig`` (the fields of ``topology.state.provider.config``),
-plus the keys ``statefulbolts.redis_stream`` reads. Only the meaning of each key is written here,
-in ``TOPOLOGY_MEANINGS`` / ``PROVIDER_MEANINGS`` (a model field's own ``description`` wins): a key
-the models gain without a meaning here fails the build, and so does a meaning left for a key they
-no longer have.
+plus the keys ``statefulbolts.connectors.redis`` reads. Only the meaning of each key is written
+here, in ``TOPOLOGY_MEANINGS`` / ``PROVIDER_MEANINGS`` (a model field's own ``description``
+wins): a key the models gain without a meaning here fails the build, and so does a meaning left
+for a key they no longer have.
 
 Used two ways:
 
@@ -325,7 +325,7 @@ def provider_rows() -> list[Row]:
 
 def spout_rows() -> list[Row]:
     """The keys ``RedisStreamSpout`` reads from the topology config."""
-    from statefulbolts import redis_stream
+    from statefulbolts.connectors import redis as redis_stream
 
     defaults = {"URL_KEY": f"`{redis_stream.DEFAULT_URL}`", "GROUP_KEY": "the topology name"}
     return [

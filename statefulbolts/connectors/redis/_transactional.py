@@ -58,11 +58,11 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from providers import redacted_url
 from statefulbolts.components import Component, OutputFieldsDeclarer
 from statefulbolts.errors import FailedException
-from statefulbolts.transactional._attempt import TransactionAttempt
-from statefulbolts.transactional._bolts import BatchOutputCollector
-from statefulbolts.transactional._spouts import (
+from statefulbolts.transactional import (
+    BatchOutputCollector,
     OpaquePartitionedTransactionalSpout,
     PartitionedTransactionalSpout,
+    TransactionAttempt,
 )
 from statefulbolts.tuples import Fields
 
@@ -82,6 +82,8 @@ _INSTALL = (
     "the Redis Streams transactional spouts need redis-py: pip install 'statefulbolts[redis]'"
 )
 _META_KEYS = ("stream", "first", "last", "count")
+# Where the spouts are imported from (``statefulbolts.connectors.redis``).
+_HOME = __name__.rpartition(".")[0]
 
 # Append the streams a scan found that the registry does not hold yet; return the registry.
 # KEYS[1]: the registry, a list of stream keys in the order they were first seen
@@ -174,6 +176,9 @@ class _RedisStreamsSpout(Component):
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
+        if cls.__module__ == __name__:
+            # Ours are named by their public home, in the field name as in repr and pickle.
+            cls.__module__ = _HOME
         cls.TX_FIELD = f"{cls.__module__}.{cls.__qualname__}/id"
 
     def __init__(
@@ -408,7 +413,7 @@ class RedisStreamsTransactionalSpout(_RedisStreamsSpout, PartitionedTransactiona
         >>> spout.get_coordinator({}, None).num_partitions()
         2
         >>> spout.TX_FIELD
-        'statefulbolts.transactional._redis_streams.RedisStreamsTransactionalSpout/id'
+        'statefulbolts.connectors.redis.RedisStreamsTransactionalSpout/id'
     """
 
     def get_coordinator(

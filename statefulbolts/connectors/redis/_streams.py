@@ -46,9 +46,9 @@ Example:
     >>> spout = RedisStreamSpout("sentences", redis_url=url, batch=500)
     >>> builder.set_spout("sentences", spout)  # doctest: +SKIP
 
-From a shell: ``python -m statefulbolts.redis_stream load --url URL --stream NAME FILE`` adds the
-lines of ``FILE`` (``-``: stdin) as entries; ``... info --url URL --stream NAME`` prints the
-stream's length and, per group, its pending count, as JSON.
+From a shell: ``python -m statefulbolts.connectors.redis load --url URL --stream NAME FILE``
+adds the lines of ``FILE`` (``-``: stdin) as entries; ``... info --url URL --stream NAME`` prints
+the stream's length and, per group, its pending count, as JSON.
 
 Needs redis-py: ``pip install 'statefulbolts[redis]'``.
 """
@@ -584,9 +584,10 @@ def _info(url: str, stream: str) -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m statefulbolts.redis_stream load|info``: fill a stream, or inspect it."""
+    """``python -m statefulbolts.connectors.redis load|info``: fill a stream, or inspect it."""
     parser = argparse.ArgumentParser(
-        prog="python -m statefulbolts.redis_stream", description="Fill or inspect a Redis stream."
+        prog="python -m statefulbolts.connectors.redis",
+        description="Fill or inspect a Redis stream.",
     )
     sub = parser.add_subparsers(dest="command", required=True)
     load = sub.add_parser("load", help="XADD the lines of files (or stdin) as entries")
@@ -612,6 +613,3 @@ def main(argv: list[str] | None = None) -> int:
     print(json.dumps({"stream": args.stream, "added": total}))
     return 0
 
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -55,10 +55,10 @@ from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 from statefulbolts.components import OutputFieldsDeclarer
+from statefulbolts.connectors.redis._streams import DEFAULT_URL, URL_KEY, entry_values
 from statefulbolts.context import TopologyContext
 from statefulbolts.errors import ConfigError, TopologyError
 from statefulbolts.partitioned import PartitionBatch, PartitionedSpout, PartitionReader
-from statefulbolts.redis_stream import DEFAULT_URL, URL_KEY, entry_values
 from statefulbolts.tuples import Fields
 
 __all__ = ["KEYS_KEY", "PATTERN_KEY", "PartitionedRedisStreamSpout"]
