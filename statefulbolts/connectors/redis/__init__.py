@@ -1,32 +1,50 @@
 """The Redis connectors: sources over Redis Streams, one per protocol.
 
-=====================================  ============================  ==============================
-class                                  protocol                      reads
-=====================================  ============================  ==============================
-``RedisStreamSpout``                   checkpoint, driver-side       one stream, through a consumer
-                                       (``Spout``)                   group; ``XACK`` after COMMIT
-``PartitionedRedisStreamSpout``        checkpoint, on the executors  streams (a list or a pattern),
-                                       (``PartitionedSpout``)        a stream a partition
-``RedisStreamsTransactionalSpout``     transactional, exact replay   streams, a stream a partition
-``OpaqueRedisStreamsTransactionalSpout``  transactional, opaque      streams, a stream a partition
-=====================================  ============================  ==============================
+==========================================  ==========================  ===========================
+class                                       protocol                    reads
+==========================================  ==========================  ===========================
+``RedisStreamSpout``                        checkpoint, in the driver   one stream, as a consumer
+                                            (a ``Spout``)               group; ``XACK`` on COMMIT
+``PartitionedRedisStreamSpout``             checkpoint, on the          streams (named, or a key
+                                            executors                   pattern), a stream a
+                                            (a ``PartitionedSpout``)    partition
+``RedisStreamsTransactionalSpout``          transactional, replays      streams, a stream a
+                                            each batch exactly          partition
+``OpaqueRedisStreamsTransactionalSpout``    transactional, opaque       streams, a stream a
+                                                                        partition
+==========================================  ==========================  ===========================
 
-In parts: ``_streams`` (``RedisStreamSpout``, ``load_stream``, ``pending_count`` and the
-``python -m statefulbolts.connectors.redis load|info`` command line), ``_partitioned``,
-``_transactional`` (with ``load_streams``). redis-py is imported only when a connector connects,
-so this package imports without it; then a missing redis-py fails with the install command.
+In parts, each holding its spout, its config model (the topology config keys it reads) and its
+use of the client:
+
+- ``_connection``: what they share: ``RedisConnectorConfig`` (``redis.stream.url``), where a
+  connector's server is, the client (made by the project's one connection layer,
+  ``providers.redis.connect``, which the state provider uses too) and the Redis errors, raised
+  as an outage (``StateBackendError``) or a refusal (``StateBackendRefusedError``) with their
+  cause and fix;
+- ``_streams``: ``RedisStreamSpout`` and ``RedisStreamConfig`` (``redis.stream.key``,
+  ``redis.stream.group``), ``load_stream``, ``pending_count``, and the command line
+  ``python -m statefulbolts.connectors.redis load|info``;
+- ``_partitioned``: ``PartitionedRedisStreamSpout`` and ``PartitionedRedisStreamConfig``
+  (``redis.stream.keys``, ``redis.stream.pattern``);
+- ``_transactional``: the two transactional spouts (their URL is an argument, no config key),
+  ``load_streams`` and ``close_connections``.
+
+redis-py is imported only when a connector connects, so this package imports without it; a
+connector that connects without it fails with the install command.
 """
 
+from statefulbolts.connectors.redis._connection import DEFAULT_URL, URL_KEY, RedisConnectorConfig
 from statefulbolts.connectors.redis._partitioned import (
     KEYS_KEY,
     PATTERN_KEY,
+    PartitionedRedisStreamConfig,
     PartitionedRedisStreamSpout,
 )
 from statefulbolts.connectors.redis._streams import (
-    DEFAULT_URL,
     GROUP_KEY,
     STREAM_KEY,
-    URL_KEY,
+    RedisStreamConfig,
     RedisStreamSpout,
     entry_values,
     load_stream,
@@ -48,7 +66,10 @@ __all__ = [
     "STREAM_KEY",
     "URL_KEY",
     "OpaqueRedisStreamsTransactionalSpout",
+    "PartitionedRedisStreamConfig",
     "PartitionedRedisStreamSpout",
+    "RedisConnectorConfig",
+    "RedisStreamConfig",
     "RedisStreamSpout",
     "RedisStreamsTransactionalSpout",
     "close_connections",
@@ -59,7 +80,7 @@ __all__ = [
     "pending_count",
 ]
 
-# The public home of the classes: what repr, pickle and messages name. (The transactional
-# spouts name it themselves, as it is in their field name, ``TX_FIELD``.)
+# The public home of the spouts: what repr, pickle and messages name. (The transactional ones
+# name it themselves, as it is part of their field name, ``TX_FIELD``.)
 RedisStreamSpout.__module__ = __name__
 PartitionedRedisStreamSpout.__module__ = __name__

@@ -35,7 +35,9 @@ message naming the stream, the cause and the fix (``providers.redis.classify_err
 
 Settings come from the constructor, else from config keys: ``redis.stream.url``,
 ``redis.stream.keys`` (a list of keys, or one string of comma-separated keys) and
-``redis.stream.pattern``.
+``redis.stream.pattern``, validated by ``PartitionedRedisStreamConfig`` where they are read.
+Each process has one client per server for the spout (``shared``), made by the connectors'
+shared connection code (``_connection``: ``providers.redis.connect``).
 
 Example:
     >>> spout = PartitionedRedisStreamSpout(["clicks-a", "clicks-b"],
@@ -51,33 +53,78 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import Iterator, Mapping, Sequence
-from typing import Any
+from collections.abc import Mapping, Sequence
+from typing import Any, Final
+
+from pydantic import Field, field_validator
 
 from statefulbolts.components import OutputFieldsDeclarer
-from statefulbolts.connectors.redis._streams import DEFAULT_URL, URL_KEY, entry_values
+from statefulbolts.connectors.redis._connection import (
+    URL_KEY,
+    RedisConnectorConfig,
+    connect,
+    raise_backend_errors,
+    server,
+    text,
+)
+from statefulbolts.connectors.redis._streams import entry_values
 from statefulbolts.context import TopologyContext
 from statefulbolts.errors import ConfigError, TopologyError
 from statefulbolts.partitioned import PartitionBatch, PartitionedSpout, PartitionReader
 from statefulbolts.tuples import Fields
 
-__all__ = ["KEYS_KEY", "PATTERN_KEY", "PartitionedRedisStreamSpout"]
+__all__ = ["KEYS_KEY", "PATTERN_KEY", "PartitionedRedisStreamConfig", "PartitionedRedisStreamSpout"]
 
 log = logging.getLogger(__name__)
 
-KEYS_KEY = "redis.stream.keys"
-PATTERN_KEY = "redis.stream.pattern"
-_INSTALL = "the partitioned Redis stream spout needs redis-py: pip install 'statefulbolts[redis]'"
+KEYS_KEY: Final = "redis.stream.keys"
+PATTERN_KEY: Final = "redis.stream.pattern"
 _NAME = "PartitionedRedisStreamSpout"
 # What to do about a partition that is not a stream: the spout's own fix, after the server's.
-_NOT_A_STREAM = (
-    f"list only stream keys in streams= or {KEYS_KEY!r} (a pattern skips keys of other types)"
-)
+_FIXES = {
+    "WRONGTYPE": (
+        f"list only stream keys in streams= or {KEYS_KEY!r} (a pattern skips keys of other types)"
+    )
+}
 _SCAN_COUNT = 1000
 
 
-def _text(value: Any) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)
+class PartitionedRedisStreamConfig(RedisConnectorConfig):
+    """The topology config keys ``PartitionedRedisStreamSpout`` reads; its arguments win.
+
+    Example:
+        >>> PartitionedRedisStreamConfig.from_conf({KEYS_KEY: "a, b"}, who="doc").keys
+        ('a', 'b')
+        >>> PartitionedRedisStreamConfig.from_conf({PATTERN_KEY: "sensor:*"}, who="doc").pattern
+        'sensor:*'
+    """
+
+    keys: tuple[str, ...] | None = Field(
+        None,
+        alias=KEYS_KEY,
+        description=(
+            "`PartitionedRedisStreamSpout`: the streams, a list of keys or one string of "
+            "comma-separated keys, when neither streams nor a pattern is given as an argument."
+        ),
+    )
+    pattern: str | None = Field(
+        None,
+        alias=PATTERN_KEY,
+        description=(
+            "`PartitionedRedisStreamSpout`: a `SCAN MATCH` glob; every stream whose key matches "
+            "is a partition. Not with `redis.stream.keys`."
+        ),
+    )
+
+    @field_validator("keys", mode="before")
+    @classmethod
+    def _listed(cls, value: Any) -> Any:
+        """A comma-separated string, or a list, as a tuple of keys (strict types take tuples)."""
+        if isinstance(value, str):
+            value = [key.strip() for key in value.split(",") if key.strip()]
+        if isinstance(value, list):
+            return tuple(value) or None
+        return value
 
 
 def _entry_id(value: str) -> tuple[int, int] | None:
@@ -176,36 +223,28 @@ class PartitionedRedisStreamSpout(PartitionedSpout):
 
     # ----------------------------------------------------------------- settings
     def _client(self, conf: Mapping[str, Any]) -> Any:
-        """This process's shared client for the spout's Redis (one pool per process)."""
-        try:
-            import redis  # noqa: F401 - only to fail with the install command
-        except ImportError as exc:  # pragma: no cover - depends on the environment
-            raise ImportError(_INSTALL) from exc
-        from providers.redis import connect
+        """This process's shared client for the spout's Redis (one pool per process and server).
 
-        if self.host is not None:
-            target: Any = {"host": self.host, "port": self.port, "database": self.db}
-        else:
-            target = self.redis_url or conf.get(URL_KEY) or DEFAULT_URL
-        return connect(target, purpose=_NAME, decode_responses=False, shared=True)
+        Raises:
+            ConfigError: a ``redis.stream.*`` key has a wrong type.
+            ProviderConfigError: the URL or host is not a valid Redis address.
+        """
+        config = PartitionedRedisStreamConfig.from_conf(conf, who=_NAME)
+        target = server(config, url=self.redis_url, host=self.host, port=self.port, db=self.db)
+        return connect(target, who=_NAME, decode_responses=False, shared=True)
 
     def _named(self, conf: Mapping[str, Any]) -> tuple[list[str] | None, str | None]:
         """The stream keys or the pattern, from the constructor, else from the config."""
         if self.streams is not None or self.pattern is not None:
             return self.streams, self.pattern
-        keys, pattern = conf.get(KEYS_KEY), conf.get(PATTERN_KEY)
-        if isinstance(keys, str):
-            keys = [k.strip() for k in keys.split(",") if k.strip()]
-        if keys and pattern:
+        config = PartitionedRedisStreamConfig.from_conf(conf, who=_NAME)
+        if config.keys and config.pattern:
             msg = f"{_NAME}: config sets both {KEYS_KEY!r} and {PATTERN_KEY!r}; keep one"
             raise ConfigError(msg)
-        if keys:
-            if not isinstance(keys, list) or not all(isinstance(k, str) for k in keys):
-                msg = f"{_NAME}: config {KEYS_KEY!r} is {keys!r}; expected a list of stream keys"
-                raise ConfigError(msg)
-            return keys, None
-        if isinstance(pattern, str) and pattern:
-            return None, pattern
+        if config.keys:
+            return list(config.keys), None
+        if config.pattern:
+            return None, config.pattern
         msg = (
             f"{_NAME}: no streams; pass streams= or pattern=, or set config {KEYS_KEY!r} "
             f"(a list of stream keys) or {PATTERN_KEY!r} (a SCAN MATCH glob)"
@@ -221,7 +260,7 @@ class PartitionedRedisStreamSpout(PartitionedSpout):
         client = self._client(conf)
         with _backend(client, "SCAN", f"the streams matching {pattern!r}", None):
             found = {
-                _text(key)
+                text(key)
                 for key in client.scan_iter(match=pattern, count=_SCAN_COUNT, _type="STREAM")
             }
         return sorted(found)
@@ -239,7 +278,7 @@ class PartitionedRedisStreamSpout(PartitionedSpout):
             if isinstance(reply, Exception):  # this stream's own error (WRONGTYPE), named
                 with _backend(client, "XREVRANGE", f"stream {stream!r}", stream):
                     raise reply
-            ends[stream] = _text(reply[0][0]) if reply else "0-0"
+            ends[stream] = text(reply[0][0]) if reply else "0-0"
         return ends
 
     def has_more(self, conf: Mapping[str, Any], partition: str, position: Any) -> bool:
@@ -254,7 +293,7 @@ class PartitionedRedisStreamSpout(PartitionedSpout):
             return False  # empty, or not there (yet)
         if after == "-":
             return True
-        last_id, read_id = _entry_id(_text(last[0][0])), _entry_id(after)
+        last_id, read_id = _entry_id(text(last[0][0])), _entry_id(after)
         return last_id is not None and read_id is not None and last_id > read_id
 
     def open_reader(
@@ -327,7 +366,7 @@ class _EntryReader(PartitionReader):
         if after is None:  # start="$" on a stream never read: begin where it ends now
             with _backend(client, "XREVRANGE", subject, stream):
                 last = client.xrevrange(stream, "+", "-", count=1)
-            return PartitionBatch([], _text(last[0][0]) if last else "0-0")
+            return PartitionBatch([], text(last[0][0]) if last else "0-0")
         if max_records <= 0:
             return PartitionBatch([], None if after == "-" else after)
         low = "-" if after == "-" else f"({after}"
@@ -337,29 +376,21 @@ class _EntryReader(PartitionReader):
             return PartitionBatch([], None if after == "-" else after)
         records = []
         for raw_id, data in entries:
-            values = self.spout._values(stream, _text(raw_id), data)
+            values = self.spout._values(stream, text(raw_id), data)
             if values is not None:
                 records.append(values)
-        return PartitionBatch(records, _text(entries[-1][0]))
+        return PartitionBatch(records, text(entries[-1][0]))
 
 
-@contextlib.contextmanager
-def _backend(client: Any, step: str, subject: str, stream: str | None) -> Iterator[None]:
+def _backend(
+    client: Any, step: str, subject: str, stream: str | None
+) -> contextlib.AbstractContextManager[None]:
     """Raise a Redis error as an outage or a refusal naming ``subject`` (``classify_error``)."""
-    from providers.redis import BACKEND_ERRORS, address_of, backend_error, reply_code
-
-    try:
-        yield
-    except BACKEND_ERRORS as exc:
-        error = backend_error(
-            exc,
-            address=address_of(client),
-            step=step,
-            subject=f"{subject} ({_NAME})",
-            client=client,
-            keys={stream: "stream"} if stream is not None else None,
-            settings=f"the URL or host given to {_NAME}, or {URL_KEY!r}",
-        )
-        if reply_code(exc) == "WRONGTYPE":
-            error = type(error)(f"{error}; {_NOT_A_STREAM}")
-        raise error from exc
+    return raise_backend_errors(
+        client,
+        step=step,
+        subject=f"{subject} ({_NAME})",
+        keys={stream: "stream"} if stream is not None else None,
+        settings=f"the URL or host given to {_NAME}, or {URL_KEY!r}",
+        fixes=_FIXES,
+    )

@@ -34,8 +34,10 @@ not acknowledged yet (never delivered, or delivered and pending). The dashboard 
 
 Settings come from the constructor, else from config keys (so a no-argument topology function
 works with ``statefulbolts run ... --conf FILE``): ``redis.stream.url``, ``redis.stream.key``,
-``redis.stream.group``. The default group is the topology name; a new group starts at the
-beginning of the stream (``start_id="0"``; ``"$"`` for only new entries).
+``redis.stream.group``, validated by ``RedisStreamConfig`` when the spout opens. The default
+group is the topology name; a new group starts at the beginning of the stream (``start_id="0"``;
+``"$"`` for only new entries). The connection is made by the connectors' shared connection code
+(``_connection``: ``providers.redis.connect``, the project's one way to make a client).
 
 Example:
     >>> from statefulbolts import TopologyBuilder  # doctest: +SKIP
@@ -62,12 +64,23 @@ import json
 import logging
 import sys
 import time
-from collections.abc import Iterable, Iterator, Mapping, Sequence
-from typing import Any
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any, Final
+
+from pydantic import Field
 
 from statefulbolts.collectors import SpoutOutputCollector
 from statefulbolts.components import OutputFieldsDeclarer, Spout
 from statefulbolts.config import Config, read_setting
+from statefulbolts.connectors.redis._connection import (
+    DEFAULT_URL,
+    RedisConnectorConfig,
+    connect,
+    raise_backend_errors,
+    require_redis,
+    server,
+    text,
+)
 from statefulbolts.context import TopologyContext
 from statefulbolts.errors import ConfigError
 from statefulbolts.tuples import Fields
@@ -75,7 +88,7 @@ from statefulbolts.tuples import Fields
 __all__ = [
     "GROUP_KEY",
     "STREAM_KEY",
-    "URL_KEY",
+    "RedisStreamConfig",
     "RedisStreamSpout",
     "entry_values",
     "load_stream",
@@ -85,44 +98,54 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-URL_KEY = "redis.stream.url"
-STREAM_KEY = "redis.stream.key"
-GROUP_KEY = "redis.stream.group"
-DEFAULT_URL = "redis://localhost:6379/0"
-_INSTALL = "the Redis stream spout needs redis-py: pip install 'statefulbolts[redis]'"
+STREAM_KEY: Final = "redis.stream.key"
+GROUP_KEY: Final = "redis.stream.group"
+_NAME = "RedisStreamSpout"
 # XACK ids per command when flushing acknowledgements.
 _ACK_CHUNK = 1000
 
 
-def _redis() -> Any:
-    """Import redis-py, or fail with the install command."""
-    try:
-        import redis
-    except ImportError as exc:  # pragma: no cover - depends on the environment
-        raise ImportError(_INSTALL) from exc
-    return redis
+class RedisStreamConfig(RedisConnectorConfig):
+    """The topology config keys ``RedisStreamSpout`` reads; an argument given to it wins.
 
-
-def _connect(target: Any, purpose: str) -> Any:
-    """A client for a URL or a mapping of ``redisConfig`` fields, or the given client.
-
-    Made by ``providers.redis.connect`` (one URL grammar; a bad URL is a
-    ``ProviderConfigError`` that never shows its password), without a socket timeout, and
-    returning bytes: the spout decodes entries itself (``encoding``).
+    Example:
+        >>> config = RedisStreamConfig.from_conf({STREAM_KEY: "clicks"}, who="doc")
+        >>> config.key, config.group, config.url
+        ('clicks', None, None)
+        >>> try:
+        ...     RedisStreamConfig.from_conf({GROUP_KEY: 7}, who="spout 'clicks'")
+        ... except ConfigError as exc:
+        ...     print(exc)
+        spout 'clicks': config 'redis.stream.group': Input should be a valid string (got 7)
     """
-    _redis()
-    from providers.redis import connect
 
-    return connect(target, purpose=purpose, decode_responses=None, timeout_ms=0)
+    key: str | None = Field(
+        None,
+        alias=STREAM_KEY,
+        description="`RedisStreamSpout`: the stream, when not given as an argument.",
+    )
+    group: str | None = Field(
+        None,
+        alias=GROUP_KEY,
+        description="`RedisStreamSpout`: the consumer group, when not given as an argument.",
+        json_schema_extra={"shown_default": "the topology name"},
+    )
 
 
 def _client(client_or_url: Any) -> tuple[Any, bool]:
-    """A client for a URL (``owned``: we close it), or the given client."""
-    return _connect(client_or_url, "the Redis stream tools"), isinstance(client_or_url, str)
+    """A client for a URL (``owned``: we close it), or the given client.
 
-
-def _text(value: Any) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)
+    Without a socket timeout, and returning bytes (a client handed in may decode either way:
+    the tools decode what they read).
+    """
+    client = connect(
+        client_or_url,
+        who="the Redis stream tools",
+        decode_responses=None,
+        timeout_ms=0,
+        shared=False,
+    )
+    return client, isinstance(client_or_url, str)
 
 
 def entry_values(
@@ -142,7 +165,7 @@ def entry_values(
         >>> entry_values("s", "1-0", {b"sentence": b"the cow"}, ["sentence"], "utf-8")
         ['the cow']
     """
-    present = {_text(k): v for k, v in data.items()}
+    present = {text(k): v for k, v in data.items()}
     missing = [f for f in fields if f not in present]
     if missing:
         msg = (
@@ -269,31 +292,35 @@ class RedisStreamSpout(Spout):
     def open(
         self, conf: Mapping[str, Any], context: TopologyContext, collector: SpoutOutputCollector
     ) -> None:
-        """Connect, create the group if missing, and start with this consumer's pending entries."""
-        redis = _redis()
+        """Connect, create the group if missing, and start with this consumer's pending entries.
+
+        Raises:
+            ConfigError: no stream is named, or a ``redis.stream.*`` key has a wrong type.
+            ProviderConfigError: the URL or host is not a valid Redis address.
+        """
+        redis = require_redis(_NAME)
         from providers.redis import reply_code
 
         self._reset()
         self._collector = collector
         self._max_pending = read_setting(conf, Config.TOPOLOGY_MAX_SPOUT_PENDING) or 0
-        self.stream = self.stream or conf.get(STREAM_KEY)
+        who = f"{_NAME} {context.this_component_id!r}"
+        config = RedisStreamConfig.from_conf(conf, who=who)
+        self.stream = self.stream or config.key
         if not self.stream:
             msg = (
                 f"spout {context.this_component_id!r}: no stream key; pass stream= to "
-                f"RedisStreamSpout or set {STREAM_KEY!r}"
+                f"{_NAME} or set {STREAM_KEY!r}"
             )
             raise ConfigError(msg)
-        topology = context.topology_name
-        self.group = self.group or conf.get(GROUP_KEY) or topology
+        self.group = self.group or config.group or context.topology_name
         if self.consumer is None:
             # The task's namespace: the same for a restarted driver.
             self.consumer = context.state_namespace()
-        purpose = f"RedisStreamSpout {context.this_component_id!r}"
-        if self.host is not None:
-            target: Any = {"host": self.host, "port": self.port, "database": self.db}
-        else:
-            target = self.redis_url or conf.get(URL_KEY) or DEFAULT_URL
-        self._client = _connect(target, purpose)
+        target = server(config, url=self.redis_url, host=self.host, port=self.port, db=self.db)
+        # Its own client, with no socket timeout (reads never block), returning bytes: the spout
+        # decodes entries itself (``encoding``).
+        self._client = connect(target, who=who, decode_responses=None, timeout_ms=0, shared=False)
         with self._backend("consumer group creation"):
             try:
                 self._client.xgroup_create(self.stream, self.group, id=self.start_id, mkstream=True)
@@ -384,28 +411,20 @@ class RedisStreamSpout(Spout):
         else:
             self._next_read = now + self.poll_interval_ms / 1000.0
 
-    @contextlib.contextmanager
-    def _backend(self, step: str) -> Iterator[None]:
+    def _backend(self, step: str) -> contextlib.AbstractContextManager[None]:
         """Turn a Redis error into an outage (``StateBackendError``) or a refusal.
 
         ``providers.redis.classify_error`` decides; a refusal (a wrong password, a key that is
         not a stream, ...) names its cause and fix. Either stops the topology (``next_tuple``
         and ``open`` errors do): the spout holds no state to wait for.
         """
-        from providers.redis import BACKEND_ERRORS, address_of, backend_error
-
-        try:
-            yield
-        except BACKEND_ERRORS as exc:
-            raise backend_error(
-                exc,
-                address=address_of(self._client),
-                step=step,
-                subject=f"stream {self.stream!r} (group {self.group!r})",
-                client=self._client,
-                keys={self.stream: "stream"},
-                settings="the URL or host given to RedisStreamSpout",
-            ) from exc
+        return raise_backend_errors(
+            self._client,
+            step=step,
+            subject=f"stream {self.stream!r} (group {self.group!r})",
+            keys={self.stream: "stream"},
+            settings=f"the URL or host given to {_NAME}",
+        )
 
     def _read(self, from_id: str, count: int) -> list[tuple[str, Any]]:
         with self._backend("read"):
@@ -414,7 +433,7 @@ class RedisStreamSpout(Spout):
             )
         if not reply:
             return []
-        return [(_text(entry_id), data) for entry_id, data in reply[0][1]]
+        return [(text(entry_id), data) for entry_id, data in reply[0][1]]
 
     def _claim(self, count: int) -> bool:
         with self._backend("claim"):
@@ -426,8 +445,8 @@ class RedisStreamSpout(Spout):
                 start_id=self._claim_cursor,
                 count=count,
             )
-        self._claim_cursor = _text(reply[0])
-        entries = [(_text(entry_id), data) for entry_id, data in reply[1]]
+        self._claim_cursor = text(reply[0])
+        entries = [(text(entry_id), data) for entry_id, data in reply[1]]
         if entries:
             log.info("consumer %r claimed %d idle entries", self.consumer, len(entries))
         return self._take(entries) > 0
@@ -469,14 +488,14 @@ class RedisStreamSpout(Spout):
         client = self._client
         if client is None or not self.stream:
             return None
-        redis = _redis()
+        redis = require_redis(_NAME)
         try:
             groups = client.xinfo_groups(self.stream)
         except redis.exceptions.RedisError as exc:
             log.debug("lag of stream %r unknown: %s", self.stream, exc)
             return None
         for group in groups:
-            if _text(group["name"]) == self.group:
+            if text(group["name"]) == self.group:
                 undelivered = group.get("lag")
                 if undelivered is None:
                     return None
@@ -571,10 +590,10 @@ def _info(url: str, stream: str) -> dict[str, Any]:
             return {"stream": stream, "exists": False}
         groups = [
             {
-                "group": _text(g["name"]),
+                "group": text(g["name"]),
                 "consumers": int(g["consumers"]),
                 "pending": int(g["pending"]),
-                "last_delivered_id": _text(g["last-delivered-id"]),
+                "last_delivered_id": text(g["last-delivered-id"]),
             }
             for g in client.xinfo_groups(stream)
         ]

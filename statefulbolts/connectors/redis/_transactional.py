@@ -36,9 +36,9 @@ fails the batch, which is retried (the opaque spout emits nothing from that part
 on); a refusal (a wrong password, a key that is not a stream, out of memory) raises
 ``StateBackendRefusedError``, which stops the topology at once with its cause and fix.
 
-Connections are made once per process and server (and timeout), and shared
-(``providers.redis.connect``, which also checks the URL). Needs redis-py:
-``pip install 'statefulbolts[redis]'``.
+Connections are made once per process and server (and timeout), and shared, by the
+connectors' shared connection code (``_connection``: ``providers.redis.connect``, which also
+checks the URL). Needs redis-py: ``pip install 'statefulbolts[redis]'``.
 
 Example:
     >>> url = "redis://127.0.0.1:6379/0"
@@ -55,8 +55,14 @@ import logging
 from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from providers import redacted_url
+from providers import StateBackendRefusedError, redacted_url
 from statefulbolts.components import Component, OutputFieldsDeclarer
+from statefulbolts.connectors.redis._connection import (
+    backend_error,
+    backend_errors,
+    connect,
+    require_redis,
+)
 from statefulbolts.errors import FailedException
 from statefulbolts.transactional import (
     BatchOutputCollector,
@@ -78,9 +84,6 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-_INSTALL = (
-    "the Redis Streams transactional spouts need redis-py: pip install 'statefulbolts[redis]'"
-)
 _META_KEYS = ("stream", "first", "last", "count")
 # Where the spouts are imported from (``statefulbolts.connectors.redis``).
 _HOME = __name__.rpartition(".")[0]
@@ -104,28 +107,9 @@ return known
 """
 
 
-def _redis() -> Any:
-    """Import redis-py, or fail with the install command."""
-    try:
-        import redis
-    except ImportError as exc:  # pragma: no cover - depends on the environment
-        raise ImportError(_INSTALL) from exc
-    return redis
-
-
 # ------------------------------------------------------------------ connections
 # A pattern's registry as this process last read it: the fallback while the server is away.
 _registries: dict[tuple[str, str], list[str]] = {}
-
-
-def shown_url(url: str) -> str:
-    """``url`` with its password (if any) replaced by ``***``: for messages and logs.
-
-    Example:
-        >>> shown_url("redis://app:s3cret@10.0.0.5:6379/0"), shown_url("redis://h:1/0")
-        ('redis://app:***@10.0.0.5:6379/0', 'redis://h:1/0')
-    """
-    return redacted_url(url)
 
 
 def _client(url: str, timeout: float, purpose: str) -> Any:
@@ -134,15 +118,12 @@ def _client(url: str, timeout: float, purpose: str) -> Any:
     Raises:
         ProviderConfigError: ``url`` is not a Redis URL (names ``purpose``).
     """
-    _redis()
-    from providers.redis import connect
-
     return connect(
         url,
-        purpose=purpose,
+        who=purpose,
         decode_responses=True,
-        timeout_ms=max(1, round(timeout * 1000)),
         shared=True,
+        timeout_ms=max(1, round(timeout * 1000)),
     )
 
 
@@ -152,19 +133,11 @@ def close_connections() -> None:
     Every shared Redis client of the process goes (``providers.redis.reset_clients``), the
     state provider's included: they reconnect when next used.
     """
-    _redis()
+    require_redis("close_connections")
     from providers.redis import reset_clients
 
     _registries.clear()
     reset_clients()
-
-
-def _backend_errors() -> tuple[type[BaseException], ...]:
-    """What redis-py raises about a server; ``_RedisStreamsSpout._refused`` tells them apart."""
-    _redis()
-    from providers.redis import BACKEND_ERRORS
-
-    return BACKEND_ERRORS
 
 
 # ------------------------------------------------------------------ the spouts' shared part
@@ -191,8 +164,8 @@ class _RedisStreamsSpout(Component):
         registry_key: str | None = None,
         timeout: float = 5.0,
     ) -> None:
-        _redis()  # fail now, with the install command, rather than inside a Spark task
         name = type(self).__qualname__
+        require_redis(name)  # fail now, with the install command, rather than in a Spark task
         if not isinstance(url, str) or not url:
             msg = f"{name}: url must be a Redis URL such as 'redis://host:6379/0', got {url!r}"
             raise ValueError(msg)
@@ -245,7 +218,7 @@ class _RedisStreamsSpout(Component):
     def __repr__(self) -> str:
         partitions = self.pattern if self.pattern is not None else list(self.streams)
         return (
-            f"{type(self).__qualname__}(url={shown_url(self.url)!r}, partitions={partitions!r}, "
+            f"{type(self).__qualname__}(url={redacted_url(self.url)!r}, partitions={partitions!r}, "
             f"fields={self.fields.to_list()}, take_per_batch={self.take_per_batch})"
         )
 
@@ -261,17 +234,12 @@ class _RedisStreamsSpout(Component):
         emits nothing. A refusal (a wrong password, a key that is not a stream, out of memory)
         does not go away by waiting: it stops the topology, with its cause and fix.
         """
-        from providers import StateBackendRefusedError
-        from providers.redis import address_of, backend_error
-
-        client = self._client()
         partitions = self.pattern if self.pattern is not None else list(self.streams)
         error = backend_error(
             exc,
-            address=address_of(client),
+            self._client(),
             step=step,
             subject=f"{type(self).__qualname__} over {partitions!r}",
-            client=client,
             settings=f"the URL given to {type(self).__qualname__}",
         )
         if isinstance(error, StateBackendRefusedError):
@@ -436,11 +404,11 @@ class _Coordinator(PartitionedTransactionalSpout.Coordinator):
     def num_partitions(self) -> int:
         try:
             return len(self._spout._discover())
-        except _backend_errors() as exc:
+        except backend_errors() as exc:
             self._spout._refused(exc, "scan for streams")
             msg = (
                 f"{type(self._spout).__qualname__}: cannot scan "
-                f"{shown_url(self._spout.url)} for streams matching {self._spout.pattern!r}: "
+                f"{redacted_url(self._spout.url)} for streams matching {self._spout.pattern!r}: "
                 f"{exc}; the transaction starts later"
             )
             raise FailedException(msg) from exc
@@ -460,11 +428,11 @@ class _Emitter(PartitionedTransactionalSpout.Emitter):
         spout = self._spout
         try:
             stream, position, entries = spout._read_next(partition, last_partition_meta)
-        except _backend_errors() as exc:
+        except backend_errors() as exc:
             spout._refused(exc, f"read of partition {partition}")
             msg = (
                 f"{type(spout).__qualname__}: cannot read partition {partition} from "
-                f"{shown_url(spout.url)}: {exc}; txid {tx.transaction_id} is retried"
+                f"{redacted_url(spout.url)}: {exc}; txid {tx.transaction_id} is retried"
             )
             raise FailedException(msg) from exc
         spout._emit(tx, collector, stream, entries)
@@ -485,11 +453,11 @@ class _Emitter(PartitionedTransactionalSpout.Emitter):
         try:
             # One more than expected, so that a range holding more than the batch is noticed.
             entries = spout._client().xrange(stream, min=first, max=last, count=count + 1)
-        except _backend_errors() as exc:
+        except backend_errors() as exc:
             spout._refused(exc, f"replay of partition {partition}")
             msg = (
                 f"{type(spout).__qualname__}: cannot replay entries {first}..{last} of stream "
-                f"{stream!r} from {shown_url(spout.url)}: {exc}; txid {tx.transaction_id} is "
+                f"{stream!r} from {redacted_url(spout.url)}: {exc}; txid {tx.transaction_id} is "
                 "retried"
             )
             raise FailedException(msg) from exc
@@ -555,13 +523,13 @@ class _OpaqueEmitter(OpaquePartitionedTransactionalSpout.Emitter):
         spout = self._spout
         try:
             stream, position, entries = spout._read_next(partition, last_partition_meta)
-        except _backend_errors() as exc:
+        except backend_errors() as exc:
             spout._refused(exc, f"read of partition {partition}")
             log.warning(
                 "%s: partition %s unreachable at %s (%s); txid %s emits nothing from it",
                 type(spout).__qualname__,
                 partition,
-                shown_url(spout.url),
+                redacted_url(spout.url),
                 exc,
                 tx.transaction_id,
             )
@@ -573,14 +541,14 @@ class _OpaqueEmitter(OpaquePartitionedTransactionalSpout.Emitter):
         spout = self._spout
         try:
             return len(spout._discover())
-        except _backend_errors() as exc:
+        except backend_errors() as exc:
             spout._refused(exc, "scan for streams")
             assert spout.registry_key is not None  # noqa: S101 - only a pattern talks to Redis
             known = _registries.get((spout.url, spout.registry_key), [])
             log.warning(
                 "%s: cannot scan %s for streams matching %r (%s); using the %d known",
                 type(spout).__qualname__,
-                shown_url(spout.url),
+                redacted_url(spout.url),
                 spout.pattern,
                 exc,
                 len(known),
