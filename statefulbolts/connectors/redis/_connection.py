@@ -37,6 +37,7 @@ Example:
 from __future__ import annotations
 
 import contextlib
+import typing
 from collections.abc import Iterator, Mapping
 from types import ModuleType
 from typing import Any, Final, Self
@@ -61,7 +62,7 @@ __all__ = [
 
 URL_KEY: Final = "redis.stream.url"
 DEFAULT_URL = "redis://localhost:6379/0"
-INSTALL = "pip install 'statefulbolts[redis]'"
+_INSTALL = "pip install 'statefulbolts[redis]'"
 
 
 def require_redis(who: str) -> ModuleType:
@@ -69,7 +70,7 @@ def require_redis(who: str) -> ModuleType:
     try:
         import redis
     except ImportError as exc:  # pragma: no cover - depends on the environment
-        msg = f"{who} needs redis-py: {INSTALL}"
+        msg = f"{who} needs redis-py: {_INSTALL}"
         raise ImportError(msg) from exc
     return redis
 
@@ -121,7 +122,9 @@ class RedisConnectorConfig(BaseModel):
 def _describe(exc: ValidationError, model: type[BaseModel], who: str) -> str:
     """One clause per problem: the key, what is wrong, what was got (unless secret)."""
     secret = {
-        str(f.alias) for f in model.model_fields.values() if "SecretStr" in str(f.annotation)
+        str(field.alias)
+        for field in model.model_fields.values()
+        if SecretStr in (field.annotation, *typing.get_args(field.annotation))
     }
     problems = []
     for err in exc.errors(include_url=False):
@@ -132,7 +135,7 @@ def _describe(exc: ValidationError, model: type[BaseModel], who: str) -> str:
             continue
         key = str(loc[0])
         where = repr(key) + "".join(f"[{part!r}]" for part in loc[1:])
-        shown = "" if key in secret else f" (got {err['input']!r})"
+        shown = "" if key in secret else f" (got {err['input']!r:.80})"
         problems.append(f"config {where}: {message}{shown}")
     return f"{who}: " + "; ".join(problems)
 
