@@ -21,9 +21,12 @@ project's one connection layer, ``providers.redis`` (at the bottom, since the st
 uses it too), through ``statefulbolts.connectors.redis._connection``.
 
 Example:
-    >>> from statefulbolts.connectors import DirectorySpout
-    >>> DirectorySpout("/var/spool/lines").partitions  # doctest: +ELLIPSIS
-    <bound method DirectorySpout.partitions of ...>
+    >>> from statefulbolts.connectors import RedisStreamSpout
+    >>> spout = RedisStreamSpout("clicks", redis_url="redis://127.0.0.1:6379/0",
+    ...                          fields=("user", "url"))
+    >>> spout.output_fields  # nothing connects before the topology runs
+    ['user', 'url']
+    >>> builder.set_spout("clicks", spout, 2)  # doctest: +SKIP
 """
 
 from statefulbolts.connectors.files import DirectorySpout

@@ -74,6 +74,7 @@ from statefulbolts.components import OutputFieldsDeclarer, Spout
 from statefulbolts.config import Config, read_setting
 from statefulbolts.connectors.redis._connection import (
     DEFAULT_URL,
+    URL_KEY,
     RedisConnectorConfig,
     connect,
     raise_backend_errors,
@@ -423,7 +424,7 @@ class RedisStreamSpout(Spout):
             step=step,
             subject=f"stream {self.stream!r} (group {self.group!r})",
             keys={self.stream: "stream"},
-            settings=f"the URL or host given to {_NAME}",
+            settings=f"the URL or host given to {_NAME}, or {URL_KEY!r}",
         )
 
     def _read(self, from_id: str, count: int) -> list[tuple[str, Any]]:
