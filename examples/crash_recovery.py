@@ -49,7 +49,7 @@ from checkpoint import TxPhase
 from providers import KeyValueState, StateFactory
 from recovery import RecoveryTracker, checkpoint_status, exit_status
 from statefulbolts import Fields, StormTopology, TopologyBuilder
-from statefulbolts.redis_stream import RedisStreamSpout, load_stream, pending_count
+from statefulbolts.connectors import RedisStreamSpout, load_stream, pending_count
 from statefulbolts.state import committed_items
 
 from .corpus import SENTENCES, sentence, words

@@ -124,7 +124,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def demo(args: argparse.Namespace, url: str, workdir: Path) -> int:
     from providers.redis import connect
-    from statefulbolts.redis_stream import load_stream
+    from statefulbolts.connectors import load_stream
 
     started = time.monotonic()
     rng = random.Random(args.seed)

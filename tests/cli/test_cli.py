@@ -27,6 +27,7 @@ from examples.corpus import sentence, words
 from providers import StateFactory
 from recovery import RecoveryTracker, RestartPolicy, exit_status, recovery_actions, supervise
 from statefulbolts import cli
+from statefulbolts.connectors import load_stream, pending_count
 from statefulbolts.errors import (
     ConfigError,
     StateBackendError,
@@ -34,7 +35,6 @@ from statefulbolts.errors import (
     TopologyError,
     TopologyFailedError,
 )
-from statefulbolts.redis_stream import load_stream, pending_count
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -25,8 +25,9 @@ from redis._parsers.base import BaseParser
 from providers import StateBackendError, StateBackendRefusedError, StateFactory
 from providers.redis import ErrorKind, backend_error, classify_error, reply_code, reset_clients
 from statefulbolts import TopologyBuilder, TopologyContext
+from statefulbolts.connectors import RedisStreamSpout
+from statefulbolts.connectors.redis import close_connections
 from statefulbolts.errors import FailedException
-from statefulbolts.redis_stream import RedisStreamSpout
 from statefulbolts.testing import RecordingSpoutCollector
 from statefulbolts.transactional import (
     OpaqueRedisStreamsTransactionalSpout,
@@ -34,7 +35,6 @@ from statefulbolts.transactional import (
     RedisStreamsTransactionalSpout,
     TransactionAttempt,
 )
-from statefulbolts.transactional._redis_streams import close_connections
 
 OUTAGE, REFUSED = ErrorKind.OUTAGE, ErrorKind.REFUSED
 

@@ -30,7 +30,7 @@ from checkpoint import CheckPointState, TxPhase
 from examples.corpus import sentence, words
 from providers import KeyValueState, StateFactory
 from recovery import checkpoint_status
-from statefulbolts.redis_stream import load_stream, pending_count
+from statefulbolts.connectors import load_stream, pending_count
 from statefulbolts.state import committed_items
 
 pytestmark = [pytest.mark.spark, pytest.mark.redis]
