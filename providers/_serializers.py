@@ -50,8 +50,10 @@ class MsgpackSerializer:
 
     Example:
         >>> s = MsgpackSerializer()
-        >>> s.deserialize(s.serialize({"storm": 3, "seen": {"a", "b"}, "at": (1, 2)}))
-        {'storm': 3, 'seen': {'a', 'b'}, 'at': (1, 2)}
+        >>> value = {"storm": 3, "seen": {"a", "b"}, "at": (1, 2)}
+        >>> back = s.deserialize(s.serialize(value))
+        >>> back == value, type(back["seen"]).__name__, type(back["at"]).__name__
+        (True, 'set', 'tuple')
     """
 
     _role = "value"
