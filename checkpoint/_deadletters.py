@@ -325,7 +325,7 @@ class CheckpointDeadLetters(PoisonDesk):
                 i = batch.roots.index(root)
             except ValueError:
                 continue
-            value = batch.values[i]
+            value = batch.column()[i]
             values = [value] if plan.widths[batch.src][batch.stream] == 1 else list(value)
             packed, text = shown_values(values, _SPOUT_VALUES_CAP)
             kept = values if packed is not None else None

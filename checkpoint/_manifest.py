@@ -12,8 +12,10 @@ The stored form, plain values any provider can serialize::
 
     {"txid": t, "spouts": [[component, task_index, [msg_id, ...]], ...]}
 
-``"spouts"`` is ``None`` when the ids could not be serialized: the manifest still names ``t``,
-and a crash between that commit and its acks falls back to at-least-once (``t`` replayed).
+``"spouts"`` is ``None`` when the ids could not be serialized, or would not read back as they
+are (``exact_ids``: a restart acks what it reads, and a spout finds its message by the id it
+gave): the manifest still names ``t``, and a crash between that commit and its acks falls back
+to at-least-once (``t`` replayed).
 
 Saving and reading follow the checkpoint spout's phases (``TransactionManifest.recover``). The
 manifest only puts: the caller commits the checkpoint spout's state, in the same commit as the
@@ -28,7 +30,7 @@ from collections.abc import Iterable
 from typing import Any, NamedTuple
 
 from checkpoint._state import CheckPointState, TxPhase
-from providers import KeyValueState, StateSerializationError
+from providers import KeyValueState, StateSerializationError, pack_plain
 from statefulbolts.errors import CheckpointError
 
 __all__ = ["MANIFEST_KEY", "SpoutMessages", "TransactionManifest"]
@@ -36,6 +38,36 @@ __all__ = ["MANIFEST_KEY", "SpoutMessages", "TransactionManifest"]
 log = logging.getLogger(__name__)
 
 MANIFEST_KEY = "__txn"
+
+
+# Message ids of these types read back as they were; any other is checked (``exact_ids``).
+_PLAIN_IDS = frozenset({int, str, bytes, float, bool, type(None)})
+
+
+def exact_ids(msg_ids: list[Any]) -> None:
+    """Refuse message ids that would not read back from the store exactly as they are.
+
+    The framework's codec (``providers.pack_plain``) keeps tuples, sets and frozensets; a
+    subclass (an ``IntEnum``) would read back as its base type, a dataclass not at all.
+
+    Raises:
+        StateSerializationError: naming the first id's type that would not.
+
+    Example:
+        >>> exact_ids([1, "m-2", ("partition", 7)])
+        >>> try:
+        ...     exact_ids([("p", object())])
+        ... except StateSerializationError as exc:
+        ...     print(exc)
+        message ids cannot be kept exactly: msgpack cannot encode an object of type builtins.object
+    """
+    if set(map(type, msg_ids)) <= _PLAIN_IDS:
+        return
+    try:
+        pack_plain(msg_ids, exact=True)
+    except (TypeError, ValueError, OverflowError, RecursionError) as exc:
+        msg = f"message ids cannot be kept exactly: {exc}"
+        raise StateSerializationError(msg) from exc
 
 
 class SpoutMessages(NamedTuple):
@@ -108,7 +140,8 @@ class TransactionManifest:
         """Put transaction ``txid``'s message ids under ``MANIFEST_KEY``; the caller commits.
 
         Call it before COMMITTING(``txid``) is saved, so that one commit holds both. When the
-        ids cannot be serialized, save ``{"txid": txid, "spouts": None}`` instead and warn
+        ids cannot be serialized, or would not read back as they are (``exact_ids``), save
+        ``{"txid": txid, "spouts": None}`` instead and warn
         (once per manifest object: every later transaction would warn the same).
 
         Returns:
@@ -116,6 +149,8 @@ class TransactionManifest:
         """
         spouts = [group.to_value() for group in groups]
         try:
+            for group in spouts:
+                exact_ids(group[2])
             self._state.put(MANIFEST_KEY, {"txid": txid, "spouts": spouts})
         except StateSerializationError as exc:
             if not self._warned:

@@ -47,10 +47,11 @@ from typing import Any
 
 from checkpoint import TxPhase
 from checkpoint.status import RECOVERY_ACTIONS, checkpoint_status
-from providers import StateFactory
+from providers import KeyValueState, StateFactory
 from recovery import RecoveryTracker, exit_status
 from statefulbolts import Fields, StormTopology, TopologyBuilder
-from statefulbolts.redis_stream import RedisStreamSpout, load_stream, pending_count
+from statefulbolts.connectors import RedisStreamSpout, load_stream, pending_count
+from statefulbolts.state import committed_items
 
 from .corpus import SENTENCES, sentence, words
 from .wordcount import SplitSentence, WordCount
@@ -165,9 +166,14 @@ def next_txid(conf: dict[str, Any], name: str) -> tuple[int, str]:
 
 
 def committed_counts(conf: dict[str, Any], name: str) -> collections.Counter[str]:
+    """The counts committed under ``name``: not what a killed run prepared and did not commit."""
     counts: collections.Counter[str] = collections.Counter()
     for task in range(PARALLELISM):
-        counts.update(dict(StateFactory.get_state(f"{name}/count-{task}", conf)))
+        state = StateFactory.get_state(f"{name}/count-{task}", conf)
+        if not isinstance(state, KeyValueState):
+            msg = f"the state provider returned {type(state).__qualname__}, not a KeyValueState"
+            raise TypeError(msg)
+        counts.update(dict(committed_items(state, conf)))
     return counts
 
 

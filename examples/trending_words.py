@@ -350,7 +350,7 @@ def build(spout: Spout, top: int = 5) -> StormTopology:
 
 def stream_spout(stream: str, url: str) -> Spout:
     """The durable source: a ``RedisStreamSpout`` over ``stream``, entries ``{"record": line}``."""
-    from statefulbolts.redis_stream import RedisStreamSpout
+    from statefulbolts.connectors import RedisStreamSpout
 
     return RedisStreamSpout(stream, redis_url=url, fields=("record",), batch=200)
 

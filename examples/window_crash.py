@@ -61,15 +61,18 @@ def plan(rng: random.Random, kills: int) -> list[str]:
 
 
 def committed(conf: Mapping[str, Any], name: str) -> tuple[dict[Any, Any], dict[Any, Any]]:
-    """The results and late counts committed in the store under topology ``name``."""
-    from providers import StateFactory
-    from statefulbolts.namespaces import TaskNamespace
+    """The results and late counts committed in the store under topology ``name``.
 
-    found = []
-    for component in ("results", "late_count"):
-        namespace = str(TaskNamespace.of_topology(name, component, 0))
-        found.append(dict(StateFactory.get_state(namespace, conf)))
-    return found[0], found[1]
+    Committed only: what a killed run prepared and did not commit is not in them.
+    """
+    from statefulbolts.namespaces import TaskNamespace
+    from statefulbolts.state import merged_state
+
+    results, late = (
+        merged_state(conf, [str(TaskNamespace.of_topology(name, component, 0))])
+        for component in ("results", "late_count")
+    )
+    return results, late
 
 
 def child_command(args: argparse.Namespace, conf_path: Path, name: str, stream: str) -> list[str]:
@@ -115,7 +118,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def demo(args: argparse.Namespace, url: str, workdir: Path) -> int:
     from providers.redis import connect
-    from statefulbolts.redis_stream import load_stream
+    from statefulbolts.connectors import load_stream
 
     started = time.monotonic()
     rng = random.Random(args.seed)

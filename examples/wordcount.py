@@ -39,6 +39,7 @@ from statefulbolts import (
     TopologyBuilder,
 )
 from statefulbolts.namespaces import TaskNamespace, checkpoint_namespace, topology_prefix
+from statefulbolts.state import committed_items
 
 from .corpus import sentence, words
 
@@ -174,6 +175,8 @@ def _txid(txid: int | None) -> str:
 def committed_counts(conf: Mapping[str, Any], name: str) -> dict[str, int]:
     """The counts already committed under ``name`` (an earlier run on a durable store).
 
+    Committed only: what a transaction prepared and did not commit is not counted.
+
     Every task the store holds for ``count``, whatever the parallelism it ran with: a run with
     another parallelism redistributes them when it starts.
     """
@@ -188,7 +191,9 @@ def committed_counts(conf: Mapping[str, Any], name: str) -> dict[str, int]:
         if not isinstance(state, KeyValueState):
             msg = f"the state provider returned {type(state).__qualname__}, not a KeyValueState"
             raise TypeError(msg)
-        counts.update(state)
+        # The committed map alone: iterating the state would add what a transaction prepared
+        # and never committed (a run stopped between its PREPARE and its COMMIT).
+        counts.update(committed_items(state, conf))
     return counts
 
 

@@ -152,6 +152,7 @@ from providers import (
     LeaseHolder,
     LeaseLostError,
     LeaseStore,
+    MsgpackKeySerializer,
     MsgpackSerializer,
     ProviderConfigError,
     Serializer,
@@ -408,7 +409,7 @@ class SqliteKeyValueState(KeyValueState):
         self.namespace = namespace
         self.path = Path(path).resolve()
         self._conn, self._lock = _connect(self.path, timeout_ms)
-        self._keys = key_serializer or MsgpackSerializer()
+        self._keys = key_serializer or MsgpackKeySerializer()
         self._values = value_serializer or MsgpackSerializer()
         self._pending: _Delta = {}
         # Set by supersede_prepared until the next prepare: reads skip the stored delta, and

@@ -8,6 +8,13 @@ from providers._base import (
     merge_layers,
     under,
 )
+from providers._codec import (
+    pack_plain,
+    pack_plain_key,
+    plain_key_packer,
+    plain_packer,
+    unpack_plain,
+)
 from providers._config import provider_config_fields, redacted_url
 from providers._extlib import add_extlib_dirs, extlib_dirs, extlib_origin, load_module
 from providers._factory import (
@@ -23,7 +30,7 @@ from providers._factory import (
 )
 from providers._lease import FENCE_EPOCH_KEY, Lease, LeaseHolder, LeaseStore
 from providers._resolve import resolve_serializers
-from providers._serializers import MsgpackSerializer, Serializer, encode_value
+from providers._serializers import MsgpackKeySerializer, MsgpackSerializer, Serializer, encode_value
 from providers._ttl import StateTtl, TtlRefresh, is_expired
 from providers.errors import (
     FATAL_STATE_ERRORS,
@@ -58,6 +65,7 @@ __all__ = [
     "LeaseHolder",
     "LeaseLostError",
     "LeaseStore",
+    "MsgpackKeySerializer",
     "MsgpackSerializer",
     "ProviderConfigError",
     "ProviderError",
@@ -85,9 +93,14 @@ __all__ = [
     "load_module",
     "load_object",
     "merge_layers",
+    "pack_plain",
+    "pack_plain_key",
+    "plain_key_packer",
+    "plain_packer",
     "provider_config_fields",
     "provider_name",
     "redacted_url",
     "resolve_serializers",
     "under",
+    "unpack_plain",
 ]

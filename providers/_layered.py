@@ -17,7 +17,8 @@ fresh hit costs one type check and one dict lookup before anything else runs.
 
 Why the fast path cannot change what a caller sees:
 
-- It is on only when keys and values both use the plain ``MsgpackSerializer`` (no class):
+- It is on only when keys and values both use plain msgpack (``MsgpackKeySerializer``,
+  ``MsgpackSerializer``, no class):
   exactly then does decoding give back the object that was put. With ``valueClass=float`` a
   stored ``3`` reads back ``3.0``; a custom serializer may do anything.
 - It takes only values msgpack surely encodes, so nothing that ``put`` would reject today is
@@ -40,7 +41,13 @@ from collections.abc import Iterable
 from typing import Any
 
 from providers._base import KeyValueState
-from providers._serializers import MsgpackSerializer, Serializer, encode_value, is_plain_msgpack
+from providers._serializers import (
+    MsgpackKeySerializer,
+    MsgpackSerializer,
+    Serializer,
+    encode_value,
+    is_plain_msgpack,
+)
 from providers._ttl import StateTtl
 from providers.errors import StateSerializationError
 
@@ -70,7 +77,7 @@ class LayeredKeyValueState(KeyValueState):
         value_serializer: Serializer | None = None,
     ) -> None:
         self.namespace = namespace
-        self._keys: Serializer = key_serializer or MsgpackSerializer()
+        self._keys: Serializer = key_serializer or MsgpackKeySerializer()
         self._values: Serializer = value_serializer or MsgpackSerializer()
         self._pending: dict[bytes, bytes | None] = {}
         self._fresh: dict[str, Any] = {}

@@ -10,7 +10,8 @@ providers without changing them. Per side (key, value), in ``topology.state.prov
     A dotted class name, or a builtin such as ``tuple``: msgpack, rebuilding that class on
     decode.
 neither
-    Plain msgpack.
+    Plain msgpack: ``MsgpackKeySerializer`` for keys, ``MsgpackSerializer`` for values (the
+    framework's one codec, ``providers._codec``).
 
 Names resolve as ``topology.state.provider`` does, extlib folders included. The framework's own
 records never go through these (``StateFactory.get_system_state``).
@@ -24,7 +25,7 @@ from typing import Any
 
 from providers._config import SERIALIZER_FIELDS, STATE_PROVIDER_CONFIG_KEY, StateProviderConfig
 from providers._factory import load_object
-from providers._serializers import MsgpackSerializer, Serializer
+from providers._serializers import MsgpackKeySerializer, MsgpackSerializer, Serializer
 from providers.errors import ProviderConfigError
 
 __all__ = ["resolve_class", "resolve_serializers"]
@@ -70,7 +71,7 @@ def _side(fields: Mapping[str, Any], side: str, conf: Mapping[str, Any] | None) 
     if serializer_name:
         return _instance(serializer_name, what=serializer_field, conf=conf)
     cls = resolve_class(class_name, what=class_field, conf=conf) if class_name else None
-    return MsgpackSerializer(cls)
+    return MsgpackKeySerializer(cls) if side == "key" else MsgpackSerializer(cls)
 
 
 def resolve_serializers(

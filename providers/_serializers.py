@@ -1,18 +1,20 @@
 """Serializers turn keys and values into bytes; msgpack is the default.
 
 A serializer is any object with ``serialize(obj) -> bytes`` and ``deserialize(data) -> obj``.
-``keyClass`` / ``valueClass`` restore types msgpack alone would flatten (tuples, dataclasses,
-pydantic models): the decoded plain value is handed to the class.
+The defaults are the framework's one msgpack codec (``providers._codec``): ``MsgpackSerializer``
+for values (a ``tuple``, ``set`` or ``frozenset``, nested anywhere, reads back as it was
+written) and ``MsgpackKeySerializer`` for keys (encoded as keys always were: a tuple key is an
+array, so keys stored by an earlier version are still found; a set key is refused).
+``keyClass`` / ``valueClass`` restore types msgpack alone would flatten (dataclasses, pydantic
+models): the decoded plain value is handed to the class.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import functools
 from typing import Any, Protocol, runtime_checkable
 
-import msgpack
-
+from providers._codec import plain_key_packer, plain_packer, unpack_plain
 from providers.errors import StateSerializationError
 
 
@@ -28,56 +30,81 @@ class Serializer(Protocol):
 
 
 def _to_plain(obj: Any) -> Any:
-    """Turn dataclasses, pydantic models and sets into plain values for msgpack."""
+    """Turn dataclasses and pydantic models into plain values for msgpack."""
     if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
         return dataclasses.asdict(obj)
     dump = getattr(obj, "model_dump", None)
     if callable(dump):
         return dump(mode="json")
-    if isinstance(obj, set | frozenset):
-        return sorted(obj, key=repr)
     kind = f"{type(obj).__module__}.{type(obj).__qualname__}"
-    msg = f"cannot serialize object of type {kind}"
+    msg = f"msgpack cannot encode an object of type {kind}"
     raise TypeError(msg)
 
 
+# What msgpack raises for a value it cannot encode (RecursionError: nesting too deep).
+_REFUSALS = (TypeError, ValueError, OverflowError, RecursionError)
+
+
 class MsgpackSerializer:
-    """msgpack, with an optional class to rebuild on decode.
+    """msgpack for values (``providers._codec``), with an optional class to rebuild on decode.
 
     Example:
         >>> s = MsgpackSerializer()
-        >>> s.deserialize(s.serialize({"storm": 3}))
-        {'storm': 3}
+        >>> value = {"storm": 3, "seen": {"a", "b"}, "at": (1, 2)}
+        >>> back = s.deserialize(s.serialize(value))
+        >>> back == value, type(back["seen"]).__name__, type(back["at"]).__name__
+        (True, 'set', 'tuple')
     """
+
+    _role = "value"
 
     def __init__(self, cls: type | None = None) -> None:
         self._cls = cls
-        self._packer = msgpack.Packer(default=_to_plain, use_bin_type=True)
+        self._packer = self._new_packer()
         if cls is None:
             # No class to rebuild: decode straight through msgpack (no Python frame per value).
-            self.deserialize = _UNPACK  # type: ignore[method-assign]
+            self.deserialize = unpack_plain  # type: ignore[method-assign,assignment]
+
+    def _new_packer(self) -> Any:
+        return plain_packer(_to_plain)
 
     def serialize(self, obj: Any) -> bytes:
         """Encode ``obj``; ``StateSerializationError`` names its type when msgpack cannot."""
         try:
             return self._packer.pack(obj)
-        except (TypeError, ValueError, OverflowError) as exc:
+        except _REFUSALS as exc:
             # A failed pack leaves the packer's buffer dirty; start afresh.
-            self._packer = msgpack.Packer(default=_to_plain, use_bin_type=True)
+            self._packer = self._new_packer()
             kind = f"{type(obj).__module__}.{type(obj).__qualname__}"
-            msg = f"msgpack cannot encode a value of type {kind}: {exc}"
+            msg = f"msgpack cannot encode a {self._role} of type {kind}: {exc}"
             raise StateSerializationError(msg) from exc
 
     def deserialize(self, data: bytes) -> Any:
         """Decode ``data``, rebuilding the configured class if there is one."""
-        obj = msgpack.unpackb(data, raw=False, strict_map_key=False, use_list=True)
-        return _restore(self._cls, obj)
+        return _restore(self._cls, unpack_plain(data))
 
     def __reduce__(self) -> tuple[Any, ...]:
-        return (MsgpackSerializer, (self._cls,))
+        return (type(self), (self._cls,))
 
 
-_UNPACK = functools.partial(msgpack.unpackb, raw=False, strict_map_key=False, use_list=True)
+class MsgpackKeySerializer(MsgpackSerializer):
+    """msgpack for keys: encoded as keys always were (``providers.pack_plain_key``).
+
+    A tuple key is an array, as every key stored before: a lookup by ``(1, "a")`` finds what
+    an earlier version stored under it, and the readers give it back as a tuple
+    (``statefulbolts.state``). A ``set`` or ``frozenset`` key is refused, naming the tuple to
+    use instead.
+
+    Example:
+        >>> keys = MsgpackKeySerializer()
+        >>> keys.serialize(("storm", 1)) == MsgpackSerializer().serialize(["storm", 1])
+        True
+    """
+
+    _role = "key"
+
+    def _new_packer(self) -> Any:
+        return plain_key_packer(_to_plain)
 
 
 def is_plain_msgpack(serializer: Any) -> bool:
@@ -86,7 +113,8 @@ def is_plain_msgpack(serializer: Any) -> bool:
     Not so for a subclass or another serializer (anything may happen), nor with a class
     (``valueClass=float`` reads a stored ``3`` back as ``3.0``).
     """
-    return type(serializer) is MsgpackSerializer and serializer._cls is None
+    kind = type(serializer)
+    return (kind is MsgpackSerializer or kind is MsgpackKeySerializer) and serializer._cls is None
 
 
 def encode_value(serializer: Serializer, namespace: str, key: Any, value: Any) -> bytes:
@@ -114,6 +142,6 @@ def _restore(cls: type | None, obj: Any) -> Any:
         return validate(obj)
     if isinstance(obj, dict):
         return cls(**obj)
-    if isinstance(obj, list):
+    if isinstance(obj, list | tuple):  # a tuple: what a namedtuple value is stored as now
         return cls(*obj)
     return cls(obj)

@@ -17,14 +17,18 @@ driver's policy around it:
      exited;
    - the holder ran on this machine and its process is gone (a crashed driver restarted by
      hand, or by a cluster manager in the same container): its pid no longer runs, or runs a
-     process started at another time (the pid was reused).
+     process started at another time (the pid was reused);
+   - the holder is this very process, and no runner of it holds the lease any more (an
+     earlier run that stopped without releasing it: its store refused the release).
 
    A lapsed lease (its holder stopped renewing) needs none of these.
 3. **Keep it while running.** ``DriverLease.keep`` renews four times per time to live
    (``topology.state.lease.timeout.secs``) on a daemon thread. A renewal that finds the lease
-   taken over tells the runner (``on_lost``), which stops; one that cannot reach the store is
-   tried again at the next period: the fence keeps a lapsed holder from writing meanwhile.
-4. **Release it on a clean stop**, so the next start does not wait.
+   taken over tells the runner (``on_lost``), which stops; one the store fails or refuses (an
+   outage, a full Redis) is tried again at the next period: the fence keeps a lapsed holder
+   from writing meanwhile.
+4. **Release it on a clean stop**, so the next start does not wait. A release the store fails
+   is logged and left: the lease lapses by itself.
 
 A provider without a lease store (in-memory state lives in one driver, so a second driver has
 its own) gets no lease; a durable provider without one is warned about at submit.
@@ -57,7 +61,7 @@ from providers import (
     LeaseHolder,
     LeaseLostError,
     LeaseStore,
-    StateBackendError,
+    ProviderError,
     get_provider,
     provider_name,
 )
@@ -81,6 +85,9 @@ log = logging.getLogger(__name__)
 LEASE_TOKEN_ENV = "STATEFULBOLTS_LEASE_TOKEN"
 # Renewals per time to live: three may fail (the store briefly away) before the lease lapses.
 _RENEWALS_PER_TTL = 4
+# The scopes a ``DriverLease`` of this process holds now (taken and not released).
+_HELD: set[str] = set()
+_HELD_LOCK = threading.Lock()
 
 
 def _boot_id() -> str:
@@ -155,6 +162,12 @@ def successor_reason(
     mine, _, _ = me.process.partition("/")
     if boot and mine and boot != mine:
         return f"this machine (host {held.host}) restarted since"
+    if held.pid == me.pid and held.process == me.process:
+        with _HELD_LOCK:
+            ours = lease.scope in _HELD
+        if not ours:
+            return "it was this process's, and no runner of it holds it any more"
+        return None
     running = _runs(held) if alive is None else alive(held.pid)
     if not running:
         return f"its process on this machine (host {held.host} pid {held.pid}) is gone"
@@ -187,6 +200,8 @@ class DriverLease:
         self.what = what
         self._stopped = threading.Event()
         self._thread: threading.Thread | None = None
+        with _HELD_LOCK:
+            _HELD.add(lease.scope)
 
     @property
     def epoch(self) -> int:
@@ -212,8 +227,9 @@ class DriverLease:
                     log.error("%s: %s", self.what, exc)
                     on_lost(exc)
                     return
-                except StateBackendError as exc:
-                    # The fence keeps writes safe meanwhile; the next period tries again.
+                except ProviderError as exc:
+                    # An outage or a refusal (a full Redis): the fence keeps writes safe
+                    # meanwhile, and the next period tries again.
                     log.warning("%s: could not renew its lease: %s", self.what, exc)
 
         self._thread = threading.Thread(target=renew, name=f"lease-{self.scope}", daemon=True)
@@ -226,21 +242,25 @@ class DriverLease:
         """
         try:
             now = self.store.read(self.scope)
-        except StateBackendError:
+        except ProviderError:
             return None
         if now is None or now.epoch == self.epoch:
             return None
         return now
 
     def release(self) -> None:
-        """Stop renewing and end the lease (if still ours); the store is closed."""
+        """Stop renewing and end the lease (if still ours); the store is closed. Idempotent."""
+        if self._stopped.is_set():
+            return
         self._stopped.set()
         thread = self._thread
         if thread is not None and thread is not threading.current_thread():
             thread.join(5)
+        with _HELD_LOCK:
+            _HELD.discard(self.scope)
         try:
             self.store.release(self.scope, self.epoch)
-        except StateBackendError as exc:
+        except ProviderError as exc:
             log.warning("%s: could not release its lease (it lapses by itself): %s", self.what, exc)
         finally:
             self.store.close()
@@ -265,7 +285,12 @@ def take_lease(
         ProviderConfigError: the provider config is invalid.
     """
     provider = get_provider(conf)
-    store = provider.lease_store(conf)
+    try:
+        store = provider.lease_store(conf)
+    except ProviderError as exc:
+        # The first contact with the store: say whose lease it was for.
+        msg = f"{what}: taking its lease: {exc}"
+        raise type(exc)(msg) from exc
     if store is None:
         if not isinstance(provider, DriverOwnedStateProvider):
             warnings.warn(

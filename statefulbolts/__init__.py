@@ -27,8 +27,8 @@ from statefulbolts.components import (
     StatefulBolt,
 )
 from statefulbolts.config import Config, TopologyConfig, validate_config
+from statefulbolts.connectors import DirectorySpout, PartitionedRedisStreamSpout
 from statefulbolts.context import TopologyContext
-from statefulbolts.directory_spout import DirectorySpout
 from statefulbolts.errors import (
     ConfigError,
     FailedException,
@@ -38,7 +38,6 @@ from statefulbolts.errors import (
     TopologyFailedError,
 )
 from statefulbolts.partitioned import PartitionBatch, PartitionedSpout, PartitionReader
-from statefulbolts.redis_stream_partitioned import PartitionedRedisStreamSpout
 from statefulbolts.ticks import SYSTEM_COMPONENT_ID, TICK_STREAM_ID, is_tick_tuple
 from statefulbolts.timers import TimeDomain, TimerBolt, TimerService
 from statefulbolts.topology import (

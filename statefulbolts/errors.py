@@ -8,6 +8,7 @@
     ├── TopologyError (ValueError)              wiring: unknown component or stream, cycle, ...
     ├── FieldNotFoundError (KeyError)           a tuple has no such field
     ├── UnanchoredEmitError (RuntimeError)      a bolt in a stateful topology emitted unanchored
+    ├── UnshippableValueError (TypeError)       a component emitted a value that cannot be pickled
     ├── CheckpointError (RuntimeError)          illegal checkpoint transition
     ├── FailedException                         raised by a BasicBolt to fail its input (Storm's)
     │   └── ReportedFailedException             ... and report the error too
@@ -26,6 +27,8 @@
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 from providers.errors import (
     LeaseHeldError,
@@ -74,6 +77,7 @@ __all__ = [
     "TopologyError",
     "TopologyFailedError",
     "UnanchoredEmitError",
+    "UnshippableValueError",
 ]
 
 
@@ -94,6 +98,22 @@ class FieldNotFoundError(StatefulBoltsError, KeyError):
 
 class UnanchoredEmitError(StatefulBoltsError, RuntimeError):
     """A bolt in a stateful topology emitted a tuple without anchors."""
+
+
+class UnshippableValueError(StatefulBoltsError, TypeError):
+    """A component emitted a value that cannot be pickled, so no task can be sent it.
+
+    The error of the tuple whose processing emitted it (or of the spout tuple itself), as if
+    ``execute`` had raised it: the dead-letter policy takes it like the user's own exception.
+    The message is one line naming the component, task index, stream, field and the value's
+    type. ``failing`` is the tuple to blame when the runtime names it itself (a spout's own
+    tuple, or the input tuple that emitted the value): its ``statefulbolts.runtime``
+    ``FailingTuple``.
+    """
+
+    def __init__(self, message: str, failing: Any = None) -> None:
+        super().__init__(message)
+        self.failing = failing
 
 
 class CheckpointError(StatefulBoltsError, RuntimeError):

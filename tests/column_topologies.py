@@ -30,7 +30,7 @@ from statefulbolts import (
     StormTopology,
     TopologyBuilder,
 )
-from statefulbolts.runtime._records import TaskReport
+from statefulbolts.runtime._records import TaskReport, TupleBatch
 
 # Checkpoint every millisecond: transactions back to back.
 FAST = {"topology.state.checkpoint.interval.ms": 1}
@@ -279,9 +279,13 @@ class Delivered:
 
 
 def comparable(sent: list[Any]) -> list[Any]:
-    """A task's records with the metrics' seconds left out."""
+    """A task's records with the metrics' seconds left out, tuple batches unsealed."""
     return [
-        r._replace(metrics=r.metrics._replace(seconds=0)) if isinstance(r, TaskReport) else r
+        r._replace(metrics=r.metrics._replace(seconds=0))
+        if isinstance(r, TaskReport)
+        else r.unsealed()
+        if isinstance(r, TupleBatch)
+        else r
         for r in sent
     ]
 

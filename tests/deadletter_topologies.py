@@ -37,7 +37,7 @@ from statefulbolts import (
     TransactionalTopology,
     TransactionalTopologyBuilder,
 )
-from statefulbolts.redis_stream import RedisStreamSpout
+from statefulbolts.connectors import RedisStreamSpout
 
 POISON = "poison"
 POISON_SENTENCE = "the poison pill stops the count"

@@ -21,7 +21,7 @@ from typing import Any
 
 from examples.corpus import words
 from statefulbolts import BasicBolt, Fields, StatefulBolt, StormTopology, TopologyBuilder
-from statefulbolts.redis_stream import RedisStreamSpout
+from statefulbolts.connectors import RedisStreamSpout
 
 HOOKS_KEY = "recovery.hooks.file"
 HOOKS_ENV = "STATEFULBOLTS_HOOKS_FILE"

@@ -11,7 +11,7 @@ import os
 
 from examples.wordcount import SplitSentence, WordCount
 from statefulbolts import Fields, StormTopology, TopologyBuilder
-from statefulbolts.redis_stream import RedisStreamSpout
+from statefulbolts.connectors import RedisStreamSpout
 
 PARALLELISM_ENV = "RESCALE_TEST_PARALLELISM"
 

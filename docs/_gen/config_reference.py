@@ -3,10 +3,11 @@
 Every key, its type, default and allowed values come from the models the runtime validates with:
 ``statefulbolts.config.TopologyConfig`` (the ``topology.*`` keys, also ``Config``'s constants) and
 ``providers._config.StateProviderConfig`` (the fields of ``topology.state.provider.config``),
-plus the keys ``statefulbolts.redis_stream`` reads. Only the meaning of each key is written here,
-in ``TOPOLOGY_MEANINGS`` / ``PROVIDER_MEANINGS`` (a model field's own ``description`` wins): a key
-the models gain without a meaning here fails the build, and so does a meaning left for a key they
-no longer have.
+and the connectors' config models (``CONNECTOR_MODELS``: the keys the sources read). Only the
+meaning of each key is written here, in ``TOPOLOGY_MEANINGS`` / ``PROVIDER_MEANINGS`` (a model
+field's own ``description`` wins, and the connectors' fields all have one): a key the models
+gain without a meaning fails the build, and so does a meaning left for a key they no longer
+have.
 
 Used two ways:
 
@@ -172,11 +173,12 @@ PROVIDER_MEANINGS: dict[str, str] = {
     "url": 'Shorthand for `{"redisConfig": {"url": ...}}` (never printed).',
 }
 
-SPOUT_MEANINGS: dict[str, str] = {
-    "URL_KEY": "`RedisStreamSpout`: the Redis server, when not given as an argument.",
-    "STREAM_KEY": "`RedisStreamSpout`: the stream, when not given as an argument.",
-    "GROUP_KEY": "`RedisStreamSpout`: the consumer group. Default: the topology name.",
-}
+# The connectors' config models, by dotted name: each field is a key, its alias, with its meaning
+# as the field's description. A new connector's model goes here.
+CONNECTOR_MODELS = (
+    "statefulbolts.connectors.redis.RedisStreamConfig",
+    "statefulbolts.connectors.redis.PartitionedRedisStreamConfig",
+)
 
 
 class Row(NamedTuple):
@@ -199,8 +201,8 @@ def _type_name(annotation: Any) -> str:
         return " or ".join(parts)
     if origin is dict:
         return "mapping"
-    if origin is list:
-        (item,) = typing.get_args(annotation)
+    if origin in (list, tuple):  # a tuple field (strict, frozen) is given as a list
+        item = typing.get_args(annotation)[0]
         return f"list of {_type_name(item)}s"
     if isinstance(annotation, type) and issubclass(annotation, BaseModel):
         return "mapping"
@@ -323,15 +325,33 @@ def provider_rows() -> list[Row]:
     return rows
 
 
-def spout_rows() -> list[Row]:
-    """The keys ``RedisStreamSpout`` reads from the topology config."""
-    from statefulbolts import redis_stream
+def connector_rows() -> list[Row]:
+    """The keys the connectors read from the topology config, each once, in model order.
 
-    defaults = {"URL_KEY": f"`{redis_stream.DEFAULT_URL}`", "GROUP_KEY": "the topology name"}
-    return [
-        Row(getattr(redis_stream, const), "string", defaults.get(const, "none"), "", meaning)
-        for const, meaning in SPOUT_MEANINGS.items()
-    ]
+    A field's ``shown_default`` (its ``json_schema_extra``) says what an unset key means when
+    that is not the field's own default (``None``: the topology name, a default URL).
+    """
+    from importlib import import_module
+
+    rows: dict[str, Row] = {}
+    for dotted in CONNECTOR_MODELS:
+        module, _, name = dotted.rpartition(".")
+        model: type[BaseModel] = getattr(import_module(module), name)
+        for field in model.model_fields.values():
+            key = str(field.alias)
+            extra = field.json_schema_extra if isinstance(field.json_schema_extra, dict) else {}
+            shown = extra.get("shown_default")
+            rows.setdefault(
+                key,
+                Row(
+                    key,
+                    _type_name(field.annotation),
+                    str(shown) if shown is not None else _default(field),
+                    _bounds(field),
+                    _meaning(key, field, {}),
+                ),
+            )
+    return list(rows.values())
 
 
 def _table(rows: list[Row]) -> str:
@@ -358,9 +378,11 @@ def render() -> str:
             "serializer fields. The SQLite provider (`extlib/sqlite_state.py`) reads its own "
             "`path` (the database file) and the serializer fields.",
             _table(provider_rows()),
-            "### Keys read by components",
-            "Not validated by the runtime: the component that reads them checks them.",
-            _table(spout_rows()),
+            "### Keys read by connectors",
+            "Validated by each connector's config model (`statefulbolts/connectors/`) when the "
+            "connector reads them, with the same strict types; an argument given to the "
+            "connector wins over its key.",
+            _table(connector_rows()),
         ]
     )
 

@@ -205,14 +205,18 @@ def _preload(client: Any) -> None:
     pipe.execute()
 
 
-def client_for(endpoint: Endpoint, namespace: str | None = None) -> Any:
+def client_for(
+    endpoint: Endpoint, namespace: str | None = None, *, subject: str | None = None
+) -> Any:
     """This process's shared client for ``endpoint``, with the provider's scripts loaded.
 
     Raises:
-        StateBackendError: Redis could not be reached; names ``namespace`` when one is given.
+        StateBackendError: Redis could not be reached; names ``subject`` (by default the state
+            of ``namespace``) when there is one.
         StateBackendRefusedError: Redis refused the connection (a wrong password, ...).
     """
-    subject = None if namespace is None else f"state {namespace!r}"
+    if subject is None and namespace is not None:
+        subject = f"state {namespace!r}"
     key = (os.getpid(), endpoint, False)
     client = None
     try:

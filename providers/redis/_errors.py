@@ -36,6 +36,13 @@ A refusal's message may carry numbers the server gives cheaply, asked for only o
 path: ``INFO memory`` on ``OOM``, ``INFO replication`` on ``READONLY``, the ``TYPE`` of the
 keys on ``WRONGTYPE``. The normal path costs nothing.
 
+An ``OOM`` figure is read after the refusal, when the server has already freed the refused
+command's arguments: the memory used then is below ``maxmemory`` whenever the write itself was
+what did not fit (a 1 MB prepare into 2 MB with 1.1 MB used). So the message says what the
+write needed (``written``: the bytes of its arguments, when the caller knows them), the limit,
+what is used *now, after the refused write*, and the smallest ``maxmemory`` that would have
+taken it.
+
 Example:
     >>> from redis.exceptions import BusyLoadingError, OutOfMemoryError
     >>> classify_error(BusyLoadingError("Redis is loading the dataset in memory")).kind
@@ -48,6 +55,10 @@ Example:
     raise maxmemory, or use a volatile-* / allkeys-* eviction policy only if losing state is
     acceptable (it is not for topology state) [OutOfMemoryError: command not allowed when used
     memory > 'maxmemory'.]
+    >>> print(out_of_memory(2 * 1024 * 1024, "noeviction", 1153434, 1048576))
+    ... # doctest: +NORMALIZE_WHITESPACE
+    maxmemory 2.00M, policy noeviction: the write of 1048576 bytes did not fit; 1.10M used now,
+    after the refused write, so it needs maxmemory 2.10M or more
 """
 
 from __future__ import annotations
@@ -73,6 +84,7 @@ __all__ = [
     "Verdict",
     "backend_error",
     "classify_error",
+    "out_of_memory",
     "reply_code",
 ]
 
@@ -84,7 +96,8 @@ BACKEND_ERRORS = (RedisError, RedisClusterException)
 PROVIDER_SETTINGS = "topology.state.provider.config"
 _PIPELINE_PREFIX = " of pipeline caused error: "
 
-Details = Callable[[Any, Mapping[Any, str]], str]
+# (client, keys the step used, bytes the refused command carried or None) -> figures.
+Details = Callable[[Any, Mapping[Any, str], int | None], str]
 
 
 class ErrorKind(enum.Enum):
@@ -98,7 +111,7 @@ class Verdict(NamedTuple):
     """The kind of a Redis error, its cause in plain words, the fix, and what to ask the server.
 
     ``fix`` may name ``{settings}``: where the connection settings are. ``details(client,
-    keys)``, on the error path only, asks the server for the figures behind a refusal.
+    keys, written)``, on the error path only, asks the server for the figures behind a refusal.
     """
 
     kind: ErrorKind
@@ -107,20 +120,46 @@ class Verdict(NamedTuple):
     details: Details | None = None
 
 
-def _memory(client: Any, keys: Mapping[Any, str]) -> str:
-    info = _one_node(client.info("memory"))
+def human_bytes(n: int) -> str:
+    """``n`` bytes as Redis' ``INFO`` shows sizes: ``512B``, ``941.54K``, ``2.00M``.
+
+    Example:
+        >>> human_bytes(1), human_bytes(2 * 1024 * 1024), human_bytes(964132)
+        ('1B', '2.00M', '941.54K')
+    """
+    for unit, size in (("G", 1 << 30), ("M", 1 << 20), ("K", 1 << 10)):
+        if n >= size:
+            return f"{n / size:.2f}{unit}"
+    return f"{n}B"
+
+
+def out_of_memory(limit: int, policy: str, used: int, written: int | None) -> str:
+    """The figures of an ``OOM`` refusal, read after it (see the module docstring).
+
+    ``written``: the bytes of the refused command's arguments (``None``: not known).
+    """
+    now = f"{human_bytes(used)} used now, after the refused write"
+    if written is None:
+        return f"maxmemory {human_bytes(limit)}, policy {policy}, {now}"
     return (
-        f"maxmemory {info['maxmemory_human']}, policy {info['maxmemory_policy']}, "
-        f"{info['used_memory_human']} used"
+        f"maxmemory {human_bytes(limit)}, policy {policy}: the write of {written} bytes did not "
+        f"fit; {now}, so it needs maxmemory {human_bytes(used + written)} or more"
     )
 
 
-def _replication(client: Any, keys: Mapping[Any, str]) -> str:
+def _memory(client: Any, keys: Mapping[Any, str], written: int | None) -> str:
+    info = _one_node(client.info("memory"))
+    return out_of_memory(
+        int(info["maxmemory"]), str(info["maxmemory_policy"]), int(info["used_memory"]), written
+    )
+
+
+def _replication(client: Any, keys: Mapping[Any, str], written: int | None) -> str:
     info = _one_node(client.info("replication"))
     return f"a replica of {info['master_host']}:{info['master_port']}"
 
 
-def _key_types(client: Any, keys: Mapping[Any, str]) -> str:
+def _key_types(client: Any, keys: Mapping[Any, str], written: int | None) -> str:
     found = []
     for key, expected in keys.items():
         kind = client.type(key)
@@ -300,6 +339,7 @@ def backend_error(
     client: Any = None,
     keys: Mapping[Any, str] | None = None,
     settings: str = PROVIDER_SETTINGS,
+    written: int | None = None,
 ) -> StateBackendError | StateBackendRefusedError:
     """The error to raise (``from exc``) for ``exc``: where, during what, of what, and why.
 
@@ -312,6 +352,8 @@ def backend_error(
         keys: the keys the step used, each with the type it must have (``WRONGTYPE``).
         settings: where the connection settings are, for the fix of an authentication or
             replica refusal.
+        written: the bytes of the command's arguments, when it wrote (a prepare's delta):
+            an ``OOM`` refusal says the write did not fit, and how much it needed.
     """
     verdict = classify_error(exc)
     of = f" of {subject}" if subject else ""
@@ -320,7 +362,7 @@ def backend_error(
         return StateBackendError(f"Redis at {address} {verdict.cause} during {step}{of}: {said}")
     cause = verdict.cause
     if verdict.details is not None and client is not None:
-        figures = _figures(verdict.details, client, keys or {})
+        figures = _figures(verdict.details, client, keys or {}, written)
         cause = f"{cause} ({figures})" if figures else cause
     fix = verdict.fix.format(settings=settings)
     return StateBackendRefusedError(
@@ -328,11 +370,11 @@ def backend_error(
     )
 
 
-def _figures(details: Details, client: Any, keys: Mapping[Any, str]) -> str:
+def _figures(details: Details, client: Any, keys: Mapping[Any, str], written: int | None) -> str:
     """The server's figures behind a refusal, or ``""`` if it cannot give them now."""
     try:
-        return details(client, keys)
-    except (*BACKEND_ERRORS, KeyError, TypeError, StopIteration) as exc:
+        return details(client, keys, written)
+    except (*BACKEND_ERRORS, KeyError, TypeError, ValueError, StopIteration) as exc:
         # A courtesy only: the refusal being reported is the error that counts.
         log.debug("no figures for a Redis refusal: %s: %s", type(exc).__name__, exc)
         return ""

@@ -133,8 +133,11 @@ class RedisKeyValueState(StoredImageReads, LayeredKeyValueState):
 
     # -- talking to Redis
     @contextlib.contextmanager
-    def _backend(self, step: str) -> Iterator[None]:
-        """Turn a Redis error into an outage (``StateBackendError``) or a refusal."""
+    def _backend(self, step: str, args: Sequence[bytes | str] = ()) -> Iterator[None]:
+        """Turn a Redis error into an outage (``StateBackendError``) or a refusal.
+
+        ``args``: what a write step sends; an out-of-memory refusal says how many bytes.
+        """
         try:
             yield
         except BACKEND_ERRORS as exc:
@@ -147,6 +150,7 @@ class RedisKeyValueState(StoredImageReads, LayeredKeyValueState):
                 subject=f"state {self.namespace!r}",
                 client=self._client,
                 keys=keys,
+                written=sum(map(len, args)) if args else None,
             ) from exc
 
     def _load(self) -> None:
@@ -342,7 +346,7 @@ class RedisKeyValueState(StoredImageReads, LayeredKeyValueState):
             *wire(self._pending),
         ]
         step = f"prepare of txid {txid}"
-        with self._backend(step):
+        with self._backend(step, args):
             reply = self._prepare_script(keys=[self.prepare_key, self.txid_key], args=args)
         code = int(reply[0])
         if code == _scripts.FENCED:
@@ -434,7 +438,7 @@ class RedisKeyValueState(StoredImageReads, LayeredKeyValueState):
     def _commit_writes(self) -> None:
         self._flush()
         args: list[Any] = [TOMBSTONE, self._epoch, *wire(self._pending)]
-        with self._backend("commit"):
+        with self._backend("commit", args):
             code, committed = self._commit_writes_script(
                 keys=[self.committed_key, self.txid_key, self.ttl_key], args=args
             )
@@ -609,14 +613,16 @@ class RedisKeyValueStateProvider(StateProvider):
             ProviderConfigError: the provider config is invalid.
             StateBackendError: Redis could not be reached.
         """
-        client, address = _provider_client(conf, None)
+        client, address = _provider_client(conf, None, subject="the topologies' leases")
         return RedisLeaseStore(client, address=address)
 
 
-def _provider_client(conf: Mapping[str, Any], namespace: str | None) -> tuple[Any, str]:
+def _provider_client(
+    conf: Mapping[str, Any], namespace: str | None, *, subject: str | None = None
+) -> tuple[Any, str]:
     """The client a provider call uses (the test override, else the shared one) and its address."""
     client = overriding_client()
     if client is not None:
         return client, address_of(client)
     endpoint = parse_provider_config(conf).redis_endpoint()
-    return client_for(endpoint, namespace), endpoint.address
+    return client_for(endpoint, namespace, subject=subject), endpoint.address

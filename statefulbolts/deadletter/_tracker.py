@@ -44,7 +44,9 @@ from dataclasses import dataclass
 __all__ = ["PoisonTracker", "Suspect", "why_not_poison"]
 
 _FRAMEWORK = "providers.errors.StatefulBoltsError"
-_USERS_OWN = ("statefulbolts.errors.FailedException",)
+# Errors of the framework's tree that are the tuple's doing: a FailedException its bolt raised,
+# a value the tuple's processing emitted that cannot be pickled.
+_USERS_OWN = ("statefulbolts.errors.FailedException", "statefulbolts.errors.UnshippableValueError")
 
 
 @dataclass(frozen=True)

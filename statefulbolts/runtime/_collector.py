@@ -2,10 +2,12 @@
 
 An emit appends the tuple's value and the root of its anchor to the batch of each destination
 task (``TupleBatch`` columns, see ``_records``); the XOR ids that acking needs are made by the
-task a tuple is delivered to (``statefulbolts.acker``), so an emit computes none. Most emits take
-one fast path (one anchor on one tree, a one-field stream routed by fields grouping on that
-field, a ``str`` value seen before): that path lives here, in ``TaskCollector.emit`` and its copy
-in ``_TaskBasicCollector.emit``, and nowhere else.
+task a tuple is delivered to (``statefulbolts.acker``), so an emit computes none, and checks
+nothing: the task seals the batches (``seal``: each values column pickled once, ``_sealing``)
+before it hands them on (``records``). Most emits take one fast path (one anchor on one tree, a
+one-field stream routed by fields grouping on that field, a ``str`` value seen before): that
+path lives here, in ``TaskCollector.emit`` and its copy in ``_TaskBasicCollector.emit``, and
+nowhere else.
 
 No pyspark here: this module runs inside Spark's Python workers but is plain Python.
 """
@@ -15,7 +17,7 @@ from __future__ import annotations
 import traceback
 from collections.abc import Iterator, Sequence
 from operator import itemgetter
-from typing import Any
+from typing import Any, NamedTuple
 
 from statefulbolts.acker import DeliveryLedger, id_base
 from statefulbolts.collectors import Anchors, BasicOutputCollector, OutputCollector
@@ -23,11 +25,19 @@ from statefulbolts.errors import TopologyError, UnanchoredEmitError
 from statefulbolts.keygroups import stable_hash
 from statefulbolts.runtime._plan import ExecutionPlan, Router
 from statefulbolts.runtime._records import ReportedError, TupleBatch, id_column
+from statefulbolts.runtime._sealing import seal_column
 from statefulbolts.runtime._stats import format_traceback
 from statefulbolts.runtime._task_errors import exception_types
 from statefulbolts.tuples import DEFAULT_STREAM, ColumnBatch, Tuple
 
-__all__ = ["TaskCollector"]
+__all__ = ["TaskCollector", "Unsealed"]
+
+
+class Unsealed(NamedTuple):
+    """A batch whose values column did not pickle: its key and what pickling it raised."""
+
+    key: tuple[int, int, int]  # (destination, destination task, stream)
+    error: BaseException
 
 
 class TaskCollector(OutputCollector):
@@ -49,8 +59,12 @@ class TaskCollector(OutputCollector):
         txid: int,
         name: str,
         data_free: str | None = None,
+        pipelined: frozenset[int] = frozenset(),
     ) -> None:
         self.comp, self.task = comp, task
+        # Destinations reached without leaving this Python task (``JobLayout.pipelined``): their
+        # batches go on as objects, as Spark pipelines them, and are never sealed.
+        self._pipelined = pipelined
         self._task_id = plan.task_ids[comp][task]
         self._name = name
         self._flat_action = data_free
@@ -61,6 +75,8 @@ class TaskCollector(OutputCollector):
         self._router = Router(plan, comp, task)
         self._cp_stream = plan.checkpoint_stream[comp]
         self.batches: dict[tuple[int, int, int], list[Any]] = {}
+        # Each batch's values column as sealed, with how many values it held then (``seal``).
+        self._sealed: dict[tuple[int, int, int], tuple[int, bytes]] = {}
         # Which (destination, task) each batch list goes to, by the list's id (``emit_to``).
         self._dest_of: dict[int, tuple[int, int]] = {}
         self._task_ids = plan.task_ids
@@ -410,11 +426,45 @@ class TaskCollector(OutputCollector):
             self._dest_of[id(batch)] = (dest, dtask)
         return batch
 
+    def seal(self) -> Unsealed | None:
+        """Pickle every values column emitted into since it was last sealed; the first that fails.
+
+        Called by the task when its tuples are executed, and again when it ends (what a
+        protocol's ``finish`` emitted): a column nothing was emitted into since is not pickled
+        again, nor is one for a pipelined destination (it never leaves the Python task).
+        ``None``: every batch is sealed.
+        """
+        sealed, pipelined = self._sealed, self._pipelined
+        for key, batch in self.batches.items():
+            if key[0] in pipelined:
+                continue
+            n = len(batch[0])
+            done = sealed.get(key)
+            if done is not None and done[0] == n:
+                continue
+            try:
+                sealed[key] = (n, seal_column(batch[0]))
+            except Exception as exc:  # noqa: BLE001 - the task names the value and its tuple
+                return Unsealed(key, exc)
+        return None
+
     def records(self) -> Iterator[TupleBatch]:
-        """Everything emitted, a ``TupleBatch`` per (destination task, stream)."""
-        comp, task = self.comp, self.task
-        for (dest, dtask, s), (vals, roots, more) in self.batches.items():
-            yield TupleBatch(dest, dtask, comp, task, s, vals, id_column(roots), more)
+        """Everything emitted, a sealed ``TupleBatch`` per (destination task, stream).
+
+        Every batch must be sealed (``seal`` returned ``None``) since its last emit, but one for
+        a pipelined destination, which goes on unsealed.
+        """
+        comp, task, sealed, pipelined = self.comp, self.task, self._sealed, self._pipelined
+        for key, (vals, roots, more) in self.batches.items():
+            if key[0] in pipelined:
+                yield TupleBatch(key[0], key[1], comp, task, key[2], vals, id_column(roots), more)
+                continue
+            n, data = sealed[key]
+            if n != len(vals):
+                msg = f"batch {key} of {self._name!r} emitted into after it was sealed"
+                raise RuntimeError(msg)
+            dest, dtask, s = key
+            yield TupleBatch(dest, dtask, comp, task, s, data, id_column(roots), more)
 
     def release(self) -> None:
         """Let go of what was emitted, once ``records`` has been handed on.
@@ -427,6 +477,7 @@ class TaskCollector(OutputCollector):
         """
         self._emits, self._appends = self.emitted, 0
         self.batches.clear()
+        self._sealed.clear()
         self._dest_of.clear()
         for _pos, cache, _dest, _n in self._memo.values():
             cache.clear()

@@ -2,7 +2,9 @@
 
 ``run_inline`` runs a job's tasks with the same code a Spark task runs (``run_task``), in stage
 order, each stage's output keyed to the next stage's slots the way ``partitionBy`` would, and
-reduces the acks as the driver does after a Spark job. What differs: no images are shipped (a
+reduces the acks as the driver does after a Spark job. What travels between stages is what a
+Spark job ships, sealed as a Spark job seals it (``_sealing``): a value that would not reach the
+next task on Spark does not reach it here either. What differs: no images are shipped (a
 driver-owned provider's states are the driver's own, written in place), no Python worker tuning
 (``run_task(in_worker=False)``), no task retries, and a task's fatal error is raised here, as
 the ``TaskFailedError`` a Spark task would raise, instead of arriving wrapped in Spark's
@@ -35,6 +37,7 @@ from statefulbolts.runtime._plan import ExecutionPlan
 from statefulbolts.runtime._program import TaskJob
 from statefulbolts.runtime._records import JobResult
 from statefulbolts.runtime._results import reduce_acks
+from statefulbolts.runtime._sealing import seal_inputs
 from statefulbolts.runtime._task import run_task
 from statefulbolts.topology import StormTopology
 
@@ -50,8 +53,9 @@ def run_inline(job: TaskJob, topology: bytes, inputs: Sequence[Sequence[Any]]) -
     if layout.depth == 0:
         return JobResult()
     n0 = len(layout.stages[0])
+    sealed = seal_inputs(job.plan, job.txid, inputs)  # as a Spark job ships them
     fed: list[list[tuple[int, list[Any]]]] = [
-        [(s, list(inputs[s]) if s < len(inputs) else [])] for s in range(n0)
+        [(s, sealed[s] if s < len(sealed) else [])] for s in range(n0)
     ]
     out: list[tuple[int, list[Any]]] = []
     for k in range(layout.depth):

@@ -74,6 +74,8 @@ class ExecutionPlan:
         self.parallelism = [s.parallelism for s in specs]
         self.is_spout = [s.is_spout for s in specs]
         self.executor = [s.executor for s in specs]
+        # ``module.qualname`` of each component's class: errors raised outside a task name it.
+        self.user_classes = [s.user_class for s in specs]
         self.task_ids = [topology.task_ids(cid) for cid in self.component_ids]
         self.streams: list[list[str]] = [sorted(s.outputs) for s in specs]
         self.stream_index: list[dict[str, int]] = [
@@ -332,6 +334,16 @@ class JobLayout:
     def slot(self, stage: int, comp: int, task: int) -> int:
         """The slot of ``(comp, task)`` in ``stage``."""
         return self._slot_of[stage][(comp, task)]
+
+    def pipelined(self, stage: int) -> frozenset[int]:
+        """The components a record emitted in ``stage`` reaches through narrow boundaries only.
+
+        Spark runs those stages in one Python task: what goes to them is never pickled.
+        """
+        last = self._chained_to[stage]
+        return frozenset(
+            comp for comp, at in enumerate(self.stage_of) if at is not None and stage < at <= last
+        )
 
     def key_for(self, stage: int, dest: int, task: int) -> int:
         """The partition in stage ``stage + 1`` of a record bound for ``(dest, task)``."""

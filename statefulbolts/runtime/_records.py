@@ -5,7 +5,9 @@ for one destination task, as columns. Columns, not rows, because pickling a few 
 a fraction of pickling many small tuples: ``values`` holds each tuple's values (the bare value
 when the stream has one field), ``roots`` each tuple's first root id (0 when untracked; a list,
 or an ``id_column`` array), and ``more`` maps a position to the further roots of a tuple
-anchored to several trees (``None`` when there are none). A tuple's own acking id is made by the
+anchored to several trees (``None`` when there are none). Between tasks, and from the driver into
+a job, ``values`` travel sealed: pickled by the sender (``bytes``), unpickled by the task they are
+for (``_sealing``, ``TupleBatch.unsealed``). A tuple's own acking id is made by the
 task it is delivered to (``statefulbolts.acker``). Components, tasks and streams are indices
 from the ``ExecutionPlan``.
 
@@ -17,6 +19,7 @@ read by name, and a loop that needs speed unpacks it once.
 
 from __future__ import annotations
 
+import pickle
 from array import array
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -43,9 +46,21 @@ class TupleBatch(NamedTuple):
     src: int
     src_task: int
     stream: int
-    values: list[Any]
+    values: list[Any] | bytes  # bytes: sealed (pickled by the task or driver that sent it)
     roots: Sequence[int]
     more: dict[int, tuple[int, ...]] | None
+
+    def column(self) -> list[Any]:
+        """The values column as a list (unpickled if it travelled sealed)."""
+        values = self.values
+        if type(values) is bytes:
+            column: list[Any] = pickle.loads(values)  # noqa: S301 - sealed by our own tasks
+            return column
+        return values  # type: ignore[return-value]
+
+    def unsealed(self) -> TupleBatch:
+        """This batch with its values as a list (unpickled if it travelled sealed)."""
+        return self if type(self.values) is not bytes else self._replace(values=self.column())
 
 
 class AckLedger(NamedTuple):
@@ -127,7 +142,8 @@ class JobResult:
 
     ``acks`` holds only roots whose XOR is not zero (a root every task reported nothing for had
     each tuple of its tree acked exactly once); ``outputs`` holds the tuples the job's tasks
-    emitted for components outside the job, for the protocol to use; ``aborted`` says a task's
+    emitted for components outside the job, for the protocol to use (sealed, as they travelled:
+    a next job takes them as they are, ``TupleBatch.column`` reads them); ``aborted`` says a task's
     protocol failed it (its report's ``result`` says why) and the tasks after it were skipped.
     """
 

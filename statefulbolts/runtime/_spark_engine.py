@@ -28,6 +28,7 @@ from statefulbolts.runtime._plan import ExecutionPlan
 from statefulbolts.runtime._program import TaskJob
 from statefulbolts.runtime._records import JobResult
 from statefulbolts.runtime._results import merge_results, reduce_acks
+from statefulbolts.runtime._sealing import seal_inputs
 from statefulbolts.runtime._shipping import build_zip, code_to_ship, folder_source, sources, zip_dir
 from statefulbolts.runtime._spark import is_local
 from statefulbolts.runtime._task import run_task
@@ -143,7 +144,8 @@ class SparkEngine:
 
         layout = spec.layout
         n0 = len(layout.stages[0])
-        first = [list(spec.inputs[s]) if s < len(spec.inputs) else [] for s in range(n0)]
+        sealed = seal_inputs(job.plan, job.txid, spec.inputs)  # a spout tuple's error is its own
+        first = [sealed[s] if s < len(sealed) else [] for s in range(n0)]
         rdd = sc.parallelize([(s, first[s]) for s in range(n0)], n0)
         rdd = rdd.mapPartitionsWithIndex(stage(0), preservesPartitioning=False)
         for k in range(1, layout.depth):

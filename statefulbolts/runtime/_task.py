@@ -3,9 +3,11 @@
 A task is, in Storm's words, a worker that (re)starts: it loads the shipped topology, asks the
 job's protocol (``TaskProgram``) for an executor of its component, prepares it, feeds it the
 job's tuples in a deterministic order (per source task in emit order, sources sorted; tuples of
-control streams after all data), lets the executor finish, and returns what it emitted plus
-side records: XOR acks pre-combined per root, fails, and one ``TaskReport`` (metrics, reported
-errors, the changes a driver-owned provider's states made, the executor's result).
+control streams after all data), lets the executor finish, and returns what it emitted (sealed:
+each values column pickled here, once, ``_sealing``; a value that does not pickle is the error
+of the tuple that emitted it) plus side records: XOR acks pre-combined per root, fails, and
+one ``TaskReport`` (metrics, reported errors, the changes a driver-owned provider's states made,
+the executor's result).
 Deterministic order and ids mean a Spark retry of the task reproduces the same output.
 
 The protocol decides what a task does around its tuples (the checkpoint protocol: restore the
@@ -27,6 +29,7 @@ from types import CodeType
 from typing import Any, NamedTuple
 
 from statefulbolts.context import TopologyContext
+from statefulbolts.errors import UnshippableValueError
 from statefulbolts.namespaces import TaskNamespace, topology_prefix, window_namespace
 from statefulbolts.runtime._collector import TaskCollector
 from statefulbolts.runtime._columns import feed_columns
@@ -41,6 +44,7 @@ from statefulbolts.runtime._records import (
     TaskReport,
     TupleBatch,
 )
+from statefulbolts.runtime._sealing import unshippable_error
 from statefulbolts.runtime._spark import task_attempt
 from statefulbolts.runtime._task_errors import FailingTuple, encode_task_error
 from statefulbolts.runtime._worker import YoungGarbage, broadcast_value, freeze_long_lived
@@ -82,11 +86,11 @@ def _sort_input(job: TaskJob, comp: int, task: int, items: Iterable[Any]) -> _In
             kind = type(r)
             if kind is TupleBatch:
                 if r.dest != comp or r.dest_task != task:
-                    into.carry.append(r)
+                    into.carry.append(r)  # sealed as it came: it is only passed on
                 elif program.is_control(plan.streams[r.src][r.stream]):
-                    into.control.append(r)
+                    into.control.append(r.unsealed())
                 else:
-                    into.data.append(r)
+                    into.data.append(r.unsealed())
             elif kind is AckLedger:
                 for root, x in r.acks.items():
                     acks[root] = acks.get(root, 0) ^ x
@@ -128,7 +132,10 @@ def run_task(
     topology = _load_topology(topology_blob)
     spec = topology.component(job.plan.component_ids[comp])
     context = TopologyContext(topology, job.topology_name, spec.id, task)
-    collector = TaskCollector(job.plan, comp, task, job.txid, spec.id, job.program.data_free)
+    pipelined = job.layout.pipelined(stage)
+    collector = TaskCollector(
+        job.plan, comp, task, job.txid, spec.id, job.program.data_free, pipelined
+    )
     gc_enabled = gc.isenabled()
     gc.disable()
     failing: list[Tuple] = []  # the data tuple being executed when the task raised
@@ -141,10 +148,18 @@ def run_task(
         else:
             left, exact = {}, True
         acked = executed if exact else collector.ledger.settled + _held(job, collector)
+        unsealed = collector.seal()  # what the protocol's finish and control tuples emitted
+        if unsealed is not None:
+            raise unshippable_error(
+                job.plan, comp, task, collector.batches, unsealed.key, unsealed.error, (), None
+            )
     except Exception as exc:
         failed = job.program.failure(exc)
         if failed is None:
-            culprit = FailingTuple.of(failing[-1], task, len(job.lead)) if failing else None
+            if isinstance(exc, UnshippableValueError):
+                culprit = exc.failing  # named where the value was found (``_sealing``)
+            else:
+                culprit = FailingTuple.of(failing[-1], task, len(job.lead)) if failing else None
             raise encode_task_error(
                 exc, spec.id, context.this_task_id, job.txid, spec.user_class, culprit
             ) from exc
@@ -259,7 +274,10 @@ def _execute(
     """Prepare the executor, feed it every tuple, finish it: ``(data tuples executed, result)``.
 
     When executing a data tuple raises, that tuple is appended to ``failing`` before the
-    exception goes on (``_raised_executing``): the driver learns which tuple it was.
+    exception goes on (``_raised_executing``): the driver learns which tuple it was. When the
+    data tuples are executed, what they emitted is sealed (``TaskCollector.seal``); a value that
+    does not pickle raises ``UnshippableValueError`` naming the tuple that emitted it
+    (``_sealing.unshippable_error``, which may execute tuples of its tree again to find it).
 
     The hot loop of the runtime: per tuple it builds a ``Tuple`` and calls the executor's
     data target, and nothing else. Tuples are built slot by slot (no call into
@@ -308,12 +326,14 @@ def _execute(
         """The per-tuple path over rows a batch bolt raised on (``feed_columns``)."""
         _feed(execute, rows, rooted, at, single, source, lead, chunked, failing)
 
+    delivered: list[tuple[TupleBatch, int]] = []  # each data batch, with its first number
     for b in into.data:
         src, s = b.src, b.stream
         f, cid, tid, sid = fields[src][s], comp_ids[src], task_ids[src][b.src_task], streams[src][s]
         values, roots, more = b.values, b.roots, b.more
         single = widths[src][s] == 1
         first = deliver(roots, more)  # each tuple's number: first, first + 1, ...
+        delivered.append((b, first))
         n = len(values)
         if more is None:
             source = (f, cid, tid, sid)
@@ -340,6 +360,25 @@ def _execute(
             if t is not None and _raised_executing(exc, chunked.__code__, _TUPLE_INIT):
                 failing.append(t)
             raise
+
+    def again(b: TupleBatch, first: int, i: int) -> None:
+        """Execute the ``i``-th tuple of ``b`` again, as the loops above executed it."""
+        src, s, vals, root = b.src, b.stream, b.column()[i], b.roots[i]
+        full = [*lead, vals] if widths[src][s] == 1 else [*lead, *vals]
+        t = Tuple(full, fields[src][s], comp_ids[src], task_ids[src][b.src_task], streams[src][s],
+                  (), root, first + i)  # fmt: skip
+        if b.more is not None and i in b.more:
+            t._more = tuple((extra, first + i) for extra in b.more[i])
+        if sink is not None:
+            sink.lineage = root
+        target(t)
+
+    unsealed = collector.seal()
+    if unsealed is not None:
+        raise unshippable_error(
+            plan, collector.comp, collector.task, collector.batches, unsealed.key,
+            unsealed.error, delivered, again,
+        )  # fmt: skip
     for b in into.control:
         src, s = b.src, b.stream
         f, cid, tid, sid = fields[src][s], comp_ids[src], task_ids[src][b.src_task], streams[src][s]

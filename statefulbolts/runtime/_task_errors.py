@@ -10,7 +10,8 @@ last marker in whatever the driver caught and gives those facts back as a ``Task
 would, without parsing any message.
 
 When the task was executing a data tuple as it raised, the payload also names that tuple
-(``FailingTuple``): the task's index, where the tuple came from, its values (msgpack when they
+(``FailingTuple``): the task's index, where the tuple came from, its values (the framework's
+msgpack codec, ``providers.pack_plain``, when every value reads back exactly as it was and they
 pack within ``VALUES_CAP`` bytes; always a ``repr`` cut at ``TEXT_CAP`` characters, for people)
 and its root: the spout tree (checkpoint protocol) or the batch lineage (transactional) it
 belongs to. That is how a driver finds a poison tuple (``statefulbolts.deadletter``).
@@ -33,9 +34,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import msgpack
-
-from providers import FATAL_STATE_ERRORS
+from providers import FATAL_STATE_ERRORS, pack_plain, unpack_plain
 from statefulbolts.errors import TaskFailedError, raised_in
 
 __all__ = [
@@ -72,12 +71,13 @@ def exception_types(exc: BaseException) -> tuple[str, ...]:
 def shown_values(values: Sequence[Any], cap: int = VALUES_CAP) -> tuple[bytes | None, str]:
     """``(msgpack of values or None, repr cut at TEXT_CAP)``: how a tuple's values are kept.
 
-    ``None`` when they do not pack (a value msgpack has no type for) or pack to more than
-    ``cap`` bytes; the text is always there.
+    ``None`` when they do not read back exactly as they are (a value msgpack has no type for,
+    a subclass such as an ``IntEnum``, which would read back as its base type: a replay must
+    emit what the spout emitted) or pack to more than ``cap`` bytes; the text is always there.
 
     Example:
-        >>> shown_values(["storm", 2])[1]
-        "['storm', 2]"
+        >>> shown_values(["storm", (2, {"a"})])[1]
+        "['storm', (2, {'a'})]"
         >>> shown_values([object()])[0] is None
         True
     """
@@ -89,8 +89,8 @@ def shown_values(values: Sequence[Any], cap: int = VALUES_CAP) -> tuple[bytes | 
     if len(text) > TEXT_CAP:
         text = text[:TEXT_CAP] + "..."
     try:
-        packed: bytes | None = msgpack.packb(listed, use_bin_type=True)
-    except (TypeError, ValueError, OverflowError):
+        packed: bytes | None = pack_plain(listed, exact=True)
+    except (TypeError, ValueError, OverflowError, RecursionError):
         packed = None
     if packed is not None and len(packed) > cap:
         packed = None
@@ -120,7 +120,7 @@ class FailingTuple:
     def of(cls, tuple_: Any, task_index: int, lead: int = 0) -> FailingTuple:
         """The facts of ``tuple_`` (a ``Tuple``), leaving out its ``lead`` shared values."""
         packed, text = shown_values(list(tuple_.values)[lead:])
-        values = None if packed is None else msgpack.unpackb(packed, raw=False)
+        values = None if packed is None else unpack_plain(packed)
         root = int(tuple_._root)
         trees = (1 + len(tuple_._more or ())) if root else 0
         return cls(
@@ -136,7 +136,7 @@ class FailingTuple:
 
     def to_payload(self) -> dict[str, Any]:
         """The JSON-able form the error's marker carries (values as base64 msgpack)."""
-        packed = None if self.values is None else msgpack.packb(self.values, use_bin_type=True)
+        packed = None if self.values is None else pack_plain(self.values, exact=True)
         return {
             "task_index": self.task_index,
             "source": self.source_component,
@@ -154,7 +154,7 @@ class FailingTuple:
         raw = data["values"]
         values = None
         if raw is not None:
-            unpacked = msgpack.unpackb(base64.b64decode(raw, validate=True), raw=False)
+            unpacked = unpack_plain(base64.b64decode(raw, validate=True))
             values = list(unpacked) if isinstance(unpacked, list) else [unpacked]
         return cls(
             int(data["task_index"]),

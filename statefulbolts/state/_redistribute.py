@@ -42,6 +42,7 @@ import msgpack
 
 from providers import (
     KeyValueState,
+    MsgpackKeySerializer,
     MsgpackSerializer,
     Serializer,
     StateFactory,
@@ -176,7 +177,7 @@ def _latest_time(states: Sequence[tuple[int, KeyValueState]]) -> int | None:
 
 def _serializers(conf: Mapping[str, Any], system: bool) -> tuple[Serializer, Serializer]:
     if system:
-        return MsgpackSerializer(), MsgpackSerializer()
+        return MsgpackKeySerializer(), MsgpackSerializer()
     return resolve_serializers(dict(serializers_of(conf)), conf)
 
 

@@ -8,7 +8,8 @@ recognises itself. ``docs/protocol/transactional.md`` is the protocol's referenc
 - Spouts: ``TransactionalSpout``, ``PartitionedTransactionalSpout``,
   ``OpaquePartitionedTransactionalSpout``; ready-made ``MemoryTransactionalSpout``,
   ``OpaqueMemoryTransactionalSpout`` and, over Redis Streams,
-  ``RedisStreamsTransactionalSpout`` / ``OpaqueRedisStreamsTransactionalSpout``.
+  ``RedisStreamsTransactionalSpout`` / ``OpaqueRedisStreamsTransactionalSpout`` (connectors, in
+  ``statefulbolts.connectors.redis``; named here too).
 - Bolts: ``BatchBolt`` / ``BaseTransactionalBolt`` (a fresh object per batch attempt;
   ``finish_batch`` once per task per attempt), ``Committer``; ``BasicBolt``s work too.
 - Exactly-once writes: ``TransactionalValue``, ``OpaqueValue``, ``TransactionalMap`` and
@@ -117,11 +118,13 @@ __all__ = [
     "txid_of",
 ]
 
-# Names that need redis-py, resolved when first used: the package imports without it.
+# Names that need redis-py, resolved when first used: the package imports without it. The
+# spouts are connectors, which sit above this package (they implement its spout interfaces):
+# they are named here for this package's users, by module name, and loaded only when asked for.
 _REDIS = {
-    "OpaqueRedisStreamsTransactionalSpout": "statefulbolts.transactional._redis_streams",
-    "RedisStreamsTransactionalSpout": "statefulbolts.transactional._redis_streams",
-    "load_streams": "statefulbolts.transactional._redis_streams",
+    "OpaqueRedisStreamsTransactionalSpout": "statefulbolts.connectors.redis",
+    "RedisStreamsTransactionalSpout": "statefulbolts.connectors.redis",
+    "load_streams": "statefulbolts.connectors.redis",
     "RedisBackingMap": "statefulbolts.transactional._redis_map",
 }
 

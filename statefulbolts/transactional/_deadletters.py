@@ -30,7 +30,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import Any, NamedTuple, Protocol
 
-from providers import KeyValueState
+from providers import KeyValueState, pack_plain
 from statefulbolts.tuples import DEFAULT_STREAM
 
 __all__ = [
@@ -75,7 +75,9 @@ class LineageOut:
     """The collector an emitter emits one slot through: numbers its tuples, drops the removed.
 
     ``dropped`` collects ``lineage -> (stream, values)`` of each tuple left out (the values
-    without the attempt), for the driver to keep in its dead letter.
+    without the attempt), for the driver to keep in its dead letter: ``None`` for values that
+    would not read back exactly as they are (``providers.pack_plain``), which cannot be
+    replayed, and may not even pickle (a tuple left out because it does not).
     """
 
     def __init__(
@@ -83,7 +85,7 @@ class LineageOut:
         out: _Out,
         slot: int,
         removed: frozenset[int],
-        dropped: dict[int, tuple[str, list[Any]]],
+        dropped: dict[int, tuple[str, list[Any] | None]],
     ) -> None:
         self._out, self._slot, self._removed, self._dropped = out, slot, removed, dropped
         self._index = 0
@@ -93,7 +95,7 @@ class LineageOut:
         place = lineage(self._slot, self._index)
         self._index += 1
         if place in self._removed:
-            self._dropped[place] = (stream, list(values[1:]))
+            self._dropped[place] = (stream, _kept(list(values[1:])))
             return []
         self._out.lineage = place
         try:
@@ -104,6 +106,15 @@ class LineageOut:
     def report_error(self, error: BaseException) -> None:
         """Keep the error (it fails nothing)."""
         self._out.report_error(error)
+
+
+def _kept(values: list[Any]) -> list[Any] | None:
+    """``values`` if a dead letter can keep them as they are, else ``None``."""
+    try:
+        pack_plain(values, exact=True)
+    except (TypeError, ValueError, OverflowError, RecursionError):
+        return None
+    return values
 
 
 class BatchChange(NamedTuple):

@@ -177,8 +177,8 @@ class TransactionalDeadLetters(PoisonDesk):
                 read = functools.partial(self.store.get, record_id)
                 record = self._failures.with_backend("reading a dead letter", read)
                 origin = record.origin if record is not None else None
-                if record is None or not isinstance(origin, BatchOrigin) or origin.values:
-                    continue
+                if record is None or not isinstance(origin, BatchOrigin) or origin.stream:
+                    continue  # not a record of this emission, or it knows what was left out
                 known = replace(record, origin=replace(origin, stream=stream, values=values))
                 write = functools.partial(self.store.put, known)
                 self._failures.with_backend(f"keeping the values of dead letter {record_id}", write)

@@ -48,9 +48,15 @@ from abc import ABC, abstractmethod
 from collections.abc import Hashable, Iterable, Sequence
 from typing import Any, NamedTuple
 
-import msgpack
-
-from providers import KeyValueState, StateSerializationError, StateTransactionError
+from providers import (
+    KeyValueState,
+    StateSerializationError,
+    StateTransactionError,
+    pack_plain,
+    pack_plain_key,
+    plain_packer,
+    unpack_plain,
+)
 from statefulbolts.transactional._values import (
     OpaqueValue,
     TransactionalValue,
@@ -73,9 +79,10 @@ __all__ = [
 class BackingMap(ABC):
     """Plain values by key, and one reserved slot (the record); writes are atomic batches.
 
-    Values are plain msgpack-able data (what ``to_plain`` gives). Keys are hashable: ``str``,
-    ``int``, ``bytes``, or tuples of them. A stored tuple comes back as a list, as msgpack has
-    one array type; a backing map treats ``(1, 2)`` and ``[1, 2]`` as the same key.
+    Values are msgpack-able data (what ``to_plain`` gives) in the framework's codec: a tuple,
+    set or frozenset in a value reads back as it was. Keys are hashable: ``str``, ``int``,
+    ``bytes``, or tuples of them, stored as keys always were: a stored tuple key comes back as a
+    list, and a backing map treats ``(1, 2)`` and ``[1, 2]`` as the same key.
 
     The record is one more plain value, kept where no key can reach it. ``OpaqueMap`` keeps in it
     the keys each txid wrote (see the module docstring); it belongs to whoever writes through
@@ -108,15 +115,36 @@ def _check_put(keys: Sequence[Hashable], values: Sequence[Any]) -> None:
 
 
 def pack_value(obj: Any, what: str) -> bytes:
+    """A stored form or record in the framework's codec (``providers.pack_plain``).
+
+    A tuple, a set or a frozenset in it reads back as it was, as in every provider's state.
+    """
     try:
-        return msgpack.packb(obj, use_bin_type=True)
-    except (TypeError, ValueError, OverflowError) as exc:
+        return pack_plain(obj)
+    except (TypeError, ValueError, OverflowError, RecursionError) as exc:
         msg = f"{what} cannot be stored: msgpack cannot encode {type(obj).__qualname__}: {exc}"
         raise StateSerializationError(msg) from exc
 
 
-def unpack_value(data: bytes) -> Any:
-    return msgpack.unpackb(data, raw=False, strict_map_key=False)
+def pack_key(obj: Any, what: str) -> bytes:
+    """A key, where a backing map stores keys as bytes (``providers.pack_plain_key``).
+
+    Encoded as keys always were (a tuple is an array; a set is refused): keys written before
+    are found.
+    """
+    try:
+        return pack_plain_key(obj)
+    except (TypeError, ValueError, OverflowError, RecursionError) as exc:
+        msg = f"{what} cannot be stored: msgpack cannot encode {type(obj).__qualname__}: {exc}"
+        raise StateSerializationError(msg) from exc
+
+
+def value_packer() -> Any:
+    """A reusable packer of ``pack_value``'s encoding (a failed pack leaves it dirty)."""
+    return plain_packer()
+
+
+unpack_value = unpack_plain
 
 
 class MemoryBackingMap(BackingMap):
@@ -424,7 +452,8 @@ class _Record(NamedTuple):
     keys: tuple[Hashable, ...]
 
     def to_plain(self) -> list[Any]:
-        return [self.txid, list(self.keys)]
+        # The keys as keys are stored (a tuple an array), not as values: the layout stays.
+        return [self.txid, [_key_form(key) for key in self.keys]]
 
     @classmethod
     def from_plain(cls, plain: Any, where: str) -> _Record:
@@ -438,6 +467,13 @@ class _Record(NamedTuple):
             msg = f"{where}: the stored record must be [txid, [key, ...]]; found {plain!r}"
             raise StateSerializationError(msg)
         return cls(plain[0], tuple(_as_key(key) for key in plain[1]))
+
+
+def _key_form(key: Any) -> Any:
+    """``key`` as a key is stored: a tuple is an array, as ``_as_key`` reads it back."""
+    if isinstance(key, tuple):
+        return [_key_form(item) for item in key]
+    return key
 
 
 def _as_key(stored: Any) -> Hashable:

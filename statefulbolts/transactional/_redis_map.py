@@ -78,7 +78,13 @@ from typing import Any
 import msgpack
 
 from providers.errors import StateSerializationError, StateTransactionError
-from statefulbolts.transactional._maps import BackingMap, pack_value
+from statefulbolts.transactional._maps import (
+    BackingMap,
+    pack_key,
+    pack_value,
+    unpack_value,
+    value_packer,
+)
 from statefulbolts.transactional._owner import context_owner, running_epoch, running_task
 
 try:
@@ -242,7 +248,7 @@ class RedisBackingMap(BackingMap):
             except UnicodeEncodeError as exc:
                 msg = f"{self!r}: key {key!r} cannot be a Redis key: {exc}"
                 raise StateSerializationError(msg) from exc
-        return self._prefix + _OTHER_KEY + pack_value(key, f"{self!r}: key {key!r}")
+        return self._prefix + _OTHER_KEY + pack_key(key, f"{self!r}: key {key!r}")
 
     @contextlib.contextmanager
     def _backend(self, step: str) -> Iterator[None]:
@@ -261,7 +267,7 @@ class RedisBackingMap(BackingMap):
 
     def _decode(self, raw: Any, rkey: bytes) -> Any:
         try:
-            return msgpack.unpackb(raw, raw=False, strict_map_key=False)
+            return unpack_value(raw)
         except (ValueError, TypeError, msgpack.UnpackException) as exc:
             msg = f"{self!r}: Redis key {rkey!r} does not hold msgpack: {raw[:40]!r}"
             raise StateSerializationError(msg) from exc
@@ -280,12 +286,9 @@ class RedisBackingMap(BackingMap):
             return []
         with self._backend("multi_get"):
             raws = self._client.mget(rkeys)
-        unpack = msgpack.unpackb
+        unpack = unpack_value
         try:
-            return [
-                None if raw is None else unpack(raw, raw=False, strict_map_key=False)
-                for raw in raws
-            ]
+            return [None if raw is None else unpack(raw) for raw in raws]
         except (ValueError, TypeError, msgpack.UnpackException):
             # Name the first key that does not hold msgpack.
             return [
@@ -294,10 +297,10 @@ class RedisBackingMap(BackingMap):
             ]
 
     def _packed(self, keys: Sequence[Hashable], values: Sequence[Any]) -> list[bytes | None]:
-        pack = msgpack.Packer(use_bin_type=True).pack
+        pack = value_packer().pack
         try:
             return [None if value is None else pack(value) for value in values]
-        except (TypeError, ValueError, OverflowError):
+        except (TypeError, ValueError, OverflowError, RecursionError):
             # Name the first value msgpack refuses (the message is made only now).
             for key, value in zip(keys, values, strict=True):
                 if value is not None:

@@ -96,8 +96,9 @@ class EmitResult(NamedTuple):
 
     metas: dict[int, Any]
     partitions: int  # how many partitions the spout has, as this task saw it (opaque spouts)
-    # The dead-lettered tuples it left out: lineage -> (stream, values without the attempt).
-    dropped: dict[int, tuple[str, list[Any]]] = {}  # a new dict per emission (_EmitTask)
+    # The dead-lettered tuples it left out: lineage -> (stream, values without the attempt, or
+    # None when a dead letter cannot keep them as they are).
+    dropped: dict[int, tuple[str, list[Any] | None]] = {}  # a new dict per emission (_EmitTask)
 
 
 class SpoutKind(enum.StrEnum):
@@ -445,7 +446,7 @@ class _EmitTask(_Executor):
             raise TopologyError(msg)
         spout = order.spout if order.spout is not None else self.spec.obj
         emitter = spout.get_emitter(self.conf, self.context)
-        dropped: dict[int, tuple[str, list[Any]]] = {}
+        dropped: dict[int, tuple[str, list[Any] | None]] = {}
         try:
             result = _emit(emitter, order, self.program.attempt, self.out, self.context, dropped)
         finally:
@@ -485,7 +486,7 @@ def _emit(
     attempt: TransactionAttempt,
     out: _BatchCollector,
     context: TopologyContext,
-    dropped: dict[int, tuple[str, list[Any]]],
+    dropped: dict[int, tuple[str, list[Any] | None]],
 ) -> EmitResult:
     """Ask the user's emitter for this task's share of the batch (§4); the metas it gives.
 

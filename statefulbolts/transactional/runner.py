@@ -402,7 +402,9 @@ class TransactionalRunner(TopologyRunner):
             outage = error is not None and error.is_a(StateBackendError)
             fatal = error is not None and error.is_a(*FATAL_STATE_ERRORS)
             trace = worker_traceback(exc)
-            processing = phase is BatchPhase.PROCESSING
+            # Before the commit phase nothing of the txid is written: an emitted tuple that does
+            # not pickle (its emitter's own error, the emitting phase's) is left out as any.
+            processing = phase is not BatchPhase.COMMITTING
             verdict = self.deadletters.isolate(batch.txid, processing, error, trace)
             if verdict.isolated:
                 cause = f"{cause}; the emitted tuple it came from was dead-lettered"

@@ -17,9 +17,9 @@ from providers import (
 )
 from statefulbolts import BasicBolt, Config, Fields, Spout, TopologyBuilder, TopologyContext
 from statefulbolts.config import read_setting
+from statefulbolts.connectors import RedisStreamSpout
 from statefulbolts.errors import ConfigError, TopologyError
 from statefulbolts.keygroups import MAX_PARALLELISM_KEY, component_key_groups
-from statefulbolts.redis_stream import RedisStreamSpout
 from statefulbolts.state import serializers_of
 from statefulbolts.state._scope import serializer_fields
 from statefulbolts.testing import RecordingSpoutCollector

@@ -204,3 +204,29 @@ def test_a_protocols_face_does_not_load_the_engine(statement):
         [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60
     )
     assert result.stdout.strip() == "False"
+
+
+CONNECTORS = "statefulbolts.connectors"
+# What sits below the connectors: they implement the protocols' spout interfaces, as user code does.
+BELOW_THE_CONNECTORS = (*PROTOCOLS, ENGINE, "recovery", "providers")
+
+
+def test_connectors_sit_above_the_protocols():
+    # Nothing below imports a connector; a connector uses a protocol's face, never its modules.
+    below = sorted(
+        f"{m} -> {t}"
+        for m, targets in EDGES.items()
+        if any(_in(m, low) for low in BELOW_THE_CONNECTORS)
+        for t in targets
+        if _in(t, CONNECTORS)
+    )
+    assert below == []
+    reaching = sorted(
+        f"{m} -> {t}"
+        for m, targets in EDGES.items()
+        if _in(m, CONNECTORS)
+        for t in targets
+        if any(_in(t, p) and t != p for p in PROTOCOLS)
+    )
+    assert reaching == []
+    assert "statefulbolts.transactional" in EDGES["statefulbolts.connectors.redis._transactional"]

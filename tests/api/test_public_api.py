@@ -21,6 +21,8 @@ PACKAGES = [
     "statefulbolts.deadletter",
     "statefulbolts.windowing",
     "statefulbolts.timers",
+    "statefulbolts.connectors",
+    "statefulbolts.connectors.redis",
     "providers.redis",
 ]
 # Names a package resolves lazily through its module ``__getattr__`` (they import the runtime,
@@ -119,8 +121,8 @@ def test_lazy_runtime_names_resolve():
 
 def test_lazy_transactional_names_resolve():
     import statefulbolts.transactional as transactional
+    from statefulbolts.connectors import RedisStreamsTransactionalSpout
     from statefulbolts.transactional._redis_map import RedisBackingMap
-    from statefulbolts.transactional._redis_streams import RedisStreamsTransactionalSpout
 
     assert transactional.RedisBackingMap is RedisBackingMap
     assert transactional.RedisStreamsTransactionalSpout is RedisStreamsTransactionalSpout
@@ -147,6 +149,7 @@ def test_unknown_attribute_raises_attribute_error():
         "import statefulbolts.ui",
         "import statefulbolts.state",
         "import statefulbolts.windowing",
+        "import statefulbolts.connectors",
     ],
 )
 def test_importing_does_not_load_pyspark(statement):

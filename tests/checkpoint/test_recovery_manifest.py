@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+import enum
 import logging
 import uuid
 from collections.abc import Iterator
@@ -91,6 +93,37 @@ def test_the_stored_form_is_plain_lists_under_txn(store):
             ["words", 1, [7, 8, 9]],
         ],
     }
+
+
+def test_tuple_and_set_message_ids_come_back_as_the_spout_gave_them(store):
+    """A spout keeps its pending messages by id: a restart must ack ``("p", 7)``, not a list."""
+    groups = [SpoutMessages("events", 0, [("p0", 7), ("p1", (3, "x")), frozenset({1, 2}), 9])]
+    saved(store, 4, groups)
+    [recovered] = TransactionManifest(store.open()).recover(CheckPointState(4, TxPhase.COMMITTED))
+    assert recovered == groups[0]
+    assert [type(i) for i in recovered.msg_ids] == [tuple, tuple, frozenset, int]
+    assert type(recovered.msg_ids[1][1]) is tuple
+
+
+class Kind(enum.IntEnum):
+    A = 1
+
+
+@dataclasses.dataclass(frozen=True)
+class Offset:
+    partition: int
+    offset: int
+
+
+@pytest.mark.parametrize("bad", [Kind.A, Offset(0, 7), ("p", Kind.A)])
+def test_ids_that_would_not_read_back_as_they_are_fall_back_to_at_least_once(store, caplog, bad):
+    """An IntEnum would come back an int, a dataclass a dict: acking those finds nothing."""
+    caplog.set_level(logging.WARNING, logger="checkpoint._manifest")
+    state = store.open()
+    assert TransactionManifest(state).save(3, [SpoutMessages("words", 0, [1, bad])]) is False
+    assert state.get(MANIFEST_KEY) == {"txid": 3, "spouts": None}
+    [warning] = manifest_warnings(caplog)
+    assert "message ids cannot be kept exactly: msgpack cannot encode an object of type" in warning
 
 
 def test_a_later_transaction_replaces_the_manifest(store):

@@ -37,7 +37,7 @@ from windowed_topologies import (
 
 from providers import StateFactory
 from statefulbolts import BasicBolt, Fields, ManualClock, TopologyBuilder
-from statefulbolts.redis_stream import RedisStreamSpout
+from statefulbolts.connectors import RedisStreamSpout
 from statefulbolts.topology import StormTopology
 from statefulbolts.windowing import Duration
 

@@ -28,6 +28,7 @@ from examples.corpus import sentence, words
 from providers import StateFactory
 from recovery import RecoveryTracker, RestartPolicy, exit_status, supervise
 from statefulbolts import cli
+from statefulbolts.connectors import load_stream, pending_count
 from statefulbolts.errors import (
     ConfigError,
     StateBackendError,
@@ -35,7 +36,6 @@ from statefulbolts.errors import (
     TopologyError,
     TopologyFailedError,
 )
-from statefulbolts.redis_stream import load_stream, pending_count
 
 ROOT = Path(__file__).resolve().parents[2]
 

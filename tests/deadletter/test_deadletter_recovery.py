@@ -37,8 +37,8 @@ from recovery_topologies import child_env, run_driver_process
 
 from providers import StateFactory
 from recovery import exit_status
+from statefulbolts.connectors import load_stream, pending_count
 from statefulbolts.deadletter import DEAD, DeadLetterStore, SpoutOrigin
-from statefulbolts.redis_stream import load_stream, pending_count
 
 pytestmark = [pytest.mark.spark, pytest.mark.redis]
 

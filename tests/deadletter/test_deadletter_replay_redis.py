@@ -35,8 +35,8 @@ from recovery_topologies import run_driver_process
 
 from providers import StateFactory
 from statefulbolts.cli import main
+from statefulbolts.connectors import load_stream, pending_count
 from statefulbolts.deadletter import DeadLetterStore
-from statefulbolts.redis_stream import load_stream, pending_count
 from statefulbolts.state import read_state
 
 pytestmark = pytest.mark.redis

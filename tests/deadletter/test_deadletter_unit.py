@@ -8,13 +8,14 @@ leaves out the removed ones.
 
 from __future__ import annotations
 
+import enum
 import json
 from typing import Any
 
 import msgpack
 import pytest
 
-from providers import InMemoryKeyValueState, StateBackendError
+from providers import InMemoryKeyValueState, StateBackendError, pack_plain, unpack_plain
 from statefulbolts import ConfigError, Fields, Tuple
 from statefulbolts.config import validate_config
 from statefulbolts.deadletter import (
@@ -131,13 +132,52 @@ def _letter(**more: Any) -> DeadLetter:
 
 def test_a_record_survives_msgpack_as_a_provider_stores_it() -> None:
     letter = _letter()
-    stored = msgpack.unpackb(msgpack.packb(letter.to_value(), use_bin_type=True), raw=False)
-    back = DeadLetter.from_value(stored)
-    # msgpack turns the message id tuple into a list; everything else is as written.
-    assert back == DeadLetter(**{**letter.__dict__, "origin": SpoutOrigin(
-        "sentences", 1, ["m", 7], "default", ["a poison pill"], "['a']"
-    )})  # fmt: skip
+    back = DeadLetter.from_value(unpack_plain(pack_plain(letter.to_value())))
+    assert back == letter and type(back.origin.message_id) is tuple  # ("m", 7): acked as given
     assert json.loads(json.dumps(letter.as_dict()))["failed"]["values"] == ["poison", "b'\\x00'"]
+    # A record an earlier version stored (the message id an array) still reads.
+    old = DeadLetter.from_value(msgpack.unpackb(msgpack.packb(letter.to_value()), raw=False))
+    assert old.origin.message_id == ["m", 7]
+
+
+def test_a_dead_lettered_tuple_s_values_replay_as_they_were() -> None:
+    """Tuples, sets, frozensets, nested: the record keeps them with their types, in the store."""
+    values = ["poison", (1, ("a", b"b")), {"x", "y"}, frozenset({(2, 3)}), {"k": [(), set()]}]
+    t = Tuple(values, Fields("a", "b", "c", "d", "e"), "sentences", 4, "default", root=11)
+    failing = FailingTuple.of(t, 0)
+    raised = encode_task_error(ValueError("bad"), "split", 6, 3, "app.Split", failing)
+    error = decode_task_error(RuntimeError(f"Java: {raised}"))
+    assert error is not None and error.failing is not None
+    assert error.failing.values == values
+    origin = SpoutOrigin("sentences", 0, (0, 11), "default", error.failing.values, "")
+    failed = FailedTuple("sentences", 4, "default", error.failing.values, error.failing.text)
+    letter = DeadLetter.first(
+        "wc", "topology", "split", 6, 0, failed, origin, ("builtins.ValueError",), "bad", None,
+        txid=3, attempts=2, at=5.0,
+    )  # fmt: skip
+    states: dict[str, InMemoryKeyValueState] = {}
+
+    def state_for(namespace: str) -> InMemoryKeyValueState:
+        return states.setdefault(namespace, InMemoryKeyValueState(namespace))
+
+    store = DeadLetterStore({}, transactional_id="w", state_for=state_for)
+    store.put(letter)
+    [back] = store.records()
+    for kept in (back.origin.values, back.failed.values):
+        assert kept == values
+        assert [type(v) for v in kept] == [str, tuple, set, frozenset, dict]  # type: ignore[union-attr]
+        assert type(kept[1][1]) is tuple and type(next(iter(kept[3]))) is tuple  # type: ignore[index]
+        assert [type(v) for v in kept[4]["k"]] == [tuple, set]  # type: ignore[index]
+
+
+class Colour(enum.IntEnum):
+    RED = 1
+
+
+def test_values_that_would_not_read_back_as_they_are_are_kept_as_text_only() -> None:
+    """An IntEnum would replay as an int: the record keeps its text, and is not replayable."""
+    failing = FailingTuple.of(Tuple([Colour.RED, (1, 2)], Fields("c", "p"), "s", 1), 0)
+    assert failing.values is None and failing.text == "[<Colour.RED: 1>, (1, 2)]"
 
 
 def test_record_ids_are_one_per_origin() -> None:

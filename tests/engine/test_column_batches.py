@@ -157,7 +157,7 @@ def test_a_batch_task_sends_back_what_the_per_tuple_task_does(case: str, n: int)
     assert (report.metrics.executed, report.metrics.acked) == (n + 7, n + 7)
     assert not [r for r in by_batch if isinstance(r, AckLedger | Fails)]
     emitted = [r for r in by_batch if isinstance(r, TupleBatch)]
-    assert sum(len(b.values) for b in emitted) == n + 7
+    assert sum(len(b.column()) for b in emitted) == n + 7
     # A batch of tuples of several trees goes a tuple at a time; the others in batches.
     expected = [7] if more else [*([ROWS] * (n // ROWS)), n % ROWS, 7]
     assert _BatchSink.calls == expected

@@ -126,7 +126,7 @@ def test_a_subset_runs_in_stages_and_hands_back_what_leaves_it(engine: Engine) -
     # b's tuples for c came back: c is outside the job, its input is the job's output.
     c = engine.plan.index["c"]
     assert {o.dest for o in result.outputs} == {c}
-    assert sorted(v for o in result.outputs for v in o.values) == ["X", "Y", "Z"]
+    assert sorted(v for o in result.outputs for v in o.column()) == ["X", "Y", "Z"]
     assert result.aborted is False and result.acks == {} and result.fails == set()
 
 
@@ -135,7 +135,7 @@ def test_a_layout_with_the_first_stage_outside_carries_records_to_a_later_stage(
 ) -> None:
     # a alone: stage 0; its output to b is the job's output.
     result = run(engine, ["a"], ["q"])
-    assert [v for o in result.outputs for v in o.values] == ["Q"]
+    assert [v for o in result.outputs for v in o.column()] == ["Q"]
     assert result.outputs[0].dest == engine.plan.index["b"]
 
 

@@ -106,7 +106,7 @@ counts.append(gc.get_freeze_count())
 made_between_tasks = [[i] for i in range(5000)]  # alive at the next task's start
 out = list(run_task(job, blob, 0, 0, [(0, [batch])]))
 counts.append(gc.get_freeze_count())
-emitted = sum(len(r.values) for _, records in out for r in records if type(r) is TupleBatch)
+emitted = sum(len(r.column()) for _, records in out for r in records if type(r) is TupleBatch)
 print(json.dumps({"counts": counts, "emitted": emitted}))
 """
 

@@ -346,7 +346,13 @@ def test_config_reference_has_every_key_of_the_models() -> None:
         assert f"| `{field.alias or name}` |" in text, name
     for nested in ("jedisPoolConfig.port", "redisConfig.url", "jedisClusterConfig.nodes"):
         assert f"| `{nested}` |" in text, nested
-    assert "| `redis.stream.group` |" in text
+    generator = _generator()
+    for dotted in generator.CONNECTOR_MODELS:
+        module, _, name = dotted.rpartition(".")
+        for field in getattr(importlib.import_module(module), name).model_fields.values():
+            assert f"| `{field.alias}` |" in text, field.alias
+    assert "| `redis.stream.group` | string | the topology name |" in text
+    assert "| `redis.stream.keys` | list of strings | none |" in text
 
 
 def test_a_key_without_a_meaning_fails_the_generator(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -2,19 +2,32 @@
 
 from __future__ import annotations
 
+import collections
 import dataclasses
+import enum
+import threading
+import typing
 from pathlib import Path
 from typing import Any
 
+import msgpack
 import pytest
 
 from providers import (
+    MsgpackKeySerializer,
     MsgpackSerializer,
     ProviderConfigError,
     ProviderNotFoundError,
+    StateSerializationError,
+    encode_value,
     resolve_serializers,
 )
 from providers._config import StateProviderConfig
+
+
+class Pair(typing.NamedTuple):
+    x: int
+    y: int
 
 
 @dataclasses.dataclass(frozen=True)
@@ -47,9 +60,119 @@ def round_trip(serializer: Any, value: Any) -> Any:
 
 def test_nothing_configured_is_plain_msgpack_both_sides() -> None:
     keys, values = resolve_serializers({})
-    assert type(keys) is MsgpackSerializer and type(values) is MsgpackSerializer
-    assert round_trip(values, (1, 2)) == [1, 2]
+    assert type(keys) is MsgpackKeySerializer and type(values) is MsgpackSerializer
+    assert type(round_trip(values, (1, 2))) is tuple and round_trip(values, (1, 2)) == (1, 2)
     assert round_trip(keys, "k") == "k"
+    # A tuple key keeps the array keys always had: what an earlier version stored is found.
+    assert keys.serialize((1, "a")) == msgpack.packb([1, "a"]) and round_trip(keys, (1, "a")) == [
+        1,
+        "a",
+    ]
+
+
+class Colour(enum.IntEnum):
+    RED = 1
+
+
+class Shade(str, enum.Enum):  # noqa: UP042 - a mixin enum: its str() is not its value
+    DARK = "dark"
+
+
+class Level(enum.StrEnum):
+    HIGH = "high"
+
+
+class Meters(float):
+    pass
+
+
+class Blob(bytes):
+    pass
+
+
+class Names(list):  # type: ignore[type-arg]
+    pass
+
+
+SUBCLASSES = [
+    Colour.RED,
+    Shade.DARK,
+    Level.HIGH,
+    enum.IntFlag("Bits", "A B").A | enum.IntFlag("Bits2", "A B").B,
+    Meters(2.5),
+    Blob(b"raw"),
+    Names(["a", "b"]),
+    collections.OrderedDict([("b", 1), ("a", 2)]),
+    collections.defaultdict(int, {"a": 1}),
+    collections.Counter({"x": 3}),
+    {"nested": [Colour.RED, Shade.DARK, collections.OrderedDict(k=Names([1]))]},
+    True,
+    bytearray(b"ba"),
+]
+
+
+@pytest.mark.parametrize("value", SUBCLASSES, ids=lambda v: type(v).__name__)
+def test_subclasses_of_msgpack_s_types_encode_exactly_as_before(value: Any) -> None:
+    """The values packer refuses nothing it took before, and writes the same bytes for it."""
+    before = msgpack.packb(value, use_bin_type=True)
+    for serializer in (MsgpackSerializer(), MsgpackKeySerializer()):
+        assert serializer.serialize(value) == before
+        assert serializer.deserialize(before) == value
+
+
+def test_old_arrays_still_read_as_lists_and_sets_tuples_come_back_exactly() -> None:
+    values = MsgpackSerializer()
+    assert values.deserialize(msgpack.packb({"pair": [1, 2], "items": [[3], "x"]})) == {
+        "pair": [1, 2],
+        "items": [[3], "x"],
+    }
+    written = {"t": (1, (2, "b")), "s": {(1, 2), "a"}, "f": frozenset({3}), "l": [(), set()]}
+    read = values.deserialize(values.serialize(written))
+    assert read == written
+    assert type(read["t"]) is tuple and type(read["t"][1]) is tuple
+    assert type(read["s"]) is set and type(read["f"]) is frozenset
+    assert [type(v) for v in read["l"]] == [tuple, set]
+    # A namedtuple is a tuple: it reads back as one (before: a list).
+    point = collections.namedtuple("point", "x y")(1, 2)
+    assert type(round_trip(values, point)) is tuple and round_trip(values, point) == (1, 2)
+
+
+def test_equal_sets_encode_to_the_same_bytes() -> None:
+    values = MsgpackSerializer()
+    assert values.serialize({"b", "a", "c"}) == values.serialize({"c", "b", "a"})
+    assert values.serialize({1, "a", (2,)}) == values.serialize({(2,), "a", 1})
+
+
+@pytest.mark.parametrize("key", [frozenset({"a", "b"}), {"a"}, ("t", frozenset({1}))])
+def test_a_set_key_is_refused_naming_the_tuple_to_use(key: Any) -> None:
+    with pytest.raises(StateSerializationError) as info:
+        MsgpackKeySerializer().serialize(key)
+    kind = "set" if isinstance(key, set) else "frozenset"
+    assert str(info.value) == (
+        f"msgpack cannot encode a key of type builtins.{type(key).__name__}: a {kind} cannot be "
+        "a key (a set is a value only): use a tuple, tuple(sorted(key, key=repr)) being the key "
+        "an earlier version stored it under"
+    )
+
+
+def test_what_msgpack_cannot_encode_names_the_namespace_key_and_type() -> None:
+    values = MsgpackSerializer()
+    with pytest.raises(StateSerializationError) as info:
+        encode_value(values, "wc/count-0", "storm", {"lock": (1, threading.Lock())})
+    assert str(info.value) == (
+        "state 'wc/count-0': value for key 'storm' cannot be stored: msgpack cannot encode a "
+        "value of type builtins.dict: msgpack cannot encode an object of type _thread.lock"
+    )
+    assert values.deserialize(values.serialize([1])) == [1]  # the packer is usable after
+
+
+def test_a_value_class_rebuilds_from_the_new_and_the_old_forms() -> None:
+    _, points = resolve_serializers({"valueClass": f"{__name__}.Pair"})
+    assert round_trip(points, Pair(1, 2)) == Pair(1, 2)
+    assert points.deserialize(msgpack.packb([1, 2])) == Pair(1, 2)  # stored before: an array
+    _, tuples = resolve_serializers({"valueClass": "tuple"})
+    assert tuples.deserialize(msgpack.packb([1, 2])) == (1, 2)
+    assert round_trip(tuples, (1, (2, 3))) == (1, (2, 3))
 
 
 def test_classes_by_builtin_or_dotted_name_are_rebuilt() -> None:

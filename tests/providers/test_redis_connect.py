@@ -15,10 +15,10 @@ import pytest
 from providers import ProviderConfigError, StateBackendRefusedError, redacted_url
 from providers.redis import address_of, backend_error, connect, reset_clients
 from statefulbolts import TopologyBuilder, TopologyContext
-from statefulbolts.redis_stream import RedisStreamSpout, load_stream, pending_count
+from statefulbolts.connectors import RedisStreamSpout, load_stream, pending_count
+from statefulbolts.connectors.redis import close_connections
 from statefulbolts.testing import RecordingSpoutCollector
 from statefulbolts.transactional import RedisBackingMap, RedisStreamsTransactionalSpout
-from statefulbolts.transactional._redis_streams import close_connections
 
 SECRET = "s3cret-pw"
 

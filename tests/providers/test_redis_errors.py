@@ -16,6 +16,7 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
+import msgpack
 import pytest
 import redis
 from redis import exceptions as rx
@@ -24,8 +25,9 @@ from redis._parsers.base import BaseParser
 from providers import StateBackendError, StateBackendRefusedError, StateFactory
 from providers.redis import ErrorKind, backend_error, classify_error, reply_code, reset_clients
 from statefulbolts import TopologyBuilder, TopologyContext
+from statefulbolts.connectors import RedisStreamSpout
+from statefulbolts.connectors.redis import close_connections
 from statefulbolts.errors import FailedException
-from statefulbolts.redis_stream import RedisStreamSpout
 from statefulbolts.testing import RecordingSpoutCollector
 from statefulbolts.transactional import (
     OpaqueRedisStreamsTransactionalSpout,
@@ -33,7 +35,6 @@ from statefulbolts.transactional import (
     RedisStreamsTransactionalSpout,
     TransactionAttempt,
 )
-from statefulbolts.transactional._redis_streams import close_connections
 
 OUTAGE, REFUSED = ErrorKind.OUTAGE, ErrorKind.REFUSED
 
@@ -217,7 +218,9 @@ def test_out_of_memory_refuses_the_prepare_with_the_figures_and_keeps_what_commi
     text = str(info.value)
     assert re.fullmatch(
         rf"Redis at 127\.0\.0\.1:{server.port} refused the prepare of txid 2 of state "
-        r"'topo/count-0': out of memory \(maxmemory 1B, policy noeviction, [0-9.]+[KM] used\); "
+        r"'topo/count-0': out of memory \(maxmemory 1B, policy noeviction: the write of \d+ "
+        r"bytes did not fit; [0-9.]+[KM] used now, after the refused write, so it needs "
+        r"maxmemory [0-9.]+[KM] or more\); "
         r"raise maxmemory, or use a volatile-\* / allkeys-\* eviction policy only if losing "
         r"state is acceptable \(it is not for topology state\) \[OutOfMemoryError: command not "
         r"allowed when used memory > 'maxmemory'\. script: \w+, on @user_script:\d+\.\]",
@@ -229,6 +232,54 @@ def test_out_of_memory_refuses_the_prepare_with_the_figures_and_keeps_what_commi
     state.commit(2)
     fresh = StateFactory.get_state("topo/count-0", _conf(server))
     assert (fresh.get("cat"), fresh.get("dog"), fresh.committed_txid) == (2, 1, 2)
+
+
+def _bytes(human: str) -> float:
+    """``2.00M`` (Redis' INFO sizes) in bytes."""
+    units = {"B": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
+    return float(human[:-1]) * units[human[-1]]
+
+
+@pytest.mark.redis
+def test_a_prepare_too_big_for_maxmemory_says_what_it_needed_and_what_is_used_after(
+    redis_server_factory: Any,
+) -> None:
+    """A 2 MB server under noeviction refuses a 1 MB prepare. Read after the refusal, the memory
+    used is below the limit (the refused arguments were freed): the message says so, and gives
+    the write's size, so that used + the write is over the limit, and the maxmemory it needs."""
+    server = redis_server_factory(
+        extra_args=("--maxmemory", "2mb", "--maxmemory-policy", "noeviction")
+    )
+    state = StateFactory.get_state("topo/count-0", _conf(server))
+    for i in range(20_000):
+        state.put(f"key-{i}", "x" * 40)
+    with pytest.raises(StateBackendRefusedError) as info:
+        state.prepare_commit(1)
+    text = str(info.value)
+    found = re.fullmatch(
+        rf"Redis at 127\.0\.0\.1:{server.port} refused the prepare of txid 1 of state "
+        r"'topo/count-0': out of memory \(maxmemory (?P<limit>[0-9.]+[BKMG]), policy "
+        r"noeviction: the write of (?P<written>\d+) bytes did not fit; (?P<used>[0-9.]+[BKMG]) "
+        r"used now, after the refused write, so it needs maxmemory (?P<needs>[0-9.]+[BKMG]) "
+        r"or more\); raise maxmemory, or use a volatile-\* / allkeys-\* eviction policy only if "
+        r"losing state is acceptable \(it is not for topology state\) \[OutOfMemoryError: "
+        r"command not allowed when used memory > 'maxmemory'\. script: \w+, on "
+        r"@user_script:\d+\.\]",
+        text,
+    )
+    assert found is not None, text
+    limit, used = _bytes(found["limit"]), _bytes(found["used"])
+    written = int(found["written"])
+    assert limit == 2 * 1024 * 1024
+    # The delta's bytes (each key, and its value in a 4-byte envelope) and a few small arguments.
+    delta = sum(len(msgpack.packb(f"key-{i}")) + 4 + 42 for i in range(20_000))
+    assert delta <= written < delta + 100
+    assert used < limit < used + written  # the figure alone would not explain the refusal
+    assert _bytes(found["needs"]) == pytest.approx(used + written, rel=0.01)
+    server.client().config_set("maxmemory", "0")
+    state.prepare_commit(1)  # the pending writes were kept
+    state.commit(1)
+    assert StateFactory.get_state("topo/count-0", _conf(server)).get("key-19999") == "x" * 40
 
 
 @pytest.mark.redis

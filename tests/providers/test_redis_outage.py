@@ -105,7 +105,10 @@ def committed_state(client: Any, name: str) -> dict[str, Any]:
 
 def topology_keys(name: str) -> set[bytes]:
     bases = [f"{name}/count-0", f"{name}/count-1", f"{name}/{CHECKPOINT}", f"{name}/$shape"]
-    return {k.encode() for base in bases for k in (base, f"{base}$txid")}
+    lease = {f"{{{name}/}}${what}" for what in ("lease", "epoch", "leases")}  # the driver's lease
+    return {k.encode() for base in bases for k in (base, f"{base}$txid")} | {
+        k.encode() for k in lease
+    }
 
 
 def backend_warnings(caplog: Any) -> list[str]:

@@ -9,8 +9,8 @@ import pytest
 from recovery_topologies import CountWords
 
 from statefulbolts import Fields, TopologyBuilder, TopologyContext
+from statefulbolts.connectors.redis import RedisStreamSpout, load_stream, main, pending_count
 from statefulbolts.errors import ConfigError
-from statefulbolts.redis_stream import RedisStreamSpout, load_stream, main, pending_count
 from statefulbolts.testing import RecordingSpoutCollector
 
 pytestmark = pytest.mark.redis

@@ -50,11 +50,13 @@ def decode_hash(raw: dict[bytes, bytes]) -> dict[Any, Any]:
 def topology_keys(name: str, parallelism: int = 2) -> set[bytes]:
     """Every key a finished word count ``name`` leaves in Redis (nothing prepared).
 
-    The count tasks, the checkpoint spout's record and the stored shape (``$shape``).
+    The count tasks, the checkpoint spout's record, the stored shape (``$shape``) and the
+    driver's lease (its record, epoch counter and holders, hash-tagged by the topology).
     """
     bases = [f"{name}/count-{t}" for t in range(parallelism)]
     bases += [f"{name}/{CHECKPOINT}", f"{name}/$shape"]
-    return {k.encode() for base in bases for k in (base, f"{base}$txid")}
+    lease = {f"{{{name}/}}${what}".encode() for what in ("lease", "epoch", "leases")}
+    return {k.encode() for base in bases for k in (base, f"{base}$txid")} | lease
 
 
 def counts_in_redis(client: Any, name: str, parallelism: int = 2) -> dict[str, int]:
@@ -83,8 +85,14 @@ def assert_chain(transactions: list[dict[str, Any]], start: int) -> list[int]:
     return commits
 
 
-def assert_committed_layout(client: Any, name: str, txid: int, parallelism: int = 2) -> None:
-    """Nothing prepared anywhere; every count task committed ``txid``; the spout saved it."""
+def assert_committed_layout(
+    client: Any, name: str, txid: int, parallelism: int = 2, epoch: int = 1
+) -> None:
+    """Nothing prepared anywhere; every count task committed ``txid``; the spout saved it.
+
+    Every namespace's record carries the lease epoch of the driver that wrote it (``epoch``:
+    the first run of a name is epoch 1, each run after takes the next).
+    """
     assert not client.keys(f"{name}/*$prepare")
     spout = f"{name}/{CHECKPOINT}"
     saved = decode_hash(client.hgetall(spout))
@@ -96,14 +104,14 @@ def assert_committed_layout(client: Any, name: str, txid: int, parallelism: int 
     time = str(int(saved["__txstart"]["time_ms"])).encode()
     for task in range(parallelism):
         record = client.hgetall(f"{name}/count-{task}$txid")
-        assert record == {b"commit": str(txid).encode(), b"time": time}
+        assert record == {b"commit": str(txid).encode(), b"time": time, b"epoch": b"%d" % epoch}
     # The manifest of the last transaction: the sentence indices it carried, each once.
     assert saved["__txn"]["txid"] == txid
     ((component, task, msgs),) = saved["__txn"]["spouts"]
     assert (component, task) == ("sentences", 0)
     assert msgs and len(set(msgs)) == len(msgs)
     # The spout's own save is a commit without txid: Redis records -1 and never a prepare.
-    assert client.hgetall(f"{spout}$txid") == {b"commit": b"-1"}
+    assert client.hgetall(f"{spout}$txid") == {b"commit": b"-1", b"epoch": b"%d" % epoch}
 
 
 def run(cluster: Any, name: str, conf: dict[str, Any], sentences: int) -> dict[str, Any]:
@@ -193,7 +201,7 @@ def test_second_run_continues_from_committed_counts(cluster: Any, redis_db: Any)
     # Recovery from the saved COMMITTED(t): INITSTATE(t), then PREPARE(t + 1) onwards.
     commits = assert_chain(second["transactions"], first_txid)
     assert commits[0] == first_txid + 1
-    assert_committed_layout(client, "wc-again", commits[-1])
+    assert_committed_layout(client, "wc-again", commits[-1], epoch=2)
     assert set(client.keys("*")) == topology_keys("wc-again")
 
 
@@ -212,7 +220,8 @@ def test_two_topologies_with_the_same_components_keep_apart(cluster: Any, redis_
             handle.kill()
 
     for name, n in sizes.items():
-        assert set(client.keys(f"{name}/*")) == topology_keys(name)
+        mine = set(client.keys(f"{name}/*")) | set(client.keys(f"{{{name}/}}*"))
+        assert mine == topology_keys(name)
         assert counts_in_redis(client, name) == dict(expected_counts(n))
         assert_committed_layout(client, name, txids[name])
     assert set(client.keys("*")) == topology_keys("wc") | topology_keys("wc-2")
@@ -230,7 +239,8 @@ def test_unreachable_redis_fails_submit_promptly(cluster: Any) -> None:
         message = str(info.value)
         assert f"127.0.0.1:{port}" in message
         assert "could not be reached" in message
-        assert "'wc-down/$shape'" in message  # the first state a start reads: the stored shape
+        # The first thing a start does: take the topology's lease.
+        assert message.startswith("topology 'wc-down': taking its lease: ")
 
 
 def test_example_main_stops_at_once_without_redis(tmp_path: Path, capsys: Any) -> None:

@@ -231,6 +231,25 @@ def test_export_import_moves_a_topology_exactly(
     assert read_state(dst.conf, "count", topology=TOPO) == {**COMMITTED_0, **COMMITTED_1}
 
 
+@pytest.mark.parametrize("stores", ["no-redis"], indirect=True)
+def test_tuples_and_sets_move_with_their_types(stores: dict[str, Store], tmp_path: Path) -> None:
+    """The export file holds the stored bytes: a value's tuples and sets arrive as they left."""
+    src, dst = stores["sqlite"], stores["sqlite2"]
+    values = {"pair": (1, "a"), "seen": {"x", "y"}, "frozen": frozenset({(1, 2)}), "l": [()]}
+    state = _kv(src.conf, f"{TOPO}/count-0")
+    for key, value in values.items():
+        state.put(key, value)
+    state.prepare_commit(1)
+    state.commit(1)
+    path = tmp_path / "odd.sbstate"
+    export_state(src.conf, path, topology=TOPO)
+    import_state(dst.conf, path, topology=TOPO)
+    moved = read_state(dst.conf, "count", topology=TOPO)
+    assert moved == values
+    assert [type(moved[k]) for k in ("pair", "seen", "frozen")] == [tuple, set, frozenset]
+    assert type(next(iter(moved["frozen"]))) is tuple and type(moved["l"][0]) is tuple
+
+
 @pytest.mark.redis
 def test_a_transactional_id_moves_with_its_coordinator_partitions_and_maps(
     stores: dict[str, Store], tmp_path: Path

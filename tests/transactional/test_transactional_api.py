@@ -11,6 +11,10 @@ import pytest
 from pyspark import cloudpickle
 
 from statefulbolts.components import OutputFieldsDeclarer
+from statefulbolts.connectors import (
+    OpaqueRedisStreamsTransactionalSpout,
+    RedisStreamsTransactionalSpout,
+)
 from statefulbolts.errors import TopologyError
 from statefulbolts.transactional._attempt import TransactionAttempt
 from statefulbolts.transactional._bolts import (
@@ -22,10 +26,6 @@ from statefulbolts.transactional._bolts import (
 from statefulbolts.transactional._memory import (
     MemoryTransactionalSpout,
     OpaqueMemoryTransactionalSpout,
-)
-from statefulbolts.transactional._redis_streams import (
-    OpaqueRedisStreamsTransactionalSpout,
-    RedisStreamsTransactionalSpout,
 )
 from statefulbolts.transactional._spouts import (
     OpaquePartitionedTransactionalSpout,

@@ -16,13 +16,13 @@ import topologies as topo
 import tx_topologies as tx
 
 from statefulbolts import TransactionalTopologyBuilder
+from statefulbolts.connectors.redis import close_connections
 from statefulbolts.transactional import (
     OpaqueRedisStreamsTransactionalSpout,
     RedisStreamsTransactionalSpout,
     load_streams,
     transactional_status,
 )
-from statefulbolts.transactional._redis_streams import close_connections
 
 pytestmark = [pytest.mark.spark, pytest.mark.redis]
 

@@ -14,18 +14,18 @@ import msgpack
 import pytest
 from redis_fixtures import free_port
 
+from statefulbolts.connectors.redis import (
+    OpaqueRedisStreamsTransactionalSpout,
+    RedisStreamsTransactionalSpout,
+    close_connections,
+    load_streams,
+)
 from statefulbolts.errors import FailedException
 from statefulbolts.transactional._attempt import TransactionAttempt
 from statefulbolts.transactional._bolts import BatchOutputCollector
 from statefulbolts.transactional._memory import (
     MemoryTransactionalSpout,
     OpaqueMemoryTransactionalSpout,
-)
-from statefulbolts.transactional._redis_streams import (
-    OpaqueRedisStreamsTransactionalSpout,
-    RedisStreamsTransactionalSpout,
-    close_connections,
-    load_streams,
 )
 from statefulbolts.tuples import DEFAULT_STREAM
 
@@ -305,7 +305,7 @@ def test_opaque_redis_with_the_server_unreachable_returns_none(
     emitter = spout.get_emitter({}, None)
     assert emitter.num_partitions() == 2
     last = {"stream": "p0", "first": "1-0", "last": "1-2", "count": 3}
-    with caplog.at_level(logging.WARNING, logger="statefulbolts.transactional._redis_streams"):
+    with caplog.at_level(logging.WARNING, logger="statefulbolts.connectors.redis"):
         assert _opaque(emitter, 4, 0, last) == ([], None)
     assert "partition 0 unreachable" in caplog.text and offline in caplog.text
     by_pattern = OpaqueRedisStreamsTransactionalSpout(offline, "p*", ["word"], 3, timeout=1)

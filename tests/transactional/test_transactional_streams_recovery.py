@@ -39,8 +39,8 @@ from recovery_topologies import child_env, run_driver_process
 
 from providers import StateFactory
 from recovery.faults import KILLED_EXIT_CODE
+from statefulbolts.connectors.redis import close_connections
 from statefulbolts.transactional import transactional_status
-from statefulbolts.transactional._redis_streams import close_connections
 
 pytestmark = [pytest.mark.spark, pytest.mark.redis]
 

@@ -393,6 +393,32 @@ def test_a_restored_key_updated_later_in_the_replay_starts_from_prev(backing: Ba
     assert third.multi_get(["A", "K"]) == [10, 22]
 
 
+def test_sets_and_tuples_in_map_values_read_back_with_their_types(backing: Backing) -> None:
+    """Through every backing map the same codec as a provider's state: nothing turns a tuple
+    into a list or a set into a sorted list on the way."""
+    value = {"pair": (1, "a"), "seen": {"x", "y"}, "frozen": frozenset({(1, 2)}), "l": [()]}
+    m = TransactionalMap(backing.new())
+    m.multi_update(1, [("w", 1), "s"], [lambda _old: value, lambda _old: {3, 1}])
+    read = TransactionalMap(backing.new()).multi_get([("w", 1), "s"])
+    assert read == [value, {1, 3}]
+    got = read[0]
+    assert type(got["pair"]) is tuple and type(got["seen"]) is set
+    assert type(got["frozen"]) is frozenset and type(next(iter(got["frozen"]))) is tuple
+    assert type(got["l"][0]) is tuple and type(read[1]) is set
+    # Updaters get the values back as they were written.
+    m.multi_update(2, ["s"], [lambda old: {*old, 5} if isinstance(old, set) else "not a set"])
+    assert TransactionalMap(backing.new()).multi_get(["s"]) == [{1, 3, 5}]
+
+
+def test_map_values_stored_as_arrays_before_still_read_as_lists() -> None:
+    client = fakeredis.FakeRedis(server=fakeredis.FakeServer())
+    client.set(b"old:cat", msgpack.packb([4, [1, "a"]]))  # [txid, a tuple] written before
+    assert RedisBackingMap(client, "old:", owner="count-0").multi_get(["cat"]) == [[4, [1, "a"]]]
+    assert TransactionalMap(RedisBackingMap(client, "old:", owner="count-0")).multi_get(
+        ["cat"]
+    ) == [[1, "a"]]
+
+
 def test_the_record_holds_tuple_keys(backing: Backing) -> None:
     OpaqueMap(backing.new()).multi_update(1, [("K", 1)], [add(20)])
     OpaqueMap(backing.new()).multi_update(2, [("A", 1), ("K", 1)], [add(1), add(7)])

@@ -31,7 +31,7 @@ from statefulbolts import (
     TransactionalTopologyBuilder,
 )
 from statefulbolts.clock import ManualClock
-from statefulbolts.redis_stream import RedisStreamSpout, load_stream
+from statefulbolts.connectors import RedisStreamSpout, load_stream
 
 pytestmark = pytest.mark.spark
 

@@ -1,0 +1,52 @@
+"""Connectors: the sources a topology reads (and, next, the sinks it writes), one home.
+
+One module or subpackage per external system, each holding its client, its config model (the
+dotted keys it reads from the topology config) and its errors, its sources beside its sinks:
+
+- ``files``: ``DirectorySpout``, the lines of the files of a directory (a file a partition).
+- ``redis``: Redis Streams, one source per protocol: ``RedisStreamSpout`` (driver-side, a
+  consumer group), ``PartitionedRedisStreamSpout`` (read on the executors),
+  ``RedisStreamsTransactionalSpout`` / ``OpaqueRedisStreamsTransactionalSpout`` (transactional
+  topologies); ``load_stream`` / ``load_streams`` / ``pending_count`` to fill and inspect
+  streams, ``python -m statefulbolts.connectors.redis load|info`` from a shell.
+
+Kafka sources and the exactly-once sinks (Kafka, PostgreSQL, Redis, files) come here the same
+way: ``kafka`` beside ``redis``, a system's sink in its own module next to its sources.
+
+Connectors sit above the protocols, as user code does: they implement the spout interfaces of
+``statefulbolts`` (``Spout``, ``PartitionedSpout``) and of ``statefulbolts.transactional``
+through their public API, and nothing in ``checkpoint``, ``statefulbolts.transactional``,
+``statefulbolts.runtime`` or ``recovery`` imports them. Their Redis connections are made by the
+project's one connection layer, ``providers.redis`` (at the bottom, since the state provider
+uses it too), through ``statefulbolts.connectors.redis._connection``.
+
+Example:
+    >>> from statefulbolts.connectors import RedisStreamSpout
+    >>> spout = RedisStreamSpout("clicks", redis_url="redis://127.0.0.1:6379/0",
+    ...                          fields=("user", "url"))
+    >>> spout.output_fields  # nothing connects before the topology runs
+    ['user', 'url']
+    >>> builder.set_spout("clicks", spout, 2)  # doctest: +SKIP
+"""
+
+from statefulbolts.connectors.files import DirectorySpout
+from statefulbolts.connectors.redis import (
+    OpaqueRedisStreamsTransactionalSpout,
+    PartitionedRedisStreamSpout,
+    RedisStreamSpout,
+    RedisStreamsTransactionalSpout,
+    load_stream,
+    load_streams,
+    pending_count,
+)
+
+__all__ = [
+    "DirectorySpout",
+    "OpaqueRedisStreamsTransactionalSpout",
+    "PartitionedRedisStreamSpout",
+    "RedisStreamSpout",
+    "RedisStreamsTransactionalSpout",
+    "load_stream",
+    "load_streams",
+    "pending_count",
+]
