@@ -376,7 +376,7 @@ class CheckpointRunner(TopologyRunner):
             and not self.ledger.live
             and (cp is None or (not cp.recovering and cp.cur.phase is TxPhase.COMMITTED))
             and not self.ticks.due(self.clock.now_ms())
-            and not (self.partitioned and self.partitioned.has_more())
+            and not (self.partitioned and self._partitioned_has_more())
         )
 
     def _gather(self) -> int:
@@ -387,6 +387,12 @@ class CheckpointRunner(TopologyRunner):
         if self.cp is not None and self.cp.recovering and manifest is not None and manifest.pending:
             return 0
         return self.spouts.gather()
+
+    def _partitioned_has_more(self) -> bool:
+        """``PartitionedSpouts.has_more``, a source's outage waited out as the store's is."""
+        return self._failures.with_backend(
+            "asking the partitioned spouts for more", self.partitioned.has_more
+        )
 
     def _filling_first(self, gathered: int) -> bool:
         """Whether to hold the first transaction back (see ``SpoutTasks.still_filling``)."""
@@ -405,7 +411,7 @@ class CheckpointRunner(TopologyRunner):
             return False  # nothing to checkpoint: skip empty PREPAREs
         if not cp.due():
             return False
-        if nothing and not self.partitioned.has_more():
+        if nothing and not self._partitioned_has_more():
             return False  # asked once due: a partitioned spout may list a directory
         if not needs_recovery and not cp.has_checkpointed and self._filling_first(gathered):
             return False
@@ -459,7 +465,11 @@ class CheckpointRunner(TopologyRunner):
         per_task = {cid: (n, rates[cid]) for cid, n in ticks.items() if n and cid in rates}
         reads = None
         if action is not None and action.carries_data and self.partitioned:
-            reads = self.partitioned.orders(txid, self.ledger.reserve)
+            # A source's outage (a Kafka broker away) is waited out as the store's is.
+            reads = self._failures.with_backend(
+                "listing the partitioned spouts' partitions",
+                lambda: self.partitioned.orders(txid, self.ledger.reserve),
+            )
         cp_root: int | None
         if action is Action.COMMIT and self.jobs.commits_here:
             future, cp_root = self.jobs.commit_here(txid)
@@ -644,8 +654,20 @@ class CheckpointRunner(TopologyRunner):
         return Progress(phase, committed if committed >= 0 else None, pending)
 
     def spout_lags(self) -> dict[str, int]:
-        """Per spout component, what its source holds not yet acked (see ``SpoutTasks.lags``)."""
-        return self.spouts.lags()
+        """Per spout component, what its source holds not yet acked (see ``SpoutTasks.lags``).
+
+        A partitioned spout's: the sum of its partitions' (``partition_lags``).
+        """
+        partitioned = {cid: sum(p.values()) for cid, p in self.partition_lags().items()}
+        return {**self.spouts.lags(), **partitioned}
+
+    def partition_lags(self) -> dict[str, dict[str, int]]:
+        """Per partitioned spout, per partition, the records after its committed position."""
+        return self.partitioned.lags()
+
+    def spout_gaps(self) -> dict[str, int]:
+        """Per partitioned spout, the gaps its readers jumped (records their source lost)."""
+        return dict(self.partitioned.gaps)
 
     def _counters(self) -> dict[str, dict[str, float]]:
         """The counters per component, spout emits included."""
