@@ -1,4 +1,4 @@
-"""A real Kafka-protocol broker for tests: Tansu, started on a free loopback port, stopped at the end.
+"""A real Kafka-protocol broker for tests: Tansu, on a free loopback port, stopped at the end.
 
 ``kafka_broker`` (session) is one shared broker; ``kafka_topic`` (function) makes a fresh topic
 on it for the test (``kafka_topic(partitions=3)``, each name new). The broker is Tansu, a
