@@ -400,7 +400,7 @@ def test_the_spout_ships_without_its_driver_clients(
     spout.ends(CONF, spout.partitions(CONF))
     assert spout._cluster is not None
     shipped = pickle.loads(pickle.dumps(spout))
-    assert shipped._cluster is None and shipped._seen == (0.0, {})
+    assert shipped._cluster is None and shipped._seen == (None, 0.0, {})
     assert (shipped.topics, shipped.translator.fields) == ([topic], spout.translator.fields)
 
 

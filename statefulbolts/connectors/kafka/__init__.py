@@ -5,8 +5,8 @@ In parts:
 - ``_config``: ``KafkaSpoutConfig`` (the ``kafka.*`` keys the spout reads), the client settings
   (every other ``kafka.*`` key, for librdkafka) and the connector's errors;
 - ``_records``: ``KafkaRecord``, the deserializers and the record translators;
-- ``_client``: the driver's admin client (``Cluster``), the workers' pooled consumers, and how a
-  client error becomes an outage or a refusal;
+- ``_client``: the driver's admin client (``Cluster``), the readers' consumers, and how a client
+  error becomes an outage or a refusal;
 - ``_spout``: ``KafkaSpout``, its partition ids (``KafkaPartition``) and ends (``KafkaEnd``).
 
 confluent-kafka is imported only when the spout connects, so this package imports without it;
@@ -14,7 +14,6 @@ a spout that connects without it fails with the install command
 (``pip install 'statefulbolts[kafka]'``).
 """
 
-from statefulbolts.connectors.kafka._client import close_consumers
 from statefulbolts.connectors.kafka._config import (
     BOOTSTRAP_KEY,
     COMMIT_KEY,
@@ -73,7 +72,6 @@ __all__ = [
     "RecordTranslator",
     "SimpleRecordTranslator",
     "StringDeserializer",
-    "close_consumers",
 ]
 
 # The public home of the spout: what repr, pickle and messages name.

@@ -1,4 +1,4 @@
-"""The Kafka spout's clients: one admin client in the driver, pooled consumers in the workers.
+"""The Kafka spout's clients: one admin client in the driver, a consumer per read in a task.
 
 In the driver, ``Cluster`` (one per spout object, made on first use, never pickled) answers
 what the driver asks before each transaction, each a single request over every partition:
@@ -7,10 +7,8 @@ the topics and their partitions (``topics``), the earliest, end and log-end offs
 commits the checkpoint's offsets to the group (``commit``, without waiting: a failure is a
 warning, never the driver's crash).
 
-In a worker, readers take a consumer from this process's pool (``consumer``: keyed by the
-client settings; Spark reuses its Python workers, so a consumer outlives a task) and give it
-back after the read, unassigned. A consumer never subscribes and never commits: it is
-assigned one partition at an exact offset.
+In a worker, each read makes a consumer and closes it after (``consumer``). A consumer never
+subscribes and never commits: it is assigned one partition at an exact offset.
 
 Errors become the project's (``broker_error``): a broker away or slow (a transport failure, a
 timeout, no leader yet) is ``KafkaUnavailableError``, an outage the driver waits out; a refusal
@@ -20,11 +18,9 @@ what was being done and the brokers are named.
 
 from __future__ import annotations
 
-import atexit
 import concurrent.futures
 import contextlib
 import logging
-import threading
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any, NamedTuple
 
@@ -40,7 +36,6 @@ __all__ = [
     "Cluster",
     "Offsets",
     "broker_error",
-    "close_consumers",
     "consumer",
 ]
 
@@ -268,40 +263,17 @@ class Cluster:
 
 
 # ------------------------------------------------------------------ the workers' consumers
-_POOL: dict[tuple[tuple[str, Any], ...], list[Any]] = {}
-_POOL_LOCK = threading.Lock()
-
-
 @contextlib.contextmanager
 def consumer(settings: Mapping[str, Any], who: str) -> Iterator[Any]:
-    """A consumer of this process's pool for ``settings``, given back unassigned after use.
+    """A consumer for one read, closed after it.
 
-    A consumer that raised is closed rather than given back: it may hold a broken state.
+    Not pooled: an idle consumer that once read a topic keeps following its metadata, and
+    librdkafka 2.16 was seen to crash its process when such a topic was deleted (on the test
+    broker); a consumer per read is made in a few milliseconds on a near broker.
     """
     kafka = require_kafka(who)
-    key = tuple(sorted(settings.items()))
-    with _POOL_LOCK:
-        idle = _POOL.setdefault(key, [])
-        taken = idle.pop() if idle else None
-    if taken is None:
-        taken = kafka.Consumer(dict(settings))
+    made = kafka.Consumer(dict(settings))
     try:
-        yield taken
-    except BaseException:
-        taken.close()
-        raise
-    taken.unassign()
-    with _POOL_LOCK:
-        _POOL.setdefault(key, []).append(taken)
-
-
-def close_consumers() -> None:
-    """Close every pooled consumer of this process (at exit; tests between brokers)."""
-    with _POOL_LOCK:
-        pooled = [c for idle in _POOL.values() for c in idle]
-        _POOL.clear()
-    for each in pooled:
-        each.close()
-
-
-atexit.register(close_consumers)
+        yield made
+    finally:
+        made.close()

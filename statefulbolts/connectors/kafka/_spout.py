@@ -13,7 +13,7 @@ The protocol, for each PREPARE (``statefulbolts.partitioned``):
    last stable offset under ``read_committed``, the log end otherwise) and its log end
    (``high``), with where a partition never read starts (``first``). Every Spark attempt of a
    read task gets the same ends, so it reads the same records, however much was written since.
-2. **Read** (task, ``open_reader``): a consumer of the worker's pool is assigned the partition
+2. **Read** (task, ``open_reader``): a consumer made for the read is assigned the partition
    at the exact position and returns records until the budget is spent or a record at or past
    ``end`` shows up; the position is then the offset after the last record returned, or
    ``end`` when the reader got there. Offsets a reader is not given (a transaction's markers,
@@ -250,8 +250,10 @@ class KafkaSpout(PartitionedSpout):
         self._lock = threading.Lock()
         self._cluster: Cluster | None = None
         self._resolved: tuple[Mapping[str, Any], _Settings] | None = None
-        self._listed: tuple[float, list[str]] | None = None
-        self._seen: tuple[float, dict[str, KafkaEnd]] = (0.0, {})
+        # The last listings, each with the topology config it was made for: a driver started
+        # again in the same process (another config object) lists afresh.
+        self._listed: tuple[Mapping[str, Any], float, list[str]] | None = None
+        self._seen: tuple[Mapping[str, Any] | None, float, dict[str, KafkaEnd]] = (None, 0.0, {})
         self._firsts: dict[KafkaPartition, int] = {}
 
     def __getstate__(self) -> dict[str, Any]:
@@ -367,11 +369,11 @@ class KafkaSpout(PartitionedSpout):
             KafkaUnavailableError: the cluster did not answer.
         """
         listed = self._listed
-        if listed is not None and time.monotonic() - listed[0] < _LIST_TTL_S:
-            return list(listed[1])
+        if listed is not None and listed[0] is conf and time.monotonic() - listed[1] < _LIST_TTL_S:
+            return list(listed[2])
         settings = self.settings(conf)
         found = self._match(settings, self._cluster_for(settings).topics())
-        self._listed = (time.monotonic(), found)
+        self._listed = (conf, time.monotonic(), found)
         return list(found)
 
     def _match(self, settings: _Settings, topics: Mapping[str, int]) -> list[str]:
@@ -395,7 +397,7 @@ class KafkaSpout(PartitionedSpout):
     def ends(self, conf: Mapping[str, Any], partitions: Sequence[str]) -> dict[str, KafkaEnd]:
         """Each partition's ``KafkaEnd`` now (once per PREPARE; see the module docstring)."""
         found = self._offsets(conf, partitions)
-        self._seen = (time.monotonic(), found)
+        self._seen = (conf, time.monotonic(), found)
         return found
 
     def _offsets(self, conf: Mapping[str, Any], partitions: Sequence[str]) -> dict[str, KafkaEnd]:
@@ -439,10 +441,10 @@ class KafkaSpout(PartitionedSpout):
         Answered from the offsets listed at most half a second ago (for every partition at
         once): an idle topology asks at every step of its driver loop.
         """
-        at, seen = self._seen
-        if time.monotonic() - at >= _OFFSETS_TTL_S:
+        made_for, at, seen = self._seen
+        if made_for is not conf or time.monotonic() - at >= _OFFSETS_TTL_S:
             seen = self._offsets(conf, self.partitions(conf))
-            self._seen = (time.monotonic(), seen)
+            self._seen = (conf, time.monotonic(), seen)
         end = seen.get(partition)
         if end is None:
             return True  # new since the listing: a transaction will list it
@@ -452,7 +454,7 @@ class KafkaSpout(PartitionedSpout):
 
     def lags(self, positions: Mapping[str, Any]) -> dict[str, int]:
         """Per partition, its last listed end minus its committed position (0 at least)."""
-        _, seen = self._seen
+        _, _, seen = self._seen
         out = {}
         for partition, end in seen.items():
             position = positions.get(partition)
@@ -583,8 +585,8 @@ class _RecordReader(PartitionReader):
 
     def _client(self) -> dict[str, Any]:
         return {
-            # A pooled consumer's fetch still waiting at the broker for its last partition
-            # holds up the next read's first fetch for this long (the broker's long poll).
+            # A fetch that finds nothing new waits this long at the broker (its long poll):
+            # short, as a read ends at a fixed end and never waits for more records.
             "fetch.wait.max.ms": _FETCH_WAIT_MS,
             **dict(self.settings.client),
             "group.id": self.settings.group,
