@@ -63,10 +63,21 @@ def topology() -> StormTopology:
 
 
 def load(bootstrap: str, topic: str, count: int, first: int = 0) -> None:
-    """Write sentences ``first`` .. ``first + count - 1`` to ``topic``."""
+    """Write sentences ``first`` .. ``first + count - 1`` to ``topic``.
+
+    A loader for trying the example, not for throughput: one record per request, as some
+    Kafka-compatible brokers (the tests' Tansu) answer a partition's end short after a batch.
+    """
     from confluent_kafka import Producer
 
-    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 0})
+    producer = Producer(
+        {
+            "bootstrap.servers": bootstrap,
+            "linger.ms": 0,
+            "batch.num.messages": 1,
+            "max.in.flight.requests.per.connection": 1,
+        }
+    )
     for i in range(first, first + count):
         producer.produce(topic, value=sentence(i).encode())
         producer.poll(0)

@@ -5,7 +5,8 @@ topics of the test broker (``kafka_fixtures``) on the inline engine, its state i
 across a driver's death, simulated in process by ``DriverDies``). The verdict: the committed
 counts against a ``Counter`` of every sentence written, and the driver's positions against each
 partition's end offset. The kill test loops over ``STATEFULBOLTS_PARTITIONED_SEEDS`` (default
-``"0-3"``).
+``"0-3"``), the rescale test too (default ``"0"``): a seed picks the data, the kill point and
+the transaction.
 """
 
 from __future__ import annotations
@@ -126,15 +127,16 @@ def test_a_driver_killed_at_each_point_restarts_exactly(
     assert positions == written.ends()
 
 
+@pytest.mark.parametrize("seed", seeds("0"))
 def test_the_spout_parallelism_changes_and_a_new_matching_topic_is_picked_up(
-    kafka_broker: KafkaBroker, kafka_topic: Any, sqlite: dict[str, Any]
+    seed: int, kafka_broker: KafkaBroker, kafka_topic: Any, sqlite: dict[str, Any]
 ) -> None:
     # The pattern from the config: 1 task, killed after COMMITTED(2); 3 tasks, killed after
     # COMMITTED(4); then 2 tasks, with a new topic and more records written while none ran.
     prefix = topo.new_key("ks").replace("_", "-")
     first = kafka_topic(partitions=3, prefix=prefix)
     written = Written()
-    written.fill(kafka_broker, first, 3, 15)
+    written.fill(kafka_broker, first, 3, 15, seed=seed)
     kafka_topic(prefix="elsewhere")  # not matched
     conf = {**sqlite, "kafka.topic.pattern": re.escape(prefix) + "-.*"}
     conf["kafka.bootstrap.servers"] = kafka_broker.bootstrap
@@ -143,8 +145,8 @@ def test_the_spout_parallelism_changes_and_a_new_matching_topic_is_picked_up(
     dies(start_driver(name, conf, kafka_word_count(spout, 1), faults=DriverDies(POINTS[3], 2)))
     dies(start_driver(name, conf, kafka_word_count(spout, 3), faults=DriverDies(POINTS[3], 4)))
     second = kafka_topic(partitions=2, prefix=prefix)
-    written.fill(kafka_broker, second, 2, 9, seed=7)
-    written.write(kafka_broker, first, 0, 99, 5)
+    written.fill(kafka_broker, second, 2, 9, seed=seed + 7)
+    written.write(kafka_broker, first, 0, seed + 99, 5)
     counts, positions = finish(start_driver(name, conf, kafka_word_count(spout, 2)), "kafka")
     assert counts == written.counts()
     assert positions == written.ends()
