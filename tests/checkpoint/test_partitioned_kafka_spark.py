@@ -69,16 +69,18 @@ def _failed_tasks(spark: Any, group: str) -> int:
 def test_a_driver_killed_at_a_point_and_a_rescale_restart_exactly_on_spark(
     seed: int, spark: Any, kafka_broker: KafkaBroker, kafka_topic: Any, sqlite: dict[str, Any]
 ) -> None:
-    # 3 partitions of 12 records, 8 a spout task a transaction. The first driver (1 spout
-    # task) dies at the seed's point; the second (3 tasks) at another; the third (2 tasks)
-    # finishes, after more records were written while no driver ran.
+    # 3 partitions of 30 records, 8 a spout task a transaction. The first driver (1 spout
+    # task) dies at the seed's point of txid t (1-3, at most 24 records read); the second (3
+    # tasks, 24 a transaction) at another point of t + 1, which still has records to read; the
+    # third (2 tasks) finishes, after more records were written while no driver ran.
     topic = kafka_topic(partitions=3)
     written = Written()
-    written.fill(kafka_broker, topic, 3, 12, seed=seed)
+    written.fill(kafka_broker, topic, 3, 30, seed=seed)
     spout = KafkaSpout(topic, bootstrap_servers=kafka_broker.bootstrap, translator=SENTENCES)
     name = topo.new_key("kspark")
-    first = DriverDies(POINTS[seed % 4], 1 + seed % 3)
-    again = DriverDies(POINTS[(seed + 1) % 4], 3 + (seed // 4) % 2)
+    txid = 1 + seed % 3
+    first = DriverDies(POINTS[seed % 4], txid)
+    again = DriverDies(POINTS[(seed // 4 + 1) % 4], txid + 1)
     assert _run(spark, name, sqlite, kafka_word_count(spout, 1), first) is None
     assert _run(spark, name, sqlite, kafka_word_count(spout, 3), again) is None
     written.write(kafka_broker, topic, 2, seed + 50, 6)
