@@ -34,11 +34,14 @@ from partitioned_topologies import (
     start_driver,
 )
 
+from checkpoint.runner import CheckpointRunner
 from examples.kafka_wordcount import SENTENCES
 from providers import STATE_PROVIDER_CONFIG_KEY, STATE_PROVIDER_KEY, load_module
 from statefulbolts.cli import check_before_spark
 from statefulbolts.connectors.kafka import KafkaSpout, KafkaTopicNotFoundError
 from statefulbolts.connectors.kafka._client import Cluster, Offsets
+from statefulbolts.ui._metrics import TopologyCollector
+from statefulbolts.ui._snapshot import snapshot
 
 pytestmark = pytest.mark.kafka
 
@@ -81,8 +84,11 @@ def test_the_word_count_is_exact_while_records_are_written_and_the_group_follows
     written = Written()
     written.fill(kafka_broker, topic, 3, 12)
     grew: list[int] = []
+    seen: list[Any] = []
 
     def grow(info: Any) -> None:
+        if str(info.action) == "PREPARE" and not seen:  # the first PREPARE
+            seen.append(runner.observe())  # the driver's thread: the lock is its own
         # After the first commit and the third: more records on partitions being read.
         if str(info.action) == "COMMIT" and info.txid in (1, 3) and info.txid not in grew:
             grew.append(info.txid)
@@ -90,7 +96,9 @@ def test_the_word_count_is_exact_while_records_are_written_and_the_group_follows
             written.write(kafka_broker, topic, 2, 80 + info.txid, 4)
 
     name = topo.new_key("kwc")
-    runner = start_driver(name, sqlite, kafka_word_count(_spout(kafka_broker, topic)), None, grow)
+    wc = kafka_word_count(_spout(kafka_broker, topic))
+    runner = CheckpointRunner(name, sqlite, wc, None, on_transaction=grow, engine="inline")
+    runner.start()  # made first: its callback observes it
     try:
         runner.await_idle(60)
         counts = runner.read_state("count")
@@ -107,6 +115,19 @@ def test_the_word_count_is_exact_while_records_are_written_and_the_group_follows
     assert observed.components["kafka"]["emitted"] == 56
     # The topology's progress, for monitoring tools, in the group named after it.
     assert _group_offsets(kafka_broker, name, positions) == positions
+    # After the first PREPARE (4 records a task: task 0 has partitions 0 and 2, task 1 partition 1)
+    # against the 12 a partition listed for it: the lag per partition, on the dashboard's body
+    # and in Prometheus.
+    lags = {f"{topic}/0": 10, f"{topic}/1": 8, f"{topic}/2": 10}
+    [early] = seen
+    assert early.partition_lags == {"kafka": lags} and early.spout_lags["kafka"] == 28
+    assert snapshot(early, [], None)["partition_lag"] == {"kafka": lags}
+    [family] = [
+        f
+        for f in TopologyCollector(lambda: early, ["kafka"]).collect()
+        if f.name == "statefulbolts_spout_partition_lag"
+    ]
+    assert {s.labels["partition"]: s.value for s in family.samples} == lags
 
 
 @pytest.mark.parametrize("seed", seeds())
