@@ -39,7 +39,7 @@ import logging
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from checkpoint._deadletters import CheckpointDeadLetters
 from checkpoint._jobs import CheckpointJobs
@@ -63,7 +63,7 @@ from recovery.gate import FailureGate
 from statefulbolts.clock import Clock
 from statefulbolts.collectors import SpoutOutputCollector
 from statefulbolts.context import TopologyContext
-from statefulbolts.errors import TopologyError
+from statefulbolts.errors import TopologyError, TopologyFailedError
 from statefulbolts.keygroups import component_key_groups
 from statefulbolts.listeners import FaultListener
 from statefulbolts.namespaces import TaskNamespace, topology_prefix
@@ -84,6 +84,8 @@ from statefulbolts.runtime import (
 from statefulbolts.ticks import tick_frequencies
 from statefulbolts.topology import CHECKPOINT_COMPONENT_ID, StormTopology
 from statefulbolts.tuples import DEFAULT_STREAM
+
+T = TypeVar("T")
 
 __all__ = ["CheckpointRunner"]
 
@@ -390,9 +392,19 @@ class CheckpointRunner(TopologyRunner):
 
     def _partitioned_has_more(self) -> bool:
         """``PartitionedSpouts.has_more``, a source's outage waited out as the store's is."""
-        return self._failures.with_backend(
-            "asking the partitioned spouts for more", self.partitioned.has_more
-        )
+        return self._from_sources("asking partitioned spouts for more", self.partitioned.has_more)
+
+    def _from_sources(self, what: str, call: Callable[[], T]) -> T:
+        """``call`` (a partitioned spout's driver half), its source's outage waited out.
+
+        A refusal stops the topology with the source's own error, which names it and the fix.
+        """
+        try:
+            return self._failures.with_backend(what, call)
+        except TopologyFailedError as exc:
+            if exc.fatal and isinstance(exc.__cause__, FATAL_STATE_ERRORS):
+                raise exc.__cause__ from None
+            raise
 
     def _filling_first(self, gathered: int) -> bool:
         """Whether to hold the first transaction back (see ``SpoutTasks.still_filling``)."""
@@ -466,7 +478,7 @@ class CheckpointRunner(TopologyRunner):
         reads = None
         if action is not None and action.carries_data and self.partitioned:
             # A source's outage (a Kafka broker away) is waited out as the store's is.
-            reads = self._failures.with_backend(
+            reads = self._from_sources(
                 "listing the partitioned spouts' partitions",
                 lambda: self.partitioned.orders(txid, self.ledger.reserve),
             )
