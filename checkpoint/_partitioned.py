@@ -12,7 +12,8 @@ the first stage of every PREPARE job. The protocol, for PREPARE(t):
    driver making each one.
 2. **Read** (task, ``PartitionReadTask``): read the task's partitions, the record budget shared
    out in turn, emit each record as a tuple of the spout's stream, and return the end
-   positions (``ReadResult``) in the task's report.
+   positions (``ReadResult``) in the task's report, with any gap a reader jumped (records its
+   source no longer held: ``PartitionReader.gap``).
 3. **Judge** (driver, ``finished``): the PREPARE's reads count only if every tuple they emitted
    was acked and none failed: a tuple of a partitioned spout has no message to replay alone,
    so a failed or incomplete one fails the transaction, which is read again from the same
@@ -21,7 +22,9 @@ the first stage of every PREPARE job. The protocol, for PREPARE(t):
    partition will start t + 1 from (t's end positions over the committed ones: a partition
    t did not read keeps its own) under ``POSITIONS_KEY`` in the checkpoint spout's state: the
    commit that saves COMMITTING(t) saves them too (as ``_manifest`` does with message ids).
-   Once that commit is done (``saved``) they are the start of the next transaction.
+   Once that commit is done (``saved``) they are the start of the next transaction, and each
+   spout is told them (``PartitionedSpout.committed``: Kafka commits them to its consumer group,
+   for monitoring tools only).
 
 Every transaction that reaches COMMITTING commits (the recovery rolls it forward), so the saved
 positions are always where the next new transaction starts: a restarted driver reads them
@@ -42,7 +45,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from statefulbolts.errors import CheckpointError, StatefulBoltsError, TopologyError
-from statefulbolts.partitioned import DEFAULT_MAX_RECORDS, PartitionedSpout
+from statefulbolts.partitioned import DEFAULT_MAX_RECORDS, Gap, PartitionedSpout
 
 if TYPE_CHECKING:  # the task side runs in Spark workers: importing it loads no engine
     from providers import KeyValueState
@@ -95,10 +98,11 @@ class TaskReads(NamedTuple):
 
 
 class ReadResult(NamedTuple):
-    """What one spout task read: how many records, and each partition's end position."""
+    """What one spout task read: how many records, each partition's end position, any gaps."""
 
     read: int
     positions: dict[str, Any]
+    gaps: tuple[tuple[str, Gap], ...] = ()  # (partition, the jump its reader made)
 
 
 def _no_data(tuple_: Tuple) -> None:
@@ -134,21 +138,26 @@ class PartitionReadTask:
         reads, spout, emit_run = self.reads, self.reads.spout, self._out.emit_run
         budget, root, left = reads.max_records, reads.first_root, len(reads.starts)
         positions: dict[str, Any] = {}
+        gaps: list[tuple[str, Gap]] = []
         for partition, start in reads.starts:
             share = -(-budget // left) if budget > 0 else 0
             left -= 1
             if share == 0:
                 positions[partition] = start
                 continue
-            batch = self._read(spout, partition, start, share)
+            batch, gap = self._read(spout, partition, start, share)
+            if gap is not None:
+                gaps.append((partition, gap))
             records = batch.records
             emit_run(records, batch.stream, root)  # roots root, root + 1, ...: one per record
             root += len(records)
             budget -= len(records)
             positions[partition] = batch.position
-        return ReadResult(root - reads.first_root, positions)
+        return ReadResult(root - reads.first_root, positions, tuple(gaps))
 
-    def _read(self, spout: PartitionedSpout, partition: str, start: Any, share: int) -> Any:
+    def _read(
+        self, spout: PartitionedSpout, partition: str, start: Any, share: int
+    ) -> tuple[Any, Gap | None]:
         context, ends = self._context, self.reads.ends
         assert context is not None  # noqa: S101 - prepare ran
         if ends is None:
@@ -158,6 +167,7 @@ class PartitionReadTask:
             reader = bounded(self._conf, context, partition, start, end=ends.get(partition))
         try:
             batch = reader.read(share)
+            gap = reader.gap()
         finally:
             reader.close()
         if len(batch.records) > share:
@@ -168,7 +178,7 @@ class PartitionReadTask:
                 f"{share}; a reader returns up to max_records records"
             )
             raise TopologyError(msg)
-        return batch
+        return batch, gap
 
     def cleanup(self) -> None:
         """Nothing to release: each reader closed after its read."""
@@ -214,6 +224,8 @@ class PartitionedSpouts:
         self._ended: dict[int, Positions] = {}  # per PREPARE that succeeded: its end positions
         self._saving: tuple[int, Positions] | None = None
         self.emitted: dict[str, int] = dict.fromkeys(self._spouts, 0)
+        # Per spout: the gaps its readers jumped in PREPAREs that counted (records gone).
+        self.gaps: dict[str, int] = dict.fromkeys(self._spouts, 0)
 
     def __bool__(self) -> bool:
         """Whether the topology has a partitioned spout."""
@@ -250,6 +262,8 @@ class PartitionedSpouts:
     def _partitions(self, cid: str, spout: PartitionedSpout) -> list[str]:
         try:
             found = list(spout.partitions(self._conf))
+        except StatefulBoltsError:
+            raise  # names the source, the cause and the fix already (a backend error, typed)
         except Exception as exc:
             msg = f"spout {cid!r}: {_kind(spout)}.partitions raised: {exc}"
             raise TopologyError(msg) from exc
@@ -323,6 +337,7 @@ class PartitionedSpouts:
                 read[(names[report.comp], report.task)] = report.result
         blocks: list[tuple[int, int, str]] = []
         ended: Positions = {cid: {} for cid in self._spouts}
+        gaps: list[tuple[str, str, Gap]] = []
         for roots in given:
             got = read.get((roots.component, roots.task))
             if got is None:
@@ -333,6 +348,7 @@ class PartitionedSpouts:
                 raise CheckpointError(msg)
             blocks.append((roots.first_root, roots.first_root + got.read, roots.component))
             ended[roots.component].update(got.positions)
+            gaps += [(roots.component, partition, gap) for partition, gap in got.gaps]
         for root in [*result.fails, *(r for r, x in result.acks.items() if x)]:
             for first, end, cid in blocks:
                 if first <= root < end:
@@ -344,6 +360,17 @@ class PartitionedSpouts:
         self._ended[txid] = ended
         for first, end, cid in blocks:
             self.emitted[cid] += end - first
+        for cid, partition, gap in gaps:
+            self.gaps[cid] += 1
+            log.warning(
+                "spout %r partition %r: %s; PREPARE(%s) read on from %r instead of %r",
+                cid,
+                partition,
+                gap.reason,
+                txid,
+                gap.resumed,
+                gap.start,
+            )
         return None
 
     def failed(self, txid: int) -> None:
@@ -370,6 +397,24 @@ class PartitionedSpouts:
         self._positions, self._saving = saving[1], None
         for t in [t for t in self._ended if t <= txid]:
             del self._ended[t]
+        for cid, (spout, _) in self._spouts.items():
+            try:
+                spout.committed(self._conf, dict(self._positions[cid]))
+            except Exception as exc:  # noqa: BLE001 - a monitoring record never stops the topology
+                log.warning("spout %r: %s.committed raised: %s", cid, _kind(spout), exc)
+
+    def lags(self) -> dict[str, dict[str, int]]:
+        """Per spout, per partition, the records after its committed position (if it knows).
+
+        Safe from another thread: each spout answers from what it already knows.
+        """
+        out: dict[str, dict[str, int]] = {}
+        positions = self._positions
+        for cid, (spout, _) in self._spouts.items():
+            found = spout.lags(dict(positions.get(cid, {})))
+            if found is not None:
+                out[cid] = {p: int(n) for p, n in sorted(found.items())}
+        return out
 
 
 def _kind(obj: object) -> str:

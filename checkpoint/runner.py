@@ -39,7 +39,7 @@ import logging
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from checkpoint._deadletters import CheckpointDeadLetters
 from checkpoint._jobs import CheckpointJobs
@@ -64,7 +64,7 @@ from recovery.gate import FailureGate
 from statefulbolts.clock import Clock
 from statefulbolts.collectors import SpoutOutputCollector
 from statefulbolts.context import TopologyContext
-from statefulbolts.errors import TopologyError
+from statefulbolts.errors import TopologyError, TopologyFailedError
 from statefulbolts.keygroups import component_key_groups
 from statefulbolts.listeners import FaultListener
 from statefulbolts.namespaces import TaskNamespace, topology_prefix
@@ -85,6 +85,8 @@ from statefulbolts.state import merged_state
 from statefulbolts.ticks import tick_frequencies
 from statefulbolts.topology import CHECKPOINT_COMPONENT_ID, StormTopology
 from statefulbolts.tuples import DEFAULT_STREAM
+
+T = TypeVar("T")
 
 __all__ = ["CheckpointRunner"]
 
@@ -374,7 +376,7 @@ class CheckpointRunner(TopologyRunner):
             and not self.ledger.live
             and (cp is None or (not cp.recovering and cp.cur.phase is TxPhase.COMMITTED))
             and not self.ticks.due(self.clock.now_ms())
-            and not (self.partitioned and self.partitioned.has_more())
+            and not (self.partitioned and self._partitioned_has_more())
         )
 
     def _gather(self) -> int:
@@ -385,6 +387,22 @@ class CheckpointRunner(TopologyRunner):
         if self.cp is not None and self.cp.recovering and manifest is not None and manifest.pending:
             return 0
         return self.spouts.gather()
+
+    def _partitioned_has_more(self) -> bool:
+        """``PartitionedSpouts.has_more``, a source's outage waited out as the store's is."""
+        return self._from_sources("asking partitioned spouts for more", self.partitioned.has_more)
+
+    def _from_sources(self, what: str, call: Callable[[], T]) -> T:
+        """``call`` (a partitioned spout's driver half), its source's outage waited out.
+
+        A refusal stops the topology with the source's own error, which names it and the fix.
+        """
+        try:
+            return self._failures.with_backend(what, call)
+        except TopologyFailedError as exc:
+            if exc.fatal and isinstance(exc.__cause__, FATAL_STATE_ERRORS):
+                raise exc.__cause__ from None
+            raise
 
     def _filling_first(self, gathered: int) -> bool:
         """Whether to hold the first transaction back (see ``SpoutTasks.still_filling``)."""
@@ -403,7 +421,7 @@ class CheckpointRunner(TopologyRunner):
             return False  # nothing to checkpoint: skip empty PREPAREs
         if not cp.due():
             return False
-        if nothing and not self.partitioned.has_more():
+        if nothing and not self._partitioned_has_more():
             return False  # asked once due: a partitioned spout may list a directory
         if not needs_recovery and not cp.has_checkpointed and self._filling_first(gathered):
             return False
@@ -457,7 +475,11 @@ class CheckpointRunner(TopologyRunner):
         per_task = {cid: (n, rates[cid]) for cid, n in ticks.items() if n and cid in rates}
         reads = None
         if action is not None and action.carries_data and self.partitioned:
-            reads = self.partitioned.orders(txid, self.ledger.reserve)
+            # A source's outage (a Kafka broker away) is waited out as the store's is.
+            reads = self._from_sources(
+                "listing the partitioned spouts' partitions",
+                lambda: self.partitioned.orders(txid, self.ledger.reserve),
+            )
         cp_root: int | None
         if action is Action.COMMIT and self.jobs.commits_here:
             future, cp_root = self.jobs.commit_here(txid)
@@ -641,8 +663,20 @@ class CheckpointRunner(TopologyRunner):
         return Progress(phase, cur.committed_txid, pending)
 
     def spout_lags(self) -> dict[str, int]:
-        """Per spout component, what its source holds not yet acked (see ``SpoutTasks.lags``)."""
-        return self.spouts.lags()
+        """Per spout component, what its source holds not yet acked (see ``SpoutTasks.lags``).
+
+        A partitioned spout's: the sum of its partitions' (``partition_lags``).
+        """
+        partitioned = {cid: sum(p.values()) for cid, p in self.partition_lags().items()}
+        return {**self.spouts.lags(), **partitioned}
+
+    def partition_lags(self) -> dict[str, dict[str, int]]:
+        """Per partitioned spout, per partition, the records after its committed position."""
+        return self.partitioned.lags()
+
+    def spout_gaps(self) -> dict[str, int]:
+        """Per partitioned spout, the gaps its readers jumped (records their source lost)."""
+        return dict(self.partitioned.gaps)
 
     def _counters(self) -> dict[str, dict[str, float]]:
         """The counters per component, spout emits included."""

@@ -14,11 +14,13 @@ instead, as Flink reads source splits and Storm's Kafka spout reads offsets:
    for a partition never read), and asks it for up to N records (``PartitionReader.read``).
    The reader returns the records and the position after them. The records go on as tuples
    of the spout's stream; nothing passes through the driver.
-3. The job returns the end positions. The driver saves them with the checkpoint, in the commit
-   that decides the transaction (COMMITTING), so the positions and the bolts' state commit
-   together: a transaction that fails or rolls back is read again from the same positions, and
-   a restarted driver starts where the last committed transaction ended, even with another
-   spout parallelism (positions belong to partitions, not to tasks).
+3. The job returns the end positions (and any gap a reader had to jump: ``PartitionReader.gap``,
+   records the source no longer holds, logged and counted by the driver). The driver saves
+   them with the checkpoint, in the commit that decides the transaction (COMMITTING), so the
+   positions and the bolts' state commit together: a transaction that fails or rolls back is
+   read again from the same positions, and a restarted driver starts where the last committed
+   transaction ended, even with another spout parallelism (positions belong to partitions,
+   not to tasks).
 
 A position is any plain value the state can store as msgpack: an int offset, a Redis stream
 id, a list of them. A reader must be deterministic: the same partition, position, end and count
@@ -65,7 +67,7 @@ from statefulbolts.context import TopologyContext
 from statefulbolts.errors import TopologyError
 from statefulbolts.tuples import DEFAULT_STREAM, Fields  # noqa: F401 - the doctest's Fields
 
-__all__ = ["DEFAULT_MAX_RECORDS", "PartitionBatch", "PartitionReader", "PartitionedSpout"]
+__all__ = ["DEFAULT_MAX_RECORDS", "Gap", "PartitionBatch", "PartitionReader", "PartitionedSpout"]
 
 # Records per spout task per transaction when ``topology.max.spout.pending`` is unset.
 DEFAULT_MAX_RECORDS = 100_000
@@ -83,6 +85,21 @@ class PartitionBatch(NamedTuple):
     stream: str = DEFAULT_STREAM
 
 
+class Gap(NamedTuple):
+    """A jump a reader made because its source no longer holds what lies at its position.
+
+    ``start``: the position the read was to start at; ``resumed``: where it read on from;
+    ``lost``: how many positions (offsets) it passed over, when known (``None``: it went back,
+    to a source that was deleted and made again); ``reason``: one line for a person (shown in
+    the driver's warning, never parsed).
+    """
+
+    start: Any
+    resumed: Any
+    lost: int | None
+    reason: str
+
+
 class PartitionReader(ABC):
     """Reads one partition from one position, in a task of the job (see the module docstring)."""
 
@@ -93,6 +110,15 @@ class PartitionReader(ABC):
         Fewer (none) when the partition holds no more now; the position is then where the
         records returned end (unchanged when there are none).
         """
+
+    def gap(self) -> Gap | None:
+        """After ``read``: the jump it made past records its source no longer holds, if any.
+
+        A source whose old records expire (retention) or whose partition was made again says
+        so here rather than stalling or going back in silence; the driver logs it as a
+        warning and counts it (``PartitionedSpouts.gaps``) once the PREPARE that read it counts.
+        """
+        return None
 
     def close(self) -> None:  # noqa: B027 - most readers hold nothing
         """Release what the reader holds; called once, after ``read``."""
@@ -145,6 +171,32 @@ class PartitionedSpout(Spout):
         The default, ``True``, makes every checkpoint interval run a transaction that reads.
         """
         return True
+
+    def check_config(self, conf: Mapping[str, Any]) -> None:  # noqa: B027 - optional
+        """Refuse a config that cannot work, before the topology starts (``statefulbolts run``).
+
+        Called before Spark starts, as a state provider's ``check_config`` is: a source may
+        validate its keys and look up what it names (a missing topic), in a moment. Raise a
+        ``StatefulBoltsError`` naming the key or the missing thing; nothing by default.
+        """
+
+    def committed(self, conf: Mapping[str, Any], positions: Mapping[str, Any]) -> None:  # noqa: B027
+        """After each commit decision (COMMITTING saved, in the driver): every partition's position.
+
+        For a source with its own record of progress that monitoring tools read (a Kafka
+        consumer group's offsets). Never read back for recovery: the positions saved with the
+        checkpoint are the truth. It must not raise for a failure of that record (log it); it
+        runs in the driver loop, so it should not block. Nothing by default.
+        """
+
+    def lags(self, positions: Mapping[str, Any]) -> Mapping[str, int] | None:
+        """Per partition, how many records lie after ``positions`` (the committed ones).
+
+        Asked from a dashboard's or a metrics scrape's thread, not the driver's: answer from
+        what the spout already knows (the ends it last listed), with no I/O. ``None`` (the
+        default): the source does not know.
+        """
+        return None
 
     def next_tuple(self) -> None:
         """Never called: a partitioned spout is read on the executors.

@@ -1,7 +1,8 @@
-"""Shared fixtures (a real redis-server, one Spark session per test session) and test markers.
+"""Shared fixtures (a real redis-server, a Kafka broker, one Spark session) and test markers.
 
 Markers (``pyproject.toml``): ``spark`` for a test that starts Spark, ``redis`` for one that
-needs a redis-server, ``slow`` for a long end-to-end scenario. A test that uses the ``spark`` or
+needs a redis-server, ``kafka`` for one that needs the Kafka broker (``kafka_fixtures``), ``slow``
+for a long end-to-end scenario. A test that uses the ``spark`` or
 ``redis_*`` fixtures, directly or through another fixture, is marked here
 (``pytest_collection_modifyitems``); one that starts Spark or Redis another way (a subprocess,
 a fixture parameter that asks for ``redis_db`` by name) carries the mark itself. ``scripts/test
@@ -29,6 +30,7 @@ if ROOT not in os.environ.get("PYTHONPATH", "").split(os.pathsep):
         p for p in (ROOT, os.environ.get("PYTHONPATH")) if p
     )
 
+from kafka_fixtures import *  # noqa: E402, F403
 from redis_fixtures import *  # noqa: E402, F403
 from spark_fixtures import *  # noqa: E402, F403
 
@@ -39,6 +41,8 @@ MARK_OF_FIXTURE = {
     "redis_server": "redis",
     "redis_db": "redis",
     "redis_server_factory": "redis",
+    "kafka_broker": "kafka",
+    "kafka_topic": "kafka",
 }
 
 

@@ -178,6 +178,7 @@ PROVIDER_MEANINGS: dict[str, str] = {
 CONNECTOR_MODELS = (
     "statefulbolts.connectors.redis.RedisStreamConfig",
     "statefulbolts.connectors.redis.PartitionedRedisStreamConfig",
+    "statefulbolts.connectors.kafka.KafkaSpoutConfig",
 )
 
 

@@ -73,6 +73,7 @@ from statefulbolts.errors import (
     StatefulBoltsError,
     TopologyFailedError,
 )
+from statefulbolts.partitioned import PartitionedSpout
 from statefulbolts.runtime import (
     DEFAULT_SPARK_LOG_LEVEL,
     ENGINES,
@@ -130,13 +131,17 @@ def _print_done(summary: dict[str, Any], as_json: bool) -> None:
         print_line(f"  {comp}: {cells}")
 
 
-def check_before_spark(conf: Mapping[str, Any], *, ui_flag: bool = False) -> None:
+def check_before_spark(
+    conf: Mapping[str, Any], *, ui_flag: bool = False, topology: Any = None
+) -> None:
     """Refuse, in a moment and before Spark starts, what would fail once it has started.
 
     The topology config (``validate_config``); the dashboard's optional dependencies when it
     is asked for (``--ui`` or ``topology.ui.port``); the state provider: its class is
     imported and its settings checked (``StateProvider.check_config``), without touching the
-    store. A missing optional dependency is named with the command that installs it.
+    store; the partitioned spouts of ``topology`` (``PartitionedSpout.check_config``: a Kafka
+    spout's keys and topics). A missing optional dependency is named with the command that
+    installs it.
 
     Raises:
         ConfigError: a ``topology.*`` key has a wrong value, or an optional dependency the
@@ -159,6 +164,10 @@ def check_before_spark(conf: Mapping[str, Any], *, ui_flag: bool = False) -> Non
         msg = f"state provider {provider_name(conf)!r}: {missing}"
         raise ConfigError(msg) from exc
     provider.check_config(conf)
+    for spec in getattr(topology, "spouts", {}).values():
+        spout = getattr(spec, "obj", None)
+        if isinstance(spout, PartitionedSpout):
+            spout.check_config(conf)
 
 
 def _missing_dependency(exc: ProviderNotFoundError, dotted: str) -> str | None:
@@ -191,7 +200,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
         conf[Config.TOPOLOGY_UI_PORT] = args.ui
     topology = load_topology(args.topology)
     name = args.name or args.topology.partition(":")[0].rsplit(".", 1)[-1]
-    check_before_spark(conf, ui_flag=args.ui is not None)
+    check_before_spark(conf, ui_flag=args.ui is not None, topology=topology)
     if args.spark_log is not None:
         os.environ[SPARK_LOG_ENV] = args.spark_log  # read when the session starts
     from statefulbolts.submitter import cluster_for_run  # imports pyspark

@@ -27,7 +27,7 @@ import threading
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, NamedTuple, Protocol
 
 from providers import FENCE_EPOCH_KEY, Lease
@@ -116,6 +116,9 @@ class Observation:
     backend_down: bool
     spout_lags: dict[str, int]
     error: str | None
+    # Per partitioned spout: each partition's lag, and the gaps its readers jumped.
+    partition_lags: dict[str, dict[str, int]] = field(default_factory=dict)
+    spout_gaps: dict[str, int] = field(default_factory=dict)
 
 
 class TopologyRunner(ABC):
@@ -207,6 +210,14 @@ class TopologyRunner(ABC):
         """Per spout component, what its source holds not yet acked (none by default)."""
         return {}
 
+    def partition_lags(self) -> dict[str, dict[str, int]]:
+        """Per partitioned spout, per partition, the records not yet read (none by default)."""
+        return {}
+
+    def spout_gaps(self) -> dict[str, int]:
+        """Per partitioned spout, the gaps its readers jumped (none by default)."""
+        return {}
+
     def observe(self, last: int | None = 200) -> Observation:
         """A copy of every figure for a reader on another thread (the ``last`` transactions).
 
@@ -247,6 +258,8 @@ class TopologyRunner(ABC):
             backend_down=gate.backend_down if gate is not None else False,
             spout_lags=self.spout_lags(),
             error=str(self.error) if self.error is not None else None,
+            partition_lags=self.partition_lags(),
+            spout_gaps=self.spout_gaps(),
         )
 
     def metrics(self) -> dict[str, Any]:

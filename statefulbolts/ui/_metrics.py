@@ -30,6 +30,11 @@ metric                                              type       labels, meaning
 ``statefulbolts_dead_letters``                      gauge      dead-letter records held
 ``statefulbolts_spout_lag``                         gauge      ``component``: entries its
                                                                source holds not yet acked
+``statefulbolts_spout_partition_lag``               gauge      ``component``, ``partition``:
+                                                               a partitioned spout's records
+                                                               after its committed position
+``statefulbolts_spout_gaps_total``                  counter    ``component``: jumps past
+                                                               records its source lost
 ``statefulbolts_topology_up``                       gauge      ``state``: 1 for the current
 ``statefulbolts_task_tuples_emitted_total``         counter    ``component``, ``task`` (its
                                                                Storm task id); also
@@ -265,6 +270,25 @@ class TopologyCollector(Collector):
         for cid, value in sorted(obs.spout_lags.items()):
             lag.add_metric([name, cid], value)
         yield lag
+        if obs.partition_lags:
+            parts = GaugeMetricFamily(
+                "statefulbolts_spout_partition_lag",
+                "Records of a partition after the partitioned spout's committed position.",
+                labels=["topology", "component", "partition"],
+            )
+            for cid, lags in sorted(obs.partition_lags.items()):
+                for partition, value in sorted(lags.items()):
+                    parts.add_metric([name, cid, partition], value)
+            yield parts
+        if obs.spout_gaps:
+            gaps = CounterMetricFamily(
+                "statefulbolts_spout_gaps",
+                "Jumps a partitioned spout's readers made past records their source lost.",
+                labels=["topology", "component"],
+            )
+            for cid, value in sorted(obs.spout_gaps.items()):
+                gaps.add_metric([name, cid], value)
+            yield gaps
 
     def _protocol(self, obs: Observation, name: str) -> Iterator[Metric]:
         up = GaugeMetricFamily(

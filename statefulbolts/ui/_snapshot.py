@@ -124,6 +124,9 @@ def snapshot(
             "down": obs.backend_down,
         },
         "spout_lag": dict(sorted(obs.spout_lags.items())),
+        # A partitioned spout's lag per partition, and the gaps its readers jumped.
+        "partition_lag": {cid: dict(p) for cid, p in sorted(obs.partition_lags.items())},
+        "spout_gaps": dict(sorted(obs.spout_gaps.items())),
         "dead_letters": _dead_letters(obs),
         "error": obs.error,
         "rates": _rates(live),

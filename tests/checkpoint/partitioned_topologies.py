@@ -285,3 +285,48 @@ def finish(runner: CheckpointRunner, spout: str) -> tuple[dict[Any, Any], dict[s
         return runner.read_state("count"), runner.status()["partition_positions"][spout]
     finally:
         runner.kill()
+
+
+# ----------------------------------------------------------------- the same over Kafka topics
+def kafka_word_count(spout: Any, spouts: int = 2) -> StormTopology:
+    """``kafka`` (a ``KafkaSpout`` whose tuples are ``(sentence,)``) -> ``split`` -> ``count``."""
+    builder = TopologyBuilder()
+    builder.set_spout("kafka", spout, spouts)
+    builder.set_bolt("split", Split(), 2).shuffle_grouping("kafka")
+    builder.set_bolt("count", WordCount(), 2).fields_grouping("split", Fields("word"))
+    return builder.create_topology()
+
+
+class Written:
+    """What a test wrote to Kafka, per partition id: the verdict's counts and end offsets."""
+
+    def __init__(self) -> None:
+        self.sentences: dict[str, list[str]] = {}
+
+    def write(self, broker: Any, topic: str, partition: int, seed: int, records: int) -> None:
+        """``records`` sentences of 1-4 random words (seeded) to one partition of ``topic``."""
+        from kafka_fixtures import produce
+
+        rng = random.Random(seed)
+        lines = [
+            " ".join(rng.choice(WORDS) for _ in range(rng.randint(1, 4))) for _ in range(records)
+        ]
+        produce(broker, topic, [line.encode() for line in lines], partition=partition)
+        self.sentences.setdefault(f"{topic}/{partition}", []).extend(lines)
+
+    def fill(self, broker: Any, topic: str, partitions: int, records: int, seed: int = 0) -> None:
+        """``records`` sentences on each of ``partitions`` partitions (seeded per partition)."""
+        for p in range(partitions):
+            self.write(broker, topic, p, seed * 100 + p, records)
+
+    def counts(self) -> dict[str, int]:
+        """The word counts of every sentence written."""
+        counts: Counter[str] = Counter()
+        for lines in self.sentences.values():
+            for line in lines:
+                counts.update(line.split())
+        return dict(counts)
+
+    def ends(self) -> dict[str, int]:
+        """Each partition's end offset: records written (no transactions, no deletes)."""
+        return {p: len(lines) for p, lines in sorted(self.sentences.items())}

@@ -11,13 +11,37 @@ from redis_fixtures import free_port
 
 from checkpoint import MANIFEST_KEY
 from examples.wordcount import build
+from providers import InMemoryKeyValueStateProvider, StateBackendError
 from statefulbolts import TopologyBuilder
 from statefulbolts.errors import StatefulBoltsError
 
 pytestmark = pytest.mark.spark
 
 
+class CheckpointStateDown(InMemoryKeyValueStateProvider):
+    """In-memory state whose checkpoint spout's record cannot be read: a store gone mid-open."""
+
+    def new_state(self, namespace: str, conf: Any, context: Any = None) -> Any:
+        if "$checkpointspout" in namespace:
+            msg = f"the store of {namespace!r} could not be reached"
+            raise StateBackendError(msg)
+        return super().new_state(namespace, conf, context)
+
+
 def test_a_submit_that_fails_closes_the_spouts_it_opened(cluster: Any) -> None:
+    conf = {"topology.state.provider": f"{__name__}.CheckpointStateDown"}
+    key = topo.new_key("open-fails")
+    builder = TopologyBuilder()
+    builder.set_spout("src", topo.ValueSpout(key, [1, 2, 3]), 2)
+    builder.set_bolt("tally", topo.Tally(), 1).shuffle_grouping("src")
+    # The user spouts open first; the checkpoint spout then reads its state and cannot.
+    with pytest.raises(StatefulBoltsError, match=r"\$checkpointspout-0' could not be reached"):
+        cluster.submit_topology(key, conf, builder.create_topology())
+    rec = topo.record(key)
+    assert (rec.opened, rec.closed) == (2, 2)
+
+
+def test_a_submit_refused_for_its_store_opens_no_spout(cluster: Any) -> None:
     port = free_port()  # nothing listens there
     conf = {
         "topology.state.provider": "providers.redis.RedisKeyValueStateProvider",
@@ -25,15 +49,15 @@ def test_a_submit_that_fails_closes_the_spouts_it_opened(cluster: Any) -> None:
             "jedisPoolConfig": {"host": "127.0.0.1", "port": port, "timeout": 300}
         },
     }
-    key = topo.new_key("open-fails")
+    key = topo.new_key("store-down")
     builder = TopologyBuilder()
     builder.set_spout("src", topo.ValueSpout(key, [1, 2, 3]), 2)
     builder.set_bolt("tally", topo.Tally(), 1).shuffle_grouping("src")
-    # The user spouts open first; the checkpoint spout then reads its state and cannot.
-    with pytest.raises(StatefulBoltsError, match=f"127.0.0.1:{port}"):
+    # The topology's lease comes first: an unreachable store is met before any spout opens.
+    with pytest.raises(StatefulBoltsError, match=f"taking its lease: .*127.0.0.1:{port}"):
         cluster.submit_topology(key, conf, builder.create_topology())
     rec = topo.record(key)
-    assert (rec.opened, rec.closed) == (2, 2)
+    assert (rec.opened, rec.closed) == (0, 0)
 
 
 def test_a_killed_topology_releases_its_broadcast(cluster: Any) -> None:

@@ -13,6 +13,7 @@ A run marker may carry options, separated by ``;``
   same one in every block of the page and in the copied example configs. Only the ports of
   ``FIXED_PORTS`` may be replaced, so a reader's page keeps the numbers they paste.
 - ``redis P``: as ``ports``, with the test's own redis-server listening there.
+- ``kafka P``: as ``ports``, with the test's Kafka broker (``kafka_fixtures``) listening there.
 - ``serve P PATH [TEXT]``: the block serves until Ctrl-C (``P`` replaced as by ``ports``). It
   runs in the background until ``http://127.0.0.1:P PATH`` answers 200 with a body, the page's
   next blocks run while it serves, then (once its output shows ``TEXT``, if given) it gets
@@ -50,6 +51,7 @@ from standalone_cluster import process_tree
 # The fixed ports the docs may name, and what listens there; each is replaced by a free port.
 FIXED_PORTS = {
     6379: "Redis",
+    9092: "a Kafka broker",
     7077: "a standalone Spark master",
     8000: "mkdocs serve",
     8080: "the Spark master's web UI",
@@ -61,6 +63,7 @@ FIXED_PORTS = {
 OPTIONS: dict[str, int | None] = {
     "ports": None,
     "redis": 1,
+    "kafka": 1,
     "serve": -2,
     "paths": None,
     "in": 1,
@@ -99,7 +102,7 @@ def parse_options(text: str | None) -> dict[str, tuple[str, ...]]:
         if wrong:
             msg = f"option {name!r} takes {count} argument(s), got {args}"
             raise ValueError(msg)
-        ports = args if name in ("ports", "redis") else args[:1] if name == "serve" else []
+        ports = args if name in ("ports", "redis", "kafka") else args[:1] if name == "serve" else []
         for port in ports:
             if not port.isdigit() or int(port) not in FIXED_PORTS:
                 msg = (
@@ -203,6 +206,7 @@ class ShellPage:
         *,
         root: Path,
         redis_port: int | None = None,
+        kafka_port: int | None = None,
         timeout: float = 600,
         close_timeout: float = CLOSE_TIMEOUT_S,
     ) -> None:
@@ -224,6 +228,11 @@ class ShellPage:
                     msg = f"{block.where}: option 'redis' needs the test's redis-server"
                     raise ValueError(msg)
                 self.ports[int(fixed)] = redis_port
+            for fixed in options.get("kafka", ()):
+                if kafka_port is None:
+                    msg = f"{block.where}: option 'kafka' needs the test's Kafka broker"
+                    raise ValueError(msg)
+                self.ports[int(fixed)] = kafka_port
             for n, path in enumerate(options.get("paths", ()), len(self.paths)):
                 self.paths.setdefault(path, folder / f"path-{n}")
 
@@ -392,7 +401,11 @@ class ShellPage:
 
     def _kill_leftovers(self) -> list[str]:
         """Kill what still listens on a replaced port (and its children); each one fails."""
-        theirs = {int(p) for b in self.blocks for p in b.options.get("redis", ())}
+        theirs = {
+            int(p)
+            for b in self.blocks
+            for p in (*b.options.get("redis", ()), *b.options.get("kafka", ()))
+        }
         ours = {fixed: free for fixed, free in self.ports.items() if fixed not in theirs}
         self._until_closed(ours.values(), self.close_timeout)
         failures = []

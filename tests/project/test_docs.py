@@ -49,8 +49,9 @@ MARKER = re.compile(
     r"^ *<!-- docs-test: "
     r"(?:(?P<run>run)(?: \((?P<options>[^()]*)\))?|skip \((?P<reason>.+)\)) -->$"
 )
-# Skipped blocks download from PyPI, build .venv, or need what only another test sets up.
-MOST_SKIPPED = 7
+# Skipped blocks download from PyPI, build .venv, need what only another test sets up, or a
+# remote cluster (Reading Kafka's run against an Apache Kafka cluster).
+MOST_SKIPPED = 8
 BLOCK_TIMEOUT_S = 600
 TEXT_SUFFIXES = {".py", ".md", ".toml", ".yml", ".yaml", ".txt"}
 
@@ -283,8 +284,14 @@ def _needs_redis(page: Path) -> bool:
     return any("redis" in o or "6379" in o.get("ports", ()) for o in options)
 
 
+def _needs_kafka(page: Path) -> bool:
+    """The page needs the test's Kafka broker: it gets the ``kafka`` mark."""
+    return any("kafka" in b.options for b in SHELL_PAGES[page])
+
+
 def _shell_page(page: Path) -> object:
     marks = [pytest.mark.redis] if _needs_redis(page) else []
+    marks += [pytest.mark.kafka] if _needs_kafka(page) else []
     return pytest.param(page, marks=marks, id=_page_id(page))
 
 
@@ -295,8 +302,17 @@ def test_shell_blocks_run(page: Path, tmp_path: Path, request: pytest.FixtureReq
     redis_port = None
     if any("redis" in b.options for b in blocks):
         redis_port = request.getfixturevalue("redis_db").port
+    kafka_port = None
+    if any("kafka" in b.options for b in blocks):
+        kafka_port = request.getfixturevalue("kafka_broker").port
     runner = ShellPage(
-        blocks, tmp_path, _env(), root=ROOT, redis_port=redis_port, timeout=BLOCK_TIMEOUT_S
+        blocks,
+        tmp_path,
+        _env(),
+        root=ROOT,
+        redis_port=redis_port,
+        kafka_port=kafka_port,
+        timeout=BLOCK_TIMEOUT_S,
     )
     runner.run(SETUP.get(page))
 
@@ -307,7 +323,8 @@ def test_every_setup_has_its_page_and_every_fixed_port_a_block() -> None:
     for blocks in SHELL_PAGES.values():
         for block in blocks:
             options = block.options
-            used |= {int(p) for p in (*options.get("ports", ()), *options.get("redis", ()))}
+            for option in ("ports", "redis", "kafka"):
+                used |= {int(p) for p in options.get(option, ())}
             used |= {int(p) for p in options.get("serve", ())[:1]}
     assert used == set(FIXED_PORTS), f"FIXED_PORTS that no block names: {set(FIXED_PORTS) - used}"
 

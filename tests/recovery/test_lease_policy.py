@@ -137,8 +137,12 @@ def test_a_real_dead_process_and_a_reused_pid_are_told_from_a_live_one() -> None
     child.wait()
     dead = Lease("wc/", 3, LeaseHolder(me.host, child.pid, 0.0, process=me.process), 20_000, 9)
     assert successor_reason(dead, me) is not None  # its pid no longer runs
-    alive = Lease("wc/", 3, me, 20_000, 9_000)  # this very process, holding it
+    alive = Lease("wc/", 3, me, 20_000, 9_000)  # this very process, a runner of it holding it
+    held = DriverLease(DictLeaseStore(), alive, "t")
     assert successor_reason(alive, this_holder(token="")) is None
+    held.release()  # no runner of this process holds it now: a successor may take it
+    reason = successor_reason(alive, this_holder(token=""))
+    assert reason == "it was this process's, and no runner of it holds it any more"
     # Our own pid with another start time: a reused pid, so the holder is gone.
     boot = me.process.partition("/")[0]
     reused = LeaseHolder(me.host, os.getpid(), 0.0, process=f"{boot}/1")

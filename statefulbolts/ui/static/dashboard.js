@@ -322,7 +322,14 @@ function renderCards(s) {
   setText("backend-sub", `${fmtInt(b.errors)} errors · outage ${fmtSeconds(b.outage_seconds)}`);
   const lags = Object.entries(s.spout_lag);
   setText("lag", lags.length ? fmtInt(lags.reduce((sum, [, v]) => sum + v, 0)) : "–");
-  setText("lag-sub", lags.length ? lags.map(([k, v]) => `${k}: ${fmtInt(v)}`).join(" · ") : "no spout reports a lag");
+  const parts = s.partition_lag || {};
+  const gaps = s.spout_gaps || {};
+  const lagOf = ([k, v]) => {
+    const byPartition = Object.entries(parts[k] || {}).map(([p, n]) => `${p} ${fmtInt(n)}`);
+    const jumped = gaps[k] ? ` · ${fmtInt(gaps[k])} gaps` : "";
+    return `${k}: ${fmtInt(v)}${byPartition.length ? ` (${byPartition.join(", ")})` : ""}${jumped}`;
+  };
+  setText("lag-sub", lags.length ? lags.map(lagOf).join(" · ") : "no spout reports a lag");
   setText("uptime", fmtSeconds(s.uptime_seconds));
   const spark = $("spark-ui");
   if (s.spark_ui) {

@@ -1,0 +1,78 @@
+"""The Kafka connector: ``KafkaSpout``, topics read on the executors, offsets in the checkpoint.
+
+In parts:
+
+- ``_config``: ``KafkaSpoutConfig`` (the ``kafka.*`` keys the spout reads), the client settings
+  (every other ``kafka.*`` key, for librdkafka) and the connector's errors;
+- ``_records``: ``KafkaRecord``, the deserializers and the record translators;
+- ``_client``: the driver's admin client (``Cluster``), the readers' consumers, and how a client
+  error becomes an outage or a refusal;
+- ``_spout``: ``KafkaSpout``, its partition ids (``KafkaPartition``) and ends (``KafkaEnd``).
+
+confluent-kafka is imported only when the spout connects, so this package imports without it;
+a spout that connects without it fails with the install command
+(``pip install 'statefulbolts[kafka]'``).
+"""
+
+from statefulbolts.connectors.kafka._config import (
+    BOOTSTRAP_KEY,
+    COMMIT_KEY,
+    GROUP_KEY,
+    ISOLATION_KEY,
+    PASSWORD_KEY,
+    PATTERN_KEY,
+    START_KEY,
+    TIMEOUT_KEY,
+    TOPICS_KEY,
+    KafkaRecordError,
+    KafkaRefusedError,
+    KafkaSpoutConfig,
+    KafkaTopicNotFoundError,
+    KafkaUnavailableError,
+)
+from statefulbolts.connectors.kafka._records import (
+    BytesDeserializer,
+    ByTopicRecordTranslator,
+    DefaultRecordTranslator,
+    Deserializer,
+    JsonDeserializer,
+    KafkaRecord,
+    MsgpackDeserializer,
+    RecordTranslator,
+    SimpleRecordTranslator,
+    StringDeserializer,
+)
+from statefulbolts.connectors.kafka._spout import KafkaEnd, KafkaPartition, KafkaSpout
+
+__all__ = [
+    "BOOTSTRAP_KEY",
+    "COMMIT_KEY",
+    "GROUP_KEY",
+    "ISOLATION_KEY",
+    "PASSWORD_KEY",
+    "PATTERN_KEY",
+    "START_KEY",
+    "TIMEOUT_KEY",
+    "TOPICS_KEY",
+    "ByTopicRecordTranslator",
+    "BytesDeserializer",
+    "DefaultRecordTranslator",
+    "Deserializer",
+    "JsonDeserializer",
+    "KafkaEnd",
+    "KafkaPartition",
+    "KafkaRecord",
+    "KafkaRecordError",
+    "KafkaRefusedError",
+    "KafkaSpout",
+    "KafkaSpoutConfig",
+    "KafkaTopicNotFoundError",
+    "KafkaUnavailableError",
+    "MsgpackDeserializer",
+    "RecordTranslator",
+    "SimpleRecordTranslator",
+    "StringDeserializer",
+]
+
+# The public home of the spout: what repr, pickle and messages name.
+KafkaSpout.__module__ = __name__
