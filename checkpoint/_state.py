@@ -102,6 +102,14 @@ _NEXT_STATE: dict[tuple[TxPhase, bool], tuple[int, TxPhase] | None] = {
     (TxPhase.COMMITTED, False): (1, TxPhase.PREPARING),
 }
 
+# phase -> the txid delta to the last txid every stateful task committed: COMMITTED(t) is t;
+# in PREPARING(t) and COMMITTING(t), t is not committed everywhere yet.
+_COMMITTED_DELTA: dict[TxPhase, int] = {
+    TxPhase.COMMITTED: 0,
+    TxPhase.COMMITTING: -1,
+    TxPhase.PREPARING: -1,
+}
+
 _NEXT_ACTION: dict[tuple[TxPhase, bool], Action] = {
     (TxPhase.PREPARING, True): Action.ROLLBACK,
     (TxPhase.PREPARING, False): Action.PREPARE,
@@ -138,6 +146,21 @@ class CheckPointState:
     def next_action(self, recovering: bool) -> Action:
         """The action to emit from this state."""
         return _NEXT_ACTION[(self.phase, recovering)]
+
+    @property
+    def committed_txid(self) -> int | None:
+        """The last txid every stateful task committed (``None``: none committed yet).
+
+        Example:
+            >>> CheckPointState(4, TxPhase.COMMITTING).committed_txid
+            3
+            >>> CheckPointState(4, TxPhase.COMMITTED).committed_txid
+            4
+            >>> print(CheckPointState(0, TxPhase.PREPARING).committed_txid)
+            None
+        """
+        txid = self.txid + _COMMITTED_DELTA[self.phase]
+        return txid if txid >= 0 else None
 
     def to_value(self) -> list[Any]:
         """The form saved in state: ``[txid, phase]``."""

@@ -50,6 +50,7 @@ from checkpoint._spouts import SpoutTask, SpoutTasks
 from checkpoint._state import Action, TxPhase
 from checkpoint._ticks import TickSchedule
 from checkpoint._txstart import TransactionStarts
+from checkpoint.progress import CheckpointProgress
 from checkpoint.spout import CheckpointSpout
 from providers import (
     FATAL_STATE_ERRORS,
@@ -77,10 +78,10 @@ from statefulbolts.runtime import (
     TransactionInfo,
     TupleBatch,
     describe_job_failure,
-    merged_state,
     open_engine,
     worker_traceback,
 )
+from statefulbolts.state import merged_state
 from statefulbolts.ticks import tick_frequencies
 from statefulbolts.topology import CHECKPOINT_COMPONENT_ID, StormTopology
 from statefulbolts.tuples import DEFAULT_STREAM
@@ -283,29 +284,26 @@ class CheckpointRunner(TopologyRunner):
             raise
 
     def _evolve(self) -> None:
-        """Bring the stored state to this topology's shape, or refuse (``recovery.evolve``)."""
+        """Bring the stored state to this topology's shape, or refuse (``recovery.evolve``).
+
+        Not waited out: a store that cannot be reached fails the submit at once, as the
+        checkpoint spout's own open does.
+        """
         tc, name = self.tc, self.name
-        command = (
-            f"statefulbolts state evolve --conf <config file> --topology {name} "
-            "--topology-module <module>:<function building the topology>"
+        self.evolution = evolve(
+            self.conf,
+            topology_prefix(name),
+            self.wanted,
+            progress=CheckpointProgress(),
+            renames=tc.state_renames,
+            mode=tc.state_evolve,
+            allow_orphaned=tc.state_allow_orphaned,
+            faults=self.faults,
+            command=(
+                f"statefulbolts state evolve --conf <config file> --topology {name} "
+                "--topology-module <module>:<function building the topology>"
+            ),
         )
-
-        def run() -> EvolutionReport:
-            return evolve(
-                self.conf,
-                topology_prefix(name),
-                self.wanted,
-                checkpointed=True,
-                renames=tc.state_renames,
-                mode=tc.state_evolve,
-                allow_orphaned=tc.state_allow_orphaned,
-                faults=self.faults,
-                command=command,
-            )
-
-        # Not waited out: a store that cannot be reached fails the submit at once, as the
-        # checkpoint spout's own open does.
-        self.evolution = run()
 
     def _open_checkpoint_spout(self) -> None:
         cp = CheckpointSpout(self.clock)
@@ -652,18 +650,17 @@ class CheckpointRunner(TopologyRunner):
         return self._failures
 
     def _progress(self) -> Progress:
-        """The checkpoint spout's phase; committed: t in COMMITTED(t), else t - 1."""
+        """The checkpoint spout's phase, and its ``committed_txid``."""
         cp, job = self.cp, self._job
         running = f"{job.action.value if job.action else 'BATCH'}({job.txid})" if job else None
         pending = len(self.ledger.live)
         if cp is None:
             return Progress(f"running {running}" if running else "waiting", None, pending)
         cur = cp.cur
-        committed = cur.txid if cur.phase is TxPhase.COMMITTED else cur.txid - 1
         phase = f"{cur}{' recovering' if cp.recovering else ''}"
         if running:
             phase += f", running {running}"
-        return Progress(phase, committed if committed >= 0 else None, pending)
+        return Progress(phase, cur.committed_txid, pending)
 
     def spout_lags(self) -> dict[str, int]:
         """Per spout component, what its source holds not yet acked (see ``SpoutTasks.lags``).

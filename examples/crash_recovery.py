@@ -46,8 +46,9 @@ from pathlib import Path
 from typing import Any
 
 from checkpoint import TxPhase
+from checkpoint.status import RECOVERY_ACTIONS, checkpoint_status
 from providers import KeyValueState, StateFactory
-from recovery import RecoveryTracker, checkpoint_status, exit_status
+from recovery import RecoveryTracker, exit_status
 from statefulbolts import Fields, StormTopology, TopologyBuilder
 from statefulbolts.connectors import RedisStreamSpout, load_stream, pending_count
 from statefulbolts.state import committed_items
@@ -112,7 +113,7 @@ def run_child(conf_path: Path, name: str, log: Path, timeout: float) -> dict[str
     cmd = [sys.executable, "-m", "statefulbolts.cli", "run", spec]
     cmd += ["--conf", str(conf_path), "--name", name, "--json"]
     started = time.monotonic()
-    tracker = RecoveryTracker()
+    tracker = RecoveryTracker(RECOVERY_ACTIONS)
     recovered_after = None
     transactions: list[dict[str, Any]] = []
     with open(log, "a", encoding="utf-8") as err:

@@ -43,11 +43,11 @@ from pathlib import Path
 from typing import Any
 
 from providers import KeyValueState, StateFactory, get_provider
-from recovery.offline import stored_shape
 from statefulbolts import Fields, StormTopology, TopologyBuilder
 from statefulbolts.connectors import RedisStreamSpout, load_stream, pending_count
 from statefulbolts.keygroups import KeyGroups
 from statefulbolts.namespaces import TaskNamespace, topology_prefix
+from statefulbolts.offline import stored_shape
 
 from .corpus import sentence, words
 from .crash_recovery import with_redis

@@ -65,20 +65,14 @@ def committed(conf: Mapping[str, Any], name: str) -> tuple[dict[Any, Any], dict[
 
     Committed only: what a killed run prepared and did not commit is not in them.
     """
-    from providers import KeyValueState, StateFactory
     from statefulbolts.namespaces import TaskNamespace
-    from statefulbolts.runtime import hashable
-    from statefulbolts.state import committed_items
+    from statefulbolts.state import merged_state
 
-    found = []
-    for component in ("results", "late_count"):
-        namespace = str(TaskNamespace.of_topology(name, component, 0))
-        state = StateFactory.get_state(namespace, conf)
-        if not isinstance(state, KeyValueState):
-            msg = f"the state provider returned {type(state).__qualname__}, not a KeyValueState"
-            raise TypeError(msg)
-        found.append({hashable(k): v for k, v in committed_items(state, conf)})
-    return found[0], found[1]
+    results, late = (
+        merged_state(conf, [str(TaskNamespace.of_topology(name, component, 0))])
+        for component in ("results", "late_count")
+    )
+    return results, late
 
 
 def child_command(args: argparse.Namespace, conf_path: Path, name: str, stream: str) -> list[str]:

@@ -26,8 +26,8 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
+from checkpoint.status import checkpoint_status
 from providers import KeyValueState, StateFactory, get_provider, provider_name
-from recovery import checkpoint_status
 from statefulbolts import (
     BasicBolt,
     Config,

@@ -374,7 +374,7 @@ class StateProvider(ABC):
         A namespace holds state once a state of it prepared, committed (with or without a txid)
         or rolled back: from then on the store keeps its transaction record, even when the map
         itself is empty. Merely reading a namespace does not count. Tools use this to find what
-        a topology left behind (``recovery.checkpoint_status``).
+        a topology left behind (``checkpoint.status.checkpoint_status``).
 
         The default returns ``None``: this provider cannot list. Override it when the store can
         enumerate its namespaces.

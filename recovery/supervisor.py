@@ -2,9 +2,11 @@
 
 The supervisor runs the driver as a child process whose stdout is JSON lines (``statefulbolts
 run ... --json``) and, when the child dies, starts it again, after an exponential backoff, up to a
-maximum number of restarts. A restarted driver recovers by itself (its checkpoint spout reads
-the saved state and drives ROLLBACK or COMMIT, then INITSTATE); the supervisor reads the child's
-first transactions and reports them as the recovery that restart took.
+maximum number of restarts. A restarted driver recovers by itself (a checkpointed topology's
+checkpoint spout reads the saved state and drives ROLLBACK or COMMIT, then INITSTATE); the
+supervisor reads the child's first transactions and reports them as the recovery that restart
+took. Which actions those are is the protocol's to say: the caller passes them in
+(``RecoveryActions``; the command line passes ``checkpoint.status.RECOVERY_ACTIONS``).
 
 Policy, in order:
 
@@ -30,16 +32,16 @@ import logging
 import signal
 import subprocess
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from checkpoint import Action
 from recovery.retry import RetryPolicy
 
 __all__ = [
     "BAD_INPUT_EXIT_CODE",
     "TIMEOUT_EXIT_CODE",
+    "RecoveryActions",
     "RecoveryTracker",
     "RestartPolicy",
     "exit_status",
@@ -50,8 +52,6 @@ log = logging.getLogger(__name__)
 
 BAD_INPUT_EXIT_CODE = 2
 TIMEOUT_EXIT_CODE = 3
-# What the checkpoint spout runs on start; an event's action is its name (a str equals it).
-_RECOVERY_ACTIONS = frozenset({Action.ROLLBACK, Action.COMMIT, Action.INITSTATE})
 
 
 def exit_status(returncode: int) -> int:
@@ -102,14 +102,51 @@ class RestartPolicy:
         return self.retry.delay(max(attempt, 1))
 
 
+@dataclass(frozen=True)
+class RecoveryActions:
+    """How a protocol's driver shows, in its transaction events, that it recovers, then progresses.
+
+    Action names as the events carry them (``"action"``, a plain string): ``recovering``, what
+    a restarted driver runs to recover; ``ends``, the actions whose success ends the recovery;
+    ``progress``, those whose success after it is progress. ``a | b`` knows both protocols'.
+
+    Example:
+        >>> steps = RecoveryActions({"UNDO", "READY"}, {"READY"}, {"SAVE"})
+        >>> (steps | RecoveryActions(progress={"FLUSH"})).progress == {"SAVE", "FLUSH"}
+        True
+    """
+
+    recovering: frozenset[str] = frozenset()
+    ends: frozenset[str] = frozenset()
+    progress: frozenset[str] = frozenset()
+
+    def __init__(
+        self,
+        recovering: Iterable[str] = (),
+        ends: Iterable[str] = (),
+        progress: Iterable[str] = (),
+    ) -> None:
+        # Plain strings: a protocol's StrEnum member hashes by its name, not its value.
+        object.__setattr__(self, "recovering", frozenset(map(str, recovering)))
+        object.__setattr__(self, "ends", frozenset(map(str, ends)))
+        object.__setattr__(self, "progress", frozenset(map(str, progress)))
+
+    def __or__(self, other: RecoveryActions) -> RecoveryActions:
+        recovering, ends = self.recovering | other.recovering, self.ends | other.ends
+        return RecoveryActions(recovering, ends, self.progress | other.progress)
+
+
 @dataclass
 class RecoveryTracker:
     """Follows a child's transactions: its recovery actions, then whether it made progress.
 
-    Recovery is every transaction up to and including the first successful INITSTATE (what the
-    checkpoint spout runs on start: ROLLBACK or COMMIT of the saved txid, then INITSTATE).
+    Recovery is every transaction up to and including the first successful one of
+    ``recovery.ends`` (e.g. a checkpointed driver's: ROLLBACK or COMMIT of the saved txid,
+    then INITSTATE); a child whose first transaction is none of ``recovery.recovering`` had
+    nothing to recover.
     """
 
+    recovery: RecoveryActions
     actions: list[str] = field(default_factory=list)
     recovered: bool = False
     progressed: bool = False
@@ -120,15 +157,15 @@ class RecoveryTracker:
         action = event.get("action") or "BATCH"
         ok = bool(event.get("ok"))
         if self.recovered:
-            if ok and action == Action.COMMIT:
+            if ok and action in self.recovery.progress:
                 self.progressed = True
             return False
-        if action not in _RECOVERY_ACTIONS:
+        if action not in self.recovery.recovering:
             self.recovered = True  # a topology without stateful bolts: nothing to recover
             return False
         self.actions.append(f"{action}({event.get('txid')})" + ("" if ok else " failed"))
         self.seconds += float(event.get("seconds") or 0.0)
-        if ok and action == Action.INITSTATE:
+        if ok and action in self.recovery.ends:
             self.recovered = True
             return True
         return False
@@ -140,6 +177,7 @@ def supervise(
     *,
     on_line: Callable[[str], None],
     on_event: Callable[[dict[str, Any]], None],
+    recovery: RecoveryActions,
     env: Mapping[str, str] | None = None,
     sleep: Callable[[float], None] = time.sleep,
     restart_command: Sequence[str] | None = None,
@@ -147,7 +185,8 @@ def supervise(
     """Run ``command`` until it succeeds, restarting it per ``policy``; return its exit status.
 
     A restart runs ``restart_command`` when given (``statefulbolts run --take-over`` is for the
-    first child only), else ``command`` again.
+    first child only), else ``command`` again. ``recovery`` names the actions of the child's
+    protocol (``RecoveryTracker``).
 
     Every stdout line of the child goes to ``on_line``; the supervisor's own events go to
     ``on_event``: ``{"event": "restart", "restart", "exit_code", "backoff_seconds"}`` before a
@@ -161,7 +200,7 @@ def supervise(
     attempt = 0  # restarts since a child last made progress: what the delay grows with
     while True:
         started = time.monotonic()
-        tracker = RecoveryTracker()
+        tracker = RecoveryTracker(recovery)
         child = _start(restart_command if restarts and restart_command else command, env)
         try:
             assert child.stdout is not None  # noqa: S101 - _start asks for stdout=PIPE

@@ -23,8 +23,6 @@ from statefulbolts.runtime._runner import (
     Observation,
     Progress,
     TopologyRunner,
-    hashable,
-    merged_state,
 )
 from statefulbolts.runtime._spark import (
     DEFAULT_SPARK_LOG_LEVEL,
@@ -94,11 +92,9 @@ __all__ = [
     "describe_job_failure",
     "encode_task_error",
     "format_traceback",
-    "hashable",
     "id_column",
     "is_local",
     "job_labels",
-    "merged_state",
     "open_engine",
     "shown_values",
     "task_attempt",

@@ -26,18 +26,17 @@ import logging
 import threading
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple, Protocol
 
-from providers import FENCE_EPOCH_KEY, KeyValueState, Lease, StateFactory
+from providers import FENCE_EPOCH_KEY, Lease
 from statefulbolts.clock import Clock
 from statefulbolts.config import TopologyConfig, validate_config
 from statefulbolts.errors import DriverFencedError, TopologyError, TopologyFailedError
 from statefulbolts.listeners import NO_FAULTS, FaultListener
 from statefulbolts.namespaces import RECORD_MARK
 from statefulbolts.runtime._stats import Stats, StatsSnapshot, TransactionInfo, format_traceback
-from statefulbolts.state import committed_items
 
 __all__ = [
     "BackendFigures",
@@ -45,8 +44,6 @@ __all__ = [
     "Observation",
     "Progress",
     "TopologyRunner",
-    "hashable",
-    "merged_state",
 ]
 
 log = logging.getLogger(__name__)
@@ -397,32 +394,3 @@ class TopologyRunner(ABC):
 
     def _after_progress(self) -> None:  # noqa: B027 - an optional hook
         """Called after a step that made progress (a hook for pacing; nothing by default)."""
-
-
-def merged_state(conf: Mapping[str, Any], namespaces: Sequence[str]) -> dict[Any, Any]:
-    """The committed key-value states of ``namespaces`` as one dict (a component's tasks).
-
-    Committed values only: what a transaction prepared and did not commit (a PREPARE that
-    succeeded, then a COMMIT that failed or never ran) does not show.
-
-    Raises:
-        TopologyError: a namespace's state is not a ``KeyValueState``.
-        StateToolError: the provider's states do not expose their stored image (so committed
-            values cannot be told from prepared ones), or a stored value does not decode.
-    """
-    merged: dict[Any, Any] = {}
-    for namespace in namespaces:
-        state = StateFactory.get_state(namespace, conf)
-        if not isinstance(state, KeyValueState):
-            msg = f"state {namespace!r} is a {type(state).__qualname__}, not a KeyValueState"
-            raise TopologyError(msg)
-        for key, value in committed_items(state, conf):
-            merged[hashable(key)] = value
-    return merged
-
-
-def hashable(key: Any) -> Any:
-    """A key read back from a store as a dict key: msgpack turns tuples into lists."""
-    if isinstance(key, list):
-        return tuple(hashable(k) for k in key)
-    return key

@@ -15,7 +15,7 @@ config names, and reading never changes it.
   is laid out (parallelism, key groups, serializers, state version), recorded beside it; and
   the two steps that move a component's committed state to another layout, resumably
   (``stage``, ``swap``, ``empty``), which ``recovery.evolve`` runs at start and
-  ``recovery.offline`` on a stopped topology.
+  ``statefulbolts.offline`` on a stopped topology.
 
 The command line is ``statefulbolts state dump | get | export | import | verify``. The
 in-memory provider's state lives in the process that ran the topology, so it can be read and
@@ -40,8 +40,17 @@ from statefulbolts.state._dataframe import state_dataframe
 from statefulbolts.state._format import FORMAT, VERSION, NamespaceInfo, StateFileInfo
 from statefulbolts.state._layout import LayoutRule, legacy_hash
 from statefulbolts.state._move import ImportResult, export_state, import_state, read_info
-from statefulbolts.state._read import committed_items, get_value, iter_state, read_state
+from statefulbolts.state._read import (
+    Row,
+    committed_items,
+    get_value,
+    iter_rows,
+    iter_state,
+    merged_state,
+    read_state,
+)
 from statefulbolts.state._redistribute import LayoutError, Stage, empty, open_image, stage, swap
+from statefulbolts.state._scope import Scope, driver_owned
 from statefulbolts.state._shape import (
     ComponentShape,
     Partitioning,
@@ -61,16 +70,21 @@ __all__ = [
     "LayoutRule",
     "NamespaceInfo",
     "Partitioning",
+    "Row",
+    "Scope",
     "Stage",
     "StateFileInfo",
     "StoredShape",
     "committed_items",
+    "driver_owned",
     "empty",
     "export_state",
     "get_value",
     "import_state",
+    "iter_rows",
     "iter_state",
     "legacy_hash",
+    "merged_state",
     "open_image",
     "read_info",
     "read_shape",

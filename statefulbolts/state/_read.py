@@ -15,8 +15,8 @@ configured class cannot rebuild is a ``StateToolError`` naming the namespace, th
 class and what is stored.
 
 ``committed_items`` is the one committed read of a state, also behind
-``TopologyHandle.read_state``: a prepared delta (a transaction that prepared and did not
-commit) never shows.
+``TopologyHandle.read_state`` (each protocol's runner reads a component's tasks through
+``merged_state``): a prepared delta (a transaction that prepared and did not commit) never shows.
 
 Example:
     >>> from providers.memory import InMemoryKeyValueStateProvider as Memory
@@ -31,13 +31,19 @@ Example:
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any, NamedTuple
 
 import msgpack
 
-from providers import STATE_PROVIDER_CONFIG_KEY, KeyValueState, is_expired, provider_name
-from statefulbolts.errors import StateToolError
+from providers import (
+    STATE_PROVIDER_CONFIG_KEY,
+    KeyValueState,
+    StateFactory,
+    is_expired,
+    provider_name,
+)
+from statefulbolts.errors import StateToolError, TopologyError
 from statefulbolts.state._scope import Scope, component_tasks, image_state, serializer_fields
 
 __all__ = [
@@ -48,6 +54,7 @@ __all__ = [
     "hashable",
     "iter_rows",
     "iter_state",
+    "merged_state",
     "read_state",
 ]
 
@@ -115,6 +122,42 @@ def committed_rows(
             continue
         key = decoder.key(ekey)
         yield key, decoder.value(payload, key), expiry
+
+
+def merged_state(
+    conf: Mapping[str, Any],
+    namespaces: Sequence[str],
+    *,
+    system: bool = False,
+    entries: Callable[[Iterator[tuple[Any, Any]]], Iterable[tuple[Any, Any]]] | None = None,
+) -> dict[Any, Any]:
+    """The committed states of ``namespaces`` (a component's tasks) as one dict.
+
+    A protocol's ``read_state``, which knows its component's task namespaces: committed values
+    only, so what a transaction prepared and did not commit (a PREPARE that succeeded, then a
+    COMMIT that failed or never ran) does not show. ``system``: the states are system states
+    (plain msgpack: a committer's maps). ``entries`` turns one state's committed items into
+    what it shows (a committer map's values without their txids); by default, all of them.
+    List keys become tuples (dict keys must be hashable).
+
+    Raises:
+        TopologyError: a namespace's state is not a ``KeyValueState``.
+        StateToolError: the provider's states do not expose their stored image (so committed
+            values cannot be told from prepared ones), or a stored value does not decode.
+    """
+    merged: dict[Any, Any] = {}
+    for namespace in namespaces:
+        if system:
+            state = StateFactory.get_system_state(namespace, conf)
+        else:
+            state = StateFactory.get_state(namespace, conf)
+        if not isinstance(state, KeyValueState):
+            msg = f"state {namespace!r} is a {type(state).__qualname__}, not a KeyValueState"
+            raise TopologyError(msg)
+        items = committed_items(state, conf, system)
+        for key, value in items if entries is None else entries(items):
+            merged[hashable(key)] = value
+    return merged
 
 
 class _Decoder:

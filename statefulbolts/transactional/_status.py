@@ -132,8 +132,8 @@ def stored_transactional_ids(conf: Mapping[str, Any]) -> list[str] | None:
     return sorted(ids)
 
 
-# ``recovery`` imports the transactional package (``recovery.evolve``): its lease helpers are
-# imported where used, so importing this package does not import ``recovery`` first.
+# The lease helpers are imported where used: this package is imported with ``statefulbolts``
+# (and so in every Spark worker), and a status report is the tools' only.
 def _read_lease(conf: Mapping[str, Any], scope: str) -> Lease | None:
     from recovery.lease import read_lease
 

@@ -72,11 +72,10 @@ from statefulbolts.runtime import (
     TransactionInfo,
     TupleBatch,
     describe_job_failure,
-    hashable,
     open_engine,
     worker_traceback,
 )
-from statefulbolts.state import committed_items
+from statefulbolts.state import merged_state
 from statefulbolts.ticks import refuse_ticks
 from statefulbolts.transactional._attempt import TransactionAttempt
 from statefulbolts.transactional._coordinator import (
@@ -99,6 +98,7 @@ from statefulbolts.transactional._spouts import (
 )
 from statefulbolts.transactional._task import BatchFailed, EmitResult
 from statefulbolts.transactional._topology import TransactionalTopology
+from statefulbolts.transactional.progress import TransactionalProgress
 
 __all__ = ["TransactionalRunner"]
 
@@ -250,28 +250,25 @@ class TransactionalRunner(TopologyRunner):
             raise
 
     def _evolve(self) -> None:
-        """Bring the committers' stored maps to this topology's shape, or refuse."""
+        """Bring the committers' stored maps to this topology's shape, or refuse.
+
+        Not waited out: a store that cannot be reached fails the submit at once.
+        """
         tc, tid = self.tc, self.topology.transactional_id
-        command = (
-            f"statefulbolts state evolve --conf <config file> --id {tid} "
-            "--topology-module <module>:<function building the topology>"
+        self.evolution = evolve(
+            self.conf,
+            transactional_prefix(tid),
+            self.wanted,
+            progress=TransactionalProgress(),
+            renames=tc.state_renames,
+            mode=tc.state_evolve,
+            allow_orphaned=tc.state_allow_orphaned,
+            faults=self.faults,
+            command=(
+                f"statefulbolts state evolve --conf <config file> --id {tid} "
+                "--topology-module <module>:<function building the topology>"
+            ),
         )
-
-        def run() -> EvolutionReport:
-            return evolve(
-                self.conf,
-                transactional_prefix(tid),
-                self.wanted,
-                checkpointed=False,
-                renames=tc.state_renames,
-                mode=tc.state_evolve,
-                allow_orphaned=tc.state_allow_orphaned,
-                faults=self.faults,
-                command=command,
-            )
-
-        # Not waited out: a store that cannot be reached fails the submit at once.
-        self.evolution = run()
 
     def _system_state(self, namespace: str) -> KeyValueState:
         state = StateFactory.get_system_state(namespace, self.conf)
@@ -590,12 +587,13 @@ class TransactionalRunner(TopologyRunner):
         """
         spec = self.topology.topology.component(component_id)
         prefix = transactional_prefix(self.topology.transactional_id)
-        merged: dict[Any, Any] = {}
+        namespaces = [
+            str(TaskNamespace(prefix, component_id, task, name)) for task in range(spec.parallelism)
+        ]
         with self._lock:
-            for task in range(spec.parallelism):
-                namespace = str(TaskNamespace(prefix, component_id, task, name))
-                state = self._system_state(namespace)
-                stored = committed_items(state, self.conf, system=True)
-                for key, value in read_backing_state(stored).items():
-                    merged[hashable(key)] = value
-        return merged
+            return merged_state(
+                self.conf,
+                namespaces,
+                system=True,
+                entries=lambda items: read_backing_state(items).items(),
+            )

@@ -23,9 +23,10 @@ from recovery_topologies import run_driver_process
 from redis_fixtures import free_port
 
 from checkpoint import TX_STATE_KEY, CheckPointState, TxPhase
+from checkpoint.status import RECOVERY_ACTIONS, recovery_actions
 from examples.corpus import sentence, words
 from providers import StateFactory
-from recovery import RecoveryTracker, RestartPolicy, exit_status, recovery_actions, supervise
+from recovery import RecoveryTracker, RestartPolicy, exit_status, supervise
 from statefulbolts import cli
 from statefulbolts.connectors import load_stream, pending_count
 from statefulbolts.errors import (
@@ -73,7 +74,7 @@ def test_restart_policy_backoff_doubles_up_to_the_cap():
 
 
 def test_recovery_tracker_collects_actions_until_initstate():
-    tracker = RecoveryTracker()
+    tracker = RecoveryTracker(RECOVERY_ACTIONS)
     events = [
         {"action": "COMMIT", "txid": 4, "ok": False, "seconds": 0.5},
         {"action": "COMMIT", "txid": 4, "ok": True, "seconds": 0.25},
@@ -135,6 +136,7 @@ def supervise_scripted(tmp_path, runs, policy):
         policy,
         on_line=lines.append,
         on_event=events.append,
+        recovery=RECOVERY_ACTIONS,
         sleep=slept.append,
     )
     return status, lines, events, slept

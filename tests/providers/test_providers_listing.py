@@ -1,8 +1,8 @@
 """Finding a topology's stateful tasks through ``StateProvider.namespaces``, on every provider.
 
-``recovery.checkpoint_status`` with no task list asks the configured provider what it holds;
-these tests run it over the in-memory, fakeredis, real Redis and SQLite providers, with user key
-and value classes configured that the framework's own records must not go through.
+``checkpoint.status.checkpoint_status`` with no task list asks the configured provider what it
+holds; these tests run it over the in-memory, fakeredis, real Redis and SQLite providers, with
+user key and value classes configured that the framework's own records must not go through.
 """
 
 from __future__ import annotations
@@ -17,6 +17,11 @@ from redis_fixtures import free_port
 from test_state_contract import Backend, backend  # noqa: F401 (the fixture)
 
 from checkpoint import TX_STATE_KEY, CheckPointState, TxPhase
+from checkpoint.status import (
+    TaskStatus,
+    checkpoint_status,
+    provider_stateful_tasks,
+)
 from providers import (
     STATE_PROVIDER_CONFIG_KEY,
     STATE_PROVIDER_KEY,
@@ -26,11 +31,6 @@ from providers import (
     get_provider,
 )
 from providers.memory import InMemoryKeyValueState
-from recovery.status import (
-    TaskStatus,
-    checkpoint_status,
-    provider_stateful_tasks,
-)
 
 USER_CLASSES = {"keyClass": "str", "valueClass": "int"}
 

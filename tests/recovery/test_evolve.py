@@ -14,18 +14,19 @@ from typing import Any
 
 import pytest
 
-from checkpoint import TX_STATE_KEY, CheckPointState, TxPhase
+from checkpoint import TX_STATE_KEY, Action, CheckPointState, TxPhase, check_stored_txids
 from providers import (
     KeyValueState,
     StateFactory,
     StateLostError,
     get_provider,
 )
-from recovery.evolve import Wanted, evolve, plan_evolution
+from recovery.evolve import Wanted
 from recovery.faults import KillPoint
 from statefulbolts import StatefulBolt
 from statefulbolts.errors import StateEvolutionError
 from statefulbolts.keygroups import KeyGroups
+from statefulbolts.offline import evolve, plan_evolution
 from statefulbolts.state import (
     ComponentShape,
     Partitioning,
@@ -439,6 +440,25 @@ def test_a_transaction_left_committing_is_committed_before_the_move(conf: dict[s
     assert_keyed(conf, 1, {**data, **extra})
     assert cp_state(conf) == [5, "COMMITTED"]
     assert txids(conf) == {(5, None)}
+
+
+def test_a_component_added_after_a_crash_while_preparing_gets_what_the_rollback_needs(
+    conf: dict[str, Any],
+) -> None:
+    leave(conf, 2, shape=keyed(2), txid=4)
+    for task in (0, 1):  # PREPARE(5) reached both tasks, then the driver died
+        state = kv(conf, f"{PREFIX}count-{task}")
+        state.put("uncommitted", task)
+        state.prepare_commit(5)
+    cp = kv(conf, f"{PREFIX}$checkpointspout-0", system=True)
+    cp.put(TX_STATE_KEY, [5, "PREPARING"])
+    cp.commit()
+    shapes = {"count": keyed(2), "extra": keyed(1)}
+    evolve(conf, PREFIX, Wanted(shapes), checkpointed=True)  # nothing moves: nothing settled
+    assert cp_state(conf) == [5, "PREPARING"]
+    added = kv(conf, f"{PREFIX}extra-0")
+    assert added.stored_txids() == (4, None)  # committed as the old tasks are, not at 5
+    check_stored_txids(added, Action.ROLLBACK, 5)  # the spout's recovery starts with it
 
 
 def test_a_store_that_lost_a_task_stops_the_start(conf: dict[str, Any]) -> None:

@@ -27,9 +27,9 @@ import pytest
 from recovery_topologies import read_hooks, run_driver_process
 
 from checkpoint import CheckPointState, TxPhase
+from checkpoint.status import checkpoint_status
 from examples.corpus import sentence, words
 from providers import KeyValueState, StateFactory
-from recovery import checkpoint_status
 from statefulbolts.connectors import load_stream, pending_count
 from statefulbolts.state import committed_items
 

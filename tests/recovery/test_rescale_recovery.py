@@ -25,9 +25,9 @@ from rescale_topologies import PARALLELISM_ENV
 
 from examples.corpus import sentence, words
 from providers import KeyValueState, StateFactory, get_provider
-from recovery.offline import stored_shape
 from statefulbolts.connectors import load_stream, pending_count
 from statefulbolts.keygroups import KeyGroups
+from statefulbolts.offline import stored_shape
 
 pytestmark = [pytest.mark.spark, pytest.mark.redis]
 

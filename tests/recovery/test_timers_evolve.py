@@ -22,11 +22,11 @@ from providers import (
     StateTtl,
     get_provider,
 )
-from recovery.evolve import Wanted, evolve
+from recovery.evolve import Wanted
 from recovery.faults import KillPoint
-from recovery.offline import drop
 from statefulbolts.errors import StateEvolutionError
 from statefulbolts.keygroups import KeyGroups
+from statefulbolts.offline import drop, evolve
 from statefulbolts.state import (
     ComponentShape,
     Partitioning,

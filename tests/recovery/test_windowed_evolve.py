@@ -46,10 +46,10 @@ from providers import (  # noqa: E402
     StateFactory,
     get_provider,
 )
-from recovery.offline import drop, rescale
 from statefulbolts import LocalCluster, ManualClock, TopologyBuilder
 from statefulbolts.errors import StateEvolutionError
 from statefulbolts.namespaces import TaskNamespace, window_namespace, window_prefix
+from statefulbolts.offline import drop, rescale
 from statefulbolts.topology import StormTopology
 from statefulbolts.windowing import Duration
 

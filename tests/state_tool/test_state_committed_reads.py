@@ -21,6 +21,7 @@ from typing import Any
 import pytest
 import topologies as topo
 
+from checkpoint.status import checkpoint_status
 from examples.wordcount import SentenceSpout, SplitSentence, WordCount, expected_counts
 from providers import (
     STATE_PROVIDER_CONFIG_KEY,
@@ -30,7 +31,6 @@ from providers import (
     StateFactory,
     StateProvider,
 )
-from recovery.status import checkpoint_status
 from statefulbolts import (
     Fields,
     MemoryTransactionalSpout,
@@ -38,8 +38,7 @@ from statefulbolts import (
     TransactionalTopologyBuilder,
 )
 from statefulbolts.errors import StateToolError, TopologyFailedError
-from statefulbolts.runtime._runner import merged_state
-from statefulbolts.state import read_state
+from statefulbolts.state import merged_state, read_state
 from statefulbolts.state._read import committed_items
 from statefulbolts.transactional._maps import read_backing_state
 

@@ -20,6 +20,7 @@ from typing import Any
 import msgpack
 import pytest
 
+from checkpoint.status import checkpoint_status
 from providers import (
     STATE_PROVIDER_CONFIG_KEY,
     STATE_PROVIDER_KEY,
@@ -29,7 +30,6 @@ from providers import (
     StateProvider,
     get_provider,
 )
-from recovery.status import checkpoint_status
 from statefulbolts.cli import main
 from statefulbolts.errors import (
     StateFileError,

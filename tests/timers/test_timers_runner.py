@@ -22,8 +22,8 @@ import pytest
 import topologies as topo
 
 from checkpoint.runner import CheckpointRunner
+from checkpoint.status import stored_topologies
 from providers import StateFactory
-from recovery import stored_topologies
 from recovery.faults import KillPoint
 from statefulbolts import Fields, ManualClock, Spout, StatefulBolt, TopologyBuilder, is_tick_tuple
 from statefulbolts.errors import TopologyFailedError

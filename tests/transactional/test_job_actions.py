@@ -12,6 +12,7 @@ import json
 import pytest
 
 from checkpoint import Action
+from checkpoint.status import RECOVERY_ACTIONS
 from providers import StateFactory
 from recovery import RecoveryTracker
 from statefulbolts.runtime import JobSpec, Stats, TransactionInfo, job_labels
@@ -91,7 +92,7 @@ def test_stats_count_enum_actions_under_their_names():
 
 
 def test_the_supervisor_reads_recovery_actions_from_event_strings():
-    tracker = RecoveryTracker()
+    tracker = RecoveryTracker(RECOVERY_ACTIONS)
     assert not tracker.add({"action": "ROLLBACK", "txid": 3, "ok": True, "seconds": 0.25})
     assert tracker.add({"action": "INITSTATE", "txid": 2, "ok": True, "seconds": 0.25})
     assert tracker.actions == ["ROLLBACK(3)", "INITSTATE(2)"]

@@ -41,13 +41,20 @@ from contextlib import contextmanager
 from typing import Any, TextIO
 
 from providers import provider_name
+from statefulbolts.cli._state_shape import add_shape_commands
 from statefulbolts.config import Config, load_config_file
 from statefulbolts.errors import StateNotFoundError, StateToolError
-from statefulbolts.state._cli_shape import add_shape_commands
-from statefulbolts.state._format import StateFileInfo
-from statefulbolts.state._move import export_state, import_state, read_info
-from statefulbolts.state._read import Row, get_value, iter_rows
-from statefulbolts.state._scope import Scope, driver_owned
+from statefulbolts.state import (
+    Row,
+    Scope,
+    StateFileInfo,
+    driver_owned,
+    export_state,
+    get_value,
+    import_state,
+    iter_rows,
+    read_info,
+)
 
 __all__ = ["add_state_commands"]
 
@@ -179,7 +186,7 @@ def _cmd_get(args: argparse.Namespace) -> int:
 def _resume(conf: Mapping[str, Any], header: Mapping[str, Any]) -> dict[str, Any]:
     """Where the topology stands in ``conf``'s provider: what a restart will run."""
     if header["scope"] == "topology":
-        from recovery.status import checkpoint_status
+        from checkpoint.status import checkpoint_status
 
         status = checkpoint_status(conf, header["name"], tasks=[])
         cp = status.checkpoint

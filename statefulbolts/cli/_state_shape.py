@@ -28,11 +28,12 @@ from typing import Any
 
 from providers import provider_name
 from recovery.evolve import EvolutionReport
-from recovery.offline import drop, evolve_to_topology, rename, rescale, stored_shape
 from statefulbolts._load import load_topology
 from statefulbolts.config import Config, load_config_file
 from statefulbolts.errors import StateToolError, TopologyError
 from statefulbolts.namespaces import topology_prefix, transactional_prefix
+from statefulbolts.offline import drop, evolve_to_topology, rename, rescale, stored_shape
+from statefulbolts.state import driver_owned
 from statefulbolts.transactional import TransactionalTopology
 
 __all__ = ["add_shape_commands"]
@@ -41,14 +42,12 @@ NOT_FOUND_EXIT_CODE = 1
 
 
 def _conf(args: argparse.Namespace) -> Config:
-    from statefulbolts.state._scope import driver_owned
-
     conf = Config(load_config_file(args.conf))
     if driver_owned(conf) is not None:
         msg = (
             f"{provider_name(conf)} keeps a topology's state in the memory of the driver process "
             "that ran it, and this command runs in a new process, which holds none. Use a "
-            "durable provider (Redis, SQLite) in --conf, or call recovery.offline (rescale, "
+            "durable provider (Redis, SQLite) in --conf, or call statefulbolts.offline (rescale, "
             "rename, drop, evolve_to_topology) from Python in the driver process"
         )
         raise StateToolError(msg)

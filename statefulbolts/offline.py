@@ -6,13 +6,16 @@ nothing here can tell whether a driver is running on the state.
 
 Every function takes the scope as ``prefix`` (``T/`` for a checkpointed topology,
 ``$transactional/I/`` for a transactional id; ``statefulbolts.namespaces``) and returns an
-``EvolutionReport`` (``drop``: the namespaces emptied).
+``EvolutionReport`` (``drop``: the namespaces emptied). The prefix says which protocol stored
+the state, and so whose ``recovery.StoredProgress`` the change goes through
+(``checkpoint.progress``, ``statefulbolts.transactional.progress``): this module sits above
+both protocols, with the command line.
 
 Example:
     >>> from providers.memory import InMemoryKeyValueStateProvider as Memory
     >>> from statefulbolts.state import ComponentShape
     >>> keyed = ComponentShape(1, Partitioning.KEYED, key_groups=128, key_arity=1)
-    >>> evolve({}, "doc-offline/", Wanted({"count": keyed}), checkpointed=True).lines
+    >>> evolve({}, "doc-offline/", Wanted({"count": keyed})).lines
     ['count: new, parallelism 1, keyed by 1 field in 128 key groups, state version 1']
     >>> rescale({}, "doc-offline/", "count", 3).lines
     ['count: parallelism 1 -> 3']
@@ -26,19 +29,34 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from providers import get_provider
-from recovery.evolve import EvolutionReport, Wanted, evolve, wanted_shapes
-from statefulbolts import validate_config
-from statefulbolts.errors import StateEvolutionError, StateNotFoundError
+from checkpoint.progress import CheckpointProgress
+from providers import KeyValueState, StateFactory, get_provider
+from recovery.evolve import EvolutionPlan, EvolutionReport, StoredProgress, Wanted, wanted_shapes
+from recovery.evolve import evolve as evolve_through
+from recovery.evolve import plan_evolution as plan_through
+from statefulbolts.config import validate_config
+from statefulbolts.errors import StateEvolutionError, StateNotFoundError, StateToolError
 from statefulbolts.keygroups import component_key_groups
+from statefulbolts.listeners import NO_FAULTS, FaultListener
 from statefulbolts.namespaces import TaskNamespace, transactional_id_of, window_prefix
-from statefulbolts.state import Partitioning, StoredShape, empty, read_shape, shape_namespace
+from statefulbolts.state import (
+    Partitioning,
+    StoredShape,
+    empty,
+    read_shape,
+    shape_namespace,
+    write_shape,
+)
 from statefulbolts.topology import StormTopology
 from statefulbolts.transactional import TransactionalTopology
+from statefulbolts.transactional.progress import TransactionalProgress
 
 __all__ = [
     "drop",
+    "evolve",
     "evolve_to_topology",
+    "plan_evolution",
+    "progress_of",
     "rename",
     "rescale",
     "stored_shape",
@@ -46,14 +64,65 @@ __all__ = [
 ]
 
 
-def _checkpointed(prefix: str) -> bool:
-    return transactional_id_of(prefix) is None
+def progress_of(prefix: str, checkpointed: bool | None = None) -> StoredProgress:
+    """The stored progress of the protocol whose state is under ``prefix``.
+
+    ``checkpointed`` says which protocol it is; by default the prefix does (a transactional
+    id's is ``$transactional/<id>/``).
+    """
+    if checkpointed is None:
+        checkpointed = transactional_id_of(prefix) is None
+    return CheckpointProgress() if checkpointed else TransactionalProgress()
+
+
+def evolve(
+    conf: Mapping[str, Any],
+    prefix: str,
+    wanted: Wanted,
+    *,
+    checkpointed: bool | None = None,
+    renames: Mapping[str, str] | None = None,
+    mode: str = "auto",
+    allow_orphaned: bool = False,
+    faults: FaultListener = NO_FAULTS,
+    command: str | None = None,
+) -> EvolutionReport:
+    """``recovery.evolve.evolve`` through the protocol's stored progress (``progress_of``)."""
+    return evolve_through(
+        conf,
+        prefix,
+        wanted,
+        progress=progress_of(prefix, checkpointed),
+        renames=renames,
+        mode=mode,
+        allow_orphaned=allow_orphaned,
+        faults=faults,
+        command=command,
+    )
+
+
+def plan_evolution(
+    conf: Mapping[str, Any],
+    prefix: str,
+    wanted: Wanted,
+    *,
+    checkpointed: bool | None = None,
+    renames: Mapping[str, str] | None = None,
+    allow_orphaned: bool = False,
+) -> EvolutionPlan:
+    """``recovery.evolve.plan_evolution`` through the protocol's stored progress; no writes."""
+    return plan_through(
+        conf,
+        prefix,
+        wanted,
+        progress=progress_of(prefix, checkpointed),
+        renames=renames,
+        allow_orphaned=allow_orphaned,
+    )
 
 
 def stored_shape(conf: Mapping[str, Any], prefix: str) -> StoredShape | None:
     """The shape recorded under ``prefix`` (``None``: none recorded)."""
-    from providers import KeyValueState, StateFactory
-
     state = StateFactory.get_system_state(shape_namespace(prefix), conf)
     assert isinstance(state, KeyValueState)  # noqa: S101 - every provider's state is one
     return read_shape(state)
@@ -110,27 +179,11 @@ def _run(
     dry_run: bool,
 ) -> EvolutionReport:
     if dry_run:
-        from recovery.evolve import plan_evolution
-
-        plan = plan_evolution(
-            conf,
-            prefix,
-            wanted,
-            checkpointed=_checkpointed(prefix),
-            renames=renames,
-            allow_orphaned=allow_orphaned,
-        )
+        plan = plan_evolution(conf, prefix, wanted, renames=renames, allow_orphaned=allow_orphaned)
         if plan.refusals:
             raise StateEvolutionError("; ".join(plan.refusals))
         return EvolutionReport(plan.label, plan.describe())
-    return evolve(
-        conf,
-        prefix,
-        wanted,
-        checkpointed=_checkpointed(prefix),
-        renames=renames,
-        allow_orphaned=allow_orphaned,
-    )
+    return evolve(conf, prefix, wanted, renames=renames, allow_orphaned=allow_orphaned)
 
 
 def rescale(
@@ -201,11 +254,9 @@ def drop(conf: Mapping[str, Any], prefix: str, component: str | None = None) -> 
     """
     listed = get_provider(conf).namespaces(conf, prefix)
     if listed is None:
-        from statefulbolts.errors import StateToolError
-
         msg = f"the provider cannot list what it holds under {prefix!r}, so nothing was dropped"
         raise StateToolError(msg)
-    system = not _checkpointed(prefix)
+    system = progress_of(prefix).system
     if component is None:
         names = listed
     else:
@@ -226,9 +277,6 @@ def drop(conf: Mapping[str, Any], prefix: str, component: str | None = None) -> 
     if component is not None:
         shape = stored_shape(conf, prefix)
         if shape is not None and component in shape.components:
-            from providers import KeyValueState, StateFactory
-            from statefulbolts.state import write_shape
-
             remaining = {c: s for c, s in shape.components.items() if c != component}
             state = StateFactory.get_system_state(shape_namespace(prefix), conf)
             assert isinstance(state, KeyValueState)  # noqa: S101

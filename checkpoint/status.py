@@ -1,12 +1,18 @@
 """Where a topology's checkpoint stands in its state provider, and what a restart would do.
 
-Read-only: it opens the checkpoint spout's state (``<topology>/$checkpointspout-0``, key
-``__state``, value ``[txid, phase]``) and each stateful task's state (``<topology>/<bolt>-<task>``)
-and reports their ``committed_txid`` / ``prepared_txid``. The stateful tasks come from the
-topology (when given) or from the provider's own list of the namespaces it holds
-(``StateProvider.namespaces``; none when the provider cannot list). Every state is opened as a
-system state (``StateFactory.get_system_state``): the spout's record is the framework's, and of a
-task's state only the txids are read, so the user's key and value classes need not be importable.
+The checkpoint protocol's report for tools (``statefulbolts checkpoint status | list``, the state
+tool's export and import): what a restart runs is read off ``CheckPointState``'s transition
+tables, the last committed txid off ``CheckPointState.committed_txid``. Read-only: it opens the
+checkpoint spout's state (``<topology>/$checkpointspout-0``, key ``__state``, value ``[txid,
+phase]``) and each stateful task's state (``<topology>/<bolt>-<task>``) and reports their
+``committed_txid`` / ``prepared_txid``. The stateful tasks come from the topology (when given)
+or from the provider's own list of the namespaces it holds (``StateProvider.namespaces``; none
+when the provider cannot list). Every state is opened as a system state
+(``StateFactory.get_system_state``): the spout's record is the framework's, and of a task's
+state only the txids are read, so the user's key and value classes need not be importable.
+
+``RECOVERY_ACTIONS`` is what a restarted driver's transaction events show of its recovery, for
+``recovery.supervise``, from the same tables.
 
 Example:
     >>> status = checkpoint_status(conf, "wordcount")  # doctest: +SKIP
@@ -22,9 +28,11 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from checkpoint import TX_STATE_KEY, CheckPointState, TxPhase
+from checkpoint._state import Action, CheckPointState, TxPhase
+from checkpoint.spout import TX_STATE_KEY
 from providers import KeyValueState, Lease, StateFactory, get_provider, provider_name
 from recovery.lease import lease_as_dict, read_lease
+from recovery.supervisor import RecoveryActions
 from statefulbolts.namespaces import (
     RECORD_MARK,
     TRANSACTIONAL_ROOT,
@@ -35,6 +43,7 @@ from statefulbolts.namespaces import (
 from statefulbolts.topology import StormTopology
 
 __all__ = [
+    "RECOVERY_ACTIONS",
     "CheckpointStatus",
     "TaskStatus",
     "checkpoint_status",
@@ -111,6 +120,25 @@ def recovery_actions(saved: CheckPointState | None) -> list[str]:
         if nxt == state:
             return actions
         state = nxt
+
+
+def _recovery_steps() -> RecoveryActions:
+    """What a recovering checkpoint spout emits, and what ends its recovery, by its tables.
+
+    A recovering spout's action from each phase (ROLLBACK, COMMIT, INITSTATE); the recovery
+    ends with the action of the state it stays in (INITSTATE of COMMITTED); after it, an action
+    that makes a transaction durable (COMMIT) is progress.
+    """
+    states = [CheckPointState(0, phase) for phase in TxPhase]
+    return RecoveryActions(
+        recovering=[s.next_action(True) for s in states],
+        ends=[s.next_action(True) for s in states if s.next_state(True) == s],
+        progress=[a for a in Action if a.makes_durable],
+    )
+
+
+# The checkpoint protocol's recovery as its driver's transaction events show it.
+RECOVERY_ACTIONS = _recovery_steps()
 
 
 def stateful_tasks(topology: StormTopology) -> list[tuple[str, int]]:
@@ -226,7 +254,4 @@ def last_committed_txid(checkpoint: CheckPointState | None) -> int | None:
         >>> last_committed_txid(CheckPointState(4, TxPhase.COMMITTED))
         4
     """
-    if checkpoint is None:
-        return None
-    txid = checkpoint.txid if checkpoint.phase is TxPhase.COMMITTED else checkpoint.txid - 1
-    return txid if txid >= 0 else None
+    return None if checkpoint is None else checkpoint.committed_txid

@@ -27,8 +27,7 @@ from typing import Any
 
 from providers import DriverOwnedStateProvider, get_provider, provider_name
 from statefulbolts.config import Config, load_config_file
-from statefulbolts.deadletter._record import BatchOrigin, DeadLetter
-from statefulbolts.deadletter._store import DeadLetterStore
+from statefulbolts.deadletter import BatchOrigin, DeadLetter, DeadLetterStore
 from statefulbolts.errors import DeadLetterError, DeadLetterNotFoundError
 
 __all__ = ["add_deadletter_commands"]

@@ -4,13 +4,11 @@
                       [--timeout S] [--ui [PORT] [--exit-when-idle]] [--spark-log LEVEL]
                       [--take-over]
                       [--supervise [--max-restarts N] [--backoff S] [--max-backoff S]]
-    statefulbolts checkpoint status --conf FILE --topology NAME
-                      [--topology-module MODULE:ATTR] [--json]
-    statefulbolts checkpoint list --conf FILE [--json]
-    statefulbolts transactional status --conf FILE --id TRANSACTIONAL_ID [--json]
-    statefulbolts transactional list --conf FILE [--json]
-    statefulbolts state dump|get|export|import|verify ...   (see statefulbolts.state.cli)
-    statefulbolts deadletter list|show|replay|purge ...     (see statefulbolts.deadletter.cli)
+    statefulbolts checkpoint status|list ...                (see statefulbolts.cli.status)
+    statefulbolts transactional status|list ...             (see statefulbolts.cli.status)
+    statefulbolts state dump|get|export|import|verify ...   (see statefulbolts.cli.state)
+    statefulbolts state shape|evolve|rescale|rename|drop ...
+    statefulbolts deadletter list|show|replay|purge ...     (see statefulbolts.cli.deadletter)
 
 ``ATTR`` is a ``StormTopology`` or a ``TransactionalTopology`` (or their builder), or a function
 called with no arguments that returns one (``examples.wordcount:topology``). ``MODULE`` is
@@ -31,11 +29,12 @@ writes from then on.
 ``--supervise`` runs the topology in a child process and restarts it when it crashes (see
 ``recovery.supervisor``); each restart is logged with the recovery actions the restarted driver
 took, and takes the lease over from its crashed predecessor at once (they share a restart
-token). ``checkpoint status`` shows where a topology's checkpoint stands in its state provider and
-what a restarted driver would do; ``transactional status`` shows a transactional topology's
-next txid, the txids a restart would replay, and its partitions' metas (and, for an id with
-nothing stored, the ids that are). ``checkpoint list`` and ``transactional list`` name what a
-store holds (topologies, transactional ids) with their last committed txid.
+token).
+
+This module is ``run`` and the parser; each other command is a module of this package, which
+the parser asks to register its subcommands: ``status``, ``state``, ``deadletter``. The
+command line sits on top of everything else: it may import both protocols, and nothing below
+imports it.
 
 Exit status: 0 done; 1 the topology failed or crashed; 2 bad input (config, wiring, arguments;
 never restarted); 3 ``--timeout`` ran out (not restarted); a supervised run returns its last
@@ -45,7 +44,6 @@ child's status.
 from __future__ import annotations
 
 import argparse
-import difflib
 import json
 import logging
 import os
@@ -65,13 +63,14 @@ from providers import FATAL_STATE_ERRORS, ProviderNotFoundError, get_provider, p
 from recovery.supervisor import BAD_INPUT_EXIT_CODE, TIMEOUT_EXIT_CODE
 from statefulbolts._load import EXAMPLE_SPEC, load_topology
 from statefulbolts._output import print_event, print_line
+from statefulbolts.cli.deadletter import add_deadletter_commands
+from statefulbolts.cli.state import add_state_commands
+from statefulbolts.cli.status import add_status_commands
 from statefulbolts.config import Config, load_config_file, validate_config
-from statefulbolts.deadletter.cli import add_deadletter_commands
 from statefulbolts.errors import (
     ConfigError,
     StateBackendError,
     StatefulBoltsError,
-    TopologyError,
     TopologyFailedError,
 )
 from statefulbolts.partitioned import PartitionedSpout
@@ -81,8 +80,6 @@ from statefulbolts.runtime import (
     SPARK_LOG_ENV,
     SPARK_LOG_LEVELS,
 )
-from statefulbolts.state.cli import add_state_commands
-from statefulbolts.topology import StormTopology
 
 FAILED_EXIT_CODE = 1
 
@@ -309,7 +306,13 @@ def _child_command(args: argparse.Namespace, *, first: bool = True) -> list[str]
 
 
 def _supervise(args: argparse.Namespace) -> int:
-    from recovery.supervisor import RestartPolicy, supervise
+    from checkpoint.status import RECOVERY_ACTIONS
+    from recovery.supervisor import RecoveryActions, RestartPolicy, supervise
+    from statefulbolts.transactional import BatchAction
+
+    # The child runs either protocol: a checkpointed one recovers by the checkpoint's actions
+    # (a transactional one replays in its normal batches), and either's commit is progress.
+    recovery = RECOVERY_ACTIONS | RecoveryActions(progress=[BatchAction.COMMIT])
 
     # Fail on bad arguments and config here, before any child starts.
     if args.conf:
@@ -373,150 +376,12 @@ def _supervise(args: argparse.Namespace) -> int:
             policy,
             on_line=on_line,
             on_event=on_event,
+            recovery=recovery,
             env=env,
             restart_command=_child_command(args, first=False),
         )
     finally:
         signal.signal(signal.SIGTERM, previous)
-
-
-def _cmd_checkpoint_status(args: argparse.Namespace) -> int:
-    from recovery.lease import describe_lease
-    from recovery.status import checkpoint_status, stateful_tasks
-
-    conf = Config(load_config_file(args.conf))
-    tasks = None
-    if args.topology_module:
-        topology = load_topology(args.topology_module)
-        if not isinstance(topology, StormTopology):
-            msg = f"{args.topology_module} is a transactional topology: see `transactional status`"
-            raise TopologyError(msg)
-        tasks = stateful_tasks(topology)
-    status = checkpoint_status(conf, args.topology, tasks)
-    if not status.found:
-        from recovery.status import stored_topologies
-
-        stored = stored_topologies(conf)
-        if stored is not None:
-            _did_you_mean(conf, args.topology, "topology", [s.topology for s in stored])
-    if args.json:
-        print(json.dumps(status.as_dict()))
-        return 0 if status.found else FAILED_EXIT_CODE
-    print(f"topology {args.topology!r} in {status.provider}")
-    if status.checkpoint is None:
-        print("  checkpoint: nothing saved (never ran, or a provider that keeps no state)")
-    else:
-        cp = status.checkpoint
-        print(f"  checkpoint: {cp} (txid {cp.txid}, phase {cp.phase.value})")
-    print(f"  on restart: {', '.join(status.on_restart)}")
-    print(f"  lease: {describe_lease(status.lease)}")
-    if not status.tasks:
-        print("  stateful tasks: none found")
-    for t in status.tasks:
-        prepared = "none" if t.prepared_txid is None else str(t.prepared_txid)
-        committed = "none" if t.committed_txid is None else str(t.committed_txid)
-        print(f"  {t.namespace}: committed txid {committed}, prepared txid {prepared}")
-    return 0 if status.found else FAILED_EXIT_CODE
-
-
-def _cmd_checkpoint_list(args: argparse.Namespace) -> int:
-    from recovery.status import last_committed_txid, stored_topologies
-
-    conf = Config(load_config_file(args.conf))
-    found = stored_topologies(conf)
-    if found is None:
-        return _cannot_list(conf, "topologies")
-    rows = [
-        {
-            "topology": s.topology,
-            "checkpoint": None if s.checkpoint is None else str(s.checkpoint),
-            "committed_txid": last_committed_txid(s.checkpoint),
-        }
-        for s in found
-    ]
-    if args.json:
-        print(json.dumps({"provider": provider_name(conf), "topologies": rows}))
-        return 0
-    print(f"{len(rows)} checkpointed topolog{'y' if len(rows) == 1 else 'ies'} in "
-          f"{provider_name(conf)}")  # fmt: skip
-    for row in rows:
-        committed = "none" if row["committed_txid"] is None else row["committed_txid"]
-        saved = row["checkpoint"] or "nothing saved"
-        print(f"  {row['topology']}: last committed txid {committed} (checkpoint {saved})")
-    return 0
-
-
-def _cmd_transactional_list(args: argparse.Namespace) -> int:
-    from statefulbolts.transactional import stored_transactional_ids, transactional_status
-
-    conf = Config(load_config_file(args.conf))
-    ids = stored_transactional_ids(conf)
-    if ids is None:
-        return _cannot_list(conf, "transactional ids")
-    rows = [
-        {"transactional_id": tid, "committed_txid": transactional_status(conf, tid).committed_txid}
-        for tid in ids
-    ]
-    if args.json:
-        print(json.dumps({"provider": provider_name(conf), "transactional_ids": rows}))
-        return 0
-    print(f"{len(rows)} transactional id{'' if len(rows) == 1 else 's'} in {provider_name(conf)}")
-    for row in rows:
-        committed = "none" if row["committed_txid"] is None else row["committed_txid"]
-        print(f"  {row['transactional_id']}: last committed txid {committed}")
-    return 0
-
-
-def _cannot_list(conf: Mapping[str, Any], what: str) -> int:
-    print(
-        f"error: the state provider {provider_name(conf)} cannot list its namespaces, so "
-        f"not its {what}",
-        file=sys.stderr,
-    )
-    return FAILED_EXIT_CODE
-
-
-def _did_you_mean(conf: Mapping[str, Any], wanted: str, what: str, stored: list[str]) -> None:
-    """On stderr: nothing is stored under ``wanted``; what is, and the closest of it."""
-    if not stored:
-        print(f"note: {provider_name(conf)} holds no {what}s", file=sys.stderr)
-        return
-    close = [s for s in stored if s.startswith(wanted)] or difflib.get_close_matches(
-        wanted, stored, n=1
-    )
-    hint = f"; did you mean {close[0]!r}?" if close else ""
-    shown = ", ".join(stored[:20]) + (f" and {len(stored) - 20} more" if len(stored) > 20 else "")
-    print(f"note: nothing stored for {what} {wanted!r}; stored: {shown}{hint}", file=sys.stderr)
-
-
-def _cmd_transactional_status(args: argparse.Namespace) -> int:
-    from recovery.lease import describe_lease
-    from statefulbolts.transactional import stored_transactional_ids, transactional_status
-
-    conf = Config(load_config_file(args.conf))
-    status = transactional_status(conf, args.id)
-    if not status.found:
-        ids = stored_transactional_ids(conf)
-        if ids is not None:
-            _did_you_mean(conf, args.id, "transactional id", ids)
-    if args.json:
-        print(json.dumps(status.as_dict()))
-        return 0 if status.found else FAILED_EXIT_CODE
-    committed = "none" if status.committed_txid is None else status.committed_txid
-    print(f"transactional id {args.id!r} in {status.provider}")
-    print(f"  next txid to commit: {status.current_txid} (last committed: {committed})")
-    replays = ", ".join(f"{t} (meta {status.metas[t]!r})" for t in status.replays) or "none"
-    print(f"  on restart, replays: {replays}")
-    print(f"  lease: {describe_lease(status.lease)}")
-    if not status.partitions:
-        print("  partitions: none stored")
-    for p, metas in sorted(status.partitions.items()):
-        shown = ", ".join(f"txid {t}: {m!r}" for t, m in sorted(metas.items())) or "none"
-        print(f"  partition {p}: {shown}")
-    print(f"  committer maps: {len(status.maps)}")
-    for namespace in status.maps:
-        print(f"    {namespace}")
-    return 0 if status.found else FAILED_EXIT_CODE
 
 
 def package_version() -> str:
@@ -528,7 +393,8 @@ def package_version() -> str:
     try:
         return metadata.version("statefulbolts")
     except metadata.PackageNotFoundError:
-        return _source_version(Path(__file__).resolve().parent.parent / "pyproject.toml")
+        # statefulbolts/cli/__init__.py: the checkout's root is three folders up.
+        return _source_version(Path(__file__).resolve().parents[2] / "pyproject.toml")
 
 
 def _source_version(pyproject: Path) -> str:
@@ -627,42 +493,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     run.set_defaults(func=_cmd_run)
 
-    checkpoint = sub.add_parser("checkpoint", help="inspect saved checkpoint state")
-    cp_sub = checkpoint.add_subparsers(dest="checkpoint_command", required=True)
-    status = cp_sub.add_parser(
-        "status", help="saved txid and phase, per stateful task committed and prepared txids"
-    )
-    status.add_argument("--conf", required=True, help="JSON or YAML file naming the provider")
-    status.add_argument("--topology", required=True, help="topology name")
-    status.add_argument(
-        "--topology-module",
-        help="MODULE:ATTR of the topology, to list its stateful tasks (default for Redis: "
-        "the tasks found in Redis)",
-    )
-    status.add_argument("--json", action="store_true", help="one JSON document")
-    status.set_defaults(func=_cmd_checkpoint_status)
-    cp_list = cp_sub.add_parser(
-        "list", help="the checkpointed topologies a store holds, with their last committed txid"
-    )
-    cp_list.add_argument("--conf", required=True, help="JSON or YAML file naming the provider")
-    cp_list.add_argument("--json", action="store_true", help="one JSON document")
-    cp_list.set_defaults(func=_cmd_checkpoint_list)
-
-    transactional = sub.add_parser("transactional", help="inspect a transactional topology")
-    tx_sub = transactional.add_subparsers(dest="transactional_command", required=True)
-    tx_status = tx_sub.add_parser(
-        "status", help="next txid, txids a restart replays, partition metas, committer maps"
-    )
-    tx_status.add_argument("--conf", required=True, help="JSON or YAML file naming the provider")
-    tx_status.add_argument("--id", required=True, help="the transactional id")
-    tx_status.add_argument("--json", action="store_true", help="one JSON document")
-    tx_status.set_defaults(func=_cmd_transactional_status)
-    tx_list = tx_sub.add_parser(
-        "list", help="the transactional ids a store holds, with their last committed txid"
-    )
-    tx_list.add_argument("--conf", required=True, help="JSON or YAML file naming the provider")
-    tx_list.add_argument("--json", action="store_true", help="one JSON document")
-    tx_list.set_defaults(func=_cmd_transactional_list)
+    add_status_commands(sub)
     add_state_commands(sub)
     add_deadletter_commands(sub)
     return parser
@@ -725,6 +556,3 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return exit_code_for(exc)
 
-
-if __name__ == "__main__":
-    sys.exit(main())
