@@ -26,7 +26,6 @@ from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import Any, NamedTuple
 
-from recovery.faults import KillPoint
 from recovery.gate import FailureGate
 from statefulbolts.config import TopologyConfig
 from statefulbolts.deadletter import (
@@ -39,7 +38,7 @@ from statefulbolts.deadletter import (
     summary,
 )
 from statefulbolts.errors import TopologyFailedError
-from statefulbolts.listeners import NO_FAULTS, FaultListener
+from statefulbolts.listeners import NO_FAULTS, FaultListener, KillPoint
 
 __all__ = ["Judged", "PoisonDesk"]
 

@@ -34,7 +34,6 @@ from providers import FENCE_EPOCH_KEY, Lease
 from statefulbolts.clock import Clock
 from statefulbolts.config import TopologyConfig, validate_config
 from statefulbolts.errors import DriverFencedError, TopologyError, TopologyFailedError
-from statefulbolts.listeners import NO_FAULTS, FaultListener
 from statefulbolts.namespaces import RECORD_MARK
 from statefulbolts.runtime._stats import Stats, StatsSnapshot, TransactionInfo, format_traceback
 
@@ -134,7 +133,6 @@ class TopologyRunner(ABC):
         *,
         clock: Clock | None = None,
         on_transaction: Callable[[TransactionInfo], None] | None = None,
-        faults: FaultListener | None = None,
         lease: HeldLease | None = None,
     ) -> None:
         if (
@@ -162,8 +160,6 @@ class TopologyRunner(ABC):
         self._lost: BaseException | None = None
         self.clock = clock or Clock()
         self.stats = Stats(on_transaction=on_transaction)
-        # Told at every fault point; a protocol reads ``topology.faults`` when none is given.
-        self.faults: FaultListener = faults if faults is not None else NO_FAULTS
         self.error: BaseException | None = None
         self.started_at = time.time()
         self._view: tuple[dict[str, Any], Progress] = ({}, Progress("starting", None, None))
