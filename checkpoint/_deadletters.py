@@ -35,16 +35,16 @@ from typing import Any
 
 from checkpoint._ledger import RootLedger
 from checkpoint._spouts import SpoutTask, SpoutTasks
-from recovery.gate import FailureGate
-from recovery.poison import PoisonDesk
 from statefulbolts.clock import Clock
 from statefulbolts.deadletter import (
-    DEAD,
-    REPLAY,
+    BackendCalls,
     DeadLetter,
+    DeadLetters,
     DeadLetterStore,
     FailedTuple,
+    LetterState,
     ReplayPoller,
+    Scope,
     SpoutOrigin,
     Verdict,
     spout_record_id,
@@ -125,7 +125,7 @@ class _ReplaySpout:
         return record_id in self.queued or record_id in self.flying
 
 
-class CheckpointDeadLetters(PoisonDesk):
+class CheckpointDeadLetters(DeadLetters):
     """Poison spout tuples of one checkpointed topology (see the module docstring)."""
 
     def __init__(
@@ -137,7 +137,7 @@ class CheckpointDeadLetters(PoisonDesk):
         spouts: SpoutTasks,
         ledger: RootLedger,
         stats: Stats,
-        failures: FailureGate,
+        failures: BackendCalls,
         clock: Clock,
         faults: FaultListener = NO_FAULTS,
         now: Callable[[], float] = time.time,
@@ -178,7 +178,7 @@ class CheckpointDeadLetters(PoisonDesk):
         if source is None:
             return
         for record in records:
-            if record.state != REPLAY or source.knows(record.id):
+            if record.state is not LetterState.REPLAY or source.knows(record.id):
                 continue
             origin = record.origin
             spout = (
@@ -194,7 +194,7 @@ class CheckpointDeadLetters(PoisonDesk):
     def keep(self, record: DeadLetter, why: str) -> None:
         """``record`` cannot be replayed: it stays, held again (``"dead"``), and says why."""
         log.warning("dead letter %s cannot be replayed (%s); it stays", record.id, why)
-        kept = functools.partial(self.store.put, replace(record, state=DEAD))
+        kept = functools.partial(self.store.put, replace(record, state=LetterState.DEAD))
         self._failures.with_backend(f"keeping dead letter {record.id}", kept)
 
     # ----------------------------------------------------------------- replays
@@ -286,7 +286,7 @@ class CheckpointDeadLetters(PoisonDesk):
             origin = self._origin(st, message_id, failing.root, records)
         record = DeadLetter.first(
             self._name,
-            "topology",
+            Scope.TOPOLOGY,
             error.component,
             error.task,
             failing.task_index,

@@ -53,13 +53,13 @@ from checkpoint._txstart import TransactionStarts
 from checkpoint.progress import CheckpointProgress
 from checkpoint.spout import CheckpointSpout
 from providers import FATAL_STATE_ERRORS, StateBackendError
-from recovery.runner import ProtocolRunner
 from statefulbolts.clock import Clock
 from statefulbolts.collectors import SpoutOutputCollector
 from statefulbolts.context import TopologyContext
 from statefulbolts.errors import TopologyError, TopologyFailedError
 from statefulbolts.listeners import FaultListener, KillPoint
 from statefulbolts.namespaces import TaskNamespace, topology_prefix
+from statefulbolts.protocol_runner import ProtocolRunner
 from statefulbolts.runtime import (
     HeldLease,
     JobResult,

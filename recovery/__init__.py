@@ -1,7 +1,6 @@
 """Recovery: retries and outage waits, chaos testing (fault injection), restarting a driver.
 
-Also changing the stored state's shape, and the base both protocols' runners share
-(``recovery.runner.ProtocolRunner``). What is a protocol's own stays in its package: the
+Also changing the stored state's shape. What is a protocol's own stays in its package: the
 checkpoint's transaction manifest (``checkpoint.TransactionManifest``) and its status report
 (``checkpoint.status``: where a checkpoint stands, what a restart runs).
 """

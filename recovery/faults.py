@@ -1,9 +1,9 @@
 """Chaos testing: deterministic fault injection, configured by ``topology.faults``.
 
-``FaultPlan`` is a ``statefulbolts.listeners.FaultListener``: the runner base
-(``recovery.runner.ProtocolRunner``) makes one from ``topology.faults`` when the run was given
-no listener of its own, and a run without faults holds ``NO_FAULTS`` and never calls into this
-module. The points it acts at (``KillPoint``, ``TaskPoint``) are the listener's.
+``FaultPlan`` is a ``statefulbolts.listeners.FaultListener``: the runners' base
+(``statefulbolts.protocol_runner.ProtocolRunner``) makes one from ``topology.faults`` when the
+run was given no listener of its own, and a run without faults holds ``NO_FAULTS`` and never
+calls into this module. The points it acts at (``KillPoint``, ``TaskPoint``) are the listener's.
 
 Real failures, not simulated return values: a crash is ``os._exit`` of the Python worker (Spark
 sees the worker die and retries the task), an error is an exception raised from the bolt's task,

@@ -4,7 +4,7 @@ Chaos testing (``topology.faults``, docs/operations/recovery.md) injects real fa
 points of a run. Production code never asks whether faults are configured: it calls one typed
 hook at each such point, on the run's ``FaultListener``, which is ``NO_FAULTS`` (every hook does
 nothing) unless the run was given one (``faults=``) or configured one (``topology.faults``, read
-in one place: ``recovery.runner.ProtocolRunner``). The points:
+in one place: ``statefulbolts.protocol_runner.ProtocolRunner``). The points:
 
 - ``tuple_target``: a task's data target, wrapped once per task (the no-op listener hands it
   back as it is, so the hot loop pays nothing): ``TaskPoint.TUPLE``;

@@ -41,7 +41,7 @@ from statefulbolts.listeners import NO_FAULTS, FaultListener
 from statefulbolts.topology import ComponentSpec
 from statefulbolts.transactional._attempt import TransactionAttempt
 from statefulbolts.transactional._bolts import BatchOutputCollector
-from statefulbolts.transactional._deadletters import REPLAYED, LineageOut
+from statefulbolts.transactional._lineage import REPLAYED, LineageOut
 from statefulbolts.transactional._maps import StateBackingMap
 from statefulbolts.transactional._owner import enter_task, leave_task
 from statefulbolts.tuples import DEFAULT_STREAM, Tuple

@@ -47,12 +47,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from providers import FATAL_STATE_ERRORS, KeyValueState, StateBackendError, StateFactory
-from recovery.runner import ProtocolRunner
 from statefulbolts.clock import Clock
 from statefulbolts.context import TopologyContext
 from statefulbolts.errors import TopologyError
 from statefulbolts.listeners import FaultListener, KillPoint
 from statefulbolts.namespaces import TaskNamespace, transactional_prefix
+from statefulbolts.protocol_runner import ProtocolRunner
 from statefulbolts.runtime import (
     HeldLease,
     JobResult,
@@ -73,8 +73,8 @@ from statefulbolts.transactional._coordinator import (
     opaque_coordinator,
     partitioned_coordinator,
 )
+from statefulbolts.transactional._deadletters import TransactionalDeadLetters
 from statefulbolts.transactional._emitting import OPAQUE, PARTITIONED, PLAIN, EmitterMetas
-from statefulbolts.transactional._isolation import TransactionalDeadLetters
 from statefulbolts.transactional._jobs import TransactionalJobs
 from statefulbolts.transactional._maps import read_backing_state
 from statefulbolts.transactional._pacing import Pacing

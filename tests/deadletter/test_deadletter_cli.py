@@ -16,12 +16,11 @@ import pytest
 from providers import STATE_PROVIDER_CONFIG_KEY, STATE_PROVIDER_KEY
 from statefulbolts.cli import main
 from statefulbolts.deadletter import (
-    DEAD,
-    REPLAY,
     BatchOrigin,
     DeadLetter,
     DeadLetterStore,
     FailedTuple,
+    LetterState,
     SpoutOrigin,
 )
 
@@ -135,10 +134,12 @@ def test_replay_marks_records_and_moves_the_change_counter(
     code, out, _ = _cli(capsys, conf, tmp_path, "replay", "--topology", TOPO, first.id)
     assert code == 0 and out.startswith("asked for replay: 1 dead letter(s) of topology 'wc'\n")
     assert "topology.deadletter.replay.poll.secs" in out
-    assert [r.state for r in store.records()] == [REPLAY, DEAD] and store.changes() == 1
+    assert [r.state for r in store.records()] == [LetterState.REPLAY, LetterState.DEAD]
+    assert store.changes() == 1
     code, out, _ = _cli(capsys, conf, tmp_path, "replay", "--topology", TOPO, "--all", "--json")
     assert json.loads(out) == {"replay": [first.id, second.id], "not_replayable": []}
-    assert [r.state for r in store.records()] == [REPLAY, REPLAY] and store.changes() == 2
+    assert [r.state for r in store.records()] == [LetterState.REPLAY, LetterState.REPLAY]
+    assert store.changes() == 2
 
 
 def test_a_missing_id_changes_nothing_and_no_selection_is_bad_input(

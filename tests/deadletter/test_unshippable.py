@@ -27,7 +27,13 @@ import topologies as topo
 import unshippable_topologies as us
 
 from statefulbolts import LocalCluster, TopologyFailedError
-from statefulbolts.deadletter import DEAD, BatchOrigin, DeadLetterStore, FailedTuple, SpoutOrigin
+from statefulbolts.deadletter import (
+    BatchOrigin,
+    DeadLetterStore,
+    FailedTuple,
+    LetterState,
+    SpoutOrigin,
+)
 
 TIMEOUT = 180
 N = 30
@@ -103,7 +109,7 @@ def test_a_bolt_s_value_that_does_not_pickle_dead_letters_its_spout_tuple(
     )
     assert record.types[:2] == (ERROR, "providers.errors.StatefulBoltsError")
     assert record.message == us.line(kind, "split", record.task_index, "word")
-    assert (record.attempts, record.state) == (2, DEAD)
+    assert (record.attempts, record.state) == (2, LetterState.DEAD)
     rec = topo.record(name)
     assert rec.acks == collections.Counter(range(N))  # the poisoned one when dead-lettered
     assert _failed_prepares(run["metrics"]) == [("PREPARE", False), ("PREPARE", True)]

@@ -3,8 +3,9 @@
 The checkpoint and transactional runners find a failing tuple's origin in their own ways (a
 spout tuple's root in the ledger; an emitted batch tuple's place in its txid), and take it out
 in their own ways (the spout message acked; the txid's batch stored without it). Between
-finding and taking out, the policy is one, and it lives here, in ``PoisonDesk``, the base of
-both protocols' dead-letter objects:
+finding and taking out, the policy is one, and it lives here, in ``DeadLetters``, the base of
+both protocols' dead-letter objects (``checkpoint._deadletters.CheckpointDeadLetters``,
+``statefulbolts.transactional._deadletters.TransactionalDeadLetters``):
 
 1. ``_judge``: one more failed transaction counts against the origin's record id. It is poison
    once it failed ``topology.deadletter.after.failures`` transactions since the last commit,
@@ -16,6 +17,13 @@ both protocols' dead-letter objects:
    ``deadletter-recorded``. The protocol then takes the tuple out.
 3. ``_booked``: the tuple is out: the suspect stops counting; the counters, the dashboards'
    last records and one warning line.
+
+What a protocol's ``isolate`` answers is a ``Verdict``; ``summary`` is a record as dashboards
+show it, ``poison_limit_error`` the message of a topology stopped by ``topology.deadletter.max``.
+
+Example:
+    >>> Verdict(False, "the store is full")
+    Verdict(isolated=False, why_not='the store is full')
 """
 
 from __future__ import annotations
@@ -24,28 +32,62 @@ import collections
 import logging
 from collections.abc import Callable, Sequence
 from dataclasses import replace
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, Protocol, TypeVar
 
-from recovery.gate import FailureGate
 from statefulbolts.config import TopologyConfig
-from statefulbolts.deadletter import (
-    DEAD,
-    DeadLetter,
-    DeadLetterStore,
-    PoisonTracker,
-    Suspect,
-    poison_limit_error,
-    summary,
-)
+from statefulbolts.deadletter._record import DeadLetter, LetterState
+from statefulbolts.deadletter._store import DeadLetterStore
+from statefulbolts.deadletter._tracker import PoisonTracker, Suspect
 from statefulbolts.errors import TopologyFailedError
 from statefulbolts.listeners import NO_FAULTS, FaultListener, KillPoint
 
-__all__ = ["Judged", "PoisonDesk"]
+__all__ = ["BackendCalls", "DeadLetters", "Judged", "Verdict", "poison_limit_error", "summary"]
 
 log = logging.getLogger(__name__)
 
+T = TypeVar("T")
+
 # Records shown on dashboards and in status(), newest first.
 _LAST = 5
+
+
+class BackendCalls(Protocol):
+    """How every store access goes: the driver's failure gate (``recovery.gate.FailureGate``)."""
+
+    def with_backend(self, what: str, call: Callable[[], T]) -> T:
+        """Run ``call``, waiting out a state backend outage."""
+
+
+class Verdict(NamedTuple):
+    """What ``isolate`` did: the tuple was dead-lettered, or why it could not be (if it tried)."""
+
+    isolated: bool
+    why_not: str | None = None
+
+
+def summary(record: DeadLetter) -> dict[str, Any]:
+    """A record as dashboards show it: id, where (the task by its index), what, when."""
+    return {
+        "id": record.id,
+        "component": record.component,
+        "task": record.task_index,
+        "values": record.failed.text,
+        "origin": record.origin.describe(),
+        "error": f"{record.type_name}: {record.message}",
+        "attempts": record.attempts,
+        "state": record.state.value,
+        "last_seen": record.last_seen,
+    }
+
+
+def poison_limit_error(name: str, held: int, limit: int, where: str, cause: str) -> str:
+    """The message of a topology stopped by ``topology.deadletter.max``."""
+    return (
+        f"topology {name!r} stopped: {where} failed on one more tuple ({cause}), and the "
+        f"dead-letter store already holds {held} records (topology.deadletter.max = {limit}). "
+        "A component that fails on this many tuples has a bug, not poison input: fix it, "
+        "restart, then replay the records (statefulbolts deadletter replay --all)"
+    )
 
 
 class Judged(NamedTuple):
@@ -55,7 +97,7 @@ class Judged(NamedTuple):
     held: DeadLetter | None
 
 
-class PoisonDesk:
+class DeadLetters:
     """The dead-letter policy both protocols share (see the module docstring).
 
     Args:
@@ -74,7 +116,7 @@ class PoisonDesk:
         tc: TopologyConfig,
         store: DeadLetterStore,
         count: Callable[..., None],
-        failures: FailureGate,
+        failures: BackendCalls,
         faults: FaultListener = NO_FAULTS,
         *,
         now: Callable[[], float],
@@ -106,7 +148,7 @@ class PoisonDesk:
             "reading a dead letter", lambda: self.store.get(record_id)
         )
         suspect = self.tracker.failed(
-            record_id, error.component, known=held is not None and held.state == DEAD
+            record_id, error.component, known=held is not None and held.state is LetterState.DEAD
         )
         if not self.tracker.is_poison(suspect):
             return None

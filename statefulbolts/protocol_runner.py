@@ -2,8 +2,10 @@
 
 ``ProtocolRunner`` sits between the engine's ``statefulbolts.runtime.TopologyRunner`` (the driver
 loop, the lease, the stats; it knows no protocol) and each protocol's runner
-(``checkpoint.CheckpointRunner``, ``statefulbolts.transactional.TransactionalRunner``). It imports
-neither protocol: what differs comes in as arguments and a few methods each protocol writes.
+(``checkpoint.runner.CheckpointRunner``, ``statefulbolts.transactional.runner
+.TransactionalRunner``). It uses the engine and ``recovery`` (which stays clear of the engine)
+and imports neither protocol: what differs comes in as arguments and a few methods each
+protocol writes.
 
 Construction, in this order, so nothing opens before what can be refused without opening it:
 
