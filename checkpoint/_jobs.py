@@ -187,9 +187,7 @@ class CheckpointJobs:
                     self._commit_one(namespace, txid)
             except Exception as exc:
                 spec = self._topology.component(cid)
-                raise encode_task_error(
-                    exc, cid, plan.task_ids[c][t], txid, spec.user_class
-                ) from exc
+                raise encode_task_error(exc, cid, t, txid, spec.user_class) from exc
             faults.on_task_committed(cid, t, txid)
 
     def _commit_one(self, namespace: str, txid: int) -> None:

@@ -173,7 +173,7 @@ class PartitionReadTask:
         if len(batch.records) > share:
             kind = f"{type(spout).__module__}.{type(spout).__qualname__}"
             msg = (
-                f"spout {self.spec.id!r} task {context.this_task_id}: {kind} returned "
+                f"spout {self.spec.id!r} task {context.this_task_index}: {kind} returned "
                 f"{len(batch.records)} records of partition {partition!r}, asked for at most "
                 f"{share}; a reader returns up to max_records records"
             )

@@ -52,10 +52,11 @@ from checkpoint._ticks import TickSchedule
 from checkpoint._txstart import TransactionStarts
 from checkpoint.progress import CheckpointProgress
 from checkpoint.spout import CheckpointSpout
-from providers import FATAL_STATE_ERRORS, StateBackendError
+from providers import FATAL_STATE_ERRORS
 from statefulbolts.clock import Clock
 from statefulbolts.collectors import SpoutOutputCollector
 from statefulbolts.context import TopologyContext
+from statefulbolts.deadletter import Verdict
 from statefulbolts.errors import TopologyError, TopologyFailedError
 from statefulbolts.listeners import FaultListener, KillPoint
 from statefulbolts.namespaces import TaskNamespace, topology_prefix
@@ -490,10 +491,8 @@ class CheckpointRunner(ProtocolRunner):
         if not ok:
             self._failures.with_backend("recording a failed checkpoint", lambda: cp.fail(txid))
             cause = error.text if error is not None else "a checkpoint tuple was failed"
-            outage = error is not None and error.is_a(StateBackendError)
-            fatal = error is not None and error.is_a(*FATAL_STATE_ERRORS)
-            what = f"{action.value}({txid})"
-            self._failures.failed(what, txid, cause, outage=outage, fatal=fatal)
+            failure, cause = self._judged(error, Verdict(False), cause)
+            self._failures.failed(f"{action.value}({txid})", txid, cause, failure=failure)
             return
         if action.decides_commit:
             faults.on_driver(KillPoint.AFTER_PREPARE, txid)
@@ -537,16 +536,13 @@ class CheckpointRunner(ProtocolRunner):
         if verdict.isolated:
             info.error = f"{cause}; its spout tuple was dead-lettered"
         self.stats.record(info, component=component, task=task, traceback=trace)
-        outage = error is not None and error.is_a(StateBackendError)
-        fatal = error is not None and error.is_a(*FATAL_STATE_ERRORS)
         what = f"{name}({job.txid})"
         if verdict.isolated:
             self._failures.isolated(what, job.txid)
             return
-        if verdict.why_not is not None:
-            cause = f"{cause} (not dead-lettered: {verdict.why_not})"
+        failure, cause = self._judged(error, verdict, cause)
         self._failures.failed(
-            what, job.txid, cause, component=component, task=task, outage=outage, fatal=fatal
+            what, job.txid, cause, component=component, task=task, failure=failure
         )
 
     # ----------------------------------------------------------------- the transaction manifest

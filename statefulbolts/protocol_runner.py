@@ -21,6 +21,10 @@ Construction, in this order, so nothing opens before what can be refused without
 6. the failure gate (``recovery.gate.FailureGate``) and the committed-key counter
    (``StateKeyCounter`` over the protocol's ``_state_namespaces``).
 
+When a job fails, ``_judged`` says what the failure is (``recovery.gate.classify``: retried,
+waited out, or stopped at once because no retry can change it) after the protocol's dead
+letters had their say (``statefulbolts.deadletter.Verdict``).
+
 The protocol then builds its own parts inside ``_closing_engine``, so a part that refuses the
 run leaves no engine open. At start ``_evolve`` brings the stored state to the wanted shapes
 (``recovery.evolve``, with the protocol's ``StoredProgress``); after the loop ``_shutdown`` lets
@@ -39,8 +43,9 @@ from typing import Any
 from providers import DriverOwnedStateProvider, StateProvider, get_provider
 from recovery.evolve import EvolutionReport, StoredProgress, evolve, wanted_shapes
 from recovery.faults import FaultPlan
-from recovery.gate import FailureGate
+from recovery.gate import Failure, FailureGate, classify
 from statefulbolts.clock import Clock
+from statefulbolts.deadletter import Verdict
 from statefulbolts.keygroups import component_key_groups
 from statefulbolts.listeners import NO_FAULTS, FaultListener
 from statefulbolts.runtime import (
@@ -159,6 +164,23 @@ class ProtocolRunner(TopologyRunner):
         """After the engine closed: close the protocol's sources (nothing by default)."""
 
     # ----------------------------------------------------------------- lifecycle
+    def _judged(self, error: Any, verdict: Verdict, cause: str) -> tuple[Failure, str]:
+        """What a job's failure is, and its ``cause`` as the gate tells it.
+
+        ``error`` is the failing task's ``TaskError`` (``None``: no task's own); ``verdict``
+        what the protocol's dead letters did with its tuple (not isolated: the caller goes on).
+        """
+        stop_policy = self.tc.deadletter_policy == "stop"
+        failure = classify(error, stop_policy=stop_policy, repeated=verdict.repeated is not None)
+        if verdict.why_not is not None:
+            cause = f"{cause} (not dead-lettered: {verdict.why_not})"
+        elif verdict.repeated is not None:
+            cause = (
+                f"{cause} (it failed {verdict.repeated} transactions on the same tuple, and "
+                "topology.deadletter.policy is 'stop')"
+            )
+        return failure, cause
+
     @contextlib.contextmanager
     def _closing_engine(self) -> Iterator[None]:
         """Close the engine if the block raises (a part of the protocol refused the run)."""

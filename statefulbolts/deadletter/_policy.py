@@ -12,8 +12,9 @@ both protocols' dead-letter objects (``checkpoint._deadletters.CheckpointDeadLet
    or at once when the store already holds a dead letter of it (a replay that failed again).
    A new record that would pass ``topology.deadletter.max`` stops the topology instead: that
    many poison tuples is a bug, not bad input. Kill point ``deadletter-decided`` follows a yes.
-2. ``_record``: the record completed (dead-lettered again, it adds its attempts to the held
-   one; new, it keeps when its suspect was first seen) and written; kill point
+2. ``_letter`` makes the record (the failing task by its index, and its global id), and
+   ``_record`` completes it (dead-lettered again, it adds its attempts to the held one; new,
+   it keeps when its suspect was first seen) and writes it; kill point
    ``deadletter-recorded``. The protocol then takes the tuple out.
 3. ``_booked``: the tuple is out: the suspect stops counting; the counters, the dashboards'
    last records and one warning line.
@@ -23,7 +24,7 @@ show it, ``poison_limit_error`` the message of a topology stopped by ``topology.
 
 Example:
     >>> Verdict(False, "the store is full")
-    Verdict(isolated=False, why_not='the store is full')
+    Verdict(isolated=False, why_not='the store is full', repeated=None)
 """
 
 from __future__ import annotations
@@ -35,7 +36,13 @@ from dataclasses import replace
 from typing import Any, NamedTuple, Protocol, TypeVar
 
 from statefulbolts.config import TopologyConfig
-from statefulbolts.deadletter._record import DeadLetter, LetterState
+from statefulbolts.deadletter._record import (
+    BatchOrigin,
+    DeadLetter,
+    FailedTuple,
+    LetterState,
+    SpoutOrigin,
+)
 from statefulbolts.deadletter._store import DeadLetterStore
 from statefulbolts.deadletter._tracker import PoisonTracker, Suspect
 from statefulbolts.errors import TopologyFailedError
@@ -59,10 +66,15 @@ class BackendCalls(Protocol):
 
 
 class Verdict(NamedTuple):
-    """What ``isolate`` did: the tuple was dead-lettered, or why it could not be (if it tried)."""
+    """What ``isolate`` did: the tuple was dead-lettered, or why it could not be (if it tried).
+
+    ``repeated`` (policy "stop", nothing dead-lettered): the failing tuple failed this many
+    transactions, ``topology.deadletter.after.failures``: every retry fails it again.
+    """
 
     isolated: bool
     why_not: str | None = None
+    repeated: int | None = None
 
 
 def summary(record: DeadLetter) -> dict[str, Any]:
@@ -108,6 +120,7 @@ class DeadLetters:
         failures: the failure gate every store access goes through.
         faults: the fault listener, told at the ``deadletter-*`` kill points.
         now: wall-clock seconds (injected in tests).
+        task_id: Storm's global task id of a component's task index (the record keeps both).
     """
 
     def __init__(
@@ -120,8 +133,9 @@ class DeadLetters:
         faults: FaultListener = NO_FAULTS,
         *,
         now: Callable[[], float],
+        task_id: Callable[[str, int], int],
     ) -> None:
-        self._name, self._tc, self.store = name, tc, store
+        self._name, self._tc, self.store, self._task_id = name, tc, store, task_id
         self._count, self._failures, self._faults = count, failures, faults
         self.tracker = PoisonTracker(tc.deadletter_after_failures, now)
         self.isolating = tc.deadletter_policy == "isolate"
@@ -135,6 +149,20 @@ class DeadLetters:
         self.last.clear()
         for record in sorted(records, key=lambda r: r.last_seen)[-_LAST:]:
             self.last.appendleft(summary(record))
+
+    def _not_blamed(self, why: str | None) -> Verdict:
+        """No one tuple is to blame, for ``why`` (said only when the policy would isolate it)."""
+        return Verdict(False, why if self.isolating else None)
+
+    def _repeats(self, record_id: str, error: Any) -> Verdict:
+        """Policy "stop": count the failed transaction against the tuple; nothing is recorded.
+
+        A tuple that failed ``topology.deadletter.after.failures`` transactions is known to
+        fail every retry (``Verdict.repeated``): the caller stops the topology at once.
+        """
+        suspect = self.tracker.failed(record_id, error.component)
+        repeated = suspect.failures if self.tracker.is_poison(suspect) else None
+        return Verdict(False, repeated=repeated)
 
     def _judge(self, record_id: str, error: Any, txid: int) -> Judged | None:
         """Step 1: whether the tuple of ``record_id`` is poison now (``None``: not yet).
@@ -161,6 +189,41 @@ class DeadLetters:
             )
         self._kill(KillPoint.DEADLETTER_DECIDED, txid)
         return Judged(suspect, held)
+
+    def _letter(
+        self,
+        error: Any,
+        origin: SpoutOrigin | BatchOrigin,
+        judged: Judged,
+        txid: int,
+        record_id: str,
+        traceback: str | None,
+    ) -> DeadLetter:
+        """The new record of ``error``'s failing tuple (a ``TaskError`` naming one)."""
+        failing = error.failing
+        return DeadLetter.first(
+            self.store.name,
+            self.store.scope,
+            error.component,
+            self._task_id(error.component, error.task),
+            error.task,
+            FailedTuple(
+                failing.source_component,
+                failing.source_task,
+                failing.stream,
+                failing.values,
+                failing.text,
+                failing.source_task_index,
+            ),
+            origin,
+            error.types,
+            error.message,
+            traceback,
+            txid=txid,
+            attempts=judged.suspect.failures,
+            at=judged.suspect.last_seen,
+            record_id=record_id,
+        )
 
     def _record(self, record: DeadLetter, judged: Judged, txid: int) -> DeadLetter:
         """Step 2: complete ``record`` with what the store held, and write it."""

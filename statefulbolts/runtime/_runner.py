@@ -377,7 +377,9 @@ class TopologyRunner(ABC):
             if fenced is not None:
                 fenced.__cause__ = exc
                 exc = fenced
-            log.error("topology %s stopped: %s", self.name, exc)
+            # Not an error line: the error goes to whoever waits on the topology (``await_idle``
+            # raises it, ``error`` holds it, the dashboard shows it), and is told there once.
+            log.info("topology %r ended with %s: %s", self.name, type(exc).__name__, exc)
             self.stats.log_error("fatal", str(exc), traceback=format_traceback(exc))
             self.error = exc
         finally:

@@ -448,10 +448,9 @@ class Stats:
         self.add_reports(result, names, plan.task_ids)
         errors = result.errors
         for e in errors:
-            task = plan.task_ids[e.comp][e.task]
-            text = f"component {names[e.comp]!r} task {task}: {e.text}"
+            text = f"component {names[e.comp]!r} task {e.task}: {e.text}"  # its index
             log.warning("txid %s: %s", txid, text)
-            self.error(names[e.comp], text, task=task, txid=txid, traceback=e.traceback)
+            self.error(names[e.comp], text, task=e.task, txid=txid, traceback=e.traceback)
         return errors
 
     def add_reports(

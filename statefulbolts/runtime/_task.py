@@ -159,9 +159,9 @@ def run_task(
             if isinstance(exc, UnshippableValueError):
                 culprit = exc.failing  # named where the value was found (``_sealing``)
             else:
-                culprit = FailingTuple.of(failing[-1], task, len(job.lead)) if failing else None
+                culprit = _failing_tuple(job, task, failing)
             raise encode_task_error(
-                exc, spec.id, context.this_task_id, job.txid, spec.user_class, culprit
+                exc, spec.id, task, job.txid, spec.user_class, culprit
             ) from exc
         seconds = time.perf_counter() - started
         report = TaskReport(
@@ -180,6 +180,17 @@ def run_task(
     changes = _end_state(job, roots)
     report = TaskReport(comp, task, metrics, tuple(collector.errors), changes, result)
     return _output(job, collector, into, left, report, stage, slot, final, n_next)
+
+
+def _failing_tuple(job: TaskJob, task: int, failing: list[Tuple]) -> FailingTuple | None:
+    """The facts of the data tuple the task executed last (``None``: it executed none)."""
+    if not failing:
+        return None
+    tuple_, plan = failing[-1], job.plan
+    comp = plan.index.get(tuple_.source_component)
+    ids = plan.task_ids[comp] if comp is not None else ()
+    index = ids.index(tuple_.source_task) if tuple_.source_task in ids else None
+    return FailingTuple.of(tuple_, task, len(job.lead), index)
 
 
 def _aborted(

@@ -40,10 +40,8 @@ from statefulbolts.deadletter import (
     DeadLetter,
     DeadLetters,
     DeadLetterStore,
-    FailedTuple,
     LetterState,
     ReplayPoller,
-    Scope,
     Slot,
     Verdict,
     batch_record_id,
@@ -88,11 +86,14 @@ class TransactionalDeadLetters(DeadLetters):
         stats: Stats,
         failures: BackendCalls,
         clock: Clock,
+        task_id: Callable[[str, int], int],
         faults: FaultListener = NO_FAULTS,
         now: Callable[[], float] = time.time,
     ) -> None:
         store = DeadLetterStore(conf, transactional_id=transactional_id, state_for=state_for)
-        super().__init__(name, tc, store, stats.add, failures, faults, now=now)
+        super().__init__(
+            name, tc, store, stats.add, failures, faults, now=now, task_id=task_id
+        )
         self._tid, self._state_for, self._clock, self._now = transactional_id, state_for, clock, now
         self._kind: SpoutKind = PLAIN
         self._changes: BatchChanges | None = None
@@ -245,7 +246,7 @@ class TransactionalDeadLetters(DeadLetters):
         4. Store the removal with ``txid``'s batch change (``deadletter-excluded`` after).
            The caller fails the attempt as usual: ``txid`` is emitted again, without it.
         """
-        if not self.isolating or error is None:
+        if error is None:
             return Verdict(False)
         failing = error.failing
         root = failing.root if failing is not None else None
@@ -262,37 +263,19 @@ class TransactionalDeadLetters(DeadLetters):
                 "tuple cannot be left out of its replays"
             )
         if why is not None or failing is None:
-            return Verdict(False, why)
+            return self._not_blamed(why)
         place = failing.root
         record_id = self._record_id(txid, place)
+        if not self.isolating:
+            return self._repeats(record_id, error)
         judged = self._judge(record_id, error, txid)
         if judged is None:
             return Verdict(False)
         slot, index = place_of(place)
         slot_name = Slot.REPLAYED if slot == REPLAYED else self._slot
-        record = DeadLetter.first(
-            self._tid,
-            Scope.TRANSACTIONAL,
-            error.component,
-            error.task,
-            failing.task_index,
-            FailedTuple(
-                failing.source_component,
-                failing.source_task,
-                failing.stream,
-                failing.values,
-                failing.text,
-            ),
-            BatchOrigin(txid, slot_name, slot if slot != REPLAYED else 0, index),
-            error.types,
-            error.message,
-            traceback,
-            txid=txid,
-            attempts=judged.suspect.failures,
-            at=judged.suspect.last_seen,
-            record_id=record_id,
-        )
-        record = self._record(record, judged, txid)
+        origin = BatchOrigin(txid, slot_name, slot if slot != REPLAYED else 0, index)
+        letter = self._letter(error, origin, judged, txid, record_id, traceback)
+        record = self._record(letter, judged, txid)
         change = self._batches.get(txid) or BatchChange()
         if place not in change.removed:
             change = change._replace(removed=(*change.removed, place))

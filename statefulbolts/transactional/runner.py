@@ -46,7 +46,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from providers import FATAL_STATE_ERRORS, KeyValueState, StateBackendError, StateFactory
+from providers import KeyValueState, StateFactory
+from recovery.gate import Failure
 from statefulbolts.clock import Clock
 from statefulbolts.context import TopologyContext
 from statefulbolts.errors import TopologyError
@@ -178,6 +179,7 @@ class TransactionalRunner(ProtocolRunner):
             self.stats,
             self._failures,
             self.clock,
+            self.plan.task_id,
             self.faults,
         )
         self._live: dict[int, _Batch] = {}
@@ -361,8 +363,6 @@ class TransactionalRunner(ProtocolRunner):
         exc = future.exception()
         if exc is not None:
             error, component, task, cause = describe_job_failure(exc)
-            outage = error is not None and error.is_a(StateBackendError)
-            fatal = error is not None and error.is_a(*FATAL_STATE_ERRORS)
             trace = worker_traceback(exc)
             # Before the commit phase nothing of the txid is written: an emitted tuple that does
             # not pickle (its emitter's own error, the emitting phase's) is left out as any.
@@ -370,11 +370,10 @@ class TransactionalRunner(ProtocolRunner):
             verdict = self.deadletters.isolate(batch.txid, processing, error, trace)
             if verdict.isolated:
                 cause = f"{cause}; the emitted tuple it came from was dead-lettered"
-            elif verdict.why_not is not None:
-                cause = f"{cause} (not dead-lettered: {verdict.why_not})"
-            self._failed(
-                batch, cause, component, task, outage, trace, fatal, isolated=verdict.isolated
-            )
+                failure = Failure.TRANSIENT
+            else:
+                failure, cause = self._judged(error, verdict, cause)
+            self._failed(batch, cause, component, task, failure, trace, isolated=verdict.isolated)
             return
         result = future.result()
         owned = self.images if phase is BatchPhase.COMMITTING else None
@@ -396,13 +395,14 @@ class TransactionalRunner(ProtocolRunner):
             msg = f"txid {batch.txid}: a job ended while its batch was {phase.value}"
             raise AssertionError(msg)
 
-    def _why_aborted(self, result: JobResult, errors: list[Any]) -> tuple[str, str, int, bool]:
+    def _why_aborted(
+        self, result: JobResult, errors: list[Any]
+    ) -> tuple[str, str, int, Failure]:
         names = self.plan.component_ids
         for report in result.reports:
-            if isinstance(report.result, BatchFailed):
-                task_id = self.plan.task_ids[report.comp][report.task]
-                return report.result.cause, names[report.comp], task_id, False
-        return "a task failed the batch", "", -1, False
+            if isinstance(report.result, BatchFailed):  # a FailedException: retried
+                return report.result.cause, names[report.comp], report.task, Failure.TRANSIENT
+        return "a task failed the batch", "", -1, Failure.TRANSIENT
 
     def _take_emission(self, batch: _Batch, result: JobResult) -> None:
         """Keep what the emitters of ``result`` returned: their metas, how many they emitted."""
@@ -465,15 +465,15 @@ class TransactionalRunner(ProtocolRunner):
         cause: str,
         component: str | None,
         task: int | None,
-        outage: bool,
+        failure: Failure,
         trace: str | None = None,
-        fatal: bool = False,
         *,
         isolated: bool = False,
     ) -> None:
         """Fail the attempt: drop it and every later active txid; the coordinator replays.
 
-        ``isolated``: it failed on a tuple now dead-lettered; the replay starts at once.
+        ``failure``: what it is (``recovery.gate.Failure``); ``isolated``: it failed on a tuple
+        now dead-lettered, and the replay starts at once.
         """
         assert self._coordinator is not None and self._metas is not None  # noqa: S101
         phase = batch.phase.job.label
@@ -506,8 +506,7 @@ class TransactionalRunner(ProtocolRunner):
                 cause,
                 component=component or None,
                 task=task,
-                outage=outage,
-                fatal=fatal,
+                failure=failure,
             )
         self._execute(commands)
 

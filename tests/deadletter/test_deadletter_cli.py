@@ -28,7 +28,8 @@ TOPO = "wc"
 
 
 def _letter(message_id: Any, word: str, at: float, **more: Any) -> DeadLetter:
-    failed = FailedTuple("split", 5, "default", [word], repr([word]))
+    # Task index 1 of 'count' (global id 9), from task index 2 of 'split' (global id 5).
+    failed = FailedTuple("split", 5, "default", [word], repr([word]), 2)
     origin = SpoutOrigin("sentences", 0, message_id, "default", [f"a {word} pill"], "")
     return DeadLetter.first(
         TOPO, "topology", "count", 9, 1, failed, origin, ("builtins.ValueError",),
@@ -87,7 +88,7 @@ def test_list_shows_every_record_for_people_and_for_machines(
     lines = out.splitlines()
     assert lines[0] == f"dead letters of topology '{TOPO}': 2 (in {TOPO}/$deadletter)"
     assert lines[1].split() == ["id", "state", "component", "task", "tries", "last", "seen"]
-    assert lines[2].split() == [first.id, "dead", "count", "9", "2", "2023-11-14", "22:13:20Z"]
+    assert lines[2].split() == [first.id, "dead", "count", "1", "2", "2023-11-14", "22:13:20Z"]
     assert lines[3].strip() == "ValueError: cannot count 'poison'"
     assert lines[4].strip() == (
         "tuple ['poison'], of spout 'sentences' task 0 message '1-0', stream default: "
@@ -115,8 +116,9 @@ def test_show_prints_one_record_with_its_traceback(
     code, out, _ = _cli(capsys, conf, tmp_path, "show", "--topology", TOPO, first.id)
     assert code == 0
     assert f"dead letter {first.id} of topology 'wc'" in out
-    assert "  component:  'count', task 9 (index 1)" in out
-    assert "  tuple:      ['poison'] from 'split' task 5, stream default" in out
+    # Task indexes, as the docs speak of tasks; Storm's global ids stay in the --json record.
+    assert "  component:  'count', task 1\n" in out
+    assert "  tuple:      ['poison'] from 'split' task 2, stream default" in out
     assert "  error:      builtins.ValueError: cannot count 'poison'" in out
     assert "  txid:       4; failed transactions: 2" in out
     assert out.rstrip().endswith("    Traceback (most recent call last):\n      boom")
