@@ -24,6 +24,7 @@ from recovery.lease import DriverLease, take_lease
 from statefulbolts.clock import Clock
 from statefulbolts.config import validate_config
 from statefulbolts.errors import ConfigError, TopologyError
+from statefulbolts.listeners import FaultListener
 from statefulbolts.namespaces import topology_prefix, transactional_prefix
 from statefulbolts.runtime import (
     ENGINES,
@@ -199,7 +200,7 @@ class LocalCluster:
         *,
         clock: Clock | None = None,
         on_transaction: Callable[[TransactionInfo], None] | None = None,
-        faults: Any = None,
+        faults: FaultListener | None = None,
         take_over: bool = False,
         lease: HeldLease | None = None,
     ) -> TopologyHandle:
@@ -207,7 +208,8 @@ class LocalCluster:
 
         The topology's lease is taken first (``take_topology_lease``; ``take_over`` takes it
         from a live driver), unless one taken earlier is given (``lease``: the CLI takes it
-        before Spark starts). The runner releases it when it stops.
+        before Spark starts). The runner releases it when it stops. ``faults``: a chaos test's
+        fault listener (``statefulbolts.listeners``), in place of ``topology.faults``.
 
         Raises:
             LeaseHeldError: another driver of the topology runs.
@@ -253,7 +255,7 @@ class LocalCluster:
         topology: Any,
         clock: Clock | None,
         on_transaction: Callable[[TransactionInfo], None] | None,
-        faults: Any,
+        faults: FaultListener | None,
         lease: HeldLease | None,
     ) -> TopologyRunner:
         """The protocol's runner: transactional, or checkpointing (which runs plain ones too)."""
