@@ -139,13 +139,6 @@ class CheckpointRunner(ProtocolRunner):
             raise TopologyError(msg)
         self.topology = topology
         stateful = [cid for cid, spec in topology.components.items() if spec.is_stateful]
-        prefix = topology_prefix(name)
-        # Each stateful component's namespaces, for the committed-key counter (``_advance``).
-        self._namespaces = {
-            cid: [str(TaskNamespace(prefix, cid, t)) for t in range(spec.parallelism)]
-            for cid, spec in topology.components.items()
-            if spec.is_stateful
-        }
         super().__init__(
             name,
             conf,
@@ -159,6 +152,13 @@ class CheckpointRunner(ProtocolRunner):
             faults=faults,
             lease=lease,
         )
+        prefix = topology_prefix(name)  # the name is valid: the base checked it
+        # Each stateful component's namespaces, for the committed-key counter (``_advance``).
+        self._namespaces = {
+            cid: [str(TaskNamespace(prefix, cid, t)) for t in range(spec.parallelism)]
+            for cid, spec in topology.components.items()
+            if spec.is_stateful
+        }
         self.starts: TransactionStarts | None = None  # each PREPARE's time and ticks, once open
         self.ledger = RootLedger(
             timeout_secs=self.tc.message_timeout_secs, timeouts=self.tc.enable_message_timeouts
