@@ -287,11 +287,17 @@ class _Reading:
             self._ends = source.ends(self.conf, source.partitions(self.conf))
         return self._ends
 
+    @property
+    def listed(self) -> bool:
+        """Whether this emission's ends were listed already."""
+        return self._ends is not None
+
     def end_of(self, tp: KafkaPartition) -> KafkaEnd | None:
         """``tp``'s end, ``None`` if the topic has no such partition (now)."""
         return self.ends().get(str(tp))
 
     def reader(self, tp: KafkaPartition, position: int | None, end: KafkaEnd) -> RecordReader:
+        """A reader of ``tp`` from ``position`` up to ``end``, digesting what it reads."""
         source = self.spout.source
         return RecordReader(source, source.settings(self.conf), tp, position, end, _new_digest())
 
@@ -312,7 +318,7 @@ class _Reading:
         if gap is not None:
             first = gap.resumed
             _report_gap(self.spout, tx, collector, partition, tp, gap.reason)
-        _emit(self.spout, tx, collector, batch.stream, batch.records)
+        _emit(tx, collector, batch.stream, batch.records)
         return {
             "topic": tp.topic,
             "partition": tp.partition,
@@ -324,12 +330,12 @@ class _Reading:
 
 
 def _emit(
-    spout: _KafkaTransactional,
     tx: TransactionAttempt,
     collector: BatchOutputCollector,
     stream: str,
     records: Sequence[Sequence[Any]],
 ) -> None:
+    """Emit each record's values on ``stream``, the attempt first."""
     emit = collector.emit
     for values in records:
         emit([tx, *values], stream)
@@ -462,7 +468,7 @@ class _Emitter(PartitionedTransactionalSpout.Emitter):
             if reader.consumed == count and batch.position == after:
                 found += " that differ from those first read (another digest)"
             raise self._lost(tx, partition, tp, meta, f"found {found}")
-        _emit(spout, tx, collector, batch.stream, batch.records)
+        _emit(tx, collector, batch.stream, batch.records)
 
     def _lost(
         self,
@@ -562,7 +568,7 @@ class _OpaqueEmitter(OpaquePartitionedTransactionalSpout.Emitter):
             position = None if last is None else last["next"]
             return reading.read_new(tx, collector, partition, tp, end, position)
         except KafkaUnavailableError as exc:
-            if self._reading._ends is None:
+            if not reading.listed:  # the listing failed: so would every partition's
                 self._away = exc
             log.warning(
                 "%s: partition %s (%s) unreachable (%s); txid %s emits nothing from it",
