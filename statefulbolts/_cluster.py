@@ -16,6 +16,7 @@ A topology whose config sets ``topology.ui.port`` gets its live dashboard and ``
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -31,12 +32,16 @@ from statefulbolts.runtime import (
     TopologyRunner,
     TransactionInfo,
     build_session,
+    topology_tag,
 )
 from statefulbolts.topology import StormTopology
 from statefulbolts.transactional import TransactionalTopology
 from statefulbolts.transactional.runner import TransactionalRunner
 
 log = logging.getLogger(__name__)
+
+# How long ``kill(wait=False)`` keeps cancelling jobs before it waits as ``kill`` does.
+_KILL_NOW_SECONDS = 30.0
 
 
 def lease_scope(name: str, topology: StormTopology | TransactionalTopology) -> str:
@@ -109,6 +114,14 @@ class TopologyHandle:
         self._runner.await_idle(timeout)
         return self
 
+    def wait_idle(self, timeout: float | None = None) -> bool:
+        """Whether the topology is idle within ``timeout`` seconds (``await_idle`` that says).
+
+        Raises:
+            TopologyFailedError: the topology stopped with an error, or was killed first.
+        """
+        return self._runner.wait_idle(timeout)
+
     def read_state(self, component_id: str) -> dict[Any, Any]:
         """The committed state of a component, merged over its tasks, as a dict.
 
@@ -139,14 +152,35 @@ class TopologyHandle:
         ui = self._ui
         return ui.url if ui is not None and ui.running else None
 
-    def kill(self) -> None:
-        """Stop the topology after the running transaction, then its dashboard."""
+    def kill(self, *, wait: bool = True) -> None:
+        """Stop the topology after the running transaction, then its dashboard.
+
+        ``wait=False``: without waiting for the running transaction: its Spark jobs are
+        cancelled, as a crashed driver's would be, and a restarted driver recovers it the same
+        way (``statefulbolts run --timeout``). A job of the inline engine runs to its end.
+        """
         try:
+            if not wait:
+                self._kill_now()
             self._runner.kill()
         finally:
             if self._ui is not None:
                 self._ui.stop()
             self._cluster._forget(self.name)
+
+    def _kill_now(self) -> None:
+        """Stop the driver loop, cancelling the topology's Spark jobs until it has stopped.
+
+        Cancelled again while the loop winds down: a step under way when the loop was told
+        to stop may still start one more job.
+        """
+        runner, spark = self._runner, self._cluster.spark
+        runner.kill(timeout=0)  # no new step from now on
+        deadline = time.monotonic() + _KILL_NOW_SECONDS
+        while not runner.done and time.monotonic() < deadline:
+            if spark is not None and spark.sparkContext._jsc is not None:
+                spark.sparkContext.cancelJobsWithTag(topology_tag(self.name))
+            runner.kill(timeout=0.2)
 
     @property
     def runner(self) -> TopologyRunner:

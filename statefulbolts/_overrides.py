@@ -49,7 +49,10 @@ def _public_name(cls: type) -> str:
 
 def _parameters(signature: inspect.Signature) -> str:
     """The parameters after ``self``, as a call spells them (``conf, context, n=1, *args``)."""
-    stars = {inspect.Parameter.VAR_POSITIONAL: "*", inspect.Parameter.VAR_KEYWORD: "**"}
+    stars: dict[inspect._ParameterKind, str] = {
+        inspect.Parameter.VAR_POSITIONAL: "*",
+        inspect.Parameter.VAR_KEYWORD: "**",
+    }
     shown = []
     for param in list(signature.parameters.values())[1:]:
         default = "" if param.default is param.empty else f"={param.default!r}"

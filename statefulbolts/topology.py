@@ -1,8 +1,9 @@
 """``TopologyBuilder`` and the immutable ``StormTopology`` it produces.
 
 Building executes nothing. Wiring is validated when it is declared (duplicate ids, parallelism,
-component types, overridden methods that the framework could not call: ``_overrides``) and when the topology is created (unknown sources and streams, grouping on an
-undeclared field, cycles, a stateful bolt with no input). When at least one stateful bolt exists,
+component types, overridden methods the framework could not call: ``_overrides``) and when the
+topology is created (unknown sources and streams, grouping on an undeclared field, cycles, a
+stateful bolt with no input). When at least one stateful bolt exists,
 ``create_topology`` adds ``$checkpointspout`` (parallelism 1) and wires the ``$checkpoint`` stream
 with all grouping from every distinct source of every bolt, as Storm does; stateful bolts are marked
 to run under ``StatefulBoltExecutor`` and every other bolt under ``CheckpointTupleForwarder``.

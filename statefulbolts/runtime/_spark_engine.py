@@ -7,7 +7,8 @@ running a topology lives here: the topology's broadcast, shipping code to the ex
 (``extlib/`` folders always, as files beside the tasks and never on their ``sys.path``; on a
 non-local master also the framework and the user's modules, see ``_shipping``), job groups and
 their cancellation: a job's ``JobSpec.group`` is its Spark job *tag*, so ``cancel(group)``
-reaches every job started under it whatever its action.
+reaches every job started under it whatever its action; every job of the topology also carries
+``topology_tag``.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from typing import Any
 from providers import DriverOwnedStateProvider, add_extlib_dirs, extlib_dirs
 from statefulbolts.errors import TopologyError
 from statefulbolts.listeners import NO_FAULTS, FaultListener
-from statefulbolts.runtime._engine import JobSpec, job_labels, tag, task_job
+from statefulbolts.runtime._engine import JobSpec, job_labels, tag, task_job, topology_tag
 from statefulbolts.runtime._images import ImageShipper
 from statefulbolts.runtime._inline import run_inline
 from statefulbolts.runtime._plan import ExecutionPlan
@@ -133,6 +134,7 @@ class SparkEngine:
         sc.setJobGroup(labels.group, labels.description, interruptOnCancel=True)
         sc.clearJobTags()
         sc.addJobTag(labels.tag)
+        sc.addJobTag(topology_tag(self.name))
         log.debug("running %s", labels.description)
 
         def stage(k: int) -> Any:
