@@ -481,6 +481,7 @@ class CheckpointRunner(TopologyRunner):
                 lambda: self.partitioned.orders(txid, self.ledger.reserve),
             )
         cp_root: int | None
+        started = time.perf_counter()  # before: an inline job, or a commit here, runs in submit
         if action is Action.COMMIT and self.jobs.commits_here:
             future, cp_root = self.jobs.commit_here(txid)
         else:
@@ -495,7 +496,6 @@ class CheckpointRunner(TopologyRunner):
             )
             future = self.engine.submit(spec)
         recovering = self.cp is not None and self.cp.recovering
-        started = time.perf_counter()
         self._job = _Job(txid, action, roots, started, future, cp_root, recovering, records, ticks)
 
     # ----------------------------------------------------------------- a job ended
