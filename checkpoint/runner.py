@@ -522,8 +522,10 @@ class CheckpointRunner(TopologyRunner):
         else:
             self.ledger.await_commit(job.txid, complete)
             self._advance(job, ok, errors[-1] if errors else None)
+        read = self.partitioned.read_in(job.txid)  # a partitioned spout's tuples (PREPARE)
+        acked, failed = (len(complete) + read, failed) if ok else (len(complete), failed + read)
         info = TransactionInfo(
-            job.txid, job.action, len(job.roots), seconds, ok, len(complete), failed
+            job.txid, job.action, len(job.roots) + read, seconds, ok, acked, failed
         )
         info.recovery = job.recovering
         if not ok:
@@ -684,4 +686,6 @@ class CheckpointRunner(TopologyRunner):
         emits = {**self.spouts.emitted_per_component(), **self.partitioned.emitted}
         for name, emitted in emits.items():
             comps.setdefault(name, {})["emitted"] = emitted
+        for name, acked in self.partitioned.acked.items():
+            comps.setdefault(name, {})["acked"] = acked
         return comps
