@@ -29,6 +29,7 @@ from statefulbolts.runtime._plan import ExecutionPlan
 from statefulbolts.runtime._program import TaskJob
 from statefulbolts.runtime._records import JobResult
 from statefulbolts.runtime._results import merge_results, reduce_acks
+from statefulbolts.runtime._retried import failed_attempts, retried_errors
 from statefulbolts.runtime._sealing import seal_inputs
 from statefulbolts.runtime._shipping import build_zip, code_to_ship, folder_source, sources, zip_dir
 from statefulbolts.runtime._spark import is_local
@@ -156,8 +157,13 @@ class SparkEngine:
             rdd = rdd.mapPartitionsWithIndex(stage(k))
         if spec.ackers > 0:
             parts = rdd.partitionBy(spec.ackers, _identity).mapPartitions(reduce_acks).collect()
-            return merge_results(parts)
-        return merge_results(reduce_acks(rdd.collect()))
+            result = merge_results(parts)
+        else:
+            result = merge_results(reduce_acks(rdd.collect()))
+        if any(report.attempt for report in result.reports):  # Spark's retry survived a failure
+            texts = failed_attempts(sc, labels.group)
+            result.retried = retried_errors(self.plan, result.reports, texts)
+        return result
 
     def _job(self, spec: JobSpec) -> TaskJob:
         """What every task of ``spec`` needs."""

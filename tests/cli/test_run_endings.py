@@ -128,9 +128,10 @@ def test_an_unreachable_store_is_exit_status_2_before_spark_starts(
 ) -> None:
     port = free_port()  # nothing listens there
     pool = {"host": "127.0.0.1", "port": port, "timeout": 500}
+    provider = {"jedisPoolConfig": pool}
     conf = write_conf(
         tmp_path,
-        {"topology.state.provider": REDIS, "topology.state.provider.config": {"jedisPoolConfig": pool}},
+        {"topology.state.provider": REDIS, "topology.state.provider.config": provider},
     )
     args = ["run", "examples.wordcount:topology", "--conf", str(conf)]
     done = statefulbolts(script, *args, cwd=tmp_path, blocked=["pyspark"])
