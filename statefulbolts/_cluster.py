@@ -17,12 +17,15 @@ from __future__ import annotations
 
 import logging
 import time
+import warnings
 from collections.abc import Callable, Mapping
 from typing import Any
 
 from checkpoint.runner import CheckpointRunner
+from providers import DriverOwnedStateProvider, get_provider, provider_name
 from recovery.lease import DriverLease, take_lease
 from statefulbolts.clock import Clock
+from statefulbolts.components import SpoutReplayWarning
 from statefulbolts.config import validate_config
 from statefulbolts.errors import ConfigError, TopologyError
 from statefulbolts.namespaces import topology_prefix, transactional_prefix
@@ -77,6 +80,47 @@ def take_topology_lease(
     return take_lease(
         dict(conf or {}), lease_scope(name, topology), what, take_over=take_over
     )
+
+
+def warn_of_spouts_that_cannot_replay(
+    name: str,
+    conf: Mapping[str, Any] | None,
+    topology: StormTopology | TransactionalTopology,
+    *,
+    leased: bool,
+) -> None:
+    """Warn (``SpoutReplayWarning``) of each spout that may count twice after a restart.
+
+    A checkpointed topology with state, in a durable provider (one that keeps leases,
+    ``leased``, or whose state the driver does not own), run with a spout that does not declare
+    ``durable_source = True`` (``Spout.durable_source``): a restarted driver's instance of it
+    may emit again what the committed state already counted. A transactional topology's spouts
+    replay by their own protocol.
+    """
+    if not isinstance(topology, StormTopology) or not topology.has_stateful_bolt:
+        return
+    if not leased and isinstance(get_provider(dict(conf or {})), DriverOwnedStateProvider):
+        return  # the driver's own state dies with it: a restart starts over, consistently
+    for cid, spec in sorted(topology.spouts.items()):
+        spout = spec.obj
+        if spout is None or getattr(spout, "durable_source", None) is True:
+            continue
+        kind = f"{type(spout).__module__}.{type(spout).__qualname__}"
+        says = (
+            "declares durable_source = False"
+            if spout.durable_source is False
+            else "does not declare durable_source = True"
+        )
+        warnings.warn(
+            f"topology {name!r}: spout {cid!r} ({kind}) {says}, and the state provider "
+            f"{provider_name(dict(conf or {}))} keeps the counts across a driver restart: after "
+            "one, what the spout emits again is counted again. Read a source that keeps its "
+            "place (RedisStreamSpout, DirectorySpout, KafkaSpout), or make the spout resume "
+            "after what its acks saw committed and set durable_source = True "
+            "(docs/getting-started.md, 'A durable spout')",
+            SpoutReplayWarning,
+            stacklevel=3,
+        )
 
 
 class TopologyHandle:
@@ -254,6 +298,7 @@ class LocalCluster:
         if lease is None:
             lease = take_topology_lease(name, conf, topology, take_over=take_over)
         try:
+            warn_of_spouts_that_cannot_replay(name, conf, topology, leased=lease is not None)
             runner = self._runner(name, conf, topology, clock, on_transaction, faults, lease)
         except BaseException:
             if lease is not None:

@@ -662,7 +662,8 @@ class _WarningsOnce:
             if (category, text) in self._shown:
                 return
             self._shown.add((category, text))
-        kind = "" if category is UserWarning else f"{category.__name__}: "
+        # A user warning (ours are kinds of it) is its text; another kind says its name.
+        kind = "" if issubclass(category, UserWarning) else f"{category.__name__}: "
         print(f"warning: {kind}{text}", file=file or sys.stderr, flush=True)
 
 

@@ -159,9 +159,13 @@ def test_the_readme_is_short_and_has_both_tours_and_the_two_commands() -> None:
     assert len(readme.splitlines()) <= 300
     assert "scripts/wordcount     #" in readme and "scripts/test          #" in readme
     assert "source .venv/bin/activate" in readme
-    tours = [b for b in BLOCKS if b.page.name == "README.md" and b.lang == "python"]
-    assert len(tours) == 2 and all(b.marker is None for b in tours)
+    blocks = [b for b in BLOCKS if b.page.name == "README.md" and b.lang == "python"]
+    assert all(b.marker is None for b in blocks)
+    tours = [b for b in blocks if "LocalCluster" in b.code]
+    assert len(tours) == 2
     assert "TopologyBuilder()" in tours[0].code and "TransactionalTopologyBuilder" in tours[1].code
+    # The tour's spout, in the form that can replay after a restart.
+    assert any("durable_source = True" in b.code for b in blocks if b not in tours)
 
 
 def test_no_pointer_to_files_outside_the_repository() -> None:
