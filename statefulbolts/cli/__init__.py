@@ -53,6 +53,7 @@ a supervised run returns its last child's status.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import logging
 import os
@@ -266,15 +267,15 @@ def _cmd_run(args: argparse.Namespace) -> int:
         if url is not None:
             event = {"event": "dashboard", "url": url}
             out.write(lambda: print_line(json.dumps(event) if args.json else f"dashboard: {url}"))
-        ended = "interrupted"
         try:
             ended = _until_idle(handle, deadline, out)
-            if ended == "idle" and url is not None and not args.exit_when_idle:
-                _serve_until_interrupted(handle, url, args.json, out)
-                ended = "closed" if out.closed.is_set() else ended
         except KeyboardInterrupt:
             ended = "interrupted"
             print("interrupted; stopping after the running transaction", file=sys.stderr)
+        if ended == "idle" and url is not None and not args.exit_when_idle:
+            with contextlib.suppress(KeyboardInterrupt):  # Ctrl-C: what ends the dashboard
+                _serve_until_interrupted(handle, url, args.json, out)
+            ended = "closed" if out.closed.is_set() else ended
         if ended == "timeout":
             print(f"error: {_timeout_line(handle, args.timeout)}", file=sys.stderr)
         metrics = handle.metrics()
