@@ -15,8 +15,8 @@ A run marker may carry options, separated by ``;``
 - ``redis P``: as ``ports``, with the test's own redis-server listening there.
 - ``kafka P``: as ``ports``, with the test's Kafka broker (``kafka_fixtures``) listening there.
 - ``serve P PATH [TEXT]``: the block serves until Ctrl-C (``P`` replaced as by ``ports``). It
-  runs in the background until ``http://127.0.0.1:P PATH`` answers 200 with a body, the page's
-  next blocks run while it serves, then (once its output shows ``TEXT``, if given) it gets
+  runs in the background until ``http://127.0.0.1:P PATH`` answers 200 with a body and its
+  output shows ``TEXT`` (if given), the page's next blocks run while it serves, then it gets
   SIGINT, as from Ctrl-C, and must exit with status 0.
 - ``paths PATH ...``: each absolute path is replaced by a new folder inside the page's folder.
 - ``in repository``: the block runs in the repository's folder (``mkdocs``).
@@ -488,12 +488,16 @@ class ShellPage:
             )
         self.servers.append((block, process, log))
         deadline = time.monotonic() + SERVE_TIMEOUT_S
-        while not _answers(url):
+        text = " ".join(block.options["serve"][2:])
+        while not _answers(url) or text not in log.read_text(errors="replace"):
             if process.poll() is not None:
                 msg = f"{block.where} exited {process.returncode} before {url} answered\n"
                 raise BlockFailedError(msg + _tail(log.read_text(errors="replace")))
             if time.monotonic() > deadline:
-                msg = f"{block.where}: {url} did not answer 200 within {SERVE_TIMEOUT_S} s\n"
+                msg = (
+                    f"{block.where}: {url} did not answer 200, or its output show {text!r}, "
+                    f"within {SERVE_TIMEOUT_S} s\n"
+                )
                 raise BlockFailedError(msg + _tail(log.read_text(errors="replace")))
             time.sleep(0.1)  # the poll's pace; the condition is the page answering
 
@@ -501,13 +505,6 @@ class ShellPage:
         """Ctrl-C to each serving block; each must exit 0 and have printed something."""
         failures = []
         for block, process, log in self.servers:
-            text = " ".join(block.options["serve"][2:])
-            deadline = time.monotonic() + SERVE_TIMEOUT_S
-            while text and process.poll() is None and text not in log.read_text(errors="replace"):
-                if time.monotonic() > deadline:
-                    failures.append(f"{block.where} did not print {text!r} in {SERVE_TIMEOUT_S} s")
-                    break
-                time.sleep(0.1)  # the poll's pace; the condition is the text in its output
             if process.poll() is None:
                 with contextlib.suppress(ProcessLookupError):
                     os.killpg(process.pid, signal.SIGINT)
