@@ -24,7 +24,9 @@ driver's policy around it:
    A lapsed lease (its holder stopped renewing) needs none of these.
 3. **Keep it while running.** ``DriverLease.keep`` renews four times per time to live
    (``topology.state.lease.timeout.secs``) on a daemon thread. A renewal that finds the lease
-   taken over tells the runner (``on_lost``), which stops; one the store fails or refuses (an
+   taken over tells the runner (``on_lost``), which stops; one that finds no lease at all
+   tells it the store lost its data (``StateLostError``: nobody took the lease, the store
+   forgot it); one the store fails or refuses (an
    outage, a full Redis) is tried again at the next period: the fence keeps a lapsed holder
    from writing meanwhile.
 4. **Release it on a clean stop**, so the next start does not wait. A release the store fails
@@ -62,6 +64,7 @@ from providers import (
     LeaseLostError,
     LeaseStore,
     ProviderError,
+    StateLostError,
     get_provider,
     provider_name,
 )
@@ -225,7 +228,7 @@ class DriverLease:
                     self.lease = self.store.renew(self.scope, self.epoch, self.lease.ttl_ms)
                 except LeaseLostError as exc:
                     log.error("%s: %s", self.what, exc)
-                    on_lost(exc)
+                    on_lost(exc if exc.lease is not None else self._record_gone(exc))
                     return
                 except ProviderError as exc:
                     # An outage or a refusal (a full Redis): the fence keeps writes safe
@@ -234,6 +237,18 @@ class DriverLease:
 
         self._thread = threading.Thread(target=renew, name=f"lease-{self.scope}", daemon=True)
         self._thread.start()
+
+    def _record_gone(self, exc: LeaseLostError) -> StateLostError:
+        """The store no longer has the lease at all: it lost data, nobody took it over."""
+        msg = (
+            f"{self.what}: the state store no longer holds its lease (epoch {self.epoch}) of "
+            f"{self.scope!r}: it restarted empty, was flushed, or is another database. The "
+            "topology stops rather than go on from a store that lost what it held; restore "
+            f"the store (a durable Redis keeps it: appendonly yes) [{exc}]"
+        )
+        err = StateLostError(msg)
+        err.__cause__ = exc
+        return err
 
     def taken_over(self) -> Lease | None:
         """The lease as it is now, if another driver holds it; ``None`` while it is ours.

@@ -10,12 +10,13 @@ dotted keys it reads from the topology config) and its errors, its sources besid
   topologies); ``load_stream`` / ``load_streams`` / ``pending_count`` to fill and inspect
   streams, ``python -m statefulbolts.connectors.redis load|info`` from a shell.
 
-- ``kafka``: ``KafkaSpout`` (read on the executors, offsets in the checkpoint), its record
-  translators and deserializers; imported from ``statefulbolts.connectors.kafka`` (the client,
-  confluent-kafka, is the ``kafka`` extra).
+- ``kafka``: ``KafkaSpout`` (read on the executors, offsets in the checkpoint),
+  ``KafkaTransactionalSpout`` / ``OpaqueKafkaTransactionalSpout`` (transactional topologies),
+  the record translators and deserializers; imported from ``statefulbolts.connectors.kafka``
+  (the client, confluent-kafka, is the ``kafka`` extra).
 
-The transactional Kafka spouts and the exactly-once sinks (Kafka, PostgreSQL, Redis, files) come
-here the same way, a system's sink in its own module next to its sources.
+The exactly-once sinks (Kafka, PostgreSQL, Redis, files) come here the same way, a system's
+sink in its own module next to its sources.
 
 Connectors sit above the protocols, as user code does: they implement the spout interfaces of
 ``statefulbolts`` (``Spout``, ``PartitionedSpout``) and of ``statefulbolts.transactional``

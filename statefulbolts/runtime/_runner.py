@@ -30,7 +30,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple, Protocol
 
-from providers import FENCE_EPOCH_KEY, Lease
+from providers import FENCE_EPOCH_KEY, Lease, LeaseLostError
 from statefulbolts.clock import Clock
 from statefulbolts.config import TopologyConfig, validate_config
 from statefulbolts.errors import DriverFencedError, TopologyError, TopologyFailedError
@@ -319,9 +319,12 @@ class TopologyRunner(ABC):
         if lease is None:
             return None
         now = lease.taken_over()
-        if now is None and self._lost is None:
-            return None
-        by = f": {now.describe()}" if now is not None else ""
+        if now is None:
+            lost = self._lost
+            if not isinstance(lost, LeaseLostError) or lost.lease is None:
+                return None  # not taken over (a lease record gone with the store is lost state)
+            now = lost.lease
+        by = f": {now.describe()}"
         msg = (
             f"topology {self.name!r}: this driver (lease epoch {lease.epoch}) was taken over by "
             f"another driver{by}; it stopped, and the store refuses its writes from now on. "
@@ -384,8 +387,10 @@ class TopologyRunner(ABC):
                     self._wait_a_little()
                 else:
                     self._after_progress()
-            if self._lost is not None:
-                raise self._lost
+            lost = self._lost
+            if lost is not None:
+                msg = f"topology {self.name!r} stopped: {lost}"
+                raise TopologyFailedError(msg, cause=str(lost), fatal=True) from lost
         except BaseException as exc:  # noqa: BLE001 - kept and re-raised to the caller
             fenced = self._fenced(exc)
             if fenced is not None:

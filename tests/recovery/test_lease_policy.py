@@ -23,6 +23,7 @@ from providers import (
     LeaseLostError,
     LeaseStore,
     StateBackendError,
+    StateLostError,
 )
 from recovery.lease import (
     DriverLease,
@@ -194,6 +195,27 @@ def test_take_over_fences_the_holder_and_its_renewal_reports_the_loss(
     assert isinstance(lost[0], LeaseLostError)
     first.release()
     assert store.records["wc/"]["epoch"] == 2 and store.records["wc/"]["expires"] > store.now
+
+
+def test_a_lease_record_gone_from_the_store_is_lost_state_not_a_take_over(
+    store: DictLeaseStore,
+) -> None:
+    lease = take_lease({}, "wc/", "topology 'wc'", holder=_holder())
+    assert lease is not None
+    lease.lease = Lease("wc/", 1, lease.lease.holder, 200, 200)  # renew every 50 ms
+    del store.records["wc/"]  # the store restarted empty
+    got: list[BaseException] = []
+    done = threading.Event()
+    lease.keep(lambda exc: (got.append(exc), done.set()))
+    assert done.wait(10)
+    lease.release()
+    (lost,) = got
+    assert isinstance(lost, StateLostError)
+    assert str(lost).startswith(
+        "topology 'wc': the state store no longer holds its lease (epoch 1) of 'wc/': it "
+        "restarted empty, was flushed, or is another database."
+    )
+    assert lease.taken_over() is None  # nobody took it: not a take-over
 
 
 def test_a_lapsed_lease_is_taken_without_a_flag(store: DictLeaseStore) -> None:
