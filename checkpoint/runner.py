@@ -435,6 +435,7 @@ class CheckpointRunner(ProtocolRunner):
                 lambda: self.partitioned.orders(txid, self.ledger.reserve),
             )
         cp_root: int | None
+        started = time.perf_counter()  # before: an inline job, or a commit here, runs in submit
         if action is Action.COMMIT and self.jobs.commits_here:
             future, cp_root = self.jobs.commit_here(txid)
         else:
@@ -449,7 +450,6 @@ class CheckpointRunner(ProtocolRunner):
             )
             future = self.engine.submit(spec)
         recovering = self.cp is not None and self.cp.recovering
-        started = time.perf_counter()
         self._job = _Job(txid, action, roots, started, future, cp_root, recovering, records, ticks)
 
     # ----------------------------------------------------------------- a job ended
@@ -476,8 +476,10 @@ class CheckpointRunner(ProtocolRunner):
         else:
             self.ledger.await_commit(job.txid, complete)
             self._advance(job, ok, errors[-1] if errors else None)
+        read = self.partitioned.read_in(job.txid)  # a partitioned spout's tuples (PREPARE)
+        acked, failed = (len(complete) + read, failed) if ok else (len(complete), failed + read)
         info = TransactionInfo(
-            job.txid, job.action, len(job.roots), seconds, ok, len(complete), failed
+            job.txid, job.action, len(job.roots) + read, seconds, ok, acked, failed
         )
         info.recovery = job.recovering
         if not ok:
@@ -630,4 +632,6 @@ class CheckpointRunner(ProtocolRunner):
         emits = {**self.spouts.emitted_per_component(), **self.partitioned.emitted}
         for name, emitted in emits.items():
             comps.setdefault(name, {})["emitted"] = emitted
+        for name, acked in self.partitioned.acked.items():
+            comps.setdefault(name, {})["acked"] = acked
         return comps

@@ -341,22 +341,32 @@ class TopologyRunner(ABC):
 
     def await_idle(self, timeout: float | None = None) -> None:
         """Block until the topology is idle; raise its error if it failed."""
+        if not self.wait_idle(timeout):
+            msg = f"topology {self.name!r} not idle after {timeout} s: {self.status()}"
+            raise TimeoutError(msg)
+
+    def wait_idle(self, timeout: float | None = None) -> bool:
+        """Whether the topology is idle within ``timeout`` seconds; its error if it failed.
+
+        Raises:
+            TopologyFailedError: (or the error it stopped with) it failed, or was killed first.
+        """
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
             if self.error is not None:
                 raise self.error
-            if self._idle.wait(0.05):
+            left = 0.05 if deadline is None else min(0.05, deadline - time.monotonic())
+            if self._idle.wait(max(left, 0.0)):
                 with self._lock:
                     if self._idle.is_set():
-                        return
+                        return True
             if self.done:
                 if self.error is not None:
                     raise self.error
                 msg = f"topology {self.name!r} was killed before it became idle"
                 raise TopologyFailedError(msg)
-            if deadline is not None and time.monotonic() > deadline:
-                msg = f"topology {self.name!r} not idle after {timeout} s: {self.status()}"
-                raise TimeoutError(msg)
+            if deadline is not None and time.monotonic() >= deadline:
+                return False
 
     def _set_idle(self, idle: bool) -> None:
         if idle:

@@ -127,7 +127,7 @@ def run_task(
     n_next = max(job.ackers, 1) if final else len(job.layout.stages[stage + 1])
     into = _sort_input(job, comp, task, items)
     if into.aborted:  # a task before this one failed by its protocol: do nothing of the batch
-        report = TaskReport(comp, task, TaskMetrics(0, 0, 0, 0, 0.0))
+        report = TaskReport(comp, task, TaskMetrics(0, 0, 0, 0, 0.0), attempt=task_attempt())
         return _aborted(into, report, stage, slot, final, n_next, job)
     topology = _load_topology(topology_blob)
     spec = topology.component(job.plan.component_ids[comp])
@@ -164,9 +164,9 @@ def run_task(
                 exc, spec.id, task, job.txid, spec.user_class, culprit
             ) from exc
         seconds = time.perf_counter() - started
-        report = TaskReport(
-            comp, task, TaskMetrics(0, 0, 0, 0, seconds), tuple(collector.errors), (), failed
-        )
+        metrics = TaskMetrics(0, 0, 0, 0, seconds)
+        errors = tuple(collector.errors)
+        report = TaskReport(comp, task, metrics, errors, (), failed, task_attempt())
         into.aborted.append(Aborted(comp, task))
         return _aborted(into, report, stage, slot, final, n_next, job)
     finally:
@@ -178,7 +178,8 @@ def run_task(
     seconds = time.perf_counter() - started
     metrics = TaskMetrics(executed, collector.emitted, acked, collector.failed, seconds)
     changes = _end_state(job, roots)
-    report = TaskReport(comp, task, metrics, tuple(collector.errors), changes, result)
+    errors = tuple(collector.errors)
+    report = TaskReport(comp, task, metrics, errors, changes, result, task_attempt())
     return _output(job, collector, into, left, report, stage, slot, final, n_next)
 
 

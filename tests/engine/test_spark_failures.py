@@ -38,10 +38,22 @@ def test_first_attempt_fault_is_retried_by_spark_and_counts_stay_exact(
         handle.await_idle(TIMEOUT)
         state = handle.read_state("sink")
         txs = topo.transactions(handle)
+        metrics = handle.metrics()
     finally:
         handle.kill()
 
     assert state == dict.fromkeys(range(n), 1)
+    # The failed attempt is an error that happened: counted once, in its component, and named.
+    assert metrics["components"]["sink"]["errors"] == 1
+    [error] = metrics["errors"]
+    assert error.startswith("component 'sink' task ")
+    cause = (
+        "Python worker exited unexpectedly"
+        if mode == "crash"
+        else f"{topo.__name__}.FirstAttemptFault raised RuntimeError: first-attempt fault on 37"
+    )
+    assert cause in error
+    assert error.endswith("(a failed attempt: Spark ran the task again, and it succeeded)")
     # The fault hit attempt 0 and Spark's retry (attempt 1) went through: nothing else saw it.
     lines = log.read_text(encoding="utf-8").split("\n")[:-1]
     assert [line.split()[0] for line in lines] == ["0", "1"], lines
@@ -68,10 +80,12 @@ def test_job_failing_for_good_rolls_back_and_replays_exactly(cluster: Any, tmp_p
         handle.await_idle(TIMEOUT)
         state = handle.read_state("sink")
         txs = topo.transactions(handle)
+        counters = handle.metrics()["components"]["sink"]
     finally:
         handle.kill()
 
     assert state == dict.fromkeys(range(n), 1)
+    assert counters["errors"] == 1  # the failed PREPARE(1), once (not its attempts again)
     assert txs == [
         ("INITSTATE", -1, True),
         ("PREPARE", 0, True),
