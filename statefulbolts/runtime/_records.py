@@ -126,6 +126,8 @@ class TaskReport(NamedTuple):
     changes: tuple[tuple[str, bytes], ...] = ()
     # What the protocol's task executor returned from ``finish`` (None for most).
     result: Any = None
+    # The component's registered metrics counted in this task (``statefulbolts.metrics``).
+    counted: tuple[tuple[str, float], ...] = ()
 
 
 def id_column(ids: list[int]) -> array[int]:

@@ -178,7 +178,9 @@ def run_task(
     seconds = time.perf_counter() - started
     metrics = TaskMetrics(executed, collector.emitted, acked, collector.failed, seconds)
     changes = _end_state(job, roots)
-    report = TaskReport(comp, task, metrics, tuple(collector.errors), changes, result)
+    report = TaskReport(
+        comp, task, metrics, tuple(collector.errors), changes, result, context.take_metric_values()
+    )
     return _output(job, collector, into, left, report, stage, slot, final, n_next)
 
 
