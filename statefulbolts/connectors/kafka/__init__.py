@@ -44,6 +44,7 @@ from statefulbolts.connectors.kafka._records import (
 )
 from statefulbolts.connectors.kafka._sink import (
     MARKER_TOPIC_KEY,
+    PARTITIONING_KEY,
     PRODUCER_PREFIX,
     PUBLISH_HEADER,
     PUBLISH_TIMEOUT_KEY,
@@ -71,6 +72,7 @@ __all__ = [
     "GROUP_KEY",
     "ISOLATION_KEY",
     "MARKER_TOPIC_KEY",
+    "PARTITIONING_KEY",
     "PASSWORD_KEY",
     "PATTERN_KEY",
     "PRODUCER_PREFIX",

@@ -77,7 +77,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Final, NamedTuple, Self
+from typing import TYPE_CHECKING, Any, Final, Literal, NamedTuple, Self
 
 import msgpack
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
@@ -110,6 +110,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "MARKER_TOPIC_KEY",
+    "PARTITIONING_KEY",
     "PRODUCER_PREFIX",
     "PUBLISH_HEADER",
     "PUBLISH_TIMEOUT_KEY",
@@ -138,6 +139,7 @@ MARKER_TOPIC_KEY: Final = "sink.kafka.marker.topic"
 TRANSACTIONAL_ID_PREFIX_KEY: Final = "sink.kafka.transactional.id.prefix"
 PUBLISH_TIMEOUT_KEY: Final = "sink.kafka.publish.timeout.ms"
 TRANSACTION_TIMEOUT_KEY: Final = "sink.kafka.transaction.timeout.ms"
+PARTITIONING_KEY: Final = "sink.kafka.partitioning"
 PRODUCER_PREFIX: Final = "sink.kafka.producer."
 TXID_HEADER: Final = "statefulbolts.txid"
 PUBLISH_HEADER: Final = "statefulbolts.publish"
@@ -328,6 +330,16 @@ class KafkaSinkConfig(BaseModel):
         ),
         json_schema_extra={"shown_default": "`statefulbolts.<topology>`"},
     )
+    partitioning: Literal["key", "task"] | None = Field(
+        None,
+        alias=PARTITIONING_KEY,
+        description=(
+            "`KafkaSink`: the partition of a record that names none: `key` (the producer's "
+            "partitioner, by the record's key) or `task` (the sink task's index modulo the "
+            "topic's partitions: each task writes partitions of its own)."
+        ),
+        json_schema_extra={"shown_default": "`key`"},
+    )
     publish_timeout_ms: int | None = Field(
         None,
         alias=PUBLISH_TIMEOUT_KEY,
@@ -388,6 +400,7 @@ class _Settings(NamedTuple):
     topic: str | None
     marker_topic: str
     prefix: str | None  # None: statefulbolts.<topology>
+    partitioning: str
     publish_timeout_s: float
     transaction_timeout_ms: int
     client: tuple[tuple[str, Any], ...]  # bootstrap.servers, kafka.* and sink.kafka.producer.*
@@ -459,7 +472,8 @@ class KafkaSink(Sink):
         key: the field holding the record's key (``None``: no key).
         value: the field holding the record's value.
         topic_field: a field holding the record's topic (``None`` in it: ``topic``).
-        partition_field: a field holding the record's partition (``None``: by key).
+        partition_field: a field holding the record's partition (``None``: by
+            ``partitioning``).
         headers_field: a field holding ``(name, value)`` header pairs.
         mapper: a function of the tuple returning a ``ProducerRecord`` (or ``None`` to write
             nothing); used instead of the fields. Module-level, so it pickles.
@@ -474,6 +488,11 @@ class KafkaSink(Sink):
         publish_timeout_ms: else ``sink.kafka.publish.timeout.ms``, else 30 s.
         transaction_timeout_ms: else ``sink.kafka.transaction.timeout.ms``, else 60 s.
         txid_headers: add the ``statefulbolts.txid`` and ``statefulbolts.publish`` headers.
+        partitioning: where a record that names no partition goes: ``"key"`` (the producer's
+            partitioner, by key) or ``"task"`` (the sink task's index modulo the topic's
+            partitions, so each task writes partitions of its own; with the sink's input
+            grouped by the record key, a key still stays in one partition while the
+            parallelism stays the same) (else ``sink.kafka.partitioning``, else ``"key"``).
     """
 
     def __init__(
@@ -494,8 +513,10 @@ class KafkaSink(Sink):
         publish_timeout_ms: int | None = None,
         transaction_timeout_ms: int | None = None,
         txid_headers: bool = True,
+        partitioning: str | None = None,
     ) -> None:
         given = {
+            PARTITIONING_KEY: partitioning,
             SINK_TOPIC_KEY: topic,
             MARKER_TOPIC_KEY: marker_topic,
             TRANSACTIONAL_ID_PREFIX_KEY: transactional_id_prefix,
@@ -524,21 +545,30 @@ class KafkaSink(Sink):
         self.publish_timeout_ms = publish_timeout_ms
         self.transaction_timeout_ms = transaction_timeout_ms
         self.txid_headers = txid_headers
+        self.partitioning = partitioning
+        self._reset()
+
+    def _reset(self) -> None:
+        """A task's settings and topic sizes: none is pickled with the sink."""
         self._settings: _Settings | None = None
         self._for_conf: Mapping[str, Any] | None = None
+        self._task = 0  # the sink task's index, for partitioning "task"
+        self._partitions: dict[str, int] = {}  # topic -> its number of partitions
 
     def __getstate__(self) -> dict[str, Any]:
-        return {k: v for k, v in vars(self).items() if k not in ("_settings", "_for_conf")}
+        own = ("_settings", "_for_conf", "_task", "_partitions")
+        return {k: v for k, v in vars(self).items() if k not in own}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         vars(self).update(state)
-        self._settings, self._for_conf = None, None
+        self._reset()
 
     @property
     def name(self) -> str:
         """``Kafka topic '<topic>'`` (or the field that names it)."""
-        if self.topic is not None:
-            return f"Kafka topic {self.topic!r}"
+        topic = self.topic or (self._settings.topic if self._settings is not None else None)
+        if topic is not None:
+            return f"Kafka topic {topic!r}"
         return (
             "Kafka topics" if self.topic_field is None else f"Kafka topic of {self.topic_field!r}"
         )
@@ -587,6 +617,7 @@ class KafkaSink(Sink):
             topic,
             marker,
             self.transactional_id_prefix or config.transactional_id_prefix,
+            self.partitioning or config.partitioning or "key",
             publish_ms / 1000.0,
             txn_ms,
             tuple(sorted(client.items())),
@@ -610,6 +641,7 @@ class KafkaSink(Sink):
         """Resolve the settings for this task (nothing connects yet)."""
         require_kafka(_NAME)
         self.settings(conf)
+        self._task = int(getattr(context, "this_task_index", 0) or 0)
 
     def check_config(self, conf: Mapping[str, Any]) -> None:
         """The keys, the producer settings, and (if the cluster answers in 5 s) topics and limit.
@@ -686,7 +718,10 @@ class KafkaSink(Sink):
         if topic is None:
             msg = f"{_NAME}: a record with no topic, and the sink has none ({SINK_TOPIC_KEY!r})"
             raise SinkStageError(msg)
-        partition = -1 if record.partition is None else record.partition
+        partition = record.partition
+        if partition is None:
+            by_task = self._settings is not None and self._settings.partitioning == "task"
+            partition = self._task % self._partition_count(topic) if by_task else -1
         if isinstance(partition, bool) or not isinstance(partition, int) or partition < -1:
             msg = f"{_NAME}: partition {partition!r} is not a partition number"
             raise SinkStageError(msg)
@@ -708,6 +743,37 @@ class KafkaSink(Sink):
             raise SinkStageError(msg) from exc
         headers = [[str(n), v.encode() if isinstance(v, str) else v] for n, v in record.headers]
         return [topic, partition, key, value, headers or None]
+
+    def _partition_count(self, topic: str) -> int:
+        """How many partitions ``topic`` has, listed once per task.
+
+        All topics are listed: naming one makes a broker that creates topics on demand make it.
+
+        Raises:
+            SinkStageError: the topic does not exist.
+            KafkaUnavailableError: the cluster did not answer.
+        """
+        count = self._partitions.get(topic)
+        if count is None:
+            settings = self._current()
+            kafka = require_kafka(_NAME)
+            try:
+                listed = _admin(settings.client).list_topics(timeout=settings.publish_timeout_s)
+            except kafka.KafkaException as exc:
+                raise broker_error(
+                    exc, step="listing topics", subject=self.name, bootstrap=settings.bootstrap
+                ) from exc
+            self._partitions = {
+                n: len(t.partitions) for n, t in listed.topics.items() if t.partitions
+            }
+            count = self._partitions.get(topic)
+            if count is None:
+                msg = (
+                    f"{_NAME}: topic {topic!r} not found on the Kafka cluster at "
+                    f"{settings.bootstrap}"
+                )
+                raise SinkStageError(msg)
+        return count
 
     def _field(self, tuple_: Tuple, name: str) -> Any:
         try:

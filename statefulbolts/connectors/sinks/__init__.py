@@ -9,8 +9,8 @@ What every sink shares, whatever the system:
   transaction is prepared and publishes them when it commits, each lane's records with its
   marker in one atomic step of the target, so a replayed commit is a no-op;
 - ``AtLeastOnceSinkBolt``: writes at once, for idempotent targets that prefer latency;
-- ``staged_holdings`` and ``StagedKey``: how staged records sit in a sink task's state (for
-  tools: ``statefulbolts sink status``).
+- ``staged_holdings`` and ``StagedKey``: how staged records sit in a sink task's state;
+  ``sink_status`` reads them offline with each lane's marker (``statefulbolts sink status``).
 
 Each system's sink lives with its sources: ``statefulbolts.connectors.kafka.KafkaSink``.
 
@@ -39,12 +39,19 @@ from statefulbolts.connectors.sinks._bolt import (
 )
 from statefulbolts.connectors.sinks._metrics import SINK_METRICS
 from statefulbolts.connectors.sinks._staging import StagedKey, anchor_for
+from statefulbolts.connectors.sinks._status import (
+    LaneStatus,
+    SinkTaskStatus,
+    sink_bolts,
+    sink_status,
+)
 
 __all__ = [
     "SINK_METRICS",
     "AtLeastOnceSinkBolt",
     "ExactlyOnceSinkBolt",
     "Lane",
+    "LaneStatus",
     "PublishResult",
     "Sink",
     "SinkConfigError",
@@ -53,9 +60,12 @@ __all__ = [
     "SinkMarkerError",
     "SinkPublishError",
     "SinkStageError",
+    "SinkTaskStatus",
     "StagedBatch",
     "StagedKey",
     "anchor_for",
+    "sink_bolts",
+    "sink_status",
     "staged_holdings",
 ]
 

@@ -135,6 +135,10 @@ class ExactlyOnceSinkBolt(StatefulBolt):
     def __repr__(self) -> str:
         return f"ExactlyOnceSinkBolt({self.sink.name})"
 
+    def check_config(self, conf: Mapping[str, Any]) -> None:
+        """The sink's ``check_config``: in the driver, before the topology starts."""
+        self.sink.check_config(conf)
+
     # ---------------------------------------------------------------- the task's life
     def prepare(
         self, conf: Mapping[str, Any], context: TopologyContext, collector: OutputCollector
@@ -319,6 +323,10 @@ class AtLeastOnceSinkBolt(BasicBolt):
 
     def __repr__(self) -> str:
         return f"AtLeastOnceSinkBolt({self.sink.name})"
+
+    def check_config(self, conf: Mapping[str, Any]) -> None:
+        """The sink's ``check_config``: in the driver, before the topology starts."""
+        self.sink.check_config(conf)
 
     def prepare(self, conf: Mapping[str, Any], context: TopologyContext) -> None:
         """Open the sink."""
