@@ -179,6 +179,7 @@ CONNECTOR_MODELS = (
     "statefulbolts.connectors.redis.RedisStreamConfig",
     "statefulbolts.connectors.redis.PartitionedRedisStreamConfig",
     "statefulbolts.connectors.kafka.KafkaSpoutConfig",
+    "statefulbolts.connectors.kafka.KafkaSinkConfig",
 )
 
 

@@ -63,6 +63,7 @@ def test_a_registered_metric_is_summed_over_tasks_and_reaches_prometheus() -> No
         handle.await_idle(60)
         counted = handle.metrics()["components"]["split"]["metric.words_split"]
         from statefulbolts.ui import TopologyCollector  # the dashboard's optional dependency
+        from statefulbolts.ui._snapshot import snapshot  # the dashboard's page model
 
         runner = handle._runner
         registry = CollectorRegistry()
@@ -70,7 +71,10 @@ def test_a_registered_metric_is_summed_over_tasks_and_reaches_prometheus() -> No
         families = {
             f.name: f for f in text_string_to_metric_families(generate_latest(registry).decode())
         }
+        rows = {row["id"]: row for row in snapshot(runner.observe(), [], None)["components"]}
         handle.kill()
+    assert rows["split"]["metrics"] == {"words_split": words}
+    assert rows["sentences"]["metrics"] == {}
     assert counted == words
     [sample] = [
         s for s in families["statefulbolts_words_split"].samples if s.name.endswith("_total")
