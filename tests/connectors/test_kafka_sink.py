@@ -403,3 +403,16 @@ def test_partitioning_by_task_gives_each_task_its_own_partition(
     assert explicit.stage(make_tuple(["v", 0], fields=["value", "p"]))[1] == 0
     with pytest.raises(ValueError, match="partitioning"):
         KafkaSink(topic, partitioning="round-robin")
+
+
+def test_statefulbolts_run_checks_a_sink_s_topics_before_spark_starts(
+    kafka_broker: Any, kafka_topic: Any
+) -> None:
+    from examples.kafka_to_kafka import build
+    from statefulbolts.cli import check_before_spark
+
+    topic = kafka_topic()
+    conf = {**CONF, "kafka.bootstrap.servers": kafka_broker.bootstrap}
+    check_before_spark(conf, topology=build(topic, topic, kafka_broker.bootstrap))
+    with pytest.raises(SinkConfigError, match=r"topic 'gone-.*' not found"):
+        check_before_spark(conf, topology=build(topic, f"gone-{topic}", kafka_broker.bootstrap))

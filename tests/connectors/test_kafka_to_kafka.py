@@ -78,19 +78,61 @@ def _crash_demo(bootstrap: str, redis_url: str, tmp_path: Path, *extra: str) -> 
     return doc
 
 
-def test_the_demo_publishes_every_change_exactly_once(kafka_broker: Any, redis_server: Any) -> None:
+def _main(module: Any, argv: list[str]) -> tuple[int, dict[str, Any]]:
     out = io.StringIO()
     with contextlib.redirect_stdout(out):
-        status = kafka_to_kafka.main(
-            ["--bootstrap", kafka_broker.bootstrap, "--redis-url", redis_server.url]
-            + ["--load", "300", "--engine", "inline", "--json"]
-        )
-    doc = json.loads(out.getvalue())
+        status = module.main(argv)
+    return status, json.loads(out.getvalue())
+
+
+def test_the_demo_publishes_every_change_exactly_once_and_the_cli_says_so(
+    kafka_broker: Any, redis_server: Any, tmp_path: Path
+) -> None:
+    name = f"k2k-inline-{kafka_broker.new_topic_name()}"
+    in_topic, out_topic = f"{name}-in", f"{name}-out"
+    status, doc = _main(
+        kafka_to_kafka,
+        ["--bootstrap", kafka_broker.bootstrap, "--redis-url", redis_server.url, "--name", name]
+        + ["--in-topic", in_topic, "--out-topic", out_topic, "--load", "300"]
+        + ["--engine", "inline", "--json"],
+    )
     assert status == 0, doc
     assert (doc["exact"], doc["problems"], doc["aborted_records"]) == (True, [], 0)
     assert doc["words"] == len(kafka_to_kafka.expected_counts(300))
     # Every record the sink's tasks counted as published is one update of the change log.
     assert doc["records_published"] == doc["updates"] > doc["words"]
+
+    conf = tmp_path / "k2k.json"
+    conf.write_text(
+        json.dumps(
+            {
+                "topology.state.provider": "providers.redis.RedisKeyValueStateProvider",
+                "topology.state.provider.config": {"redisConfig": {"url": redis_server.url}},
+                "kafka.bootstrap.servers": kafka_broker.bootstrap,
+                "sink.kafka.topic": out_topic,
+            }
+        )
+    )
+    from checkpoint.status import checkpoint_status
+    from statefulbolts import cli
+
+    saved = checkpoint_status(json.loads(conf.read_text()), name, []).checkpoint
+    assert saved is not None and saved.phase.value == "COMMITTED"
+    args = ["--conf", str(conf), "--topology", name]
+    args += ["--topology-module", "examples.kafka_to_kafka:topology", "--json"]
+    status, status_doc = _main(cli, ["sink", "status", *args])
+    assert status == 0
+    tasks = status_doc["tasks"]
+    assert [(t["task"], t["own_lane"]) for t in tasks] == [(0, "0of2"), (1, "1of2")]
+    for t in tasks:  # the last transaction, published and still staged until a next PREPARE
+        assert t["last_published_txid"] == saved.txid and t["unpublished_records"] == 0
+        [lane] = t["lanes"]
+        assert lane["staged_txids"] in ([saved.txid], [])
+    status, aborted = _main(cli, ["sink", "abort-lingering", *args])
+    assert status == 0
+    assert aborted["fenced"] == {
+        "publish": [f"statefulbolts.{name}.publish.0of2", f"statefulbolts.{name}.publish.1of2"]
+    }
 
 
 @pytest.mark.spark

@@ -274,3 +274,43 @@ def test_a_sink_not_grouped_by_fields_refuses_to_scale_down_while_it_holds_recor
     run.topology = topology(run.name, 1)
     with pytest.raises(StateEvolutionError, match=r"task 1 holds state .*not fields-grouped"):
         evolve_to_topology(run.conf, f"{run.name}/", run.topology)
+
+
+# ------------------------------------------------------------------ at least once
+def test_the_at_least_once_bolt_writes_at_once_and_again_on_a_replay() -> None:
+    from statefulbolts.components import BasicBoltExecutor
+    from statefulbolts.connectors.sinks import AtLeastOnceSinkBolt
+    from statefulbolts.testing import make_context
+
+    name = f"sinkbolt-alo-{next(_names)}"
+    bolt = BasicBoltExecutor(AtLeastOnceSinkBolt(MemorySink(name)))
+    out = RecordingCollector()
+    bolt.prepare({}, make_context("publish", stateful=False, checkpointed=True), out)
+    first = make_tuple(["a"], fields=["value"])
+    bolt.execute(first)
+    assert memory_target(name).values() == [["a"]]  # before any checkpoint
+    assert out.acked == [first]
+    bolt.execute_batch(ColumnBatch([["b"], ["c"]], Fields("value"), "words", 1))
+    bolt.execute(first)  # the replay of a rolled-back transaction: written again
+    assert memory_target(name).values() == [["a"], ["b"], ["c"], ["a"]]
+
+
+def test_a_sink_without_write_cannot_be_written_at_least_once() -> None:
+    from statefulbolts.connectors.kafka import KafkaSink
+    from statefulbolts.connectors.sinks import AtLeastOnceSinkBolt, Sink
+
+    class OnlyOnce(Sink):
+        def stage(self, tuple_: Any) -> Any:
+            return None
+
+        def published(self, lane: Any) -> None:
+            return None
+
+        def publish(self, *args: Any) -> Any:
+            raise NotImplementedError
+
+    with pytest.raises(TypeError, match="has no at-least-once write"):
+        AtLeastOnceSinkBolt(OnlyOnce())
+    assert repr(AtLeastOnceSinkBolt(KafkaSink("t"))) == "AtLeastOnceSinkBolt(Kafka topic 't')"
+    with pytest.raises(TypeError, match="needs a Sink"):
+        ExactlyOnceSinkBolt(object())  # type: ignore[arg-type]
