@@ -21,10 +21,11 @@ bolt does the staging, the recovery and the rescaling; a sink implements four th
     Make records visible, once. ``batches`` are the lane's staged records per txid
     (``StagedBatch``), oldest first, each txid at most ``txid``. In ONE atomic step of the
     target the sink reads the lane's marker ``m``, writes the records of every batch with
-    ``m < batch.txid`` in order, and sets the marker to ``txid``; when ``m >= txid`` it writes
-    nothing. This is the idempotence rule: a commit re-run after any crash, a Spark retry of
-    the task, or a stale attempt still running publishes nothing twice, because the marker is
-    stored with the records, in the same step, and decides. ``epoch`` is the lease epoch of
+    ``m < batch.txid`` in order, and sets the marker to ``txid``; when ``m >= txid``, or when
+    no batch is above ``m``, it writes nothing (the marker included). This is the idempotence
+    rule: a commit re-run after any crash, a Spark retry of the task, or a stale attempt still
+    running publishes nothing twice, because the marker is stored with the records, in the
+    same step, and decides. ``epoch`` is the lease epoch of
     the driver running the task (``None``: no lease): a target that can compare it in the
     same step (a row in a database, a Redis script) refuses a publish whose epoch is below the
     one stored with the marker, raising ``SinkFencedError``; one that cannot (Kafka fences
