@@ -13,7 +13,7 @@ from checkpoint.driver_commit import commit_hooks
 from checkpoint.executor import StatefulBoltExecutor
 from checkpoint.forwarder import CheckpointTupleForwarder
 from checkpoint.spout import TX_STATE_KEY, CheckpointSpout
-from checkpoint.task import CheckpointTask, CheckpointTaskProgram, TaskHooks
+from checkpoint.task import CheckpointTask, CheckpointTaskProgram
 
 __all__ = [
     "MANIFEST_KEY",
@@ -29,7 +29,6 @@ __all__ = [
     "CheckpointTupleForwarder",
     "SpoutMessages",
     "StatefulBoltExecutor",
-    "TaskHooks",
     "TransactionManifest",
     "TxPhase",
     "check_stored_txids",

@@ -83,7 +83,9 @@ class BaseStatefulBoltExecutor(Bolt):
         try:
             self.handle_checkpoint(cp, action, txid)
         except Exception as exc:  # noqa: BLE001 - any failure fails the checkpoint, as in Storm
-            log.warning("%s(%s) failed in %r: %s", action.value, txid, self._context, exc)
+            ctx = self._context
+            where = f"{ctx.this_component_id!r} task {ctx.this_task_index}" if ctx else "?"
+            log.warning("%s(%s) failed in component %s: %s", action.value, txid, where, exc)
             self.collector.fail(cp)
             self.collector.report_error(exc)
             return

@@ -43,7 +43,8 @@ class AnchoringOutputCollector(OutputCollector):
         if anchors is None:
             ctx = self._context
             msg = (
-                f"bolt {ctx.this_component_id!r} task {ctx.this_task_id} emitted {list(values)!r} "
+                f"bolt {ctx.this_component_id!r} task {ctx.this_task_index} emitted "
+                f"{list(values)!r} "
                 f"on stream {stream!r} without anchors; bolts in a stateful topology must emit "
                 "anchored tuples: pass anchors=<input tuple>"
             )

@@ -35,15 +35,13 @@ from typing import Any
 
 from checkpoint._ledger import RootLedger
 from checkpoint._spouts import SpoutTask, SpoutTasks
-from recovery.gate import FailureGate
-from recovery.poison import PoisonDesk
 from statefulbolts.clock import Clock
 from statefulbolts.deadletter import (
-    DEAD,
-    REPLAY,
+    BackendCalls,
     DeadLetter,
+    DeadLetters,
     DeadLetterStore,
-    FailedTuple,
+    LetterState,
     ReplayPoller,
     SpoutOrigin,
     Verdict,
@@ -125,7 +123,7 @@ class _ReplaySpout:
         return record_id in self.queued or record_id in self.flying
 
 
-class CheckpointDeadLetters(PoisonDesk):
+class CheckpointDeadLetters(DeadLetters):
     """Poison spout tuples of one checkpointed topology (see the module docstring)."""
 
     def __init__(
@@ -137,13 +135,15 @@ class CheckpointDeadLetters(PoisonDesk):
         spouts: SpoutTasks,
         ledger: RootLedger,
         stats: Stats,
-        failures: FailureGate,
+        failures: BackendCalls,
         clock: Clock,
         faults: FaultListener = NO_FAULTS,
         now: Callable[[], float] = time.time,
     ) -> None:
         store = DeadLetterStore(conf, topology=name)
-        super().__init__(name, tc, store, stats.add, failures, faults, now=now)
+        super().__init__(
+            name, tc, store, stats.add, failures, faults, now=now, task_id=plan.task_id
+        )
         self._plan, self._spouts, self._ledger = plan, spouts, ledger
         self._clock, self._now = clock, now
         self._source: _ReplaySpout | None = None
@@ -178,7 +178,7 @@ class CheckpointDeadLetters(PoisonDesk):
         if source is None:
             return
         for record in records:
-            if record.state != REPLAY or source.knows(record.id):
+            if record.state is not LetterState.REPLAY or source.knows(record.id):
                 continue
             origin = record.origin
             spout = (
@@ -194,7 +194,7 @@ class CheckpointDeadLetters(PoisonDesk):
     def keep(self, record: DeadLetter, why: str) -> None:
         """``record`` cannot be replayed: it stays, held again (``"dead"``), and says why."""
         log.warning("dead letter %s cannot be replayed (%s); it stays", record.id, why)
-        kept = functools.partial(self.store.put, replace(record, state=DEAD))
+        kept = functools.partial(self.store.put, replace(record, state=LetterState.DEAD))
         self._failures.with_backend(f"keeping dead letter {record.id}", kept)
 
     # ----------------------------------------------------------------- replays
@@ -254,7 +254,7 @@ class CheckpointDeadLetters(PoisonDesk):
         Returns:
             Whether the tuple was dead-lettered, or (when it could not be) why.
         """
-        if not self.isolating or error is None:
+        if error is None:
             return Verdict(False)
         failing = error.failing
         root = failing.root if failing is not None else None
@@ -265,10 +265,10 @@ class CheckpointDeadLetters(PoisonDesk):
                 "topology runs fixed code"
             )
         if why is not None or failing is None:
-            return Verdict(False, why)
+            return self._not_blamed(why)
         live = self._ledger.live.get(failing.root)
         if live is None or failing.root not in roots:
-            return Verdict(False, "its spout tuple is no longer pending (timed out, or failed)")
+            return self._not_blamed("its spout tuple is no longer pending (timed out, or failed)")
         index, message_id = live
         st = self._spouts.tasks[index]
         source = self._source
@@ -277,6 +277,8 @@ class CheckpointDeadLetters(PoisonDesk):
             record_id = str(message_id)
         else:
             record_id = spout_record_id(self._name, st.name, st.task, message_id)
+        if not self.isolating:
+            return self._repeats(record_id, error)
         judged = self._judge(record_id, error, txid)
         if judged is None:
             return Verdict(False)
@@ -284,29 +286,9 @@ class CheckpointDeadLetters(PoisonDesk):
             origin = judged.held.origin
         else:
             origin = self._origin(st, message_id, failing.root, records)
-        record = DeadLetter.first(
-            self._name,
-            "topology",
-            error.component,
-            error.task,
-            failing.task_index,
-            FailedTuple(
-                failing.source_component,
-                failing.source_task,
-                failing.stream,
-                failing.values,
-                failing.text,
-            ),
-            origin,
-            error.types,
-            error.message,
-            traceback,
-            txid=txid,
-            attempts=judged.suspect.failures,
-            at=judged.suspect.last_seen,
-            record_id=record_id,
+        record = self._record(
+            self._letter(error, origin, judged, txid, record_id, traceback), judged, txid
         )
-        record = self._record(record, judged, txid)
         if replay and source is not None:
             source.again.add(record_id)
         self._ledger.ack([failing.root])
@@ -342,3 +324,4 @@ class CheckpointDeadLetters(PoisonDesk):
         """What ``status()`` and dashboards show: policy, records held, counts, the last few."""
         source = self._source
         return self._status(0 if source is None else len(source.queued) + len(source.flying))
+

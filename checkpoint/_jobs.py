@@ -37,7 +37,8 @@ from checkpoint._ttl import component_ttls
 from checkpoint.driver_commit import commit_hooks
 from checkpoint.task import CheckpointTaskProgram
 from providers import DriverOwnedStateProvider, StateFactory, StateProvider
-from statefulbolts.listeners import NO_FAULTS, FaultListener
+from statefulbolts.config import Config
+from statefulbolts.listeners import NO_FAULTS, FaultListener, TaskPoint
 from statefulbolts.namespaces import (
     TaskNamespace,
     timers_namespace,
@@ -59,6 +60,8 @@ from statefulbolts.topology import CHECKPOINT_STREAM_ID, StormTopology
 from statefulbolts.windowing import WindowedBoltExecutor
 
 __all__ = ["CheckpointJobs"]
+
+COMMIT_LOCATION = Config.TOPOLOGY_STATE_COMMIT_LOCATION
 
 
 class CheckpointJobs:
@@ -85,6 +88,11 @@ class CheckpointJobs:
         self._provider, self._conf = provider, conf or {}
         self.spout: SpoutTask | None = None  # the checkpoint spout's task, once it opened
         self.commits_here = _commits_here(commit_location, topology, provider)
+        if self.commits_here:
+            # A COMMIT done here tells the listener each state committed, in the driver: a
+            # fault there that needs a Spark worker refuses the run.
+            stateful = [cid for cid, spec in topology.components.items() if spec.is_stateful]
+            faults.on_driver_tasks(stateful, (TaskPoint.COMMITTED,), COMMIT_LOCATION)
         # State TTL per stateful component, validated now: a bad setting fails the submit.
         self._ttls = component_ttls(topology, self._conf)
         # Components whose tasks keep timers beside their state (``statefulbolts.timers``),
@@ -179,9 +187,7 @@ class CheckpointJobs:
                     self._commit_one(namespace, txid)
             except Exception as exc:
                 spec = self._topology.component(cid)
-                raise encode_task_error(
-                    exc, cid, plan.task_ids[c][t], txid, spec.user_class
-                ) from exc
+                raise encode_task_error(exc, cid, t, txid, spec.user_class) from exc
             faults.on_task_committed(cid, t, txid)
 
     def _commit_one(self, namespace: str, txid: int) -> None:
@@ -262,8 +268,10 @@ def _commits_here(
     "executors": never. "auto": when the topology has stateful bolts, none of them has a
     ``pre_commit`` (``checkpoint.commit_hooks``), and the provider can commit from here (a
     driver-owned one must give the change log, ``commit_changes``). Injected faults
-    (``topology.faults``) never change the answer: a COMMIT feeds a task no data tuple, so no
-    task fault fires in it, and the mid-commit driver kill fires here as in a task. Any other
+    (``topology.faults``) never change the answer: a COMMIT feeds a task no data tuple, so only
+    a fault ``"at": "committed"`` fires in it (one that needs a Spark worker refuses the run,
+    ``FaultListener.on_driver_tasks``), and the mid-commit driver kill fires here as in a
+    task. Any other
     provider can: Spark runs a task wherever it likes, so a namespace must be reachable from
     every process of the application, and the driver already keeps the checkpoint spout's
     state there.

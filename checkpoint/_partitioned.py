@@ -22,9 +22,10 @@ the first stage of every PREPARE job. The protocol, for PREPARE(t):
    partition will start t + 1 from (t's end positions over the committed ones: a partition
    t did not read keeps its own) under ``POSITIONS_KEY`` in the checkpoint spout's state: the
    commit that saves COMMITTING(t) saves them too (as ``_manifest`` does with message ids).
-   Once that commit is done (``saved``) they are the start of the next transaction, and each
-   spout is told them (``PartitionedSpout.committed``: Kafka commits them to its consumer group,
-   for monitoring tools only).
+   Once that commit is done (``saved``) they are the start of the next transaction, the
+   tuples t read count as acked (``acked``: the transaction that carried them will commit),
+   and each spout is told them (``PartitionedSpout.committed``: Kafka commits them to its
+   consumer group, for monitoring tools only).
 
 Every transaction that reaches COMMITTING commits (the recovery rolls it forward), so the saved
 positions are always where the next new transaction starts: a restarted driver reads them
@@ -173,7 +174,7 @@ class PartitionReadTask:
         if len(batch.records) > share:
             kind = f"{type(spout).__module__}.{type(spout).__qualname__}"
             msg = (
-                f"spout {self.spec.id!r} task {context.this_task_id}: {kind} returned "
+                f"spout {self.spec.id!r} task {context.this_task_index}: {kind} returned "
                 f"{len(batch.records)} records of partition {partition!r}, asked for at most "
                 f"{share}; a reader returns up to max_records records"
             )
@@ -224,6 +225,11 @@ class PartitionedSpouts:
         self._ended: dict[int, Positions] = {}  # per PREPARE that succeeded: its end positions
         self._saving: tuple[int, Positions] | None = None
         self.emitted: dict[str, int] = dict.fromkeys(self._spouts, 0)
+        # Per spout: its tuples whose transaction committed (Storm's spout acks: a partitioned
+        # spout's tuples are acked all at once, by the commit that saves their positions).
+        self.acked: dict[str, int] = dict.fromkeys(self._spouts, 0)
+        self._read: dict[int, int] = {}  # per PREPARE txid: the tuples its spout tasks read
+        self._counted: dict[int, dict[str, int]] = {}  # per PREPARE that counted, per spout
         # Per spout: the gaps its readers jumped in PREPAREs that counted (records gone).
         self.gaps: dict[str, int] = dict.fromkeys(self._spouts, 0)
 
@@ -349,6 +355,7 @@ class PartitionedSpouts:
             blocks.append((roots.first_root, roots.first_root + got.read, roots.component))
             ended[roots.component].update(got.positions)
             gaps += [(roots.component, partition, gap) for partition, gap in got.gaps]
+        self._read[txid] = sum(end - first for first, end, _ in blocks)
         for root in [*result.fails, *(r for r, x in result.acks.items() if x)]:
             for first, end, cid in blocks:
                 if first <= root < end:
@@ -358,8 +365,10 @@ class PartitionedSpouts:
                         "the transaction is read again from the same positions"
                     )
         self._ended[txid] = ended
+        counted = self._counted[txid] = dict.fromkeys(self._spouts, 0)
         for first, end, cid in blocks:
             self.emitted[cid] += end - first
+            counted[cid] += end - first
         for cid, partition, gap in gaps:
             self.gaps[cid] += 1
             log.warning(
@@ -373,10 +382,19 @@ class PartitionedSpouts:
             )
         return None
 
+    def read_in(self, txid: int) -> int:
+        """The tuples PREPARE(``txid``)'s spout tasks read, as ``finished`` took them (0: none).
+
+        For the transaction's figures: they are its tuples, acked once it commits.
+        """
+        return self._read.pop(txid, 0)
+
     def failed(self, txid: int) -> None:
         """PREPARE(``txid``)'s job failed: what it was given is void."""
         self._given.pop(txid, None)
         self._ended.pop(txid, None)
+        self._read.pop(txid, None)
+        self._counted.pop(txid, None)
 
     # ---------------------------------------------------------------- the commit decision
     def save(self, txid: int, state: KeyValueState) -> None:
@@ -397,6 +415,9 @@ class PartitionedSpouts:
         self._positions, self._saving = saving[1], None
         for t in [t for t in self._ended if t <= txid]:
             del self._ended[t]
+        for t in [t for t in self._counted if t <= txid]:
+            for cid, n in self._counted.pop(t).items():
+                self.acked[cid] += n
         for cid, (spout, _) in self._spouts.items():
             try:
                 spout.committed(self._conf, dict(self._positions[cid]))

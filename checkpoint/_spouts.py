@@ -158,9 +158,8 @@ class SpoutTasks:
                     opened.append(st)
                     st.spout.activate()
                 except Exception as exc:
-                    task_id = st.context.this_task_id
-                    msg = f"spout {st.name!r} task {task_id} failed in open: {exc}"
-                    raise TopologyFailedError(msg, component=st.name, task=task_id) from exc
+                    msg = f"spout {st.name!r} task {st.task} failed in open: {exc}"
+                    raise TopologyFailedError(msg, component=st.name, task=st.task) from exc
         except BaseException:
             self._close(opened)
             raise
@@ -239,9 +238,8 @@ class SpoutTasks:
                     if st.emitted == before:
                         break
             except Exception as exc:
-                task_id = self._plan.task_ids[st.comp][st.task]
-                msg = f"spout {st.name!r} task {task_id} raised in next_tuple: {exc}"
-                raise TopologyFailedError(msg, component=st.name, task=task_id) from exc
+                msg = f"spout {st.name!r} task {st.task} raised in next_tuple: {exc}"
+                raise TopologyFailedError(msg, component=st.name, task=st.task) from exc
             emitted += st.emitted - start
         return emitted
 

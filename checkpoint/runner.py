@@ -52,33 +52,23 @@ from checkpoint._ticks import TickSchedule
 from checkpoint._txstart import TransactionStarts
 from checkpoint.progress import CheckpointProgress
 from checkpoint.spout import CheckpointSpout
-from providers import (
-    FATAL_STATE_ERRORS,
-    DriverOwnedStateProvider,
-    StateBackendError,
-    get_provider,
-)
-from recovery.evolve import EvolutionReport, evolve, wanted_shapes
-from recovery.faults import KillPoint, fault_listener
-from recovery.gate import FailureGate
+from providers import FATAL_STATE_ERRORS
 from statefulbolts.clock import Clock
 from statefulbolts.collectors import SpoutOutputCollector
 from statefulbolts.context import TopologyContext
+from statefulbolts.deadletter import Verdict
 from statefulbolts.errors import TopologyError, TopologyFailedError
-from statefulbolts.keygroups import component_key_groups
-from statefulbolts.listeners import FaultListener
+from statefulbolts.listeners import FaultListener, KillPoint
 from statefulbolts.namespaces import TaskNamespace, topology_prefix
+from statefulbolts.protocol_runner import ProtocolRunner
 from statefulbolts.runtime import (
     HeldLease,
     JobResult,
     Progress,
     Router,
-    StateKeyCounter,
-    TopologyRunner,
     TransactionInfo,
     TupleBatch,
     describe_job_failure,
-    open_engine,
     worker_traceback,
 )
 from statefulbolts.state import merged_state
@@ -122,7 +112,7 @@ class _CheckpointCollector(SpoutOutputCollector):
         log.warning("checkpoint spout reported %s: %s", type(error).__name__, error)
 
 
-class CheckpointRunner(TopologyRunner):
+class CheckpointRunner(ProtocolRunner):
     """Runs one topology of Storm's checkpointing protocol on an engine.
 
     ``engine``: "spark" (the default) runs its jobs on the SparkSession ``spark``; "inline"
@@ -144,70 +134,59 @@ class CheckpointRunner(TopologyRunner):
         engine: str = "spark",
         lease: HeldLease | None = None,
     ) -> None:
-        super().__init__(
-            name, conf, clock=clock, on_transaction=on_transaction, faults=faults, lease=lease
-        )
-        if faults is None:
-            self.faults = fault_listener(self.conf)
         if not isinstance(topology, StormTopology):
             msg = f"expected a StormTopology from create_topology(), got {type(topology).__name__}"
             raise TopologyError(msg)
         self.topology = topology
-        # Before anything opens: a bad tick frequency is the user's to fix, not a run's error.
-        frequencies = tick_frequencies(topology.components, self.tc.tick_tuple_freq_secs)
-        self.ticks = TickSchedule(frequencies, self.clock.now_ms())
-        self._tick_rates = frequencies
-        self.starts: TransactionStarts | None = None  # each PREPARE's time and ticks, once open
-        self.provider = get_provider(self.conf) if topology.has_stateful_bolt else None
-        self._owned = self.provider if isinstance(self.provider, DriverOwnedStateProvider) else None
         stateful = [cid for cid, spec in topology.components.items() if spec.is_stateful]
-        key_groups = component_key_groups(
-            topology.components, self.tc.state_max_parallelism, stateful
-        )
-        self.wanted = wanted_shapes(topology.components, stateful, key_groups, self.conf)
-        self.evolution: EvolutionReport | None = None
-        # Spouts run here, in the driver (``_spouts``): tasks get the topology without them.
-        self.engine = open_engine(
-            engine,
-            spark,
-            topology,
+        super().__init__(
             name,
-            self.conf,
-            faults=self.faults,
-            tasks_run_spouts=False,
-            key_groups=key_groups,
+            conf,
+            topology,
+            spark,
+            stateful=stateful,
+            keeps_state=topology.has_stateful_bolt,
+            engine=engine,
+            clock=clock,
+            on_transaction=on_transaction,
+            faults=faults,
+            lease=lease,
         )
-        self.plan = self.engine.plan
-        owned = self._owned
-        self.images = None if owned is None else self.engine.image_shipper(owned)
+        prefix = topology_prefix(name)  # the name is valid: the base checked it
+        # Each stateful component's namespaces, for the committed-key counter (``_advance``).
+        self._namespaces = {
+            cid: [str(TaskNamespace(prefix, cid, t)) for t in range(spec.parallelism)]
+            for cid, spec in topology.components.items()
+            if spec.is_stateful
+        }
+        self.starts: TransactionStarts | None = None  # each PREPARE's time and ticks, once open
         self.ledger = RootLedger(
             timeout_secs=self.tc.message_timeout_secs, timeouts=self.tc.enable_message_timeouts
         )
-        # Partitioned spouts are read in the PREPARE jobs (``_partitioned``), not here.
-        self.partitioned = PartitionedSpouts(
-            topology, self.plan, self.conf, self.tc.max_spout_pending
-        )
-        if self.partitioned and not topology.has_stateful_bolt:
-            self.engine.close()
-            msg = (
-                f"topology {name!r}: partitioned spouts {list(self.partitioned.components)} "
-                "save their positions with the checkpoint, and this topology has no stateful "
-                "bolt to checkpoint; add one, or use a Spout"
+        with self._closing_engine():
+            # Partitioned spouts are read in the PREPARE jobs (``_partitioned``), not here.
+            self.partitioned = PartitionedSpouts(
+                topology, self.plan, self.conf, self.tc.max_spout_pending
             )
-            raise TopologyError(msg)
-        self.jobs = CheckpointJobs(
-            name,
-            topology,
-            self.plan,
-            self.ledger,
-            self.images,
-            ackers=self.tc.acker_partitions,
-            faults=self.faults,
-            provider=self.provider,
-            conf=self.conf,
-            commit_location=self.tc.state_commit_location,
-        )
-        try:
+            if self.partitioned and not topology.has_stateful_bolt:
+                msg = (
+                    f"topology {name!r}: partitioned spouts {list(self.partitioned.components)} "
+                    "save their positions with the checkpoint, and this topology has no stateful "
+                    "bolt to checkpoint; add one, or use a Spout"
+                )
+                raise TopologyError(msg)
+            self.jobs = CheckpointJobs(
+                name,
+                topology,
+                self.plan,
+                self.ledger,
+                self.images,
+                ackers=self.tc.acker_partitions,
+                faults=self.faults,
+                provider=self.provider,
+                conf=self.conf,
+                commit_location=self.tc.state_commit_location,
+            )
             self.spouts = SpoutTasks(
                 topology,
                 self.plan,
@@ -219,36 +198,13 @@ class CheckpointRunner(TopologyRunner):
                 max_pending=self.tc.max_spout_pending,
                 skip=(CHECKPOINT_COMPONENT_ID, *self.partitioned.components),
             )
-        except BaseException:
-            self.engine.close()
-            raise
         self.cp: CheckpointSpout | None = None
         self._cp_out = _CheckpointCollector()
         self._job: _Job | None = None
         self._last_batch_ms: float | None = None
         self._plain_txid = 0
         self._yielded = time.perf_counter()
-        self._failures = FailureGate(name, self.tc, self.clock, self._stop, log)
         self._manifest: TransactionManifest | None = None
-        # Each stateful component's committed keys, counted after COMMITs (``_advance``).
-        prefix = topology_prefix(name)
-        namespaces = {
-            cid: [str(TaskNamespace(prefix, cid, t)) for t in range(spec.parallelism)]
-            for cid, spec in topology.components.items()
-            if spec.is_stateful
-        }
-        self.state_keys = (
-            None
-            if self.provider is None
-            else StateKeyCounter(
-                self.stats,
-                self.clock,
-                self.tc.state_size_interval_ms,
-                self.provider,
-                self.conf,
-                lambda: namespaces,
-            )
-        )
         self.deadletters = CheckpointDeadLetters(
             name,
             self.tc,
@@ -262,11 +218,25 @@ class CheckpointRunner(TopologyRunner):
             self.faults,
         )
 
+    # ----------------------------------------------------------------- what the base asks
+    def _check_before_opening(self) -> None:
+        """A bad tick frequency is the user's to fix, not a run's error: refused first."""
+        frequencies = tick_frequencies(self.topology.components, self.tc.tick_tuple_freq_secs)
+        self.ticks = TickSchedule(frequencies, self.clock.now_ms())
+        self._tick_rates = frequencies
+
+    def _engine_options(self) -> dict[str, Any]:
+        # Spouts run here, in the driver (``_spouts``): tasks get the topology without them.
+        return {"tasks_run_spouts": False}
+
+    def _state_namespaces(self) -> Mapping[str, list[str] | None]:
+        return self._namespaces
+
     # ----------------------------------------------------------------- lifecycle
-    def _open(self) -> None:
+    def _open_protocol(self) -> None:
         """Open the spouts, adapt the stored state, then open the checkpoint spout.
 
-        If anything fails, close what opened.
+        If anything fails, close the spouts that opened (the base closes the engine).
         """
         opened = False
         try:
@@ -274,36 +244,19 @@ class CheckpointRunner(TopologyRunner):
             opened = True
             self.deadletters.open_source()  # before recovery: a manifest may name replays
             if self.topology.has_stateful_bolt:
-                self._evolve()
+                name = self.name
+                self._evolve(
+                    topology_prefix(name),
+                    CheckpointProgress(),
+                    f"statefulbolts state evolve --conf <config file> --topology {name} "
+                    "--topology-module <module>:<function building the topology>",
+                )
                 self._open_checkpoint_spout()
             self.deadletters.load()  # before any spout runs
         except BaseException:
             if opened:
                 self.spouts.close()
-            self.engine.close()
             raise
-
-    def _evolve(self) -> None:
-        """Bring the stored state to this topology's shape, or refuse (``recovery.evolve``).
-
-        Not waited out: a store that cannot be reached fails the submit at once, as the
-        checkpoint spout's own open does.
-        """
-        tc, name = self.tc, self.name
-        self.evolution = evolve(
-            self.conf,
-            topology_prefix(name),
-            self.wanted,
-            progress=CheckpointProgress(),
-            renames=tc.state_renames,
-            mode=tc.state_evolve,
-            allow_orphaned=tc.state_allow_orphaned,
-            faults=self.faults,
-            command=(
-                f"statefulbolts state evolve --conf <config file> --topology {name} "
-                "--topology-module <module>:<function building the topology>"
-            ),
-        )
 
     def _open_checkpoint_spout(self) -> None:
         cp = CheckpointSpout(self.clock)
@@ -320,15 +273,16 @@ class CheckpointRunner(TopologyRunner):
         # COMMITTED(t) saved with t's message ids: t committed, its spout acks may not have.
         self.spouts.ack_recovered(self._manifest.recover(cp.cur))
 
-    def _shutdown(self) -> None:
+    def _stop_jobs(self) -> None:
         job, self._job = self._job, None
         if job is not None:
             try:
                 job.future.result()
             except Exception:  # noqa: BLE001 - the topology is stopping; the job is abandoned
                 log.info("job %s(%s) ended with an error while stopping", job.action, job.txid)
+
+    def _close_sources(self) -> None:
         self.spouts.close()
-        self.engine.close()
 
     def _wait_a_little(self) -> None:
         self._yielded = time.perf_counter()
@@ -481,6 +435,7 @@ class CheckpointRunner(TopologyRunner):
                 lambda: self.partitioned.orders(txid, self.ledger.reserve),
             )
         cp_root: int | None
+        started = time.perf_counter()  # before: an inline job, or a commit here, runs in submit
         if action is Action.COMMIT and self.jobs.commits_here:
             future, cp_root = self.jobs.commit_here(txid)
         else:
@@ -495,7 +450,6 @@ class CheckpointRunner(TopologyRunner):
             )
             future = self.engine.submit(spec)
         recovering = self.cp is not None and self.cp.recovering
-        started = time.perf_counter()
         self._job = _Job(txid, action, roots, started, future, cp_root, recovering, records, ticks)
 
     # ----------------------------------------------------------------- a job ended
@@ -522,8 +476,10 @@ class CheckpointRunner(TopologyRunner):
         else:
             self.ledger.await_commit(job.txid, complete)
             self._advance(job, ok, errors[-1] if errors else None)
+        read = self.partitioned.read_in(job.txid)  # a partitioned spout's tuples (PREPARE)
+        acked, failed = (len(complete) + read, failed) if ok else (len(complete), failed + read)
         info = TransactionInfo(
-            job.txid, job.action, len(job.roots), seconds, ok, len(complete), failed
+            job.txid, job.action, len(job.roots) + read, seconds, ok, acked, failed
         )
         info.recovery = job.recovering
         if not ok:
@@ -537,10 +493,8 @@ class CheckpointRunner(TopologyRunner):
         if not ok:
             self._failures.with_backend("recording a failed checkpoint", lambda: cp.fail(txid))
             cause = error.text if error is not None else "a checkpoint tuple was failed"
-            outage = error is not None and error.is_a(StateBackendError)
-            fatal = error is not None and error.is_a(*FATAL_STATE_ERRORS)
-            what = f"{action.value}({txid})"
-            self._failures.failed(what, txid, cause, outage=outage, fatal=fatal)
+            failure, cause = self._judged(error, Verdict(False), cause)
+            self._failures.failed(f"{action.value}({txid})", txid, cause, failure=failure)
             return
         if action.decides_commit:
             faults.on_driver(KillPoint.AFTER_PREPARE, txid)
@@ -584,16 +538,13 @@ class CheckpointRunner(TopologyRunner):
         if verdict.isolated:
             info.error = f"{cause}; its spout tuple was dead-lettered"
         self.stats.record(info, component=component, task=task, traceback=trace)
-        outage = error is not None and error.is_a(StateBackendError)
-        fatal = error is not None and error.is_a(*FATAL_STATE_ERRORS)
         what = f"{name}({job.txid})"
         if verdict.isolated:
             self._failures.isolated(what, job.txid)
             return
-        if verdict.why_not is not None:
-            cause = f"{cause} (not dead-lettered: {verdict.why_not})"
+        failure, cause = self._judged(error, verdict, cause)
         self._failures.failed(
-            what, job.txid, cause, component=component, task=task, outage=outage, fatal=fatal
+            what, job.txid, cause, component=component, task=task, failure=failure
         )
 
     # ----------------------------------------------------------------- the transaction manifest
@@ -625,7 +576,7 @@ class CheckpointRunner(TopologyRunner):
                 "job": (
                     f"{job.action.value if job.action else 'BATCH'}({job.txid})" if job else None
                 ),
-                "state_shape": self.evolution.lines if self.evolution is not None else [],
+                "state_shape": self.shape_lines,
                 "dead_letters": self.deadletters.status(),
                 "partition_positions": self.partitioned.positions,
             }
@@ -645,9 +596,6 @@ class CheckpointRunner(TopologyRunner):
                 str(TaskNamespace(prefix, component_id, t)) for t in range(spec.parallelism)
             ]
             return merged_state(self.conf, namespaces)
-
-    def _failure_gate(self) -> FailureGate:
-        return self._failures
 
     def _progress(self) -> Progress:
         """The checkpoint spout's phase, and its ``committed_txid``."""
@@ -684,4 +632,6 @@ class CheckpointRunner(TopologyRunner):
         emits = {**self.spouts.emitted_per_component(), **self.partitioned.emitted}
         for name, emitted in emits.items():
             comps.setdefault(name, {})["emitted"] = emitted
+        for name, acked in self.partitioned.acked.items():
+            comps.setdefault(name, {})["acked"] = acked
         return comps

@@ -24,8 +24,8 @@ around its tuples is this protocol's decision, written here and nowhere else:
 3. ``control``: each ``$checkpoint`` tuple, after every data tuple, through the executor (the
    barrier, the hooks, the state step, the forward).
 4. ``finish``: at the end of a PREPARE a stateful task releases its held acks (the driver holds
-   the spout acks until COMMIT succeeds, because the task does not live until then). Fault
-   hooks, when a test configured them, fire here: right after a state prepared or committed.
+   the spout acks until COMMIT succeeds, because the task does not live until then). The run's
+   fault listener is told here that a state prepared or committed (``TaskPoint``).
 
 A partitioned spout's task (``checkpoint._partitioned``) runs first in a PREPARE job, with no
 input: its ``finish`` reads the partitions the driver gave it and emits their records.
@@ -60,10 +60,7 @@ from statefulbolts.topology import CHECKPOINT_STREAM_ID, ComponentSpec, Executor
 from statefulbolts.tuples import ColumnBatch, Tuple
 from statefulbolts.windowing import WindowedBoltExecutor
 
-__all__ = ["CheckpointTask", "CheckpointTaskProgram", "TaskHooks", "TaskInfoLike"]
-
-# The hooks a checkpoint task calls (it prepared, it committed): the run's fault listener.
-TaskHooks = FaultListener
+__all__ = ["CheckpointTask", "CheckpointTaskProgram", "TaskInfoLike"]
 
 
 class TaskInfoLike(Protocol):
@@ -98,7 +95,7 @@ class CheckpointTaskProgram:
 
     action: Action | None
     txid: int
-    hooks: FaultListener = NO_FAULTS
+    faults: FaultListener = NO_FAULTS
     ticks: Mapping[str, tuple[int, int]] = field(default_factory=dict)
     started_ms: float | None = None
     ttls: Mapping[str, StateTtl] = field(default_factory=dict)
@@ -135,7 +132,7 @@ class CheckpointTaskProgram:
                 msg = f"spout {spec.id!r} task {info.task} runs in a job that gives it no reads"
                 raise TopologyError(msg)
             return PartitionReadTask(spec, reads)
-        task = CheckpointTask(spec, self.action, self.txid, info, self.hooks)
+        task = CheckpointTask(spec, self.action, self.txid, info, self.faults)
         task.started_ms = self.started_ms
         task.ttl = self.ttls.get(spec.id)
         due = self.ticks.get(spec.id)
@@ -154,7 +151,7 @@ class CheckpointTask:
         action: Action | None,
         txid: int,
         info: TaskInfoLike,
-        hooks: FaultListener = NO_FAULTS,
+        faults: FaultListener = NO_FAULTS,
     ) -> None:
         obj = spec.obj
         if isinstance(obj, BasicBolt):
@@ -164,7 +161,7 @@ class CheckpointTask:
         # the data target before the first data tuple.
         self.system_tuples: list[Tuple] = []
         self.started_ms: float | None = None  # the transaction's timestamp (see the program)
-        self._action, self._txid, self._info, self._hooks = action, txid, info, hooks
+        self._action, self._txid, self._info, self._faults = action, txid, info, faults
         self.ttl: StateTtl | None = None  # this component's state TTL (``checkpoint._ttl``)
         # Set by ``prepare`` for a BasicBolt that takes column batches (see the module doc).
         self.batch_target: Callable[[ColumnBatch], None] | None = None
@@ -234,15 +231,15 @@ class CheckpointTask:
         self.bolt.execute(tuple_)
 
     def finish(self) -> None:
-        """After the tuples: release held acks at the end of a PREPARE; fire fault hooks."""
-        bolt, hooks, info = self.bolt, self._hooks, self._info
+        """After the tuples: release held acks at the end of a PREPARE; tell the fault listener."""
+        bolt, faults, info = self.bolt, self._faults, self._info
         if not isinstance(bolt, StatefulBoltExecutor):
             return
         if self._action is Action.PREPARE:
             bolt.release_prepared_acks()
-            hooks.on_task_prepared(info.component, info.task, self._txid, info.attempt)
+            faults.on_task_prepared(info.component, info.task, self._txid, info.attempt)
         elif self._action is Action.COMMIT:
-            hooks.on_task_committed(info.component, info.task, self._txid)
+            faults.on_task_committed(info.component, info.task, self._txid)
 
     def cleanup(self) -> None:
         """Clean up the bolt."""

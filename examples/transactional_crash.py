@@ -454,6 +454,8 @@ def demo(args: argparse.Namespace, url: str, workdir: Path) -> int:
             fault = {"component": WORKERS[kind], "task": task, "at_tuple": at, "kind": "crash",
                      "attempts": "first", "txid": txid}  # fmt: skip
             run_conf["topology.faults"] = {"tasks": [fault]}
+            if kind == "worker-commit":  # a worker runs the commit phase only on executors
+                run_conf["topology.transactional.commit.location"] = "executors"
             options["kill_after_commit_of"] = txid
             what = f"crash a worker in {WORKERS[kind]} task {task} at tuple {at} of txid {txid}"
         else:

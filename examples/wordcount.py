@@ -11,8 +11,11 @@ plain Python count of the same sentences (exit status 1 if any differs) and says
 is: the provider and the namespaces (``<name>/count-<task>``, ``<name>/$checkpointspout-0``).
 
 With a durable provider (Redis) a second run under the same ``--name`` continues from the counts
-the first one committed; the check then expects those counts plus this run's. A state store that
-cannot be reached stops the run at once with the provider's error (exit status 2).
+the first one committed; the check then expects those counts plus this run's. Its spout keeps
+what it sent in memory, so a driver restarted after a crash would count its sentences again: on
+a durable provider the run says so first (``SpoutReplayWarning``, one ``warning:`` line). A
+state store that cannot be reached stops the run at once with the provider's error (exit status
+2).
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ import json
 import logging
 import sys
 import time
+import warnings
 from collections.abc import Mapping
 from typing import Any
 
@@ -214,12 +218,20 @@ def main(argv: list[str] | None = None, *, spark: Any = None) -> int:
     parser.add_argument("--top", type=int, default=10, help="how many top words to print")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    warnings.showwarning = _show_warning
 
     try:
         return _run(args, spark)
     except StatefulBoltsError as exc:
         print(f"{parser.prog}: error: {exc}", file=sys.stderr)
         return 2
+
+
+def _show_warning(
+    message: Warning | str, category: type[Warning], *args: Any, **kwargs: Any
+) -> None:
+    """A warning in one line, as ``statefulbolts run`` shows it (no file, no source line)."""
+    print(f"warning: {message}", file=sys.stderr, flush=True)
 
 
 def _run(args: argparse.Namespace, spark: Any) -> int:

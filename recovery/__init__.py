@@ -1,4 +1,4 @@
-"""Recovery: retries and outage waits, fault injection, restarting a crashed driver.
+"""Recovery: retries and outage waits, chaos testing (fault injection), restarting a driver.
 
 Also changing the stored state's shape. What is a protocol's own stays in its package: the
 checkpoint's transaction manifest (``checkpoint.TransactionManifest``) and its status report
@@ -15,14 +15,7 @@ from recovery.evolve import (
     plan_evolution,
     wanted_shapes,
 )
-from recovery.faults import (
-    FAULTS_KEY,
-    FaultPlan,
-    InjectedFault,
-    KillPoint,
-    TaskFault,
-    fault_listener,
-)
+from recovery.faults import FAULTS_KEY, Attempts, FaultKind, FaultPlan, InjectedFault, TaskFault
 from recovery.gate import FailureGate
 from recovery.retry import RetryBudget, RetryPolicy, backend_outage, transaction_retries
 from recovery.supervisor import (
@@ -39,12 +32,13 @@ __all__ = [
     "BAD_INPUT_EXIT_CODE",
     "FAULTS_KEY",
     "TIMEOUT_EXIT_CODE",
+    "Attempts",
     "EvolutionPlan",
     "EvolutionReport",
     "FailureGate",
+    "FaultKind",
     "FaultPlan",
     "InjectedFault",
-    "KillPoint",
     "RecoveryActions",
     "RecoveryTracker",
     "RestartPolicy",
@@ -57,16 +51,16 @@ __all__ = [
     "backend_outage",
     "evolve",
     "exit_status",
-    "fault_listener",
     "plan_evolution",
     "supervise",
     "transaction_retries",
     "wanted_shapes",
 ]
 
-# The checkpoint protocol's status report moved to its package; the names say where.
+# Names that moved, and why: the checkpoint protocol's status report went to its package; the
+# fault points went down beside the listener interface, where the engine can name them.
 _MOVED = {
-    name: "checkpoint.status"
+    name: ("checkpoint.status", "is the checkpoint protocol's")
     for name in (
         "CheckpointStatus",
         "TaskStatus",
@@ -78,15 +72,14 @@ _MOVED = {
         "stored_topologies",
     )
 }
+_MOVED["KillPoint"] = ("statefulbolts.listeners", "is a fault point of the listener interface")
 
 
 def __getattr__(name: str) -> object:
-    home = _MOVED.get(name)
-    if home is not None:
-        msg = (
-            f"recovery.{name} is the checkpoint protocol's and moved to {home}: "
-            f"from {home} import {name}"
-        )
+    moved = _MOVED.get(name)
+    if moved is not None:
+        home, why = moved
+        msg = f"recovery.{name} {why} and moved to {home}: from {home} import {name}"
         raise AttributeError(msg)
     msg = f"module {__name__!r} has no attribute {name!r}"
     raise AttributeError(msg)

@@ -1,4 +1,9 @@
-"""Deterministic fault injection, configured by ``topology.faults``, for tests and demos.
+"""Chaos testing: deterministic fault injection, configured by ``topology.faults``.
+
+``FaultPlan`` is a ``statefulbolts.listeners.FaultListener``: the runners' base
+(``statefulbolts.protocol_runner.ProtocolRunner``) makes one from ``topology.faults`` when the
+run was given no listener of its own, and a run without faults holds ``NO_FAULTS`` and never
+calls into this module. The points it acts at (``KillPoint``, ``TaskPoint``) are the listener's.
 
 Real failures, not simulated return values: a crash is ``os._exit`` of the Python worker (Spark
 sees the worker die and retries the task), an error is an exception raised from the bolt's task,
@@ -27,6 +32,9 @@ the marker file and waits until ``<marker>.release`` exists (at most ``HOLD_LIMI
 then goes on. A test that must act while a given job runs (kill a worker machine in the middle
 of PREPARE(t), not in the gap between two jobs) waits for the marker, acts, then releases it:
 no timing luck.
+A fault that needs a Spark worker (a crash, or one on the first attempt only) in a task step the
+driver runs itself (a commit done in the driver) refuses the run (``on_driver_tasks``), naming
+the setting that moves the step to the executors: faults never move it themselves.
 Driver kill points (``KillPoint``) name where in the protocol the driver dies. With
 ``once_file``, the kill fires only if it can create that file (``O_EXCL``), so a driver restarted
 with the same config (``statefulbolts run --supervise``) does not die again at the same point:
@@ -46,7 +54,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from statefulbolts.errors import ConfigError
-from statefulbolts.listeners import NO_FAULTS, FaultListener
+from statefulbolts.listeners import KillPoint, TaskPoint
 from statefulbolts.tuples import Tuple
 
 log = logging.getLogger(__name__)
@@ -61,57 +69,84 @@ class InjectedFault(RuntimeError):  # noqa: N818 - it is the fault itself, not a
     """What a ``"raise"`` task fault raises."""
 
 
-class KillPoint(enum.Enum):
-    """Where in a protocol a driver kill happens.
+class FaultKind(enum.Enum):
+    """What a task fault does when it fires."""
 
-    The checkpoint protocol's points, then the transactional protocol's; ``mid-commit`` is in
-    both: some tasks have committed transaction t (a stateful task's state, a committer's
-    ``finish_batch``), the driver has not recorded it. The ``deadletter-*`` points are in both
-    too, in transaction t that failed on a poison tuple, in the order they happen: nothing
-    written yet; its dead letter committed; the tuple excluded (its spout message acked, or
-    its batch's removal stored), t's other tuples not yet replayed.
-    """
+    CRASH = "crash"  # ``os._exit`` of the Python worker: Spark sees it die, retries the task
+    RAISE = "raise"  # ``InjectedFault`` raised from the task, as the bolt's own exception
+    HOLD = "hold"  # make ``marker``, wait for ``<marker>.release``, go on
 
-    AFTER_PREPARE = "after-prepare"  # PREPARE(t) succeeded everywhere, COMMITTING(t) not saved
-    AFTER_COMMITTING_SAVED = "after-committing-saved"  # COMMITTING(t) saved, no task committed
-    MID_COMMIT = "mid-commit"  # some tasks committed t, COMMITTED(t) not saved
-    AFTER_COMMITTED = "after-committed"  # COMMITTED(t) saved, spout acks not yet delivered
-    DURING_PROCESSING = "during-processing"  # t's processing job just started
-    AFTER_PROCESSED = "after-processed"  # t processed, its commit not started
-    AFTER_COMMIT = "after-commit"  # t's commit job succeeded, currtx not yet moved past t
-    # A change of the stored state's shape at start (``recovery.evolve``); "txid" counts steps.
-    EVOLVE_STAGED = "evolve-staged"  # every new namespace staged, the swap recorded, not begun
-    EVOLVE_MID_SWAP = "evolve-mid-swap"  # after target namespace number "txid" was swapped
-    DEADLETTER_DECIDED = "deadletter-decided"  # t's poison tuple is to go; nothing written
-    DEADLETTER_RECORDED = "deadletter-recorded"  # its record committed; the tuple still in
-    DEADLETTER_EXCLUDED = "deadletter-excluded"  # the tuple taken out; t not replayed yet
+
+class Attempts(enum.Enum):
+    """Which of a task's Spark attempts a task fault fires on."""
+
+    FIRST = "first"  # the first only: Spark's retry then succeeds
+    EVERY = "every"  # every one: a poison tuple
 
 
 @dataclass(frozen=True)
 class TaskFault:
-    """One fault in one task."""
+    """One fault in one task (its task index); the strings of ``topology.faults`` as enums.
+
+    Example:
+        >>> fault = TaskFault("count", 0, kind="raise", attempts="every", at="prepared")
+        >>> fault.kind, fault.attempts, fault.at
+        (<FaultKind.RAISE: 'raise'>, <Attempts.EVERY: 'every'>, <TaskPoint.PREPARED: 'prepared'>)
+    """
 
     component: str
     task: int
     at_tuple: int = 0
-    kind: str = "crash"
-    attempts: str = "first"
+    kind: FaultKind = FaultKind.CRASH
+    attempts: Attempts = Attempts.FIRST
     txid: int | None = None
-    at: str = "tuple"  # "tuple": before tuple at_tuple; "prepared"/"committed": after the state did
-    marker: str | None = None  # "hold": the file made on arrival; it waits for <marker>.release
+    at: TaskPoint = TaskPoint.TUPLE  # TUPLE: before tuple at_tuple; else after the state did
+    marker: str | None = None  # HOLD: the file made on arrival; it waits for <marker>.release
+
+    def __post_init__(self) -> None:
+        # The config's strings (or the enums themselves); a wrong one is a ValueError.
+        try:
+            kind, attempts, at = FaultKind(self.kind), Attempts(self.attempts), TaskPoint(self.at)
+        except ValueError:
+            kind = None
+        if kind is None or (kind is FaultKind.HOLD) != isinstance(self.marker, str):
+            msg = (
+                f"kind must be {_values(FaultKind)} (hold, and only hold, with a marker path), "
+                f"attempts {_values(Attempts)} and at {_values(TaskPoint)}, got {self}"
+            )
+            raise ValueError(msg)
+        object.__setattr__(self, "kind", kind)
+        object.__setattr__(self, "attempts", attempts)
+        object.__setattr__(self, "at", at)
 
     def matches(
-        self, component: str, task: int, txid: int, attempt: int, n: int, at: str = "tuple"
+        self,
+        component: str,
+        task: int,
+        txid: int,
+        attempt: int,
+        n: int,
+        at: TaskPoint = TaskPoint.TUPLE,
     ) -> bool:
-        """Whether this fault fires at ``at`` (for "tuple": the n-th tuple) of this attempt."""
+        """Whether this fault fires at ``at`` (for TUPLE: the n-th tuple) of this attempt."""
         return (
             self.component == component
             and self.task == task
-            and self.at == at
-            and (at != "tuple" or self.at_tuple == n)
+            and self.at is at
+            and (at is not TaskPoint.TUPLE or self.at_tuple == n)
             and (self.txid is None or self.txid == txid)
-            and (self.attempts == "every" or attempt == 0)
+            and (self.attempts is Attempts.EVERY or attempt == 0)
         )
+
+    @property
+    def needs_a_worker(self) -> bool:
+        """A crash, or a fault on the first attempt only: meaningless in a task the driver runs.
+
+        A crash is ``os._exit`` of the Python worker (in the driver, the driver's end), and a
+        first-attempt fault expects Spark to run the task again (in the driver, every retry of
+        the transaction is a first attempt).
+        """
+        return self.kind is FaultKind.CRASH or self.attempts is Attempts.FIRST
 
 
 @dataclass(frozen=True)
@@ -133,18 +168,6 @@ class FaultPlan:
         try:
             data = json.loads(raw) if isinstance(raw, str) else dict(raw)
             tasks = tuple(TaskFault(**t) for t in data.get("tasks", ()))
-            for t in tasks:
-                if (
-                    t.kind not in ("crash", "raise", "hold")
-                    or t.attempts not in ("first", "every")
-                    or t.at not in ("tuple", "prepared", "committed")
-                    or (t.kind == "hold") != isinstance(t.marker, str)
-                ):
-                    msg = (
-                        f"kind must be crash|raise|hold (hold, and only hold, with a marker "
-                        f"path), attempts first|every and at tuple|prepared|committed, got {t}"
-                    )
-                    raise ValueError(msg)
             driver = data.get("driver") or {}
             point = KillPoint(driver["point"]) if driver.get("point") else None
             txid = driver.get("txid")
@@ -167,19 +190,29 @@ class FaultPlan:
         """The components whose tasks this plan injects faults into."""
         return frozenset(fault.component for fault in self.tasks)
 
-    def needing_workers(self, components: Collection[str]) -> frozenset[str]:
-        """Those of ``components`` with a crash, or a fault on the first attempt only.
+    def on_driver_tasks(
+        self, components: Collection[str], points: Collection[TaskPoint], setting: str
+    ) -> None:
+        """Refuse the run when a fault of the driver's tasks needs a Spark worker.
 
-        A crash is ``os._exit`` of the Python worker, and a first-attempt fault expects Spark to
-        run the task again: in a task the driver runs, the first would end the driver and the
-        second would fire on every retry of the transaction.
+        Raises:
+            ConfigError: naming the components and ``setting``, which moves their tasks.
         """
-        return frozenset(
-            fault.component
-            for fault in self.tasks
-            if fault.component in components
-            and (fault.kind == "crash" or fault.attempts == "first")
+        needing = sorted(
+            {
+                fault.component
+                for fault in self.tasks
+                if fault.component in components and fault.at in points and fault.needs_a_worker
+            }
         )
+        if needing:
+            where = "|".join(sorted(p.value for p in points))
+            msg = (
+                f"{FAULTS_KEY} crashes, or fails on the first attempt only, tasks of {needing} "
+                f"(at {where}), which the driver runs ({setting} 'auto'): such a fault needs a "
+                f"Spark worker and Spark's task retry; set {setting} to 'executors' for this run"
+            )
+            raise ConfigError(msg)
 
     # ---------------------------------------------------------------- task side
     def tuple_target(
@@ -195,7 +228,7 @@ class FaultPlan:
         ``execute`` itself when no fault of this plan can fire in this task and txid.
         """
         if not any(
-            fault.component == component and fault.task == task and fault.at == "tuple"
+            fault.component == component and fault.task == task and fault.at is TaskPoint.TUPLE
             for fault in self.tasks
         ):
             return execute
@@ -218,15 +251,16 @@ class FaultPlan:
     def on_task_prepared(self, component: str, task: int, txid: int, attempt: int) -> None:
         """Called in a stateful task right after its state prepared ``txid``."""
         for fault in self.tasks:
-            if fault.matches(component, task, txid, attempt, 0, at="prepared"):
+            if fault.matches(component, task, txid, attempt, 0, TaskPoint.PREPARED):
                 self._fire(fault, "after its state prepared", txid)
 
     @staticmethod
     def _fire(fault: TaskFault, where: str, txid: int) -> None:
-        log.warning("injected %s in %s task %s %s", fault.kind, fault.component, fault.task, where)
-        if fault.kind == "crash":
+        kind = fault.kind.value
+        log.warning("injected %s in %s task %s %s", kind, fault.component, fault.task, where)
+        if fault.kind is FaultKind.CRASH:
             os._exit(1)
-        if fault.kind == "hold":
+        if fault.kind is FaultKind.HOLD:
             _hold(fault.marker or "", f"{fault.component} task {fault.task} {where}, txid {txid}")
             return
         msg = f"injected fault in {fault.component} task {fault.task} {where} (txid {txid})"
@@ -239,7 +273,7 @@ class FaultPlan:
         no attempt; a ``"hold"`` released once lets a retry by).
         """
         for fault in self.tasks:
-            if fault.matches(component, task, txid, 0, 0, at="committed"):
+            if fault.matches(component, task, txid, 0, 0, TaskPoint.COMMITTED):
                 self._fire(fault, "after its state committed", txid)
         if (
             self.driver_point is KillPoint.MID_COMMIT
@@ -280,10 +314,8 @@ class FaultPlan:
         return True
 
 
-def fault_listener(conf: Mapping[str, Any]) -> FaultListener:
-    """The listener of a run: ``topology.faults``' ``FaultPlan``, else ``NO_FAULTS``."""
-    plan = FaultPlan.from_conf(conf)
-    return NO_FAULTS if plan is None else plan
+def _values(kind: type[enum.Enum]) -> str:
+    return "|".join(member.value for member in kind)
 
 
 def _hold(marker: str, where: str) -> None:

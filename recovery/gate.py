@@ -12,9 +12,22 @@ Both protocols' drivers keep two runs of failures, with the one policy of ``reco
 
 A success (a commit) ends both runs. ``ready`` says whether the backoff has passed.
 
-A failure that waiting cannot fix (``providers.FATAL_STATE_ERRORS``: the store refused, or
-committed state is lost) stops the topology at once, in a job or in a driver-side state call:
-``failed(..., fatal=True)`` and ``with_backend``.
+What a failed transaction is (``Failure``) is decided by its error's type, once, in ``classify``,
+and has one effect each (``failed``):
+
+======================  ===================================================================
+``TRANSIENT``           backed off and retried; counts against the retry budget
+``OUTAGE``              the state backend: waited out, against the outage budget
+``DETERMINISTIC``       no retry can change it: the topology stops at once (a ``TopologyError``
+                        or ``ConfigError`` in a task; under ``topology.deadletter.policy``
+                        "stop", a value that does not pickle, or a tuple that failed as many
+                        transactions as ``topology.deadletter.after.failures``)
+``FATAL``               as ``DETERMINISTIC``, and a restart cannot fix it either
+                        (``providers.FATAL_STATE_ERRORS``: the store refused, or committed state
+                        is lost); the error says so (``fatal``: ``statefulbolts run`` exits 2)
+======================  ===================================================================
+
+A driver-side state call stops at once on a fatal state error too (``with_backend``).
 
 For dashboards and metrics the gate also counts what it saw of the state backend
 (``backend_errors``, ``outage_seconds``, ``backend_down``): an outage lasts from its first
@@ -24,6 +37,7 @@ without the driver's lock, so the outage's run is changed and read under a lock 
 
 from __future__ import annotations
 
+import enum
 import logging
 import threading
 from collections.abc import Callable
@@ -32,13 +46,80 @@ from typing import Protocol, TypeVar
 from providers import FATAL_STATE_ERRORS, StateBackendError
 from recovery.retry import RetryBudget, backend_outage, transaction_retries
 from statefulbolts.clock import Clock
-from statefulbolts.errors import TopologyFailedError
+from statefulbolts.errors import (
+    ConfigError,
+    TopologyError,
+    TopologyFailedError,
+    UnshippableValueError,
+)
 
-__all__ = ["FailureGate", "RetryLimits"]
+__all__ = ["Failure", "FailureGate", "RetryLimits", "classify"]
 
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
+
+
+class Failure(enum.Enum):
+    """What a failed transaction is, by its error (the table in the module docstring)."""
+
+    TRANSIENT = "transient"
+    OUTAGE = "outage"
+    DETERMINISTIC = "deterministic"
+    FATAL = "fatal"
+
+    @property
+    def stops(self) -> bool:
+        """Whether the topology stops at once."""
+        return self in (Failure.DETERMINISTIC, Failure.FATAL)
+
+
+class ErrorFacts(Protocol):
+    """A task's error as the driver got it (``statefulbolts.runtime.TaskError``)."""
+
+    def is_a(self, *classes: type[BaseException]) -> bool:
+        """Whether the task's exception was an instance of any of ``classes``."""
+
+
+# Errors no retry changes: the topology's wiring or config is wrong.
+_WIRING = (TopologyError, ConfigError)
+
+
+def classify(error: ErrorFacts | None, *, stop_policy: bool, repeated: bool = False) -> Failure:
+    """What the failure of a transaction is, by its task's error (``None``: no task's own).
+
+    Args:
+        error: the failing task's error; ``None`` when the job failed otherwise (a worker died,
+            Spark gave up), which a retry may well change.
+        stop_policy: ``topology.deadletter.policy`` is "stop": a tuple's failure is not
+            dead-lettered, so one known to repeat stops the topology.
+        repeated: the failing tuple failed as many transactions as
+            ``topology.deadletter.after.failures`` (its protocol's dead letters counted them).
+
+    Example:
+        >>> from providers import StateLostError
+        >>> class Facts:
+        ...     def __init__(self, *types): self.types = types
+        ...     def is_a(self, *classes): return any(issubclass(t, classes) for t in self.types)
+        >>> [classify(Facts(t), stop_policy=True).value
+        ...  for t in (ValueError, StateBackendError, TopologyError, StateLostError)]
+        ['transient', 'outage', 'deterministic', 'fatal']
+        >>> classify(Facts(ValueError), stop_policy=True, repeated=True).value
+        'deterministic'
+        >>> classify(Facts(UnshippableValueError), stop_policy=False).value  # dead-lettered
+        'transient'
+    """
+    if error is None:
+        return Failure.TRANSIENT
+    if error.is_a(*FATAL_STATE_ERRORS):
+        return Failure.FATAL
+    if error.is_a(StateBackendError):
+        return Failure.OUTAGE
+    if error.is_a(*_WIRING):
+        return Failure.DETERMINISTIC
+    if stop_policy and (repeated or error.is_a(UnshippableValueError)):
+        return Failure.DETERMINISTIC
+    return Failure.TRANSIENT
 
 
 class RetryLimits(Protocol):
@@ -120,20 +201,25 @@ class FailureGate:
         *,
         component: str | None = None,
         task: int | None = None,
-        outage: bool = False,
-        fatal: bool = False,
+        failure: Failure = Failure.TRANSIENT,
     ) -> None:
         """Transaction ``what`` (e.g. ``PREPARE(4)``) failed; back off, or stop the topology.
 
-        ``fatal``: the cause is one of ``providers.FATAL_STATE_ERRORS``; stop now, no retry.
+        ``task`` is the failing task's index in ``component``; ``failure`` what the failure is
+        (``classify``): one that ``stops`` raises at once, no retry.
         """
-        if fatal:
+        if failure.stops:
             where = f" in component {component!r} task {task}" if component else ""
             msg = f"topology {self._name!r} stopped: {what} failed{where}: {cause}"
             raise TopologyFailedError(
-                msg, component=component, task=task, txid=txid, cause=cause, fatal=True
+                msg,
+                component=component,
+                task=task,
+                txid=txid,
+                cause=cause,
+                fatal=failure is Failure.FATAL,
             )
-        if outage:
+        if failure is Failure.OUTAGE:
             self._wait_for_backend(what, txid, cause)
             return
         delay = self._retries.failed()

@@ -24,6 +24,7 @@ from statefulbolts.components import (
     Bolt,
     OutputFieldsDeclarer,
     Spout,
+    SpoutReplayWarning,
     StatefulBolt,
 )
 from statefulbolts.config import Config, TopologyConfig, validate_config
@@ -131,6 +132,7 @@ __all__ = [
     "ReportedFailedException",
     "Spout",
     "SpoutOutputCollector",
+    "SpoutReplayWarning",
     "StateBackingMap",
     "StatefulBolt",
     "StatefulBoltsError",

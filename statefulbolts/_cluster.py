@@ -16,14 +16,19 @@ A topology whose config sets ``topology.ui.port`` gets its live dashboard and ``
 from __future__ import annotations
 
 import logging
+import time
+import warnings
 from collections.abc import Callable, Mapping
 from typing import Any
 
 from checkpoint.runner import CheckpointRunner
+from providers import DriverOwnedStateProvider, get_provider, provider_name
 from recovery.lease import DriverLease, take_lease
 from statefulbolts.clock import Clock
+from statefulbolts.components import SpoutReplayWarning
 from statefulbolts.config import validate_config
 from statefulbolts.errors import ConfigError, TopologyError
+from statefulbolts.listeners import FaultListener
 from statefulbolts.namespaces import topology_prefix, transactional_prefix
 from statefulbolts.runtime import (
     ENGINES,
@@ -31,12 +36,16 @@ from statefulbolts.runtime import (
     TopologyRunner,
     TransactionInfo,
     build_session,
+    topology_tag,
 )
 from statefulbolts.topology import StormTopology
 from statefulbolts.transactional import TransactionalTopology
 from statefulbolts.transactional.runner import TransactionalRunner
 
 log = logging.getLogger(__name__)
+
+# How long ``kill(wait=False)`` keeps cancelling jobs before it waits as ``kill`` does.
+_KILL_NOW_SECONDS = 30.0
 
 
 def lease_scope(name: str, topology: StormTopology | TransactionalTopology) -> str:
@@ -74,6 +83,47 @@ def take_topology_lease(
     )
 
 
+def warn_of_spouts_that_cannot_replay(
+    name: str,
+    conf: Mapping[str, Any] | None,
+    topology: StormTopology | TransactionalTopology,
+    *,
+    leased: bool,
+) -> None:
+    """Warn (``SpoutReplayWarning``) of each spout that may count twice after a restart.
+
+    A checkpointed topology with state, in a durable provider (one that keeps leases,
+    ``leased``, or whose state the driver does not own), run with a spout that does not declare
+    ``durable_source = True`` (``Spout.durable_source``): a restarted driver's instance of it
+    may emit again what the committed state already counted. A transactional topology's spouts
+    replay by their own protocol.
+    """
+    if not isinstance(topology, StormTopology) or not topology.has_stateful_bolt:
+        return
+    if not leased and isinstance(get_provider(dict(conf or {})), DriverOwnedStateProvider):
+        return  # the driver's own state dies with it: a restart starts over, consistently
+    for cid, spec in sorted(topology.spouts.items()):
+        spout = spec.obj
+        if spout is None or getattr(spout, "durable_source", None) is True:
+            continue
+        kind = f"{type(spout).__module__}.{type(spout).__qualname__}"
+        says = (
+            "declares durable_source = False"
+            if spout.durable_source is False
+            else "does not declare durable_source = True"
+        )
+        warnings.warn(
+            f"topology {name!r}: spout {cid!r} ({kind}) {says}, and the state provider "
+            f"{provider_name(dict(conf or {}))} keeps the counts across a driver restart: after "
+            "one, what the spout emits again is counted again. Read a source that keeps its "
+            "place (RedisStreamSpout, DirectorySpout, KafkaSpout), or make the spout resume "
+            "after what its acks saw committed and set durable_source = True "
+            "(docs/getting-started.md, 'A durable spout')",
+            SpoutReplayWarning,
+            stacklevel=3,
+        )
+
+
 class TopologyHandle:
     """A running topology.
 
@@ -109,6 +159,14 @@ class TopologyHandle:
         self._runner.await_idle(timeout)
         return self
 
+    def wait_idle(self, timeout: float | None = None) -> bool:
+        """Whether the topology is idle within ``timeout`` seconds (``await_idle`` that says).
+
+        Raises:
+            TopologyFailedError: the topology stopped with an error, or was killed first.
+        """
+        return self._runner.wait_idle(timeout)
+
     def read_state(self, component_id: str) -> dict[Any, Any]:
         """The committed state of a component, merged over its tasks, as a dict.
 
@@ -139,14 +197,35 @@ class TopologyHandle:
         ui = self._ui
         return ui.url if ui is not None and ui.running else None
 
-    def kill(self) -> None:
-        """Stop the topology after the running transaction, then its dashboard."""
+    def kill(self, *, wait: bool = True) -> None:
+        """Stop the topology after the running transaction, then its dashboard.
+
+        ``wait=False``: without waiting for the running transaction: its Spark jobs are
+        cancelled, as a crashed driver's would be, and a restarted driver recovers it the same
+        way (``statefulbolts run --timeout``). A job of the inline engine runs to its end.
+        """
         try:
+            if not wait:
+                self._kill_now()
             self._runner.kill()
         finally:
             if self._ui is not None:
                 self._ui.stop()
             self._cluster._forget(self.name)
+
+    def _kill_now(self) -> None:
+        """Stop the driver loop, cancelling the topology's Spark jobs until it has stopped.
+
+        Cancelled again while the loop winds down: a step under way when the loop was told
+        to stop may still start one more job.
+        """
+        runner, spark = self._runner, self._cluster.spark
+        runner.kill(timeout=0)  # no new step from now on
+        deadline = time.monotonic() + _KILL_NOW_SECONDS
+        while not runner.done and time.monotonic() < deadline:
+            if spark is not None and spark.sparkContext._jsc is not None:
+                spark.sparkContext.cancelJobsWithTag(topology_tag(self.name))
+            runner.kill(timeout=0.2)
 
     @property
     def runner(self) -> TopologyRunner:
@@ -199,7 +278,7 @@ class LocalCluster:
         *,
         clock: Clock | None = None,
         on_transaction: Callable[[TransactionInfo], None] | None = None,
-        faults: Any = None,
+        faults: FaultListener | None = None,
         take_over: bool = False,
         lease: HeldLease | None = None,
     ) -> TopologyHandle:
@@ -207,7 +286,8 @@ class LocalCluster:
 
         The topology's lease is taken first (``take_topology_lease``; ``take_over`` takes it
         from a live driver), unless one taken earlier is given (``lease``: the CLI takes it
-        before Spark starts). The runner releases it when it stops.
+        before Spark starts). The runner releases it when it stops. ``faults``: a chaos test's
+        fault listener (``statefulbolts.listeners``), in place of ``topology.faults``.
 
         Raises:
             LeaseHeldError: another driver of the topology runs.
@@ -220,6 +300,7 @@ class LocalCluster:
         if lease is None:
             lease = take_topology_lease(name, conf, topology, take_over=take_over)
         try:
+            warn_of_spouts_that_cannot_replay(name, conf, topology, leased=lease is not None)
             runner = self._runner(name, conf, topology, clock, on_transaction, faults, lease)
         except BaseException:
             if lease is not None:
@@ -253,7 +334,7 @@ class LocalCluster:
         topology: Any,
         clock: Clock | None,
         on_transaction: Callable[[TransactionInfo], None] | None,
-        faults: Any,
+        faults: FaultListener | None,
         lease: HeldLease | None,
     ) -> TopologyRunner:
         """The protocol's runner: transactional, or checkpointing (which runs plain ones too)."""

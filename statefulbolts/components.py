@@ -27,8 +27,17 @@ __all__ = [
     "Component",
     "OutputFieldsDeclarer",
     "Spout",
+    "SpoutReplayWarning",
     "StatefulBolt",
 ]
+
+
+class SpoutReplayWarning(UserWarning):
+    """A spout that does not say it can replay after a restart feeds state kept across one.
+
+    See ``Spout.durable_source``: after a driver restart such a spout may emit again what the
+    durable state already counted.
+    """
 
 
 class OutputFieldsDeclarer:
@@ -66,6 +75,18 @@ class Component(ABC):  # noqa: B024 - a marker base with optional hooks
 class Spout(Component):
     """A source of tuples. ``open`` once; ``next_tuple``, ``ack`` and ``fail`` on one instance.
 
+    ``durable_source`` says whether the spout can replay after a restart: whether a new
+    instance, opened by a restarted driver, emits again exactly what the crashed driver's had
+    emitted and not seen committed (acked), and nothing that was. Its source keeps the place
+    outside the driver: a Redis stream's consumer group (``RedisStreamSpout``), a partitioned
+    spout's positions committed with the state (``DirectorySpout``, ``KafkaSpout``), or an
+    offset the spout stores where its ``ack`` runs. ``None`` (the default) means not said, and
+    ``False`` cannot: a spout that keeps what it sent in memory (``sent``, ``replay``) starts
+    from the beginning again after a restart, and a durable state provider, which kept what
+    was already counted, then counts it twice. ``LocalCluster.submit_topology`` warns
+    (``SpoutReplayWarning``) when a topology with state in a durable provider runs a spout
+    that does not declare ``durable_source = True``.
+
     Example:
         >>> class Numbers(Spout):
         ...     def open(self, conf, context, collector):
@@ -77,6 +98,9 @@ class Spout(Component):
         ...     def declare_output_fields(self, declarer):
         ...         declarer.declare(Fields("n"))
     """
+
+    # Whether a restarted driver's instance resumes where the committed state left off (above).
+    durable_source: bool | None = None
 
     def open(  # noqa: B027
         self, conf: Mapping[str, Any], context: TopologyContext, collector: SpoutOutputCollector

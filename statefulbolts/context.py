@@ -125,5 +125,5 @@ class TopologyContext:
     def __repr__(self) -> str:
         return (
             f"TopologyContext(topology={self.topology_name!r}, "
-            f"component={self.this_component_id!r}, task={self.this_task_id})"
+            f"component={self.this_component_id!r}, task_index={self.this_task_index})"
         )

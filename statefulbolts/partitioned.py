@@ -132,8 +132,11 @@ class PartitionedSpout(Spout):
     all answer ``False`` runs no transaction for them (it may go idle). Storm's spout methods
     (``next_tuple``, ``ack``, ``fail``) are not called: tuples of a partitioned spout are
     tracked and acked as any spout's, and what a failed transaction read is read again from
-    its positions.
+    its positions. A partitioned spout can replay after a restart (``durable_source``): its
+    positions are committed with the state, and a restarted driver reads on from them.
     """
+
+    durable_source = True
 
     @abstractmethod
     def partitions(self, conf: Mapping[str, Any]) -> Sequence[str]:

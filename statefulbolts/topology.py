@@ -1,8 +1,9 @@
 """``TopologyBuilder`` and the immutable ``StormTopology`` it produces.
 
 Building executes nothing. Wiring is validated when it is declared (duplicate ids, parallelism,
-component types) and when the topology is created (unknown sources and streams, grouping on an
-undeclared field, cycles, a stateful bolt with no input). When at least one stateful bolt exists,
+component types, overridden methods the framework could not call: ``_overrides``) and when the
+topology is created (unknown sources and streams, grouping on an undeclared field, cycles, a
+stateful bolt with no input). When at least one stateful bolt exists,
 ``create_topology`` adds ``$checkpointspout`` (parallelism 1) and wires the ``$checkpoint`` stream
 with all grouping from every distinct source of every bolt, as Storm does; stateful bolts are marked
 to run under ``StatefulBoltExecutor`` and every other bolt under ``CheckpointTupleForwarder``.
@@ -22,6 +23,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from statefulbolts._overrides import check_overrides
 from statefulbolts.components import (
     BasicBolt,
     Bolt,
@@ -284,6 +286,7 @@ class TopologyBuilder:
             kind = f"{type(spout).__module__}.{type(spout).__qualname__}"
             msg = f"spout {component_id!r}: expected a statefulbolts.Spout, got {kind}"
             raise TopologyError(msg)
+        check_overrides("spout", component_id, spout)
         return self._register(component_id, spout, parallelism, is_spout=True)
 
     def set_bolt(
@@ -301,6 +304,7 @@ class TopologyBuilder:
         """
         _check_id(component_id, self._objects)
         if isinstance(bolt, BaseWindowedBolt):
+            check_overrides("bolt", component_id, bolt)
             try:
                 wrapped = WindowedBoltExecutor(bolt)
             except WindowConfigError as exc:
@@ -314,6 +318,7 @@ class TopologyBuilder:
                 f"StatefulBolt or BaseWindowedBolt, got {kind}"
             )
             raise TopologyError(msg)
+        check_overrides("bolt", component_id, bolt)
         return self._register(component_id, bolt, parallelism, is_spout=False)
 
     def _check_new_id(self, component_id: str) -> None:

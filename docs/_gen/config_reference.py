@@ -76,7 +76,7 @@ TOPOLOGY_MEANINGS: dict[str, str] = {
     "topology.transactional.commit.location": (
         "Where a transactional batch's commit phase (committers and the bolts after them) runs: "
         "`driver`, `executors` (a Spark job per commit), or `auto`: the driver, for every "
-        "provider, unless `topology.faults` injects a fault into a commit-phase task."
+        "provider (a `topology.faults` fault there that needs a Spark worker is refused)."
     ),
     "topology.spark.task.max.failures": (
         "Attempts per Spark task before Spark gives up on it; a `local[N]` master becomes "
@@ -93,8 +93,9 @@ TOPOLOGY_MEANINGS: dict[str, str] = {
         "read it from its `conf`; a value given here is replaced."
     ),
     "topology.faults": (
-        "Deterministic fault injection for tests and demos (`recovery.faults`): worker crashes, "
-        "raised errors and driver kills at named protocol points. Not for production."
+        "Chaos testing (`recovery.faults`): deterministic worker crashes, raised errors and "
+        "driver kills at named protocol points. Not for production: a run without it never "
+        "enters fault code."
     ),
     "topology.state.backend.timeout.secs": (
         "How long a state store *outage* (unreachable, timing out, busy or loading) is waited "
@@ -127,7 +128,8 @@ TOPOLOGY_MEANINGS: dict[str, str] = {
     ),
     "topology.deadletter.policy": (
         "A tuple a component raises on every time: `isolate` it as a dead letter and go on, or "
-        "`stop` the topology."
+        "`stop` the topology (once the tuple failed `topology.deadletter.after.failures` "
+        "transactions)."
     ),
     "topology.deadletter.after.failures": (
         "Failed transactions attributed to one tuple (since the last commit) before it is "

@@ -23,9 +23,8 @@ from recovery.evolve._shape import plan_evolution
 from recovery.evolve._timers import give_timers
 from recovery.evolve._wanted import Wanted
 from recovery.evolve._windows import give_windows
-from recovery.faults import KillPoint
 from statefulbolts.errors import StateEvolutionError
-from statefulbolts.listeners import NO_FAULTS, FaultListener
+from statefulbolts.listeners import NO_FAULTS, FaultListener, KillPoint
 from statefulbolts.state import LayoutError, StoredShape, read_shape, write_shape
 
 __all__ = ["EvolutionReport", "evolve"]

@@ -27,9 +27,8 @@ from typing import Any
 
 from providers import KeyValueState, StateFactory
 from recovery.evolve._plan import stored_names
-from recovery.faults import KillPoint
 from statefulbolts.errors import StateEvolutionError
-from statefulbolts.listeners import FaultListener
+from statefulbolts.listeners import FaultListener, KillPoint
 from statefulbolts.namespaces import TaskNamespace, record_namespace
 from statefulbolts.state import StoredShape, empty, shape_namespace, swap, write_shape
 

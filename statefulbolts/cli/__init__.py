@@ -37,14 +37,24 @@ the parser asks to register its subcommands: ``status``, ``state``, ``deadletter
 ``sink``. The command line sits on top of everything else: it may import both protocols, and
 nothing below imports it.
 
-Exit status: 0 done; 1 the topology failed or crashed; 2 bad input (config, wiring, arguments;
-never restarted); 3 ``--timeout`` ran out (not restarted); a supervised run returns its last
-child's status.
+``--timeout S`` counts from the command's start, Spark's start-up included: when it runs out,
+``run`` prints one line saying where the topology was, cancels its running jobs (a restart
+recovers the transaction as after a crash) and exits 3. A state store that cannot be reached
+when the lease is taken is exit status 2 (nothing started; ``--supervise`` does not restart
+it), unless the driver is a supervised restart (``--restarted``, given by the supervisor):
+then it is an outage, exit 1, and restarted again. A closed stdout (``run ... | head -1``)
+stops the topology after its running transaction, quietly (``_stdout``).
+
+Exit status: 0 done; 1 the topology failed or crashed; 2 bad input (config, wiring, arguments,
+a store not reached at start; never restarted); 3 ``--timeout`` ran out (not restarted); 141
+stdout was closed (128 + SIGPIPE, what a shell reports for a Unix tool a closed pipe stopped);
+a supervised run returns its last child's status.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import logging
 import os
@@ -52,6 +62,7 @@ import platform
 import signal
 import sys
 import threading
+import time
 import tomllib
 import uuid
 import warnings
@@ -64,6 +75,7 @@ from providers import FATAL_STATE_ERRORS, ProviderNotFoundError, get_provider, p
 from recovery.supervisor import BAD_INPUT_EXIT_CODE, TIMEOUT_EXIT_CODE
 from statefulbolts._load import EXAMPLE_SPEC, load_topology
 from statefulbolts._output import print_event, print_line
+from statefulbolts.cli._stdout import SIGPIPE_EXIT_CODE, Stdout
 from statefulbolts.cli.deadletter import add_deadletter_commands
 from statefulbolts.cli.sink import add_sink_commands
 from statefulbolts.cli.state import add_state_commands
@@ -84,6 +96,8 @@ from statefulbolts.runtime import (
 )
 
 FAILED_EXIT_CODE = 1
+# When this command started: ``run --timeout S`` counts from here, Spark's start-up included.
+_STARTED = time.monotonic()
 
 
 def exit_code_for(exc: BaseException) -> int:
@@ -122,12 +136,21 @@ def _print_transaction(info: dict[str, Any], as_json: bool) -> None:
     )
 
 
+# How a run ended, as its summary says it (``ended`` of the ``done`` event).
+_ENDINGS = {
+    "idle": "idle",
+    "timeout": "stopped by --timeout",
+    "interrupted": "stopped (interrupted)",
+}
+
+
 def _print_done(summary: dict[str, Any], as_json: bool) -> None:
     if as_json:
         print_event(summary)
         return
     name = summary["topology"]
-    print_line(f"topology {name!r} idle after {summary.get('transactions', '?')} transactions")
+    ended = _ENDINGS.get(summary.get("ended", "idle"), str(summary.get("ended")))
+    print_line(f"topology {name!r} {ended} after {summary.get('transactions', '?')} transactions")
     for comp, row in sorted(summary["components"].items()):
         cells = ", ".join(f"{k} {int(v)}" for k, v in row.items() if k != "seconds")
         print_line(f"  {comp}: {cells}")
@@ -202,6 +225,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
         check_supervise()
         return _supervise(args)
 
+    deadline = None if args.timeout is None else _STARTED + args.timeout
     conf = Config(load_config_file(args.conf)) if args.conf else Config()
     if args.ui is not None:
         conf[Config.TOPOLOGY_UI_PORT] = args.ui
@@ -210,22 +234,38 @@ def _cmd_run(args: argparse.Namespace) -> int:
     check_before_spark(conf, ui_flag=args.ui is not None, topology=topology)
     if args.spark_log is not None:
         os.environ[SPARK_LOG_ENV] = args.spark_log  # read when the session starts
-    from statefulbolts.submitter import cluster_for_run  # imports pyspark
+    out = Stdout()
 
     def progress(info: Any) -> None:
-        _print_transaction(info.as_dict(), args.json)
+        out.write(lambda: _print_transaction(info.as_dict(), args.json))
 
     from statefulbolts._cluster import take_topology_lease
 
-    # Before Spark starts: a second driver of the topology is refused in a moment.
-    lease = take_topology_lease(name, conf, topology, take_over=args.take_over)
-    code = 0
+    # Before Spark starts: a second driver of the topology is refused in a moment, and so is
+    # a store that cannot be reached (exit status 2, not restarted: nothing ran). A restarted
+    # driver meeting the same outage exits 1, so that its supervisor tries again.
     try:
-        cluster = cluster_for_run(args.master, args.engine)
+        lease = take_topology_lease(name, conf, topology, take_over=args.take_over)
+    except StateBackendError as exc:
+        if args.restarted:
+            raise
+        reason = str(exc).rstrip(".")
+        print(f"error: {reason}; nothing started: start the store, or fix --conf", file=sys.stderr)
+        return BAD_INPUT_EXIT_CODE
+    try:
+        cluster = _start_spark(args, deadline)
     except BaseException:
         if lease is not None:
             lease.release()
         raise
+    if cluster is None:
+        if lease is not None:
+            lease.release()
+        print(
+            f"error: --timeout {args.timeout:g} s ran out while Spark was starting; nothing ran",
+            file=sys.stderr,
+        )
+        return TIMEOUT_EXIT_CODE
     with cluster:
         handle = cluster.submit_topology(
             name, conf, topology, on_transaction=progress, lease=lease
@@ -233,33 +273,103 @@ def _cmd_run(args: argparse.Namespace) -> int:
         url = handle.ui_url
         if url is not None:
             event = {"event": "dashboard", "url": url}
-            print_line(json.dumps(event) if args.json else f"dashboard: {url}")
+            out.write(lambda: print_line(json.dumps(event) if args.json else f"dashboard: {url}"))
         try:
-            handle.await_idle(args.timeout)
-            if url is not None and not args.exit_when_idle:
-                _serve_until_interrupted(handle, url, args.json)
+            ended = _until_idle(handle, deadline, out)
         except KeyboardInterrupt:
+            ended = "interrupted"
             print("interrupted; stopping after the running transaction", file=sys.stderr)
-        except TimeoutError as exc:
-            print(f"error: {exc}", file=sys.stderr)
-            code = TIMEOUT_EXIT_CODE
+        if ended == "idle" and url is not None and not args.exit_when_idle:
+            with contextlib.suppress(KeyboardInterrupt):  # Ctrl-C: what ends the dashboard
+                _serve_until_interrupted(handle, url, args.json, out)
+            ended = "closed" if out.closed.is_set() else ended
+        if ended == "timeout":
+            print(f"error: {_timeout_line(handle, args.timeout)}", file=sys.stderr)
         metrics = handle.metrics()
-        handle.kill()
+        handle.kill(wait=ended != "timeout")
+    if ended == "closed":
+        return SIGPIPE_EXIT_CODE
     summary = {
         "event": "done",
         "topology": name,
+        "ended": ended,
         "transactions": len(metrics["transactions"]),
         "components": metrics["components"],
     }
-    _print_done(summary, args.json)
-    return code
+    out.write(lambda: _print_done(summary, args.json))
+    if out.closed.is_set():
+        return SIGPIPE_EXIT_CODE
+    return TIMEOUT_EXIT_CODE if ended == "timeout" else 0
+
+
+def _start_spark(args: argparse.Namespace, deadline: float | None) -> Any:
+    """The cluster ``run`` submits to; ``None`` if ``deadline`` came first (Spark starting).
+
+    Spark's start-up cannot be interrupted: with a deadline it runs on a thread of its own,
+    which is left behind when the deadline comes (the JVM dies with this process).
+    """
+    from statefulbolts.submitter import cluster_for_run  # imports pyspark
+
+    if deadline is None:
+        return cluster_for_run(args.master, args.engine)
+    started: dict[str, Any] = {}
+
+    def start() -> None:
+        try:
+            started["cluster"] = cluster_for_run(args.master, args.engine)
+        except BaseException as exc:  # noqa: BLE001 - raised again in the main thread
+            started["error"] = exc
+
+    thread = threading.Thread(target=start, name="sb-spark-start", daemon=True)
+    thread.start()
+    thread.join(max(deadline - time.monotonic(), 0.0))
+    if thread.is_alive():
+        return None
+    if "error" in started:
+        raise started["error"]
+    return started["cluster"]
+
+
+# How often ``run`` looks whether stdout was closed while it waits for its topology.
+_WAIT_SLICE = 0.1
+
+
+def _until_idle(handle: Any, deadline: float | None, out: Stdout) -> str:
+    """Wait for the topology: ``"idle"``, ``"timeout"`` (``deadline`` came) or ``"closed"``.
+
+    ``"closed"``: stdout's reader went away (``Stdout``).
+
+    Raises:
+        TopologyFailedError: (or the error it stopped with) the topology failed.
+    """
+    while not out.closed.is_set():
+        wait = _WAIT_SLICE if deadline is None else min(_WAIT_SLICE, deadline - time.monotonic())
+        if wait <= 0:
+            return "timeout"
+        if handle.wait_idle(wait):
+            return "idle"
+    return "closed"
+
+
+def _timeout_line(handle: Any, timeout: float) -> str:
+    """Where the topology was when ``--timeout`` ran out, in one line."""
+    progress = handle.runner.observe(last=0).progress
+    where = [progress.phase]
+    if progress.committed_txid is not None:
+        where.append(f"last committed txid {progress.committed_txid}")
+    if progress.pending_trees is not None:
+        where.append(f"{progress.pending_trees} tuple trees pending")
+    return (
+        f"--timeout {timeout:g} s ran out before topology {handle.name!r} was idle "
+        f"({'; '.join(where)}); stopped without waiting for its running transaction"
+    )
 
 
 # How often a dashboard kept up after idle looks whether its topology failed since.
 _SERVE_POLL_SECONDS = 0.5
 
 
-def _serve_until_interrupted(handle: Any, url: str, as_json: bool) -> None:
+def _serve_until_interrupted(handle: Any, url: str, as_json: bool, out: Stdout) -> None:
     """Keep the idle topology, and its dashboard, up until Ctrl-C (SIGINT) or SIGTERM.
 
     The topology keeps running: a source that gets more input is processed and shown.
@@ -269,9 +379,10 @@ def _serve_until_interrupted(handle: Any, url: str, as_json: bool) -> None:
         TopologyFailedError: (or the error it stopped with) the topology failed meanwhile.
     """
     if as_json:
-        print_event({"event": "idle", "url": url})
+        out.write(lambda: print_event({"event": "idle", "url": url}))
     else:
-        print_line(f"idle; the dashboard stays up at {url} until Ctrl-C (--exit-when-idle: exit)")
+        text = f"idle; the dashboard stays up at {url} until Ctrl-C (--exit-when-idle: exit)"
+        out.write(lambda: print_line(text))
 
     def on_term(signum: int, frame: Any) -> None:
         raise KeyboardInterrupt
@@ -279,7 +390,7 @@ def _serve_until_interrupted(handle: Any, url: str, as_json: bool) -> None:
     previous = signal.signal(signal.SIGTERM, on_term)
     wake = threading.Event()  # never set: its wait is a sleep that Ctrl-C interrupts
     try:
-        while handle.error is None and not handle.runner.done:
+        while handle.error is None and not handle.runner.done and not out.closed.is_set():
             wake.wait(_SERVE_POLL_SECONDS)
     finally:
         signal.signal(signal.SIGTERM, previous)
@@ -291,11 +402,15 @@ def _child_command(args: argparse.Namespace, *, first: bool = True) -> list[str]
     """The ``run`` command line of the supervised child: the same run, always ``--json``.
 
     ``--take-over`` goes to the first child only: a restarted child takes the lease from its
-    crashed predecessor by their shared restart token, never from another driver.
+    crashed predecessor by their shared restart token, never from another driver. A restarted
+    child is told it is one (``--restarted``): a store it cannot reach is then an outage to
+    wait out by restarting it again (exit status 1), not a wrong config (2).
     """
     cmd = [sys.executable, "-m", "statefulbolts.cli", "run", args.topology, "--json"]
     if args.take_over and first:
         cmd.append("--take-over")
+    if not first:
+        cmd.append("--restarted")
     for flag, value in (
         ("--conf", args.conf),
         ("--name", args.name),
@@ -326,7 +441,14 @@ def _supervise(args: argparse.Namespace) -> int:
         load_config_file(args.conf)
     policy = RestartPolicy(args.max_restarts, args.backoff, max(args.max_backoff, args.backoff))
 
+    out = Stdout()
+
     def on_line(line: str) -> None:
+        out.write(lambda: _show_child_line(line))
+        if out.closed.is_set():
+            raise KeyboardInterrupt  # the reader went away: stop the child, restart nothing
+
+    def _show_child_line(line: str) -> None:
         text = line.rstrip("\n")
         if args.json or not line.startswith("{"):
             print_line(text)
@@ -344,8 +466,10 @@ def _supervise(args: argparse.Namespace) -> int:
             print_line(text)
 
     def on_event(event: dict[str, Any]) -> None:
+        if out.closed.is_set():
+            return  # stopped because the reader went away: nothing to tell it
         if args.json:
-            print_event(event)
+            out.write(lambda: print_event(event))
         kind = event["event"]
         if kind == "restart":
             text = (
@@ -378,7 +502,7 @@ def _supervise(args: argparse.Namespace) -> int:
     env.setdefault(LEASE_TOKEN_ENV, f"supervise-{uuid.uuid4().hex}")
     previous = signal.signal(signal.SIGTERM, on_term)
     try:
-        return supervise(
+        status = supervise(
             _child_command(args),
             policy,
             on_line=on_line,
@@ -387,6 +511,7 @@ def _supervise(args: argparse.Namespace) -> int:
             env=env,
             restart_command=_child_command(args, first=False),
         )
+        return SIGPIPE_EXIT_CODE if out.closed.is_set() else status
     finally:
         signal.signal(signal.SIGTERM, previous)
 
@@ -478,6 +603,7 @@ def _parser() -> argparse.ArgumentParser:
         "off: the store refuses its writes, and it stops); without it, a second driver is "
         "refused while the first holds the lease",
     )
+    run.add_argument("--restarted", action="store_true", help=argparse.SUPPRESS)
     run.add_argument(
         "--supervise",
         action="store_true",
@@ -545,7 +671,8 @@ class _WarningsOnce:
             if (category, text) in self._shown:
                 return
             self._shown.add((category, text))
-        kind = "" if category is UserWarning else f"{category.__name__}: "
+        # A user warning (ours are kinds of it) is its text; another kind says its name.
+        kind = "" if issubclass(category, UserWarning) else f"{category.__name__}: "
         print(f"warning: {kind}{text}", file=file or sys.stderr, flush=True)
 
 
@@ -563,3 +690,7 @@ def main(argv: list[str] | None = None) -> int:
     except StatefulBoltsError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return exit_code_for(exc)
+    except BrokenPipeError:  # a reader of stdout went away (``state dump ... | head``)
+        Stdout().close()
+        return SIGPIPE_EXIT_CODE
+

@@ -104,7 +104,7 @@ def _cmd_list(args: argparse.Namespace) -> int:
     print(f"  {'id':<16}  {'state':<6}  {'component':<14} {'task':>4}  tries  last seen")
     for r in records:
         print(
-            f"  {r.id:<16}  {r.state:<6}  {_cut(r.component, 14):<14} {r.task:>4}  "
+            f"  {r.id:<16}  {r.state:<6}  {_cut(r.component, 14):<14} {r.task_index:>4}  "
             f"{r.attempts:>5}  {_when(r.last_seen)}"
         )
         print(f"      {_cut(f'{r.type_name}: {r.message}', 90)}")
@@ -124,10 +124,9 @@ def _cmd_show(args: argparse.Namespace) -> int:
     failed = record.failed
     print(f"dead letter {record.id} of {store.describe()}")
     print(f"  state:      {record.state} (replayed and failed again: {record.replays})")
-    print(f"  component:  {record.component!r}, task {record.task} (index {record.task_index})")
+    print(f"  component:  {record.component!r}, task {record.task_index}")
     print(
-        f"  tuple:      {failed.text} from {failed.source_component!r} task "
-        f"{failed.source_task}, stream {failed.stream}"
+        f"  tuple:      {failed.text} from {failed.describe_source()}, stream {failed.stream}"
     )
     print(f"  origin:     {_origin_line(record)}")
     print(f"  error:      {record.types[0] if record.types else '?'}: {record.message}")

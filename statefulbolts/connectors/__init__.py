@@ -10,16 +10,17 @@ dotted keys it reads from the topology config) and its errors, its sources besid
   topologies); ``load_stream`` / ``load_streams`` / ``pending_count`` to fill and inspect
   streams, ``python -m statefulbolts.connectors.redis load|info`` from a shell.
 
-- ``kafka``: ``KafkaSpout`` (read on the executors, offsets in the checkpoint), its record
-  translators and deserializers, and ``KafkaSink`` (each sink task's records of a committed
-  transaction in one Kafka transaction, with its marker); imported from
+- ``kafka``: ``KafkaSpout`` (read on the executors, offsets in the checkpoint),
+  ``KafkaTransactionalSpout`` / ``OpaqueKafkaTransactionalSpout`` (transactional topologies),
+  the record translators and deserializers, and ``KafkaSink`` (each sink task's records of a
+  committed transaction in one Kafka transaction, with its marker); imported from
   ``statefulbolts.connectors.kafka`` (the client, confluent-kafka, is the ``kafka`` extra).
 - ``sinks``: what every sink shares: the ``Sink`` contract, ``ExactlyOnceSinkBolt`` (staged
   in its state while a transaction is prepared, published when it commits, the marker in the
   same atomic step of the target), ``AtLeastOnceSinkBolt``; the bolts are also here.
 
-The transactional Kafka spouts and the other exactly-once sinks (PostgreSQL, Redis, files) come
-here the same way, a system's sink in its own module next to its sources.
+The other exactly-once sinks (PostgreSQL, Redis, files) come here the same way, a system's sink
+in its own module next to its sources.
 
 Connectors sit above the protocols, as user code does: they implement the spout interfaces of
 ``statefulbolts`` (``Spout``, ``PartitionedSpout``) and of ``statefulbolts.transactional``

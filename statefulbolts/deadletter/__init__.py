@@ -14,16 +14,38 @@ Records are read, replayed into a running (or the next) topology, and purged wit
 ``statefulbolts deadletter list | show | replay | purge``, or from Python through
 ``DeadLetterStore``.
 
-No pyspark here: this package is the records, the store and the rules; the drivers use them.
+This package is the one home of what both protocols share, one module per role:
+
+- ``_record``: the record (``DeadLetter``), its origins and the kinds it names, as enums
+  (``Scope``, ``LetterState``, ``OriginKind``, ``Slot``);
+- ``_store``: where records are kept (``DeadLetterStore``) and how a running driver watches
+  them for replays (``ReplayPoller``);
+- ``_tracker``: the judgement, when a failing tuple is poison (``PoisonTracker``,
+  ``why_not_poison``);
+- ``_policy``: what a driver does with one (``DeadLetters``: judge, record, book; its
+  ``Verdict``), the base of each protocol's own: ``checkpoint._deadletters`` takes a spout
+  tuple out, ``statefulbolts.transactional._deadletters`` an emitted batch tuple (its lineage:
+  ``statefulbolts.transactional._lineage``).
+
+No pyspark here, and no protocol: the drivers use these.
 """
 
-from statefulbolts.deadletter._outcome import Verdict, poison_limit_error, summary
+from statefulbolts.deadletter._policy import (
+    BackendCalls,
+    DeadLetters,
+    Judged,
+    Verdict,
+    poison_limit_error,
+    summary,
+)
 from statefulbolts.deadletter._record import (
-    DEAD,
-    REPLAY,
     BatchOrigin,
     DeadLetter,
     FailedTuple,
+    LetterState,
+    OriginKind,
+    Scope,
+    Slot,
     SpoutOrigin,
     batch_record_id,
     spout_record_id,
@@ -38,14 +60,19 @@ from statefulbolts.deadletter._tracker import PoisonTracker, Suspect, why_not_po
 
 __all__ = [
     "CHANGES_KEY",
-    "DEAD",
-    "REPLAY",
+    "BackendCalls",
     "BatchOrigin",
     "DeadLetter",
     "DeadLetterStore",
+    "DeadLetters",
     "FailedTuple",
+    "Judged",
+    "LetterState",
+    "OriginKind",
     "PoisonTracker",
     "ReplayPoller",
+    "Scope",
+    "Slot",
     "SpoutOrigin",
     "Suspect",
     "Verdict",

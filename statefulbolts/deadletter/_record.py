@@ -8,9 +8,14 @@ tuple came from, which is what is taken out of the topology and what a replay pu
   and message id, with its stream and values. A tuple that fanned out (a sentence split into
   words) is dead-lettered whole: the spout tuple is the unit.
 - ``BatchOrigin`` (transactional protocol): the emitted batch tuple, by txid and its place in
-  the emission, ``slot`` (``partition`` p of a partitioned spout, ``emitter-task`` k of a plain
-  one, ``replayed`` entry k of dead letters replayed into that txid) and ``index`` (its
-  position in that slot's emission).
+  the emission, ``slot`` (``Slot``: ``partition`` p of a partitioned spout, ``emitter-task`` k
+  of a plain one, ``replayed`` entry k of dead letters replayed into that txid) and ``index``
+  (its position in that slot's emission).
+
+Every kind a record names is an enum whose values are the stored strings: the record's
+``Scope`` (a checkpointed topology's, or a transactional id's), its ``LetterState`` (held, or
+asked to go back in), its origin's ``OriginKind`` and a batch origin's ``Slot``. The task is
+named twice: ``task_index`` (what every message shows) and ``task``, Storm's global task id.
 
 A record's id is a digest of where the tuple came from (``spout_record_id``,
 ``batch_record_id``), so recording the same tuple twice writes the same key: a driver killed
@@ -23,17 +28,20 @@ Example:
     >>> failed = FailedTuple("split", 3, "default", ["poison"], "['poison']")
     >>> origin = SpoutOrigin("sentences", 0, 17, "default", ["a poison pill"], "['a poison pill']")
     >>> letter = DeadLetter.first(
-    ...     "wc", "topology", "count", 5, 1, failed, origin, ("builtins.ValueError",),
+    ...     "wc", Scope.TOPOLOGY, "count", 5, 1, failed, origin, ("builtins.ValueError",),
     ...     "bad word", None, txid=4, attempts=2, at=1700000000.0,
     ... )
     >>> letter.id == spout_record_id("wc", "sentences", 0, 17)
     True
     >>> DeadLetter.from_value(letter.to_value()) == letter
     True
+    >>> letter.state, letter.to_value()["state"], letter.origin.kind
+    (<LetterState.DEAD: 'dead'>, 'dead', <OriginKind.SPOUT: 'spout'>)
 """
 
 from __future__ import annotations
 
+import enum
 import hashlib
 import reprlib
 from dataclasses import asdict, dataclass, replace
@@ -44,11 +52,13 @@ import msgpack
 from statefulbolts.errors import DeadLetterError
 
 __all__ = [
-    "DEAD",
-    "REPLAY",
     "BatchOrigin",
     "DeadLetter",
     "FailedTuple",
+    "LetterState",
+    "OriginKind",
+    "Scope",
+    "Slot",
     "SpoutOrigin",
     "batch_record_id",
     "spout_record_id",
@@ -56,12 +66,35 @@ __all__ = [
 
 # A record's traceback is kept up to this many characters (its start: the user's error).
 TRACEBACK_CAP = 8000
-# A record's state: held (DEAD), or asked to go back into the topology (REPLAY).
-DEAD = "dead"
-REPLAY = "replay"
-_STATES = (DEAD, REPLAY)
-_SCOPES = ("topology", "transactional")
-_SLOTS = ("partition", "emitter-task", "replayed")
+
+
+class LetterState(enum.StrEnum):
+    """A record's state: held, or asked to go back into the topology."""
+
+    DEAD = "dead"
+    REPLAY = "replay"
+
+
+class Scope(enum.StrEnum):
+    """Whose record it is: a checkpointed topology's, or a transactional id's."""
+
+    TOPOLOGY = "topology"
+    TRANSACTIONAL = "transactional"
+
+
+class OriginKind(enum.StrEnum):
+    """What a record's origin is: a spout tuple, or an emitted batch tuple."""
+
+    SPOUT = "spout"
+    BATCH = "batch"
+
+
+class Slot(enum.StrEnum):
+    """Which part of a txid's emission a batch origin is in."""
+
+    PARTITION = "partition"  # partition p of a partitioned spout
+    EMITTER_TASK = "emitter-task"  # emitter task k of a plain transactional spout
+    REPLAYED = "replayed"  # entry k of the dead letters replayed into the txid
 
 
 def _digest(*parts: bytes) -> str:
@@ -88,9 +121,9 @@ def spout_record_id(topology: str, component: str, task: int, message_id: Any) -
     )
 
 
-def batch_record_id(transactional_id: str, txid: int, slot: str, number: int, index: int) -> str:
+def batch_record_id(transactional_id: str, txid: int, slot: Slot, number: int, index: int) -> str:
     """The id of the record of an emitted batch tuple: one per place in one txid's batch."""
-    where = f"{txid}/{slot}/{number}/{index}".encode()
+    where = f"{txid}/{Slot(slot).value}/{number}/{index}".encode()
     return _digest(b"batch", transactional_id.encode(), where)
 
 
@@ -99,7 +132,9 @@ class FailedTuple:
     """The tuple the component raised on: its source, stream and values.
 
     ``values`` is ``None`` when they could not be kept (msgpack has no type for one of them,
-    or they were too big); ``text`` is always their ``repr``, cut.
+    or they were too big); ``text`` is always their ``repr``, cut. ``source_task`` is the
+    tuple's ``source_task`` (Storm's global task id), ``source_task_index`` the sending task's
+    index (``None`` in records written before it was kept, or from a framework source).
     """
 
     source_component: str
@@ -107,6 +142,13 @@ class FailedTuple:
     stream: str
     values: list[Any] | None
     text: str
+    source_task_index: int | None = None
+
+    def describe_source(self) -> str:
+        """``'split' task 1``: the sending task by its index (its global id if not known)."""
+        if self.source_task_index is None:
+            return f"{self.source_component!r} task id {self.source_task}"
+        return f"{self.source_component!r} task {self.source_task_index}"
 
 
 @dataclass(frozen=True)
@@ -125,9 +167,9 @@ class SpoutOrigin:
     text: str
 
     @property
-    def kind(self) -> str:
-        """``"spout"``."""
-        return "spout"
+    def kind(self) -> OriginKind:
+        """``OriginKind.SPOUT``."""
+        return OriginKind.SPOUT
 
     def describe(self) -> str:
         """``spout 'sentences' task 0 message 17``."""
@@ -143,21 +185,24 @@ class BatchOrigin:
     """
 
     txid: int
-    slot: str
+    slot: Slot
     number: int
     index: int
     stream: str | None = None
     values: list[Any] | None = None
 
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "slot", Slot(self.slot))  # the stored string, read back
+
     @property
-    def kind(self) -> str:
-        """``"batch"``."""
-        return "batch"
+    def kind(self) -> OriginKind:
+        """``OriginKind.BATCH``."""
+        return OriginKind.BATCH
 
     def describe(self) -> str:
         """``txid 4, partition 2, tuple 7``."""
-        where = self.slot.replace("-", " ")
-        if self.slot == "replayed":
+        where = self.slot.value.replace("-", " ")
+        if self.slot is Slot.REPLAYED:
             where = "dead letter replayed as"
         return f"txid {self.txid}, {where} {self.number}, tuple {self.index}"
 
@@ -167,13 +212,13 @@ class DeadLetter:
     """One poison tuple, taken out of its topology (see the module docstring).
 
     ``attempts`` counts the failed transactions it caused, over every time it was tried;
-    ``first_seen`` and ``last_seen`` are wall-clock seconds; ``state`` is ``"dead"`` (held) or
-    ``"replay"`` (asked to go back in, by ``statefulbolts deadletter replay``); ``replays``
+    ``first_seen`` and ``last_seen`` are wall-clock seconds; ``state`` is ``DEAD`` (held) or
+    ``REPLAY`` (asked to go back in, by ``statefulbolts deadletter replay``); ``replays``
     counts the times it went back in and failed again.
     """
 
     id: str
-    scope: str
+    scope: Scope
     name: str
     component: str
     task: int
@@ -187,14 +232,24 @@ class DeadLetter:
     attempts: int
     first_seen: float
     last_seen: float
-    state: str = DEAD
+    state: LetterState = LetterState.DEAD
     replays: int = 0
+
+    def __post_init__(self) -> None:
+        # The stored strings, read back (a wrong one is a ValueError: ``from_value`` refuses).
+        object.__setattr__(self, "scope", Scope(self.scope))
+        object.__setattr__(self, "state", LetterState(self.state))
+
+    @property
+    def describe_task(self) -> str:
+        """``component 'count' task 1``: the failing task by its index."""
+        return f"component {self.component!r} task {self.task_index}"
 
     @classmethod
     def first(
         cls,
         name: str,
-        scope: str,
+        scope: Scope,
         component: str,
         task: int,
         task_index: int,
@@ -253,8 +308,8 @@ class DeadLetter:
             origin=self.origin,
             attempts=self.attempts + newer.attempts,
             first_seen=self.first_seen,
-            state=DEAD,
-            replays=self.replays + (1 if self.state == REPLAY else 0),
+            state=LetterState.DEAD,
+            replays=self.replays + (1 if self.state is LetterState.REPLAY else 0),
         )
 
     @property
@@ -270,10 +325,16 @@ class DeadLetter:
         )
 
     def to_value(self) -> dict[str, Any]:
-        """The stored form: a plain dict (msgpack can hold it)."""
+        """The stored form: a plain dict of plain values (msgpack can hold it)."""
         value = asdict(self)
         value["types"] = list(self.types)
-        value["origin"] = {"kind": self.origin.kind, **asdict(self.origin)}
+        value["scope"], value["state"] = self.scope.value, self.state.value
+        origin = {"kind": self.origin.kind.value, **asdict(self.origin)}
+        if isinstance(self.origin, BatchOrigin):
+            origin["slot"] = self.origin.slot.value
+        value["origin"] = origin
+        if self.failed.source_task_index is None:
+            del value["failed"]["source_task_index"]  # as records before it was kept
         return value
 
     @classmethod
@@ -282,21 +343,15 @@ class DeadLetter:
         try:
             data = dict(value)
             origin = dict(data.pop("origin"))
-            kind = origin.pop("kind")
+            kind = OriginKind(origin.pop("kind"))
             made: SpoutOrigin | BatchOrigin
-            if kind == "spout":
+            if kind is OriginKind.SPOUT:
                 made = SpoutOrigin(**origin)
-            elif kind == "batch" and origin.get("slot") in _SLOTS:
-                made = BatchOrigin(**origin)
             else:
-                msg = f"origin kind {kind!r} with slot {origin.get('slot')!r}"
-                raise ValueError(msg)
+                made = BatchOrigin(**origin)
             failed = FailedTuple(**dict(data.pop("failed")))
             letter = cls(**data, failed=failed, origin=made)
             letter = replace(letter, types=tuple(str(t) for t in letter.types))
-            if letter.state not in _STATES or letter.scope not in _SCOPES:
-                msg = f"state {letter.state!r} / scope {letter.scope!r}"
-                raise ValueError(msg)
         except (TypeError, ValueError, KeyError) as exc:
             msg = (
                 f"{where}: {reprlib.repr(value)} is not a dead-letter record this version "

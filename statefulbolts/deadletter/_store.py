@@ -12,18 +12,18 @@ later write wins. Every read opens a new state object, so nothing is read from a
 another process has since changed.
 
 Example:
-    >>> from statefulbolts.deadletter._record import DeadLetter, FailedTuple, SpoutOrigin
+    >>> from statefulbolts.deadletter._record import DeadLetter, FailedTuple, Scope, SpoutOrigin
     >>> store = DeadLetterStore({}, topology="doc-dl")
     >>> store.namespace
     'doc-dl/$deadletter'
     >>> failed = FailedTuple("split", 3, "default", ["poison"], "['poison']")
     >>> origin = SpoutOrigin("sentences", 0, 17, "default", ["poison"], "['poison']")
-    >>> letter = DeadLetter.first("doc-dl", "topology", "count", 5, 1, failed, origin,
+    >>> letter = DeadLetter.first("doc-dl", Scope.TOPOLOGY, "count", 5, 1, failed, origin,
     ...                           ("builtins.ValueError",), "bad", None, txid=4, attempts=2, at=0.0)
     >>> store.put(letter)
     >>> [r.component for r in store.records()], store.count()
     (['count'], 1)
-    >>> [r.state for r in store.request_replay([letter.id])], store.changes()
+    >>> [r.state.value for r in store.request_replay([letter.id])], store.changes()
     (['replay'], 1)
     >>> store.delete([letter.id])
     [...]
@@ -40,7 +40,7 @@ from typing import Any
 
 from providers import KeyValueState, StateBackendError, StateFactory
 from statefulbolts.clock import Clock
-from statefulbolts.deadletter._record import REPLAY, DeadLetter
+from statefulbolts.deadletter._record import DeadLetter, LetterState, Scope
 from statefulbolts.errors import DeadLetterError
 from statefulbolts.namespaces import record_namespace, topology_prefix, transactional_prefix
 
@@ -93,14 +93,14 @@ class DeadLetterStore:
         state_for: Callable[[str], KeyValueState] | None = None,
     ) -> None:
         self.namespace = deadletter_namespace(topology, transactional_id)
-        self.scope = "topology" if topology is not None else "transactional"
+        self.scope = Scope.TOPOLOGY if topology is not None else Scope.TRANSACTIONAL
         self.name = str(topology if topology is not None else transactional_id)
         self._conf = dict(conf)
         self._state_for = state_for
 
     def describe(self) -> str:
         """``topology 'wc'`` or ``transactional id 'words'``, for messages."""
-        if self.scope == "topology":
+        if self.scope is Scope.TOPOLOGY:
             return f"topology {self.name!r}"
         return f"transactional id {self.name!r}"
 
@@ -173,7 +173,7 @@ class DeadLetterStore:
             if value is None:
                 continue
             record = replace(DeadLetter.from_value(value, f"{self.namespace!r} key {rid!r}"))
-            record = replace(record, state=REPLAY)
+            record = replace(record, state=LetterState.REPLAY)
             state.put(rid, record.to_value())
             marked.append(record)
         self._bump(state)

@@ -10,7 +10,7 @@ The only package that imports pyspark, and only when a Spark engine starts.
 """
 
 from statefulbolts.config import TopologyConfig
-from statefulbolts.runtime._engine import Engine, JobLabels, JobSpec, job_labels
+from statefulbolts.runtime._engine import Engine, JobLabels, JobSpec, job_labels, topology_tag
 from statefulbolts.runtime._engines import ENGINES, open_engine
 from statefulbolts.runtime._images import ImageShipper, ShippedImage
 from statefulbolts.runtime._inline import InlineEngine, task_copy
@@ -99,6 +99,7 @@ __all__ = [
     "shown_values",
     "task_attempt",
     "task_copy",
+    "topology_tag",
     "under_spark_submit",
     "worker_traceback",
 ]

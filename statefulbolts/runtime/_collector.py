@@ -132,13 +132,13 @@ class TaskCollector(OutputCollector):
         s = self._streams.get(stream)
         if s is None:
             msg = (
-                f"bolt {self._name!r} task {self._task_id} emitted on undeclared stream "
+                f"bolt {self._name!r} task {self.task} emitted on undeclared stream "
                 f"{stream!r}; "
                 f"it declares {sorted(self._streams)}"
             )
         elif self._flat_action is not None:
             msg = (
-                f"bolt {self._name!r} task {self._task_id} emitted {list(values)!r} during "
+                f"bolt {self._name!r} task {self.task} emitted {list(values)!r} during "
                 f"{self._flat_action}; bolts may emit only while executing tuples (not from "
                 "init_state or the pre_commit / pre_rollback hooks of a data-free checkpoint)"
             )
@@ -302,7 +302,7 @@ class TaskCollector(OutputCollector):
         if any(len(c) != n for c in columns):
             lengths = [len(c) for c in columns]
             msg = (
-                f"bolt {self._name!r} task {self._task_id} emitted columns of lengths "
+                f"bolt {self._name!r} task {self.task} emitted columns of lengths "
                 f"{lengths} on stream {stream!r} with {n} anchors: give one value per tuple "
                 "in every column"
             )
@@ -361,7 +361,7 @@ class TaskCollector(OutputCollector):
         """
         if anchors is None and self._anchored_only:
             msg = (
-                f"bolt {self._name!r} task {self._task_id} emitted {list(values)!r} on stream "
+                f"bolt {self._name!r} task {self.task} emitted {list(values)!r} on stream "
                 f"{stream!r} without anchors; bolts in a stateful topology must emit anchored "
                 "tuples: pass anchors=<input tuple>"
             )

@@ -17,7 +17,8 @@ Two engines implement the seam, chosen by name (``open_engine``):
 Every job is labelled (``job_labels``): its job group names the topology, the action and the
 txid (``wc/PREPARE/txid=3``, ``wc/COMMIT/txid=3/attempt=2``) and its description says the same
 in words (``wc: PREPARE txid=3 (120 tuples)``). A protocol cancels its jobs by its own
-``JobSpec.group`` (the topology name when it gives none).
+``JobSpec.group`` (the topology name when it gives none); whoever stops the whole topology at
+once (``statefulbolts run --timeout``) cancels every job of it by ``topology_tag``.
 
 Example (what a protocol driver does):
 
@@ -41,7 +42,7 @@ from statefulbolts.runtime._plan import ExecutionPlan, JobLayout
 from statefulbolts.runtime._program import TaskJob, TaskProgram
 from statefulbolts.runtime._records import JobResult
 
-__all__ = ["Engine", "JobLabels", "JobSpec", "job_labels", "tag", "task_job"]
+__all__ = ["Engine", "JobLabels", "JobSpec", "job_labels", "tag", "task_job", "topology_tag"]
 
 
 @dataclass(frozen=True)
@@ -111,6 +112,18 @@ def job_labels(topology: str, spec: JobSpec) -> JobLabels:
 def tag(key: str) -> str:
     """A Spark job tag for ``key`` (tags may not hold commas; escaped reversibly)."""
     return key.replace("%", "%25").replace(",", "%2C") or "%"
+
+
+def topology_tag(topology: str) -> str:
+    """The Spark job tag every job of ``topology`` carries, whatever its group.
+
+    A topology name holds no ``/``: no group's tag is one of these.
+
+    Example:
+        >>> topology_tag("wc")
+        '$topology/wc'
+    """
+    return tag(f"$topology/{topology}")
 
 
 class Engine(Protocol):

@@ -120,6 +120,10 @@ class ExecutionPlan:
                 consumers.sort(key=lambda r: r.dest)
                 self.routes[(c, self.stream_index[c][name])] = tuple(consumers)
 
+    def task_id(self, component: str, index: int) -> int:
+        """Storm's global task id of task ``index`` of ``component`` (messages show the index)."""
+        return self.task_ids[self.index[component]][index]
+
     def sending_tasks(self, src: int, stream: int, dest: int, task: int) -> Sequence[int]:
         """The tasks of ``src`` whose tuples on ``stream`` can reach task ``task`` of ``dest``."""
         if any(r.local for r in self.routes[(src, stream)] if r.dest == dest):

@@ -126,6 +126,9 @@ class TaskReport(NamedTuple):
     changes: tuple[tuple[str, bytes], ...] = ()
     # What the protocol's task executor returned from ``finish`` (None for most).
     result: Any = None
+    # The Spark attempt of the task that sent it: above 0, earlier attempts failed and Spark
+    # ran the task again (the engine then asks Spark what failed them: ``_retried``).
+    attempt: int = 0
     # The component's registered metrics counted in this task (``statefulbolts.metrics``).
     counted: tuple[tuple[str, float], ...] = ()
 
@@ -147,6 +150,8 @@ class JobResult:
     emitted for components outside the job, for the protocol to use (sealed, as they travelled:
     a next job takes them as they are, ``TupleBatch.column`` reads them); ``aborted`` says a task's
     protocol failed it (its report's ``result`` says why) and the tasks after it were skipped.
+    ``retried`` holds the errors of task attempts that failed and that Spark's retry survived:
+    errors that happened, to count and show, though the job succeeded.
     """
 
     acks: dict[int, int] = field(default_factory=dict)
@@ -154,6 +159,7 @@ class JobResult:
     reports: list[TaskReport] = field(default_factory=list)
     outputs: list[TupleBatch] = field(default_factory=list)
     aborted: bool = False
+    retried: list[ReportedError] = field(default_factory=list)
 
     @property
     def errors(self) -> list[ReportedError]:

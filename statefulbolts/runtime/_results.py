@@ -61,4 +61,5 @@ def merge_results(parts: Sequence[JobResult]) -> JobResult:
         merged.reports.extend(part.reports)
         merged.outputs.extend(part.outputs)
         merged.aborted = merged.aborted or part.aborted
+        merged.retried.extend(part.retried)
     return merged

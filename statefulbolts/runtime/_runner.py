@@ -34,7 +34,6 @@ from providers import FENCE_EPOCH_KEY, Lease, LeaseLostError
 from statefulbolts.clock import Clock
 from statefulbolts.config import TopologyConfig, validate_config
 from statefulbolts.errors import DriverFencedError, TopologyError, TopologyFailedError
-from statefulbolts.listeners import NO_FAULTS, FaultListener
 from statefulbolts.namespaces import RECORD_MARK
 from statefulbolts.runtime._stats import Stats, StatsSnapshot, TransactionInfo, format_traceback
 
@@ -134,7 +133,6 @@ class TopologyRunner(ABC):
         *,
         clock: Clock | None = None,
         on_transaction: Callable[[TransactionInfo], None] | None = None,
-        faults: FaultListener | None = None,
         lease: HeldLease | None = None,
     ) -> None:
         if (
@@ -162,8 +160,6 @@ class TopologyRunner(ABC):
         self._lost: BaseException | None = None
         self.clock = clock or Clock()
         self.stats = Stats(on_transaction=on_transaction)
-        # Told at every fault point; a protocol reads ``topology.faults`` when none is given.
-        self.faults: FaultListener = faults if faults is not None else NO_FAULTS
         self.error: BaseException | None = None
         self.started_at = time.time()
         self._view: tuple[dict[str, Any], Progress] = ({}, Progress("starting", None, None))
@@ -345,22 +341,32 @@ class TopologyRunner(ABC):
 
     def await_idle(self, timeout: float | None = None) -> None:
         """Block until the topology is idle; raise its error if it failed."""
+        if not self.wait_idle(timeout):
+            msg = f"topology {self.name!r} not idle after {timeout} s: {self.status()}"
+            raise TimeoutError(msg)
+
+    def wait_idle(self, timeout: float | None = None) -> bool:
+        """Whether the topology is idle within ``timeout`` seconds; its error if it failed.
+
+        Raises:
+            TopologyFailedError: (or the error it stopped with) it failed, or was killed first.
+        """
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
             if self.error is not None:
                 raise self.error
-            if self._idle.wait(0.05):
+            left = 0.05 if deadline is None else min(0.05, deadline - time.monotonic())
+            if self._idle.wait(max(left, 0.0)):
                 with self._lock:
                     if self._idle.is_set():
-                        return
+                        return True
             if self.done:
                 if self.error is not None:
                     raise self.error
                 msg = f"topology {self.name!r} was killed before it became idle"
                 raise TopologyFailedError(msg)
-            if deadline is not None and time.monotonic() > deadline:
-                msg = f"topology {self.name!r} not idle after {timeout} s: {self.status()}"
-                raise TimeoutError(msg)
+            if deadline is not None and time.monotonic() >= deadline:
+                return False
 
     def _set_idle(self, idle: bool) -> None:
         if idle:
@@ -386,7 +392,9 @@ class TopologyRunner(ABC):
             if fenced is not None:
                 fenced.__cause__ = exc
                 exc = fenced
-            log.error("topology %s stopped: %s", self.name, exc)
+            # Not an error line: the error goes to whoever waits on the topology (``await_idle``
+            # raises it, ``error`` holds it, the dashboard shows it), and is told there once.
+            log.info("topology %r ended with %s: %s", self.name, type(exc).__name__, exc)
             self.stats.log_error("fatal", str(exc), traceback=format_traceback(exc))
             self.error = exc
         finally:

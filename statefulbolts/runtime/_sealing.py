@@ -163,6 +163,7 @@ def emitted_facts(
         text,
         root,
         trees if root else 0,
+        task,
     )
 
 
@@ -190,7 +191,7 @@ def _sealed(plan: ExecutionPlan, txid: int, record: Any) -> Any:
         facts = error.failing
         user_class = plan.user_classes[record.src]
         raise encode_task_error(
-            error, facts.source_component, facts.source_task, txid, user_class, facts
+            error, facts.source_component, facts.task_index, txid, user_class, facts
         ) from exc
 
 
@@ -317,4 +318,5 @@ def _input_facts(plan: ExecutionPlan, task: int, batch: TupleBatch, i: int) -> F
         text,
         root,
         trees,
+        batch.src_task,
     )

@@ -66,7 +66,9 @@ LOCAL_JVM_OPTIONS = "-XX:TieredStopAtLevel=1"
 
 # Spark's own log (its JVM's log4j): quiet unless asked. ``statefulbolts run --spark-log LEVEL``
 # sets this variable; the driver JVM starts with our log4j2 config at that level (Spark's default
-# profile prints four lines of its own on every start) and the running context gets it too.
+# profile prints four lines of its own on every start) and the running context gets it too. At
+# the default level the config also leaves out Spark's lines about failed task attempts, which
+# the framework reports itself (``_retried``, ``log4j2.properties``).
 SPARK_LOG_ENV = "STATEFULBOLTS_SPARK_LOG_LEVEL"
 DEFAULT_SPARK_LOG_LEVEL = "ERROR"
 SPARK_LOG_LEVELS = ("ALL", "TRACE", "DEBUG", "INFO", "WARN", "ERROR", "FATAL", "OFF")
@@ -90,16 +92,24 @@ def spark_log_level() -> str:
     return level
 
 
+# The levels at which Spark's own lines about a failed task attempt, which the framework reports
+# itself, are left out (``log4j2.properties``); a more verbose level shows them.
+_QUIET_TASK_ERRORS = ("ERROR", "FATAL", "OFF")
+
+
 def with_log_options(java_options: str | None, level: str) -> str | None:
     """``java_options`` with our log4j2 config at ``level`` in front.
 
     Left as they are when they name a log4j2 config of their own, or when this package's file
-    is missing (Spark then logs as it would).
+    is missing (Spark then logs as it would). Below ``ERROR`` (``WARN``, ``INFO``, ...) Spark's
+    lines about failed task attempts show too (``-Dstatefulbolts.spark.taskErrors=NEUTRAL``).
     """
     if "log4j2.configurationFile" in (java_options or "") or not os.path.isfile(LOG4J2_CONFIG):
         return java_options
     path = f'"{LOG4J2_CONFIG}"' if any(c.isspace() for c in LOG4J2_CONFIG) else LOG4J2_CONFIG
     ours = f"-Dlog4j2.configurationFile={path} -Dstatefulbolts.spark.log={level}"
+    if level not in _QUIET_TASK_ERRORS:
+        ours += " -Dstatefulbolts.spark.taskErrors=NEUTRAL"
     return f"{ours} {java_options}" if java_options else ours
 
 

@@ -7,7 +7,8 @@ running a topology lives here: the topology's broadcast, shipping code to the ex
 (``extlib/`` folders always, as files beside the tasks and never on their ``sys.path``; on a
 non-local master also the framework and the user's modules, see ``_shipping``), job groups and
 their cancellation: a job's ``JobSpec.group`` is its Spark job *tag*, so ``cancel(group)``
-reaches every job started under it whatever its action.
+reaches every job started under it whatever its action; every job of the topology also carries
+``topology_tag``.
 """
 
 from __future__ import annotations
@@ -21,13 +22,14 @@ from typing import Any
 from providers import DriverOwnedStateProvider, add_extlib_dirs, extlib_dirs
 from statefulbolts.errors import TopologyError
 from statefulbolts.listeners import NO_FAULTS, FaultListener
-from statefulbolts.runtime._engine import JobSpec, job_labels, tag, task_job
+from statefulbolts.runtime._engine import JobSpec, job_labels, tag, task_job, topology_tag
 from statefulbolts.runtime._images import ImageShipper
 from statefulbolts.runtime._inline import run_inline
 from statefulbolts.runtime._plan import ExecutionPlan
 from statefulbolts.runtime._program import TaskJob
 from statefulbolts.runtime._records import JobResult
 from statefulbolts.runtime._results import merge_results, reduce_acks
+from statefulbolts.runtime._retried import failed_attempts, retried_errors
 from statefulbolts.runtime._sealing import seal_inputs
 from statefulbolts.runtime._shipping import build_zip, code_to_ship, folder_source, sources, zip_dir
 from statefulbolts.runtime._spark import is_local
@@ -133,6 +135,7 @@ class SparkEngine:
         sc.setJobGroup(labels.group, labels.description, interruptOnCancel=True)
         sc.clearJobTags()
         sc.addJobTag(labels.tag)
+        sc.addJobTag(topology_tag(self.name))
         log.debug("running %s", labels.description)
 
         def stage(k: int) -> Any:
@@ -154,8 +157,13 @@ class SparkEngine:
             rdd = rdd.mapPartitionsWithIndex(stage(k))
         if spec.ackers > 0:
             parts = rdd.partitionBy(spec.ackers, _identity).mapPartitions(reduce_acks).collect()
-            return merge_results(parts)
-        return merge_results(reduce_acks(rdd.collect()))
+            result = merge_results(parts)
+        else:
+            result = merge_results(reduce_acks(rdd.collect()))
+        if any(report.attempt for report in result.reports):  # Spark's retry survived a failure
+            texts = failed_attempts(sc, labels.group)
+            result.retried = retried_errors(self.plan, result.reports, texts)
+        return result
 
     def _job(self, spec: JobSpec) -> TaskJob:
         """What every task of ``spec`` needs."""

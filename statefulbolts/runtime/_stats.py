@@ -10,8 +10,10 @@ can copy them even while the driver loop holds its lock for a long step.
 What is kept:
 
 - per component: executed, emitted, acked, failed, replayed (a spout re-emitting a message id
-  it was told had failed), errors (``report_error`` calls) and task seconds, and the sum of
-  each metric its tasks registered (``statefulbolts.metrics``), as ``metric.<name>``;
+  it was told had failed), errors (``report_error`` calls, task attempts that failed though
+  Spark's retry survived them, and transactions that failed in the component) and task
+  seconds, and the sum of each metric its tasks registered (``statefulbolts.metrics``), as
+  ``metric.<name>``;
 - per task (``tasks``, keyed by component and task index): the same figures of its jobs, and
   its Storm task id; the spout tasks on the driver count theirs themselves and are read
   through ``task_sources`` (``task_counters`` merges both);
@@ -23,8 +25,8 @@ What is kept:
   ``topology.state.size.interval.ms`` (``StateKeyCounter``), ``None`` when it cannot count;
 - per transaction: a ``TransactionInfo`` (the last ``_KEEP``), the count of each (action,
   outcome) since the start, and the durations per action as a histogram (``DurationHistogram``);
-- errors: the text of each reported error (``errors``) and, in ``error_log``, the last
-  ``_LOG`` errors of any kind with where they happened and, when the driver has it, the
+- errors: the text of each error counted per component (``errors``) and, in ``error_log``, the
+  last ``_LOG`` errors of any kind with where they happened and, when the driver has it, the
   Python traceback (a task that failed its job: Spark hands the worker's traceback back; a
   ``report_error`` from a task carries the exception's own traceback when it had been raised,
   see ``ReportedError``);
@@ -334,20 +336,20 @@ class Stats:
         """Keep one transaction's figures and tell the ``on_transaction`` callback.
 
         A failed transaction also goes to ``error_log``, with where it failed and the
-        traceback when the caller has them.
+        traceback when the caller has them; failed in a component (``component``), it is one
+        of that component's errors too.
         """
         if not info.at:
             info.at = time.time()
         action = info.action or "BATCH"
         if not info.ok:
+            text = f"{action}({info.txid}) failed: {info.error or 'no cause given'}"
             self.log_error(
-                "failed",
-                f"{action}({info.txid}) failed: {info.error or 'no cause given'}",
-                component=component,
-                task=task,
-                txid=info.txid,
-                traceback=traceback,
+                "failed", text, component=component, task=task, txid=info.txid, traceback=traceback
             )
+            if component is not None:
+                self.errors.append(text)
+                self.add(component, errors=1)
         with self._lock:
             self.transactions.append(info)
             if len(self.transactions) > _KEEP:
@@ -435,7 +437,8 @@ class Stats:
 
         Their state changes go to ``provider`` (a driver-owned provider, or the run's
         ``ImageShipper`` of one), their metrics to the counters; their errors are logged and
-        kept.
+        kept, and so are those of the task attempts that failed and that Spark ran again
+        (``JobResult.retried``), which are not returned.
         """
         names = plan.component_ids
         if provider is not None:
@@ -449,11 +452,12 @@ class Stats:
                 self.state_written(txid, written)
         self.add_reports(result, names, plan.task_ids)
         errors = result.errors
-        for e in errors:
-            task = plan.task_ids[e.comp][e.task]
-            text = f"component {names[e.comp]!r} task {task}: {e.text}"
+        # Errors reported, then those of attempts Spark's retry survived (counted, not returned:
+        # the job succeeded, and its protocol goes on as if they had not been).
+        for e in [*errors, *result.retried]:
+            text = f"component {names[e.comp]!r} task {e.task}: {e.text}"  # its index
             log.warning("txid %s: %s", txid, text)
-            self.error(names[e.comp], text, task=task, txid=txid, traceback=e.traceback)
+            self.error(names[e.comp], text, task=e.task, txid=txid, traceback=e.traceback)
         return errors
 
     def add_reports(

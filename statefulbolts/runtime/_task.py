@@ -127,7 +127,7 @@ def run_task(
     n_next = max(job.ackers, 1) if final else len(job.layout.stages[stage + 1])
     into = _sort_input(job, comp, task, items)
     if into.aborted:  # a task before this one failed by its protocol: do nothing of the batch
-        report = TaskReport(comp, task, TaskMetrics(0, 0, 0, 0, 0.0))
+        report = TaskReport(comp, task, TaskMetrics(0, 0, 0, 0, 0.0), attempt=task_attempt())
         return _aborted(into, report, stage, slot, final, n_next, job)
     topology = _load_topology(topology_blob)
     spec = topology.component(job.plan.component_ids[comp])
@@ -159,14 +159,14 @@ def run_task(
             if isinstance(exc, UnshippableValueError):
                 culprit = exc.failing  # named where the value was found (``_sealing``)
             else:
-                culprit = FailingTuple.of(failing[-1], task, len(job.lead)) if failing else None
+                culprit = _failing_tuple(job, task, failing)
             raise encode_task_error(
-                exc, spec.id, context.this_task_id, job.txid, spec.user_class, culprit
+                exc, spec.id, task, job.txid, spec.user_class, culprit
             ) from exc
         seconds = time.perf_counter() - started
-        report = TaskReport(
-            comp, task, TaskMetrics(0, 0, 0, 0, seconds), tuple(collector.errors), (), failed
-        )
+        metrics = TaskMetrics(0, 0, 0, 0, seconds)
+        errors = tuple(collector.errors)
+        report = TaskReport(comp, task, metrics, errors, (), failed, task_attempt())
         into.aborted.append(Aborted(comp, task))
         return _aborted(into, report, stage, slot, final, n_next, job)
     finally:
@@ -178,10 +178,22 @@ def run_task(
     seconds = time.perf_counter() - started
     metrics = TaskMetrics(executed, collector.emitted, acked, collector.failed, seconds)
     changes = _end_state(job, roots)
+    errors = tuple(collector.errors)
     report = TaskReport(
-        comp, task, metrics, tuple(collector.errors), changes, result, context.take_metric_values()
+        comp, task, metrics, errors, changes, result, task_attempt(), context.take_metric_values()
     )
     return _output(job, collector, into, left, report, stage, slot, final, n_next)
+
+
+def _failing_tuple(job: TaskJob, task: int, failing: list[Tuple]) -> FailingTuple | None:
+    """The facts of the data tuple the task executed last (``None``: it executed none)."""
+    if not failing:
+        return None
+    tuple_, plan = failing[-1], job.plan
+    comp = plan.index.get(tuple_.source_component)
+    ids = plan.task_ids[comp] if comp is not None else ()
+    index = ids.index(tuple_.source_task) if tuple_.source_task in ids else None
+    return FailingTuple.of(tuple_, task, len(job.lead), index)
 
 
 def _aborted(

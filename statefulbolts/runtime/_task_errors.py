@@ -105,6 +105,9 @@ class FailingTuple:
     be kept, see ``shown_values``); ``text`` is their ``repr``, cut. ``root`` is the tuple's
     first root id (``Tuple._root``: 0 when it belongs to no tree) and ``trees`` how many it
     belongs to: a tuple anchored to several spout tuples has no single one to blame.
+    ``source_task`` is the tuple's ``source_task`` (Storm's global task id);
+    ``source_task_index`` the sending task's index, which messages show (``None``: a source
+    outside the plan, such as the system's tick tuples).
     """
 
     task_index: int
@@ -115,10 +118,16 @@ class FailingTuple:
     text: str
     root: int
     trees: int
+    source_task_index: int | None = None
 
     @classmethod
-    def of(cls, tuple_: Any, task_index: int, lead: int = 0) -> FailingTuple:
-        """The facts of ``tuple_`` (a ``Tuple``), leaving out its ``lead`` shared values."""
+    def of(
+        cls, tuple_: Any, task_index: int, lead: int = 0, source_index: int | None = None
+    ) -> FailingTuple:
+        """The facts of ``tuple_`` (a ``Tuple``), leaving out its ``lead`` shared values.
+
+        ``source_index``: the index of the task that sent it, when the caller knows it.
+        """
         packed, text = shown_values(list(tuple_.values)[lead:])
         values = None if packed is None else unpack_plain(packed)
         root = int(tuple_._root)
@@ -132,6 +141,7 @@ class FailingTuple:
             text,
             root,
             trees,
+            source_index,
         )
 
     def to_payload(self) -> dict[str, Any]:
@@ -146,6 +156,7 @@ class FailingTuple:
             "text": self.text,
             "root": self.root,
             "trees": self.trees,
+            "source_index": self.source_task_index,
         }
 
     @classmethod
@@ -165,12 +176,16 @@ class FailingTuple:
             str(data["text"]),
             int(data["root"]),
             int(data["trees"]),
+            None if data.get("source_index") is None else int(data["source_index"]),
         )
 
 
 @dataclass(frozen=True)
 class TaskError:
-    """The facts of an error that failed a task, as the driver receives them."""
+    """The facts of an error that failed a task, as the driver receives them.
+
+    ``task`` is the task's index in its component (what every message shows).
+    """
 
     component: str
     task: int
@@ -216,7 +231,8 @@ def encode_task_error(
 ) -> TaskFailedError:
     """The ``TaskFailedError`` a task raises (``from exc``) when ``exc`` failed it.
 
-    ``failing``: the data tuple the task was executing, if it was executing one.
+    ``task`` is the task's index in ``component``. ``failing``: the data tuple the task was
+    executing, if it was executing one.
     """
     types = exception_types(exc)
     where = raised_in(exc)
@@ -267,7 +283,7 @@ def decode_task_error(exc: BaseException) -> TaskError | None:
 def describe_job_failure(
     exc: BaseException,
 ) -> tuple[TaskError | None, str | None, int | None, str]:
-    """What failed a job: ``(task error or None, component, task id, cause)``.
+    """What failed a job: ``(task error or None, component, task index, cause)``.
 
     A task's own error names its component and task; anything else (a worker that died, Spark
     giving up) is described by the most telling line of what Spark said.

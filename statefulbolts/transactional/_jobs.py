@@ -29,8 +29,8 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from providers import StateProvider
-from statefulbolts.errors import ConfigError
-from statefulbolts.listeners import NO_FAULTS, FaultListener
+from statefulbolts.config import Config
+from statefulbolts.listeners import NO_FAULTS, FaultListener, TaskPoint
 from statefulbolts.namespaces import TRANSACTIONAL_ROOT, TaskNamespace, transactional_prefix
 from statefulbolts.runtime import (
     ExecutionPlan,
@@ -46,6 +46,8 @@ from statefulbolts.transactional._task import BatchTaskProgram, EmitOrder, State
 from statefulbolts.transactional._topology import TransactionalTopology
 
 __all__ = ["TransactionalJobs"]
+
+COMMIT_LOCATION = Config.TOPOLOGY_TRANSACTIONAL_COMMIT_LOCATION
 
 
 class TransactionalJobs:
@@ -83,8 +85,10 @@ class TransactionalJobs:
         self._processing_layout = plan.layout(self.processing_components, chain=True)
         self._commit_layout = plan.layout(commit)
         self.commit_here = _commit_here(commit_location, topology)
-        if self.commit_here:
-            _refuse_worker_faults(commit_location, topology, faults)
+        if self.commit_here and commit_location == "auto":
+            # The listener refuses a fault that needs a Spark worker there (said outright,
+            # "driver" is the user's choice and stands).
+            faults.on_driver_tasks(topology.commit_phase, tuple(TaskPoint), COMMIT_LOCATION)
 
     def emit(self, attempt: TransactionAttempt, order: EmitOrder) -> JobSpec:
         """The emit job of ``attempt``, as ``order`` says."""
@@ -112,7 +116,7 @@ class TransactionalJobs:
             self.tid,
             StateMaps(self._conf),
             committing=True,
-            hooks=self._faults,
+            faults=self._faults,
             lineage=False,
         )
         spec = self._spec(attempt, self._commit_layout, program, to_commit, BatchAction.COMMIT)
@@ -180,28 +184,9 @@ def _commit_here(where: str, topology: TransactionalTopology) -> bool:
     keeps the coordinator's state in it, so it reaches it; an in-memory map lives there), as
     a commit phase is short and strictly one batch at a time, where a Spark job's own cost
     (tens of ms) would be most of it. Injected faults (``topology.faults``) never change it:
-    a run whose faults cannot fire in the driver is refused (``_refuse_worker_faults``).
+    under "auto", a run whose faults cannot fire in the driver is refused
+    (``FaultListener.on_driver_tasks``).
     """
     if where != "auto":
         return where == "driver"
     return True
-
-
-def _refuse_worker_faults(
-    where: str, topology: TransactionalTopology, faults: FaultListener
-) -> None:
-    """Refuse faults in the commit phase that need a Spark worker, when the driver commits.
-
-    Raises:
-        ConfigError: naming the components and the setting that runs the phase on executors.
-    """
-    needing = faults.needing_workers(topology.commit_phase)
-    if needing and where == "auto":
-        msg = (
-            f"topology.faults crashes, or fails on the first attempt only, tasks of "
-            f"{sorted(needing)} in the commit phase, which the driver runs "
-            "(topology.transactional.commit.location 'auto'): such a fault needs a Spark "
-            "worker and Spark's task retry; set topology.transactional.commit.location to "
-            "'executors' for this run"
-        )
-        raise ConfigError(msg)

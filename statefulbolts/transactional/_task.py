@@ -41,7 +41,7 @@ from statefulbolts.listeners import NO_FAULTS, FaultListener
 from statefulbolts.topology import ComponentSpec
 from statefulbolts.transactional._attempt import TransactionAttempt
 from statefulbolts.transactional._bolts import BatchOutputCollector
-from statefulbolts.transactional._deadletters import REPLAYED, LineageOut
+from statefulbolts.transactional._lineage import REPLAYED, LineageOut
 from statefulbolts.transactional._maps import StateBackingMap
 from statefulbolts.transactional._owner import enter_task, leave_task
 from statefulbolts.tuples import DEFAULT_STREAM, Tuple
@@ -408,7 +408,8 @@ class _BatchTask(_Executor):
         self.bolt.finish_batch()
         program = self.program
         if program.committing:
-            program.hooks.on_task_committed(self.spec.id, self.task, program.attempt.transaction_id)
+            txid = program.attempt.transaction_id
+            program.faults.on_task_committed(self.spec.id, self.task, txid)
 
 
 class _BasicTask(_Executor):
@@ -531,7 +532,7 @@ class BatchTaskProgram:
     maps: MapSource | None = None
     emit: EmitOrder | None = None
     committing: bool = False
-    hooks: FaultListener = NO_FAULTS  # fault injection: the mid-commit kill
+    faults: FaultListener = NO_FAULTS  # told when a committer committed (the mid-commit kill)
     # Whether batch bolts pass the executing tuple's lineage on (dead letters are isolated).
     lineage: bool = True
 

@@ -21,6 +21,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from statefulbolts._overrides import check_overrides
 from statefulbolts.components import BasicBolt, Bolt, Spout, StatefulBolt
 from statefulbolts.errors import TopologyError
 from statefulbolts.topology import BoltDeclarer, StormTopology, TopologyBuilder
@@ -112,6 +113,7 @@ class TransactionalTopologyBuilder(TopologyBuilder):
         self.spout_id = spout_id
         self._committers: set[str] = set()
         self._check_new_id(spout_id)
+        check_overrides("spout", spout_id, spout)
         parallelism = 1 if spout_parallelism is None else spout_parallelism
         self._register(spout_id, spout, parallelism, is_spout=True)
 
@@ -150,7 +152,8 @@ class TransactionalTopologyBuilder(TopologyBuilder):
                 f"and BasicBolts, got {what} ({_kind(bolt)})"
             )
             raise TopologyError(msg)
-        elif isinstance(bolt, Committer):
+        check_overrides("bolt", component_id, bolt)
+        if isinstance(bolt, Committer):
             self._committers.add(component_id)
         return self._register(component_id, bolt, parallelism, is_spout=False)
 

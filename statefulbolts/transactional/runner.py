@@ -46,33 +46,21 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from providers import (
-    FATAL_STATE_ERRORS,
-    DriverOwnedStateProvider,
-    KeyValueState,
-    StateBackendError,
-    StateFactory,
-    get_provider,
-)
-from recovery.evolve import EvolutionReport, evolve, wanted_shapes
-from recovery.faults import KillPoint, fault_listener
-from recovery.gate import FailureGate
+from providers import KeyValueState, StateFactory
+from recovery.gate import Failure
 from statefulbolts.clock import Clock
 from statefulbolts.context import TopologyContext
 from statefulbolts.errors import TopologyError
-from statefulbolts.keygroups import component_key_groups
-from statefulbolts.listeners import FaultListener
+from statefulbolts.listeners import FaultListener, KillPoint
 from statefulbolts.namespaces import TaskNamespace, transactional_prefix
+from statefulbolts.protocol_runner import ProtocolRunner
 from statefulbolts.runtime import (
     HeldLease,
     JobResult,
     Progress,
-    StateKeyCounter,
-    TopologyRunner,
     TransactionInfo,
     TupleBatch,
     describe_job_failure,
-    open_engine,
     worker_traceback,
 )
 from statefulbolts.state import merged_state
@@ -86,8 +74,8 @@ from statefulbolts.transactional._coordinator import (
     opaque_coordinator,
     partitioned_coordinator,
 )
+from statefulbolts.transactional._deadletters import TransactionalDeadLetters
 from statefulbolts.transactional._emitting import OPAQUE, PARTITIONED, PLAIN, EmitterMetas
-from statefulbolts.transactional._isolation import TransactionalDeadLetters
 from statefulbolts.transactional._jobs import TransactionalJobs
 from statefulbolts.transactional._maps import read_backing_state
 from statefulbolts.transactional._pacing import Pacing
@@ -129,7 +117,7 @@ class _Batch:
         return self.attempt.transaction_id
 
 
-class TransactionalRunner(TopologyRunner):
+class TransactionalRunner(ProtocolRunner):
     """Runs one transactional topology on an engine (see the module docstring).
 
     ``engine``: "spark" (the default) runs its jobs on the SparkSession ``spark``; "inline"
@@ -151,51 +139,37 @@ class TransactionalRunner(TopologyRunner):
         engine: str = "spark",
         lease: HeldLease | None = None,
     ) -> None:
-        super().__init__(
-            name, conf, clock=clock, on_transaction=on_transaction, faults=faults, lease=lease
-        )
-        if faults is None:
-            self.faults = fault_listener(self.conf)
         if not isinstance(topology, TransactionalTopology):
             msg = f"expected a TransactionalTopology, got {type(topology).__name__}"
             raise TopologyError(msg)
         self.topology = topology
-        refuse_ticks(topology.topology.components, self.tc.tick_tuple_freq_secs, name)
-        self.max_pending = self.tc.max_spout_pending or 1
-        self.provider = get_provider(self.conf)
-        owned = self.provider if isinstance(self.provider, DriverOwnedStateProvider) else None
-        key_groups = component_key_groups(
-            topology.topology.components, self.tc.state_max_parallelism, topology.commit_phase
-        )
-        self.wanted = wanted_shapes(
-            topology.topology.components, topology.commit_phase, key_groups, self.conf
-        )
-        self.evolution: EvolutionReport | None = None
-        self.engine = open_engine(
-            engine,
-            spark,
+        super().__init__(
+            name,
+            conf,
             topology.topology,
-            name,
-            self.conf,
-            faults=self.faults,
-            max_jobs=self.max_pending + 2,
-            lead=1,  # every tuple's first value is its batch's attempt: not shipped
-            key_groups=key_groups,
+            spark,
+            stateful=topology.commit_phase,
+            keeps_state=True,  # the coordinator's progress and the emitters' metas
+            engine=engine,
+            clock=clock,
+            on_transaction=on_transaction,
+            faults=faults,
+            lease=lease,
         )
-        self.plan = self.engine.plan
-        self.images = None if owned is None else self.engine.image_shipper(owned)
-        self.jobs = TransactionalJobs(
-            name,
-            topology,
-            self.plan,
-            self.conf,
-            self.provider,
-            self.faults,
-            self.images,
-            self.tc.transactional_commit_location,
-            lineage=self.tc.deadletter_policy == "isolate",
-        )
-        self._failures = FailureGate(name, self.tc, self.clock, self._stop, log)
+        provider = self.provider
+        assert provider is not None  # noqa: S101 - keeps_state
+        with self._closing_engine():
+            self.jobs = TransactionalJobs(
+                name,
+                topology,
+                self.plan,
+                self.conf,
+                provider,
+                self.faults,
+                self.images,
+                self.tc.transactional_commit_location,
+                lineage=self.tc.deadletter_policy == "isolate",
+            )
         self.deadletters = TransactionalDeadLetters(
             name,
             topology.transactional_id,
@@ -205,6 +179,7 @@ class TransactionalRunner(TopologyRunner):
             self.stats,
             self._failures,
             self.clock,
+            self.plan.task_id,
             self.faults,
         )
         self._live: dict[int, _Batch] = {}
@@ -213,62 +188,47 @@ class TransactionalRunner(TopologyRunner):
         self._metas: EmitterMetas | None = None
         self._last_empty: bool | None = None
         self._next_poll = 0.0
-        # Each committer's committed keys (all its tasks' maps), counted after commits.
-        self.state_keys = StateKeyCounter(
-            self.stats,
-            self.clock,
-            self.tc.state_size_interval_ms,
-            self.provider,
-            self.conf,
-            self._map_namespaces,
-        )
+
+    # ----------------------------------------------------------------- what the base asks
+    def _check_before_opening(self) -> None:
+        refuse_ticks(self.topology.topology.components, self.tc.tick_tuple_freq_secs, self.name)
+
+    @property
+    def max_pending(self) -> int:
+        """Active txids at most (``topology.max.spout.pending``, 1 when unset)."""
+        return self.tc.max_spout_pending or 1
+
+    def _engine_options(self) -> dict[str, Any]:
+        # Every tuple's first value is its batch's attempt: not shipped (``lead``).
+        return {"max_jobs": self.max_pending + 2, "lead": 1}
 
     # ----------------------------------------------------------------- lifecycle
-    def _open(self) -> None:
+    def _open_protocol(self) -> None:
         """Adapt the stored state; open the spout's coordinator; resume where the id stopped."""
-        try:
-            self._evolve()
-            spout, tid = self.topology.spout, self.topology.transactional_id
-            context = TopologyContext(self.topology.topology, self.name, self.topology.spout_id, 0)
-            user = spout.get_coordinator(self.conf, context)
-            if isinstance(spout, PartitionedTransactionalSpout):
-                kind, adapted = PARTITIONED, partitioned_coordinator(user)
-            elif isinstance(spout, OpaquePartitionedTransactionalSpout):
-                kind, adapted = OPAQUE, opaque_coordinator(user)
-            else:
-                kind, adapted = PLAIN, user
-            self._pacing = Pacing(adapted, self.clock, lambda: bool(self._live))
-            state = self._system_state(f"{self.jobs.root}/coordinator")
-            self._coordinator = TransactionalSpoutCoordinator(
-                self._pacing, state, max_pending=self.max_pending
-            )
-            self._metas = EmitterMetas(kind, tid, self._system_state)
-            coordinator = self._coordinator
-            self.deadletters.open(kind, coordinator.curr, coordinator.metas.txids())
-        except BaseException:
-            self.engine.close()
-            raise
-
-    def _evolve(self) -> None:
-        """Bring the committers' stored maps to this topology's shape, or refuse.
-
-        Not waited out: a store that cannot be reached fails the submit at once.
-        """
-        tc, tid = self.tc, self.topology.transactional_id
-        self.evolution = evolve(
-            self.conf,
+        tid = self.topology.transactional_id
+        self._evolve(
             transactional_prefix(tid),
-            self.wanted,
-            progress=TransactionalProgress(),
-            renames=tc.state_renames,
-            mode=tc.state_evolve,
-            allow_orphaned=tc.state_allow_orphaned,
-            faults=self.faults,
-            command=(
-                f"statefulbolts state evolve --conf <config file> --id {tid} "
-                "--topology-module <module>:<function building the topology>"
-            ),
+            TransactionalProgress(),
+            f"statefulbolts state evolve --conf <config file> --id {tid} "
+            "--topology-module <module>:<function building the topology>",
         )
+        spout = self.topology.spout
+        context = TopologyContext(self.topology.topology, self.name, self.topology.spout_id, 0)
+        user = spout.get_coordinator(self.conf, context)
+        if isinstance(spout, PartitionedTransactionalSpout):
+            kind, adapted = PARTITIONED, partitioned_coordinator(user)
+        elif isinstance(spout, OpaquePartitionedTransactionalSpout):
+            kind, adapted = OPAQUE, opaque_coordinator(user)
+        else:
+            kind, adapted = PLAIN, user
+        self._pacing = Pacing(adapted, self.clock, lambda: bool(self._live))
+        state = self._system_state(f"{self.jobs.root}/coordinator")
+        self._coordinator = TransactionalSpoutCoordinator(
+            self._pacing, state, max_pending=self.max_pending
+        )
+        self._metas = EmitterMetas(kind, tid, self._system_state)
+        coordinator = self._coordinator
+        self.deadletters.open(kind, coordinator.curr, coordinator.metas.txids())
 
     def _system_state(self, namespace: str) -> KeyValueState:
         state = StateFactory.get_system_state(namespace, self.conf)
@@ -280,11 +240,12 @@ class TransactionalRunner(TopologyRunner):
             raise TopologyError(msg)
         return state
 
-    def _shutdown(self) -> None:
+    def _stop_jobs(self) -> None:
         for batch in self._live.values():
             if batch.future is not None:
                 self.engine.cancel(self._group(batch))
-        self.engine.close(wait=True)
+
+    def _close_sources(self) -> None:
         if self._coordinator is not None:
             self._coordinator.close()
 
@@ -295,7 +256,7 @@ class TransactionalRunner(TopologyRunner):
         else:
             self._stop.wait(0.002)
 
-    def _map_namespaces(self) -> dict[str, list[str] | None]:
+    def _state_namespaces(self) -> dict[str, list[str] | None]:
         """Per committer (and other commit-phase component with maps), its tasks' maps.
 
         Listed from the provider at each count: a task's map exists once it was first
@@ -303,7 +264,9 @@ class TransactionalRunner(TopologyRunner):
         """
         topology = self.topology
         prefix = transactional_prefix(topology.transactional_id)
-        listed = self.provider.namespaces(self.conf, prefix)
+        provider = self.provider
+        assert provider is not None  # noqa: S101 - the protocol keeps state
+        listed = provider.namespaces(self.conf, prefix)
         if listed is None:
             return dict.fromkeys(sorted(topology.committers))
         maps: dict[str, list[str]] = {cid: [] for cid in sorted(topology.committers)}
@@ -322,7 +285,8 @@ class TransactionalRunner(TopologyRunner):
     def _step(self) -> bool:
         progressed = False
         self.deadletters.poll()
-        self.state_keys.tick()
+        if self.state_keys is not None:
+            self.state_keys.tick()
         for batch in list(self._live.values()):
             future = batch.future
             if future is not None and future.done() and self._live.get(batch.txid) is batch:
@@ -399,8 +363,6 @@ class TransactionalRunner(TopologyRunner):
         exc = future.exception()
         if exc is not None:
             error, component, task, cause = describe_job_failure(exc)
-            outage = error is not None and error.is_a(StateBackendError)
-            fatal = error is not None and error.is_a(*FATAL_STATE_ERRORS)
             trace = worker_traceback(exc)
             # Before the commit phase nothing of the txid is written: an emitted tuple that does
             # not pickle (its emitter's own error, the emitting phase's) is left out as any.
@@ -408,11 +370,10 @@ class TransactionalRunner(TopologyRunner):
             verdict = self.deadletters.isolate(batch.txid, processing, error, trace)
             if verdict.isolated:
                 cause = f"{cause}; the emitted tuple it came from was dead-lettered"
-            elif verdict.why_not is not None:
-                cause = f"{cause} (not dead-lettered: {verdict.why_not})"
-            self._failed(
-                batch, cause, component, task, outage, trace, fatal, isolated=verdict.isolated
-            )
+                failure = Failure.TRANSIENT
+            else:
+                failure, cause = self._judged(error, verdict, cause)
+            self._failed(batch, cause, component, task, failure, trace, isolated=verdict.isolated)
             return
         result = future.result()
         owned = self.images if phase is BatchPhase.COMMITTING else None
@@ -434,13 +395,14 @@ class TransactionalRunner(TopologyRunner):
             msg = f"txid {batch.txid}: a job ended while its batch was {phase.value}"
             raise AssertionError(msg)
 
-    def _why_aborted(self, result: JobResult, errors: list[Any]) -> tuple[str, str, int, bool]:
+    def _why_aborted(
+        self, result: JobResult, errors: list[Any]
+    ) -> tuple[str, str, int, Failure]:
         names = self.plan.component_ids
         for report in result.reports:
-            if isinstance(report.result, BatchFailed):
-                task_id = self.plan.task_ids[report.comp][report.task]
-                return report.result.cause, names[report.comp], task_id, False
-        return "a task failed the batch", "", -1, False
+            if isinstance(report.result, BatchFailed):  # a FailedException: retried
+                return report.result.cause, names[report.comp], report.task, Failure.TRANSIENT
+        return "a task failed the batch", "", -1, Failure.TRANSIENT
 
     def _take_emission(self, batch: _Batch, result: JobResult) -> None:
         """Keep what the emitters of ``result`` returned: their metas, how many they emitted."""
@@ -488,7 +450,8 @@ class TransactionalRunner(TopologyRunner):
         )
         self._failures.succeeded()
         self.deadletters.committed(batch.txid)
-        self.state_keys.committed(batch.txid)
+        if self.state_keys is not None:
+            self.state_keys.committed(batch.txid)
         seconds = time.perf_counter() - batch.started
         phases = dict(batch.phases)
         n = batch.tuples
@@ -502,15 +465,15 @@ class TransactionalRunner(TopologyRunner):
         cause: str,
         component: str | None,
         task: int | None,
-        outage: bool,
+        failure: Failure,
         trace: str | None = None,
-        fatal: bool = False,
         *,
         isolated: bool = False,
     ) -> None:
         """Fail the attempt: drop it and every later active txid; the coordinator replays.
 
-        ``isolated``: it failed on a tuple now dead-lettered; the replay starts at once.
+        ``failure``: what it is (``recovery.gate.Failure``); ``isolated``: it failed on a tuple
+        now dead-lettered, and the replay starts at once.
         """
         assert self._coordinator is not None and self._metas is not None  # noqa: S101
         phase = batch.phase.job.label
@@ -543,8 +506,7 @@ class TransactionalRunner(TopologyRunner):
                 cause,
                 component=component or None,
                 task=task,
-                outage=outage,
-                fatal=fatal,
+                failure=failure,
             )
         self._execute(commands)
 
@@ -563,12 +525,9 @@ class TransactionalRunner(TopologyRunner):
                     }
                     for t, b in sorted(self._live.items())
                 },
-                "state_shape": self.evolution.lines if self.evolution is not None else [],
+                "state_shape": self.shape_lines,
                 "dead_letters": self.deadletters.status(),
             }
-
-    def _failure_gate(self) -> FailureGate:
-        return self._failures
 
     def _progress(self) -> Progress:
         """The active txids and their phases; the last committed txid (before ``currtx``)."""

@@ -19,7 +19,7 @@ metric                                              type       labels, meaning
 ``statefulbolts_tuples_dead_lettered_total``        counter    ``component``: poison tuples it
                                                                raised on, taken out this run
 ``statefulbolts_execute_seconds_total``             counter    ``component``: task time
-``statefulbolts_reported_errors_total``             counter    ``component``
+``statefulbolts_reported_errors_total``             counter    ``component`` (its errors)
 ``statefulbolts_recoveries_total``                  counter    ``kind``: ROLLBACK, INITSTATE,
                                                                COMMIT (rolled forward), RETRY
 ``statefulbolts_pending_tuple_trees``               gauge      spout tuples not yet acked
@@ -254,7 +254,8 @@ class TopologyCollector(Collector):
         )
         errors = CounterMetricFamily(
             "statefulbolts_reported_errors",
-            "Errors a component reported (report_error).",
+            "Errors in the component: report_error calls, task attempts that failed though "
+            "Spark's retry survived them, and transactions that failed in it.",
             labels=["topology", "component"],
         )
         dead = CounterMetricFamily(

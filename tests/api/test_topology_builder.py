@@ -441,3 +441,80 @@ def test_unknown_component_lookup_lists_components():
     topology = stateful_topology()
     with pytest.raises(TopologyError, match="no component 'nope'; components are"):
         topology.component("nope")
+
+
+# ------------------------------------------------------------- overridden methods' signatures
+class BoltStylePrepare(BasicBolt):
+    """A BasicBolt given a Bolt's ``prepare``: the newcomer's first-hour mistake."""
+
+    def prepare(self, conf, context, collector):
+        self.collector = collector
+
+    def execute(self, tuple, collector):  # noqa: A002
+        """Never called."""
+
+
+class ExecuteWithoutCollector(BasicBolt):
+    def execute(self, tuple):  # noqa: A002
+        """Never called."""
+
+
+class OpenWithoutCollector(Spout):
+    def open(self, conf, context):
+        """Never called."""
+
+    def next_tuple(self) -> None:
+        """Never called."""
+
+
+class Lenient(StatefulBolt):
+    """Extra parameters with defaults, ``*args`` and ``**kwargs`` all take what we pass."""
+
+    def prepare(self, conf, context, collector, extra=None):
+        """Never called."""
+
+    def init_state(self, *args):
+        """Never called."""
+
+    def execute(self, tuple, **kwargs):  # noqa: A002
+        """Never called."""
+
+
+def test_a_basic_bolt_with_a_bolts_prepare_is_refused_at_set_bolt():
+    with pytest.raises(TopologyError) as caught:
+        TopologyBuilder().set_bolt("split", BoltStylePrepare(), 2)
+    assert str(caught.value) == (
+        f"bolt 'split': {__name__}.BoltStylePrepare.prepare takes (conf, context, collector), "
+        "but the framework calls statefulbolts.BasicBolt.prepare with (conf, context): missing "
+        "a required argument: 'collector'. Give it BasicBolt.prepare's parameters"
+    )
+
+
+def test_too_few_parameters_are_refused_for_bolts_and_spouts():
+    with pytest.raises(TopologyError) as bolt:
+        TopologyBuilder().set_bolt("split", ExecuteWithoutCollector())
+    assert str(bolt.value) == (
+        f"bolt 'split': {__name__}.ExecuteWithoutCollector.execute takes (tuple), but the "
+        "framework calls statefulbolts.BasicBolt.execute with (tuple, collector): too many "
+        "positional arguments. Give it BasicBolt.execute's parameters"
+    )
+    with pytest.raises(TopologyError) as spout:
+        TopologyBuilder().set_spout("words", OpenWithoutCollector())
+    assert str(spout.value) == (
+        f"spout 'words': {__name__}.OpenWithoutCollector.open takes (conf, context), but the "
+        "framework calls statefulbolts.Spout.open with (conf, context, collector): too many "
+        "positional arguments. Give it Spout.open's parameters"
+    )
+
+
+def test_overrides_that_take_what_we_pass_are_accepted():
+    b = builder_with_spout()
+    b.set_bolt("count", Lenient()).shuffle_grouping("s")
+    assert "count" in b.create_topology().components
+
+
+def test_a_refused_override_leaves_the_id_free():
+    b = TopologyBuilder()
+    with pytest.raises(TopologyError):
+        b.set_bolt("split", BoltStylePrepare())
+    b.set_bolt("split", Split())

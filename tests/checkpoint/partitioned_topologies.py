@@ -20,7 +20,6 @@ import pytest
 
 from checkpoint.runner import CheckpointRunner
 from providers import STATE_PROVIDER_CONFIG_KEY, STATE_PROVIDER_KEY
-from recovery.faults import KillPoint
 from statefulbolts import (
     BasicBolt,
     DirectorySpout,
@@ -32,7 +31,7 @@ from statefulbolts import (
     StormTopology,
     TopologyBuilder,
 )
-from statefulbolts.listeners import NoFaults
+from statefulbolts.listeners import KillPoint, NoFaults
 
 WORDS = ["apple", "pear", "fig", "plum", "kiwi", "lime", "date", "yuzu"]
 

@@ -133,7 +133,7 @@ def test_a_state_that_lost_its_prepared_delta_fails_the_commit_naming_its_task()
     error = decode_task_error(exc)
     assert error is not None and error.is_a(StateLostError)
     assert error.component == "count" and error.txid == 7
-    assert error.task == topology.task_ids("count")[0]
+    assert error.task == 0  # the task's index (its global id is topology.task_ids("count")[0])
     assert f"state '{name}/count-0' in memory holds nothing committed" in error.message
     assert "COMMIT(7), which needs committed txid 6 with txid 7 prepared" in error.message
     InMemoryKeyValueStateProvider.drop(f"{name}/")

@@ -190,3 +190,45 @@ def test_a_reader_reads_no_line_past_the_end_the_driver_listed(tmp_path: Path) -
     assert rest.read(10) == ([["three"], ["four"]], 19, "default")
     with pytest.raises(TopologyError, match=r"end of 'a.txt' is -1, expected a byte offset"):
         spout.open_reader({}, task, "a.txt", 0, end=-1)
+
+
+def test_a_partitioned_spouts_tuples_are_counted_and_acked_when_their_transaction_commits(
+    tmp_path: Path,
+) -> None:
+    """Each PREPARE's line shows the lines its spout tasks read, acked; so do the counters."""
+    folder = corpus(tmp_path / "in")  # 3 files of 20 lines
+    infos: list[Any] = []
+    runner = start_driver(
+        topo.new_key("part-acked"), dict(FAST), word_count(folder), on_transaction=infos.append
+    )
+    try:
+        runner.await_idle(60)
+        files = runner.metrics()["components"]["files"]
+    finally:
+        runner.kill()
+    prepares = [info for info in infos if str(info.action) == "PREPARE"]
+    assert all(info.ok and info.acked == info.tuples for info in prepares)
+    assert sum(info.tuples for info in prepares) == 60
+    assert (files["emitted"], files["acked"], files["failed"]) == (60, 60, 0)
+
+
+def test_the_lines_of_a_failed_prepare_are_acked_once_by_the_replay_that_commits(
+    tmp_path: Path,
+) -> None:
+    folder = corpus(tmp_path / "in")
+    infos: list[Any] = []
+    runner = start_driver(
+        topo.new_key("part-acked-fault"),
+        dict(FAST),
+        word_count(folder),
+        faults=_RaisesOnce(txid=2, at=3),
+        on_transaction=infos.append,
+    )
+    try:
+        runner.await_idle(60)
+        files = runner.metrics()["components"]["files"]
+    finally:
+        runner.kill()
+    prepares = [info for info in infos if str(info.action) == "PREPARE" and info.tuples]
+    assert sum(info.acked for info in prepares if info.ok) == 60
+    assert files["acked"] == 60

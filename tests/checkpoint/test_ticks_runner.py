@@ -21,7 +21,6 @@ import topologies as topo
 from checkpoint._txstart import TXSTART_KEY, TransactionStart
 from checkpoint.runner import CheckpointRunner
 from providers import StateFactory
-from recovery.faults import KillPoint
 from statefulbolts import (
     BasicBolt,
     Fields,
@@ -33,7 +32,7 @@ from statefulbolts import (
     is_tick_tuple,
 )
 from statefulbolts.errors import ConfigError
-from statefulbolts.listeners import NoFaults
+from statefulbolts.listeners import KillPoint, NoFaults
 from statefulbolts.ticks import TICK_FREQ_KEY
 
 FAST = {"topology.state.checkpoint.interval.ms": 1}

@@ -27,9 +27,8 @@ from windowed_topologies import (
 
 from checkpoint.runner import CheckpointRunner
 from providers import StateFactory
-from recovery.faults import KillPoint
 from statefulbolts import BaseWindowedBolt, Fields, LocalCluster, ManualClock, TopologyBuilder
-from statefulbolts.listeners import NoFaults
+from statefulbolts.listeners import KillPoint, NoFaults
 from statefulbolts.namespaces import TaskNamespace, window_namespace
 from statefulbolts.ticks import TICK_FREQ_KEY
 from statefulbolts.windowing import Count, Duration, WindowedBoltExecutor

@@ -223,7 +223,8 @@ def test_driver_fault_with_once_file_fires_once(tmp_path):
     }
     code = textwrap.dedent(
         f"""
-        from recovery import FaultPlan, KillPoint
+        from recovery import FaultPlan
+        from statefulbolts.listeners import KillPoint
         plan = FaultPlan.from_conf({conf!r})
         plan.on_driver(KillPoint.AFTER_PREPARE, 1)   # another txid: nothing
         plan.on_driver(KillPoint.AFTER_COMMITTED, 2)  # another point: nothing

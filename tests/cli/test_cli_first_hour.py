@@ -351,6 +351,54 @@ def test_spark_says_nothing_by_default(word_count_run: subprocess.CompletedProce
     ]
 
 
+# A word count whose ``flaky`` bolt raises once, in its task's first Spark attempt only.
+FLAKY_TOPOLOGY = """\
+    from examples.wordcount import SentenceSpout, SplitSentence, WordCount
+    from statefulbolts import BasicBolt, Fields, TopologyBuilder
+    from statefulbolts.runtime import task_attempt
+
+
+    class Flaky(BasicBolt):
+        def execute(self, tuple, collector):
+            if task_attempt() == 0:
+                raise RuntimeError("the network blinked")
+            collector.emit([tuple.get_value(0)])
+
+        def declare_output_fields(self, declarer):
+            declarer.declare(Fields("sentence"))
+
+
+    def topology():
+        builder = TopologyBuilder()
+        builder.set_spout("sentences", SentenceSpout(20), 1)
+        builder.set_bolt("flaky", Flaky(), 1).shuffle_grouping("sentences")
+        builder.set_bolt("split", SplitSentence(), 1).shuffle_grouping("flaky")
+        builder.set_bolt("count", WordCount(), 1).fields_grouping("split", Fields("word"))
+        return builder.create_topology()
+"""
+
+
+@pytest.mark.spark
+def test_an_error_sparks_retry_survives_is_one_line_and_counted(
+    script: Path, tmp_path: Path
+) -> None:
+    """Not Spark's fifty ``ERROR Executor`` lines with a base64 blob, and ``errors 0``."""
+    write_module(tmp_path, "flaky", FLAKY_TOPOLOGY)
+    done = statefulbolts(script, "run", "flaky:topology", cwd=tmp_path, timeout=600)
+    assert done.returncode == 0, done.stderr
+    lines = [line for line in done.stderr.splitlines() if not line.startswith(JVM_NOTICE)]
+    assert len(lines) == 1, done.stderr
+    assert re.fullmatch(
+        r"WARNING checkpoint\.runner: txid 0: component 'flaky' task \d+: flaky\.Flaky raised "
+        r"RuntimeError: the network blinked \(a failed attempt: Spark ran the task again, and it "
+        r"succeeded\)",
+        lines[0],
+    ), lines[0]
+    assert "  flaky: executed 20, emitted 20, acked 20, failed 0, replayed 0, errors 1" in (
+        done.stdout.splitlines()
+    )
+
+
 @pytest.fixture(scope="module")
 def idle_ui_run(
     script: Path, tmp_path_factory: pytest.TempPathFactory
@@ -381,9 +429,16 @@ def test_spark_log_flag_shows_sparks_own_lines(
 def test_the_driver_jvm_starts_with_our_log_config_unless_the_user_has_one(monkeypatch) -> None:
     from statefulbolts.runtime._spark import LOG4J2_CONFIG, spark_log_level, with_log_options
 
-    ours = f"-Dlog4j2.configurationFile={LOG4J2_CONFIG} -Dstatefulbolts.spark.log=WARN"
-    assert with_log_options(None, "WARN") == ours
-    assert with_log_options("-XX:TieredStopAtLevel=1", "WARN") == f"{ours} -XX:TieredStopAtLevel=1"
+    ours = f"-Dlog4j2.configurationFile={LOG4J2_CONFIG} -Dstatefulbolts.spark.log=ERROR"
+    assert with_log_options(None, "ERROR") == ours
+    assert with_log_options("-XX:TieredStopAtLevel=1", "ERROR") == (
+        f"{ours} -XX:TieredStopAtLevel=1"
+    )
+    # Below ERROR, Spark's own lines about failed task attempts show too.
+    assert with_log_options(None, "WARN") == (
+        f"-Dlog4j2.configurationFile={LOG4J2_CONFIG} -Dstatefulbolts.spark.log=WARN "
+        "-Dstatefulbolts.spark.taskErrors=NEUTRAL"
+    )
     theirs = "-Dlog4j2.configurationFile=/etc/spark/log4j2.properties"
     assert with_log_options(theirs, "WARN") == theirs
     monkeypatch.delenv("STATEFULBOLTS_SPARK_LOG_LEVEL", raising=False)

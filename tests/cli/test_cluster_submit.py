@@ -233,7 +233,7 @@ def test_local_cluster_on_a_standalone_master_ships_the_project(
         action, txid = found.groups()
         actions.add(action)
         assert job["description"].startswith(f"{name}: {action} txid={txid}"), job
-        assert job["jobTags"] == [name]
+        assert sorted(job["jobTags"]) == [f"$topology/{name}", name]  # its group's, its own
         assert job["status"] == "SUCCEEDED", job
     assert {"INITSTATE", "PREPARE"} <= actions and "COMMIT" not in actions
     _timing("LocalCluster on spark://", driver, done)

@@ -26,8 +26,13 @@ from statefulbolts import (
     TopologyFailedError,
     TransactionalTopologyBuilder,
 )
-from statefulbolts.deadletter import DEAD, BatchOrigin, DeadLetterStore
-from statefulbolts.transactional._deadletters import lineage
+from statefulbolts.deadletter import (
+    BatchOrigin,
+    DeadLetterStore,
+    LetterState,
+    Scope,
+)
+from statefulbolts.transactional._lineage import lineage
 
 pytestmark = pytest.mark.spark
 
@@ -74,7 +79,8 @@ def test_a_poison_sentence_is_left_out_of_its_batch_and_the_rest_commits(
     )
     assert record.task in topology.topology.task_ids("partial")
     assert record.types[0] == "builtins.ValueError" and record.message == "cannot count 'poison'"
-    assert (record.scope, record.name, record.txid, record.state) == ("transactional", tid, 3, DEAD)
+    assert (record.scope, record.name, record.txid) == (Scope.TRANSACTIONAL, tid, 3)
+    assert record.state is LetterState.DEAD
     assert record.attempts == 2
     dead = status["dead_letters"]
     assert (dead["held"], dead["dead_lettered"]) == (1, {"partial": 1})

@@ -35,10 +35,14 @@ import pytest
 import tx_recovery_topologies as tx
 from recovery_topologies import run_driver_process
 
-from statefulbolts.deadletter import DEAD, BatchOrigin, DeadLetterStore
+from statefulbolts.deadletter import (
+    BatchOrigin,
+    DeadLetterStore,
+    LetterState,
+)
 from statefulbolts.state import read_state
 from statefulbolts.transactional import transactional_status
-from statefulbolts.transactional._deadletters import lineage
+from statefulbolts.transactional._lineage import lineage
 
 pytestmark = [pytest.mark.spark, pytest.mark.redis]
 
@@ -129,6 +133,7 @@ def test_a_killed_driver_replays_the_batch_identically_without_the_poison(
     assert record.origin == BatchOrigin(
         POISON_TXID, "partition", dl.TX_POISONED[0], 1, "default", [dl.POISON_SENTENCE]
     )
-    assert (record.component, record.failed.values, record.state) == ("partial", ["poison"], DEAD)
+    assert (record.component, record.failed.values) == ("partial", ["poison"])
+    assert record.state is LetterState.DEAD
     status_after = transactional_status(conf, TID)
     assert status_after.replays == [] and status_after.current_txid > POISON_TXID

@@ -19,12 +19,11 @@ from providers import InMemoryKeyValueState, StateBackendError, pack_plain, unpa
 from statefulbolts import ConfigError, Fields, Tuple
 from statefulbolts.config import validate_config
 from statefulbolts.deadletter import (
-    DEAD,
-    REPLAY,
     BatchOrigin,
     DeadLetter,
     DeadLetterStore,
     FailedTuple,
+    LetterState,
     PoisonTracker,
     SpoutOrigin,
     batch_record_id,
@@ -40,7 +39,7 @@ from statefulbolts.runtime._task_errors import (
     encode_task_error,
     exception_types,
 )
-from statefulbolts.transactional._deadletters import (
+from statefulbolts.transactional._lineage import (
     REPLAYED,
     BatchChange,
     BatchChanges,
@@ -196,13 +195,13 @@ def test_record_ids_are_one_per_origin() -> None:
 
 
 def test_dead_lettered_again_adds_attempts_and_keeps_first_seen_and_origin() -> None:
-    held = _letter(state=REPLAY, attempts=2, first_seen=10.0, last_seen=20.0)
+    held = _letter(state=LetterState.REPLAY, attempts=2, first_seen=10.0, last_seen=20.0)
     newer = _letter(attempts=3, first_seen=90.0, last_seen=95.0, txid=9, message="worse")
     newer = DeadLetter(**{**newer.__dict__, "origin": BatchOrigin(9, "replayed", 0, 0)})
     again = held.again(newer)
     assert (again.id, again.origin, again.first_seen) == (held.id, held.origin, 10.0)
     assert (again.attempts, again.last_seen, again.txid, again.message) == (5, 95.0, 9, "worse")
-    assert (again.state, again.replays) == (DEAD, 1)
+    assert (again.state, again.replays) == (LetterState.DEAD, 1)
 
 
 @pytest.mark.parametrize(
@@ -303,8 +302,8 @@ def test_the_store_keeps_records_and_counts_changes() -> None:
     store.put(one, two)
     assert [r.id for r in store.records()] == ["other", one.id] and store.count() == 2
     assert store.changes() == 0
-    assert [r.state for r in store.request_replay([one.id, "missing"])] == [REPLAY]
-    assert store.changes() == 1 and store.get(one.id).state == REPLAY  # type: ignore[union-attr]
+    assert [r.state for r in store.request_replay([one.id, "missing"])] == [LetterState.REPLAY]
+    assert store.changes() == 1 and store.get(one.id).state == LetterState.REPLAY  # type: ignore[union-attr]
     assert store.delete(["other", "missing"]) == ["other"] and store.changes() == 1
     assert store.delete([one.id], changed=True) == [one.id] and store.changes() == 2
     assert store.records() == [] and store.get(one.id) is None

@@ -27,7 +27,13 @@ import topologies as topo
 import unshippable_topologies as us
 
 from statefulbolts import LocalCluster, TopologyFailedError
-from statefulbolts.deadletter import DEAD, BatchOrigin, DeadLetterStore, FailedTuple, SpoutOrigin
+from statefulbolts.deadletter import (
+    BatchOrigin,
+    DeadLetterStore,
+    FailedTuple,
+    LetterState,
+    SpoutOrigin,
+)
 
 TIMEOUT = 180
 N = 30
@@ -96,14 +102,14 @@ def test_a_bolt_s_value_that_does_not_pickle_dead_letters_its_spout_tuple(
     sentence = [dl.POISON_SENTENCE]
     spout_task = topology.task_ids("sentences")[0]
     assert record.failed == FailedTuple(
-        "sentences", spout_task, "default", sentence, repr(sentence)
+        "sentences", spout_task, "default", sentence, repr(sentence), 0
     )
     assert record.origin == SpoutOrigin(
         "sentences", 0, POISONED, "default", sentence, repr(sentence)
     )
     assert record.types[:2] == (ERROR, "providers.errors.StatefulBoltsError")
     assert record.message == us.line(kind, "split", record.task_index, "word")
-    assert (record.attempts, record.state) == (2, DEAD)
+    assert (record.attempts, record.state) == (2, LetterState.DEAD)
     rec = topo.record(name)
     assert rec.acks == collections.Counter(range(N))  # the poisoned one when dead-lettered
     assert _failed_prepares(run["metrics"]) == [("PREPARE", False), ("PREPARE", True)]
@@ -212,12 +218,13 @@ def test_with_policy_stop_it_stops_with_that_line_once(engine_cluster: Any) -> N
     finally:
         handle.kill()
     err = caught.value
-    assert err.component == "split" and err.task in topology.task_ids("split")
+    assert err.component == "split" and err.task in range(len(topology.task_ids("split")))
     message = str(err)
-    index = topology.task_ids("split").index(err.task)
-    assert message.count(us.line("deep", "split", index, "word")) == 1
+    assert message.count(us.line("deep", "split", err.task, "word")) == 1
     assert message.startswith(f"topology {name!r} stopped: PREPARE(")
-    assert "2 times in a row" in message and "dead-letter" not in message
+    # A value that does not pickle never will: stopped at its first failure, not retried.
+    assert f"failed in component 'split' task {err.task}: " in message
+    assert "times in a row" not in message and "dead-letter" not in message
     assert "\n" not in message and "Traceback" not in message
     assert DeadLetterStore({}, topology=name).records() == []
 
@@ -238,6 +245,10 @@ def test_statefulbolts_run_exits_1_with_that_line_once(tmp_path: Path) -> None:
     assert done.returncode == 1, done.stderr
     [error] = [ln for ln in done.stderr.splitlines() if ln.startswith("error: ")]
     assert error.startswith("error: topology 'unshippable_topologies' stopped: PREPARE(")
+    # Said once, with one prefix: no log line repeats it, and nothing retried it.
+    assert done.stderr.count("stopped: PREPARE(") == 1, done.stderr
+    assert "stopped: topology" not in done.stderr, done.stderr
+    assert "failed (split)" in done.stderr and done.stderr.count("failed (split)") == 1
     split = us.stopped_wordcount().task_ids("split")
     shown = [us.line("lock", "split", i, "word") for i in range(len(split))]
     assert sum(error.count(text) for text in shown) == 1
@@ -267,7 +278,7 @@ def test_a_batch_bolt_s_value_that_does_not_pickle_leaves_its_batch_tuple_out(
     assert record.component == "split"
     assert record.task == topology.topology.task_ids("split")[record.task_index]
     emitter = topology.topology.task_ids("spout")[1]  # partition 1 of 2 emitter tasks
-    assert record.failed == FailedTuple("spout", emitter, "default", sentence, repr(sentence))
+    assert record.failed == FailedTuple("spout", emitter, "default", sentence, repr(sentence), 1)
     assert record.message == us.line("generator", "split", record.task_index, "word")
     assert (record.types[0], record.txid, record.attempts) == (ERROR, 3, 2)
     assert [t["txid"] for t in failed] == [3, 3]

@@ -7,7 +7,7 @@ import threading
 import pytest
 
 from providers import StateBackendError, StateBackendRefusedError, StateLostError
-from recovery.gate import FailureGate
+from recovery.gate import Failure, FailureGate
 from statefulbolts.config import validate_config
 from statefulbolts.errors import TopologyFailedError
 from statefulbolts.testing import ManualClock
@@ -23,8 +23,9 @@ def test_a_fatal_failure_stops_at_once_and_names_where() -> None:
     gate, _ = _gate()
     with pytest.raises(TopologyFailedError) as info:
         gate.failed(
-            "INITSTATE(7)", 7, "StateLostError: gone", component="count", task=3, fatal=True
-        )
+            "INITSTATE(7)", 7, "StateLostError: gone", component="count", task=3,
+            failure=Failure.FATAL,
+        )  # fmt: skip
     err = info.value
     assert (err.component, err.task, err.txid) == ("count", 3, 7)
     assert "INITSTATE(7) failed in component 'count' task 3: StateLostError: gone" in str(err)
@@ -73,7 +74,7 @@ def test_a_topology_stopped_by_a_fatal_state_error_exits_2_for_the_supervisor() 
 
     gate, _ = _gate()
     with pytest.raises(TopologyFailedError) as fatal:
-        gate.failed("PREPARE(3)", 3, "StateBackendRefusedError: OOM", fatal=True)
+        gate.failed("PREPARE(3)", 3, "StateBackendRefusedError: OOM", failure=Failure.FATAL)
     assert fatal.value.fatal and exit_code_for(fatal.value) == 2
     with pytest.raises(TopologyFailedError) as retries:
         for _ in range(10):  # past topology.max.transaction.retries

@@ -7,15 +7,16 @@ jobs, task code and state as on Spark, run one after another in the test's proce
 from __future__ import annotations
 
 import sys
+import time
 from typing import Any
 
 import pytest
 
 from examples.transactional_global_count import DATA, GLOBAL_KEY
 from examples.transactional_global_count import build as build_global_count
+from examples.wordcount import SentenceSpout, WordCount, expected_counts
 from examples.wordcount import build as build_wordcount
-from examples.wordcount import expected_counts
-from statefulbolts import LocalCluster, TopologyHandle
+from statefulbolts import BasicBolt, Fields, LocalCluster, TopologyBuilder, TopologyHandle
 from statefulbolts.errors import ConfigError, TopologyError
 from statefulbolts.runtime import InlineEngine, open_engine
 
@@ -110,3 +111,38 @@ def test_open_engine_names_the_engines_it_knows() -> None:
 def test_a_cluster_refuses_an_unknown_engine_before_anything_starts() -> None:
     with pytest.raises(ConfigError, match=r"LocalCluster: unknown engine 'lcoal'.*'spark'"):
         LocalCluster(engine="lcoal")
+
+
+class _Sleepy(BasicBolt):
+    """Sleeps ``SLEEP_S`` on its first tuple of each task: a job of at least that long."""
+
+    def prepare(self, conf: Any, context: Any) -> None:
+        self.slept = False
+
+    def execute(self, tuple: Any, collector: Any) -> None:  # noqa: A002 - Storm's name
+        if not self.slept:
+            time.sleep(SLEEP_S)
+            self.slept = True
+        collector.emit([tuple.get_value(0)])
+
+    def declare_output_fields(self, declarer: Any) -> None:
+        declarer.declare(Fields("sentence"))
+
+
+SLEEP_S = 0.3
+
+
+def test_a_transaction_reports_the_wall_time_of_its_job() -> None:
+    """The PREPARE that carried every sentence took at least the sleep (it was shown 0.00 s)."""
+    builder = TopologyBuilder()
+    builder.set_spout("sentences", SentenceSpout(20), 1)
+    builder.set_bolt("sleepy", _Sleepy(), 1).shuffle_grouping("sentences")
+    builder.set_bolt("count", WordCount(), 1).shuffle_grouping("sleepy")
+    infos: list[Any] = []
+    with LocalCluster(engine="inline") as cluster:
+        handle = cluster.submit_topology(
+            "wc-timed", FAST, builder.create_topology(), on_transaction=infos.append
+        )
+        _finished(handle)
+    [prepare] = [info for info in infos if info.action == "PREPARE" and info.tuples]
+    assert prepare.seconds >= SLEEP_S

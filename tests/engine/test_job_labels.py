@@ -121,7 +121,7 @@ def test_every_transaction_job_carries_its_group_and_description(spark: Any) -> 
         assert found is not None, group
         action, txid = found.groups()
         assert re.fullmatch(rf"lbl: {action} txid={txid} \(\d+ tuples\)", description), description
-        assert tags == "lbl"
+        assert sorted(tags.split(",")) == ["$topology/lbl", "lbl"]  # its group's, its own
     # From the driver: each transaction the topology ran is a succeeded job of its own group.
     tracker = spark.sparkContext.statusTracker()
     actions = set()

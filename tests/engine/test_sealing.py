@@ -123,7 +123,7 @@ def test_of_several_tuples_of_a_tree_the_one_emitting_it_again_is_blamed() -> No
     )
     assert again == [(40, 0), (40, 1)]  # until the one that emits it
     assert error.failing == FailingTuple(1, "lines", plan.task_ids[plan.index["lines"]][0],
-                                         "default", ["poison"], "['poison']", 7, 1)  # fmt: skip
+                                         "default", ["poison"], "['poison']", 7, 1, 0)  # fmt: skip
     assert str(error) == (
         "bolt 'split' task index 1 emitted a value of type _thread.lock on stream 'default' "
         "field 'n' that cannot be pickled to travel to the task it is for (TypeError: cannot "
@@ -189,15 +189,16 @@ def test_the_driver_seals_spout_tuples_and_names_one_that_does_not_pickle() -> N
         seal_inputs(plan, 4, [[good], [bad]])
     error = decode_task_error(caught.value)
     assert error is not None
-    spout_task = plan.task_ids[lines][0]
-    assert (error.component, error.task, error.txid) == ("lines", spout_task, 4)
+    assert (error.component, error.task, error.txid) == ("lines", 0, 4)  # task index 0
     assert error.types[0] == "statefulbolts.errors.UnshippableValueError"
     assert error.user_class == f"{__name__}.Lines"
     failing = error.failing
     assert failing is not None
+    spout_task = plan.task_ids[lines][0]
     assert (failing.source_component, failing.source_task, failing.root, failing.trees) == (
         "lines", spout_task, 2, 1,
     )  # fmt: skip
+    assert failing.source_task_index == 0
     assert error.message.startswith(
         "spout 'lines' task index 0 emitted a value of type _thread.lock on stream 'default' "
         "field 'line' that cannot be pickled"

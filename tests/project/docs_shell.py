@@ -15,8 +15,8 @@ A run marker may carry options, separated by ``;``
 - ``redis P``: as ``ports``, with the test's own redis-server listening there.
 - ``kafka P``: as ``ports``, with the test's Kafka broker (``kafka_fixtures``) listening there.
 - ``serve P PATH [TEXT]``: the block serves until Ctrl-C (``P`` replaced as by ``ports``). It
-  runs in the background until ``http://127.0.0.1:P PATH`` answers 200 with a body, the page's
-  next blocks run while it serves, then (once its output shows ``TEXT``, if given) it gets
+  runs in the background until ``http://127.0.0.1:P PATH`` answers 200 with a body and its
+  output shows ``TEXT`` (if given), the page's next blocks run while it serves, then it gets
   SIGINT, as from Ctrl-C, and must exit with status 0.
 - ``paths PATH ...``: each absolute path is replaced by a new folder inside the page's folder.
 - ``in repository``: the block runs in the repository's folder (``mkdocs``).
@@ -24,8 +24,12 @@ A run marker may carry options, separated by ``;``
   and may print nothing.
 
 A block passes when it exits 0 and prints something (on either stream) or changes the
-environment. After the page, whatever still listens on a replaced port is killed with its child
-processes, and that fails the test: a page stops what it starts.
+environment, and prints what the page shows it printing (``docs_output``): the ``text`` block
+right after it, or in a ``console`` block the lines after each ``$ `` command. A ``console``
+block runs its commands one by one, in one bash, as typed at a prompt: a command may fail only
+when the next one is ``echo $?`` (which shows its status). After the page, whatever still
+listens on a replaced port is killed with its child processes, and that fails the test: a page
+stops what it starts.
 """
 
 from __future__ import annotations
@@ -45,6 +49,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from docs_output import JVM_NOTICE, matches, mismatch, rewrite_block, writing
 from redis_fixtures import free_port
 from standalone_cluster import process_tree
 
@@ -135,6 +140,9 @@ class Block:
     reason: str = ""
     options_text: str = ""
     root: Path = Path()
+    end: int = 0  # the line of its closing fence
+    # The ``text`` block right after it (only blank lines between): what it prints.
+    output: Block | None = None
 
     @property
     def where(self) -> str:
@@ -148,12 +156,48 @@ class Block:
         """What bash runs: the block, or a ``console`` block's ``$ `` lines."""
         if self.lang != "console":
             return self.code
-        lines = self.code.splitlines()
-        return "\n".join(line[2:] for line in lines if line.startswith("$ ")) + "\n"
+        return "".join(f"{command}\n" for command, _ in self.transcript())
+
+    def transcript(self) -> list[tuple[str, str]]:
+        """A ``console`` block's commands, each with the output shown after it."""
+        steps: list[tuple[str, list[str]]] = []
+        for line in self.code.splitlines():
+            if line.startswith("$ "):
+                steps.append((line[2:], []))
+            elif steps:
+                steps[-1][1].append(line)
+        return [(command, "".join(f"{x}\n" for x in shown)) for command, shown in steps]
 
 
 class BlockFailedError(AssertionError):
     """A block of the page failed; the message says which and shows its output."""
+
+
+# Where the docs show the reader's clone of the repository, in what a command printed.
+REPOSITORY = "/home/you/statefulbolts"
+# The line a console block's script prints after each command: its index and exit status.
+_STEP_MARK = "@@docs-test-step@@"
+
+
+def _steps(printed: str, count: int) -> list[tuple[str, int]]:
+    """``(output, status)`` of each of ``count`` console commands, from their script's output.
+
+    A command that printed no final newline gets the one its marker line starts with; a
+    command whose script stopped before it (a lost shell) has status -1.
+    """
+    out: list[tuple[str, int]] = []
+    text = ""
+    for line in printed.splitlines(keepends=True):
+        if line.startswith(_STEP_MARK):
+            _, _, status = line.split()
+            out.append((text[:-1] if text.endswith("\n\n") or text == "\n" else text, int(status)))
+            text = ""
+        else:
+            text += line
+    while len(out) < count:
+        out.append((text, -1))
+        text = ""
+    return out
 
 
 def _tail(text: str) -> str:
@@ -212,7 +256,9 @@ class ShellPage:
     ) -> None:
         self.blocks = list(blocks)
         self.folder = folder
-        self.env = dict(env)
+        # Python's output in the order a terminal shows it: stdout and stderr as written.
+        self.env = {**env, "PYTHONUNBUFFERED": "1"}
+        self.mismatches: list[str] = []
         self.root = root
         self.timeout = timeout
         self.close_timeout = close_timeout
@@ -266,6 +312,7 @@ class ShellPage:
                     except BlockFailedError as exc:
                         failures.append(str(exc))
             failures += self._kill_leftovers()
+        failures += self.mismatches
         if failures:
             raise BlockFailedError("\n\n".join(failures))
 
@@ -293,18 +340,52 @@ class ShellPage:
             text = text.replace(path, str(local))
         return text
 
+    def _unsubstitute(self, text: str) -> str:
+        """What was printed, with the page's fixed ports and paths put back.
+
+        The page's folder and the repository's both stand for the reader's repository
+        folder: ``REPOSITORY``.
+        """
+        for fixed, free in self.ports.items():
+            text = re.sub(rf"(?<!\d){free}(?!\d)", str(fixed), text)
+        for path, local in self.paths.items():
+            text = text.replace(str(local), path)
+        for folder in (self.folder, self.root):
+            text = text.replace(str(folder.resolve()), REPOSITORY).replace(str(folder), REPOSITORY)
+        kept = text.splitlines(keepends=True)
+        return "".join(line for line in kept if not line.startswith(JVM_NOTICE))
+
     def _cwd(self, block: Block) -> Path:
         return self.root if "in" in block.options else self.folder
+
+    def _check(self, where: str, page: Path, shown: str, printed: str) -> bool:
+        """Whether ``printed`` is what the page shows; if not, note why (``mismatches``)."""
+        printed = self._unsubstitute(printed)
+        if matches(shown, printed):
+            return True
+        self.mismatches.append(mismatch(where, shown, printed))
+        return False
+
+    def _check_output(self, block: Block, printed: str) -> None:
+        """Check what ``block`` printed against the ``text`` block after it, if it has one."""
+        shown = block.output
+        if shown is None or self._check(shown.where, block.page, shown.code, printed):
+            return
+        if writing():
+            rewrite_block(block.page, "text", shown.code, self._unsubstitute(printed))
 
     def _run(self, block: Block, *, quiet: bool = False) -> None:
         """Run ``block`` to its end, carrying the environment it leaves to the next one.
 
         ``quiet``: it may print nothing (a stop command; the page then checks its ports).
         """
+        if block.lang == "console":
+            self._run_console(block, quiet=quiet)
+            return
         script = self.folder / ".block.sh"
         env_out = self.folder / ".block.env"
         env_out.unlink(missing_ok=True)
-        trap = f"trap 'env -0 > {shlex.quote(str(env_out))}' EXIT\n"
+        trap = f"trap 'env -0 > {shlex.quote(str(env_out))}' EXIT\nexec 2>&1\n"
         script.write_text(trap + self._substitute(block.shell_code()))
         try:
             done = subprocess.run(
@@ -332,6 +413,61 @@ class ShellPage:
             raise BlockFailedError(msg)
         if after:
             self.env = {k: v for k, v in after.items() if k != "_"}
+        self._check_output(block, done.stdout)
+
+    def _run_console(self, block: Block, *, quiet: bool = False) -> None:
+        """Run a ``console`` block's commands one by one; check what each printed.
+
+        One bash runs them all, as at a prompt: each sees the last one's status (``echo $?``),
+        a marker line between two says where one's output ends and its status.
+        """
+        steps = block.transcript()
+        script = self.folder / ".block.sh"
+        env_out = self.folder / ".block.env"
+        env_out.unlink(missing_ok=True)
+        lines = [f"trap 'env -0 > {shlex.quote(str(env_out))}' EXIT", "exec 2>&1", "_sb_status=0"]
+        for n, (command, _) in enumerate(steps):
+            lines += [
+                f"(exit $_sb_status); {self._substitute(command)}",
+                "_sb_status=$?",
+                f"printf '\\n{_STEP_MARK} %d %d\\n' {n} $_sb_status",
+            ]
+        script.write_text("\n".join(lines) + "\n")
+        try:
+            done = subprocess.run(
+                ["bash", "-uo", "pipefail", str(script)],
+                cwd=self._cwd(block),
+                env=self.env,
+                capture_output=True,
+                text=True,
+                timeout=self.timeout,
+                start_new_session=True,
+            )
+        except subprocess.TimeoutExpired as exc:
+            msg = f"{block.where} did not end within {self.timeout} s\n{_tail(str(exc.stdout))}"
+            raise BlockFailedError(msg) from exc
+        printed = _steps(done.stdout, len(steps))
+        for n, ((command, _), (_, status)) in enumerate(zip(steps, printed, strict=True)):
+            shown_next = steps[n + 1][0].strip() if n + 1 < len(steps) else ""
+            if status != 0 and shown_next != "echo $?":
+                msg = (
+                    f"{block.where}: `{command}` exited {status} (a console command may fail "
+                    f"only when the next one is `echo $?`)\n{_tail(printed[n][0])}"
+                )
+                raise BlockFailedError(msg)
+        after = _read_env(env_out)
+        if after:
+            self.env = {k: v for k, v in after.items() if k != "_"}
+        differs = [
+            not self._check(f"{block.where}: `{command}`", block.page, shown, text)
+            for (command, shown), (text, _) in zip(steps, printed, strict=True)
+        ]
+        if any(differs) and writing():
+            body = "".join(
+                f"$ {command}\n" + (self._unsubstitute(text) if bad else shown)
+                for (command, shown), (text, _), bad in zip(steps, printed, differs, strict=True)
+            )
+            rewrite_block(block.page, "console", block.code, body)
 
     # ------------------------------------------------------------------------------ servers
 
@@ -352,12 +488,16 @@ class ShellPage:
             )
         self.servers.append((block, process, log))
         deadline = time.monotonic() + SERVE_TIMEOUT_S
-        while not _answers(url):
+        text = " ".join(block.options["serve"][2:])
+        while not _answers(url) or text not in log.read_text(errors="replace"):
             if process.poll() is not None:
                 msg = f"{block.where} exited {process.returncode} before {url} answered\n"
                 raise BlockFailedError(msg + _tail(log.read_text(errors="replace")))
             if time.monotonic() > deadline:
-                msg = f"{block.where}: {url} did not answer 200 within {SERVE_TIMEOUT_S} s\n"
+                msg = (
+                    f"{block.where}: {url} did not answer 200, or its output show {text!r}, "
+                    f"within {SERVE_TIMEOUT_S} s\n"
+                )
                 raise BlockFailedError(msg + _tail(log.read_text(errors="replace")))
             time.sleep(0.1)  # the poll's pace; the condition is the page answering
 
@@ -365,13 +505,6 @@ class ShellPage:
         """Ctrl-C to each serving block; each must exit 0 and have printed something."""
         failures = []
         for block, process, log in self.servers:
-            text = " ".join(block.options["serve"][2:])
-            deadline = time.monotonic() + SERVE_TIMEOUT_S
-            while text and process.poll() is None and text not in log.read_text(errors="replace"):
-                if time.monotonic() > deadline:
-                    failures.append(f"{block.where} did not print {text!r} in {SERVE_TIMEOUT_S} s")
-                    break
-                time.sleep(0.1)  # the poll's pace; the condition is the text in its output
             if process.poll() is None:
                 with contextlib.suppress(ProcessLookupError):
                     os.killpg(process.pid, signal.SIGINT)
@@ -390,7 +523,20 @@ class ShellPage:
                 )
             elif not output.strip():
                 failures.append(f"{block.where} printed nothing")
+            else:
+                self._check_served(block, output)
         return failures
+
+    def _check_served(self, block: Block, printed: str) -> None:
+        """Check what a serving block printed until Ctrl-C against what its page shows."""
+        if block.lang != "console":
+            self._check_output(block, printed)
+            return
+        [(command, shown)] = block.transcript()  # a serving console block is one command
+        if self._check(f"{block.where}: `{command}`", block.page, shown, printed) or not writing():
+            return
+        body = f"$ {command}\n{self._unsubstitute(printed)}"
+        rewrite_block(block.page, "console", block.code, body)
 
     @staticmethod
     def _until_closed(ports: Iterable[int], timeout: float) -> None:

@@ -23,6 +23,7 @@ whose commands read state that no block of it makes (the dead letters) gets it f
 
 from __future__ import annotations
 
+import dataclasses
 import doctest
 import importlib.util
 import json
@@ -38,6 +39,7 @@ from types import ModuleType
 
 import pytest
 import yaml
+from docs_output import JVM_NOTICE, matches, mismatch, rewrite_block, writing
 from docs_shell import FIXED_PORTS, Block, ShellPage, parse_options
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -52,11 +54,28 @@ MARKER = re.compile(
 # Skipped blocks download from PyPI, build .venv, need what only another test sets up, or a
 # remote cluster (Reading Kafka's run against an Apache Kafka cluster).
 MOST_SKIPPED = 8
+# Shown outputs the test cannot produce: a scenario that takes minutes or another machine (a
+# cluster, a Kafka broker's retention), or a message shown wrapped in prose.
+MOST_UNCHECKED_OUTPUTS = 12
 BLOCK_TIMEOUT_S = 600
 TEXT_SUFFIXES = {".py", ".md", ".toml", ".yml", ".yaml", ".txt"}
 
 
-def _blocks(page: Path) -> Iterator[Block]:
+def _blocks(page: Path) -> list[Block]:
+    """The page's blocks, each with the ``text`` block right after it as its ``output``."""
+    found = list(_fenced(page))
+    lines = page.read_text(encoding="utf-8").split("\n")
+    out = []
+    for n, block in enumerate(found):
+        after = found[n + 1] if n + 1 < len(found) else None
+        between = lines[block.end : after.line - 1] if after is not None else []
+        if after is not None and after.lang == "text" and not any(s.strip() for s in between):
+            block = dataclasses.replace(block, output=after)
+        out.append(block)
+    return out
+
+
+def _fenced(page: Path) -> Iterator[Block]:
     lines = page.read_text(encoding="utf-8").split("\n")
     i = 0
     while i < len(lines):
@@ -71,7 +90,9 @@ def _blocks(page: Path) -> Iterator[Block]:
         kind = None if marker is None else ("run" if marker["run"] else "skip")
         reason = "" if marker is None or marker["run"] else marker["reason"]
         options = (marker["options"] or "") if marker is not None and marker["run"] else ""
-        yield Block(page, start + 1, fence["lang"], code + "\n", kind, reason, options, ROOT)
+        yield Block(
+            page, start + 1, fence["lang"], code + "\n", kind, reason, options, ROOT, end + 1
+        )
         i = end + 1
 
 
@@ -80,11 +101,12 @@ BLOCKS = [block for page in PAGES for block in _blocks(page)]
 
 def _first_of_each(blocks: list[Block]) -> list[Block]:
     """Each distinct block once, where it first appears."""
-    seen: set[tuple[str, str]] = set()
+    seen: set[tuple[str, str, str | None]] = set()
     out = []
     for block in blocks:
-        if (block.lang, block.code) not in seen:
-            seen.add((block.lang, block.code))
+        key = (block.lang, block.code, block.output.code if block.output else None)
+        if key not in seen:
+            seen.add(key)
             out.append(block)
     return out
 
@@ -146,8 +168,44 @@ def test_every_block_has_a_known_kind_and_shell_blocks_a_marker() -> None:
     assert len(BLOCKS) > 40, f"only {len(BLOCKS)} code blocks found: is the fence parser right?"
 
 
+def _checked_outputs() -> set[str]:
+    """The ``text`` blocks the test compares with what a block printed, by place."""
+    run = [*(b for blocks in SHELL_PAGES.values() for b in blocks), *BLOCKS]
+    return {
+        b.output.where
+        for b in run
+        if b.output is not None and (b.lang == "python" or (b.lang in SHELL and b.marker == "run"))
+    }
+
+
+def test_every_shown_output_is_checked_or_says_why_it_cannot_be() -> None:
+    """A transcript is a console block the test runs; other text is an output it checks."""
+    checked = _checked_outputs()
+    problems = []
+    for block in BLOCKS:
+        if block.lang != "text":
+            continue
+        if any(line.startswith("$ ") for line in block.code.splitlines()):
+            problems.append(
+                f"{block.where}: commands with their output ($ lines) in a text block: make it a "
+                "console block the test runs (<!-- docs-test: run -->)"
+            )
+        elif block.where not in checked and block.marker != "skip":
+            problems.append(
+                f"{block.where}: a text block that is not what a block the test runs printed: put "
+                "it right after that block, or say why it cannot be checked "
+                "(<!-- docs-test: skip (reason) -->)"
+            )
+    assert not problems, "\n".join(problems)
+    unchecked = [b for b in BLOCKS if b.lang == "text" and b.marker == "skip"]
+    assert all(len(b.reason) > 15 for b in unchecked)
+    assert len(unchecked) <= MOST_UNCHECKED_OUTPUTS, "\n".join(
+        f"{b.where}: {b.reason}" for b in unchecked
+    )
+
+
 def test_skipped_blocks_are_few_and_say_why() -> None:
-    skipped = [b for b in BLOCKS if b.marker == "skip"]
+    skipped = [b for b in BLOCKS if b.marker == "skip" and b.lang != "text"]
     assert all(len(b.reason) > 15 for b in skipped), [
         b.where for b in skipped if len(b.reason) <= 15
     ]
@@ -159,9 +217,13 @@ def test_the_readme_is_short_and_has_both_tours_and_the_two_commands() -> None:
     assert len(readme.splitlines()) <= 300
     assert "scripts/wordcount     #" in readme and "scripts/test          #" in readme
     assert "source .venv/bin/activate" in readme
-    tours = [b for b in BLOCKS if b.page.name == "README.md" and b.lang == "python"]
-    assert len(tours) == 2 and all(b.marker is None for b in tours)
+    blocks = [b for b in BLOCKS if b.page.name == "README.md" and b.lang == "python"]
+    assert all(b.marker is None for b in blocks)
+    tours = [b for b in blocks if "LocalCluster" in b.code]
+    assert len(tours) == 2
     assert "TopologyBuilder()" in tours[0].code and "TransactionalTopologyBuilder" in tours[1].code
+    # The tour's spout, in the form that can replay after a restart.
+    assert any("durable_source = True" in b.code for b in blocks if b not in tours)
 
 
 def test_no_pointer_to_files_outside_the_repository() -> None:
@@ -204,15 +266,17 @@ def test_pycon_block_passes_as_a_doctest(block: Block) -> None:
 _RUNNER = """
 import sys, traceback
 for where, path in {blocks!r}:
-    print(f"==== {{where}}", flush=True)
+    print(f"{MARK}{{where}}", flush=True)
     code = compile(open(path, encoding="utf-8").read(), where, "exec")
     try:
         exec(code, {{"__name__": "__main__", "__file__": where}})
     except BaseException:
         traceback.print_exc()
-        print(f"==== FAILED {{where}}", flush=True)
+        print(f"{MARK}FAILED {{where}}", flush=True)
         sys.exit(1)
 """
+# The line the runner prints before each block: what follows is that block's output.
+MARK = "==== "
 
 
 @pytest.mark.spark
@@ -226,16 +290,41 @@ def test_python_blocks_run_as_pasted(page: Path, tmp_path: Path) -> None:
     work = tmp_path / "work"
     work.mkdir()
     done = subprocess.run(
-        [sys.executable, "-c", _RUNNER.format(blocks=blocks)],
+        [sys.executable, "-c", _RUNNER.replace("{MARK}", MARK).format(blocks=blocks)],
         cwd=work,
-        env=_env(),
-        capture_output=True,
+        env={**_env(), "PYTHONUNBUFFERED": "1"},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
         text=True,
         timeout=BLOCK_TIMEOUT_S,
     )
-    assert done.returncode == 0, f"{done.stdout[-6000:]}\n{done.stderr[-6000:]}"
-    for where, _ in blocks:
-        assert f"==== {where}" in done.stdout
+    assert done.returncode == 0, done.stdout[-12000:]
+    printed = _printed_per_block(done.stdout)
+    assert list(printed) == [where for where, _ in blocks]
+    differ = []
+    for block in PYTHON_PAGES[page]:
+        shown = block.output
+        if shown is None or matches(shown.code, printed[block.where]):
+            continue
+        differ.append(mismatch(shown.where, shown.code, printed[block.where]))
+        if writing():
+            kept = printed[block.where].splitlines(keepends=True)
+            text = "".join(line for line in kept if not line.startswith(JVM_NOTICE))
+            rewrite_block(page, "text", shown.code, text)
+    assert not differ, "\n\n".join(differ)
+
+
+def _printed_per_block(stdout: str) -> dict[str, str]:
+    """What each block printed, by its place, from the runner's output (``MARK`` lines)."""
+    printed: dict[str, str] = {}
+    where = None
+    for line in stdout.splitlines(keepends=True):
+        if line.startswith(MARK):
+            where = line[len(MARK) :].strip()
+            printed[where] = ""
+        elif where is not None:
+            printed[where] += line
+    return printed
 
 
 def _poisoned_word_count(folder: Path, env: dict[str, str]) -> None:

@@ -6,12 +6,14 @@ Redis and take about a second.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import socket
 import sys
 from pathlib import Path
 
 import pytest
+from docs_output import matches
 from docs_shell import Block, BlockFailedError, ShellPage, parse_options
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -151,3 +153,50 @@ def test_options_parse() -> None:
         "serve": ("8000", "/"),
     }
     assert parse_options("") == {}
+
+
+# ------------------------------------------------------------------------- shown outputs
+def _shown(block: Block, text: str) -> Block:
+    """``block`` with a ``text`` block right after it, showing ``text``."""
+    output = Block(block.page, block.line + 10, "text", text, None, root=block.root)
+    return dataclasses.replace(block, output=output)
+
+
+def test_what_a_block_printed_is_checked_against_the_text_shown_after_it(
+    tmp_path: Path,
+) -> None:
+    code = "echo 'took 1.25s on port 6379'; echo started 2026-11-28 08:20:15 UTC; echo done >&2\n"
+    [block] = _page(tmp_path, ("ports 6379", code))
+    shown = "took 0.40s on port 6379\nstarted 2025-01-01 00:00:00 UTC\ndone\n"
+    runner = _runner(tmp_path, [_shown(block, shown)])
+    runner.run()  # times and the free port are no difference
+    (tmp_path / "w").mkdir()
+    wrong = _runner(tmp_path / "w", [_shown(block, "took 1.25s on port 6380\n...\n")])
+    with pytest.raises(BlockFailedError, match=r"page.md:11: the output shown differs"):
+        wrong.run()
+
+
+def test_dots_stand_for_lines_or_text_a_page_leaves_out() -> None:
+    printed = "first\nmiddle one\nmiddle two\nlast: 42 words\n"
+    assert matches("first\n...\nlast: ... words\n", printed)
+    assert matches("...\nlast: 42 words\n", printed)
+    assert matches("first\n...\nmiddle one\nmiddle two\n...\n", printed)  # ... may be no line
+    assert not matches("first\nlast: ... words\n", printed)
+    assert not matches("first\n...\nlast: 43 words\n", printed)
+
+
+def test_a_console_block_checks_each_commands_output_and_status(tmp_path: Path) -> None:
+    page = tmp_path / "page.md"
+    code = "$ echo hi\nhi\n$ false\n$ echo $?\n1\n$ printf 'no newline'\nno newline\n"
+    runner = _runner(tmp_path, [Block(page, 1, "console", code, "run", root=tmp_path)])
+    runner.run()
+    failing = "$ false\n$ echo next\nnext\n"
+    (tmp_path / "f").mkdir()
+    runner = _runner(tmp_path / "f", [Block(page, 1, "console", failing, "run", root=tmp_path)])
+    with pytest.raises(BlockFailedError, match=r"`false` exited 1 \(a console command may fail"):
+        runner.run()
+    wrong = "$ echo hi\nho\n"
+    (tmp_path / "w").mkdir()
+    runner = _runner(tmp_path / "w", [Block(page, 1, "console", wrong, "run", root=tmp_path)])
+    with pytest.raises(BlockFailedError, match=r"page.md:1: `echo hi`: the output shown differs"):
+        runner.run()

@@ -22,10 +22,10 @@ from providers import (
     get_provider,
 )
 from recovery.evolve import Wanted
-from recovery.faults import KillPoint
 from statefulbolts import StatefulBolt
 from statefulbolts.errors import StateEvolutionError
 from statefulbolts.keygroups import KeyGroups
+from statefulbolts.listeners import KillPoint
 from statefulbolts.offline import evolve, plan_evolution
 from statefulbolts.state import (
     ComponentShape,

@@ -23,9 +23,9 @@ from providers import (
     get_provider,
 )
 from recovery.evolve import Wanted
-from recovery.faults import KillPoint
 from statefulbolts.errors import StateEvolutionError
 from statefulbolts.keygroups import KeyGroups
+from statefulbolts.listeners import KillPoint
 from statefulbolts.offline import drop, evolve
 from statefulbolts.state import (
     ComponentShape,

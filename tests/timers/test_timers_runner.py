@@ -24,10 +24,9 @@ import topologies as topo
 from checkpoint.runner import CheckpointRunner
 from checkpoint.status import stored_topologies
 from providers import StateFactory
-from recovery.faults import KillPoint
 from statefulbolts import Fields, ManualClock, Spout, StatefulBolt, TopologyBuilder, is_tick_tuple
 from statefulbolts.errors import TopologyFailedError
-from statefulbolts.listeners import NoFaults
+from statefulbolts.listeners import KillPoint, NoFaults
 from statefulbolts.namespaces import TaskNamespace, timers_namespace
 from statefulbolts.timers import TimeDomain, TimerBolt, stored_timers
 

@@ -158,3 +158,28 @@ def test_the_builder_checks_its_own_arguments():
         TransactionalTopologyBuilder("ok", "spout", Words())  # type: ignore[arg-type]
     with pytest.raises(TopologyError, match="parallelism must be an int >= 1"):
         TransactionalTopologyBuilder("ok", "spout", spout, 0)
+
+
+class BatchWithoutId(BaseTransactionalBolt):
+    """A batch bolt given a ``Bolt``'s ``prepare``: the attempt id is missing."""
+
+    def prepare(self, conf: Any, context: Any, collector: Any) -> None:
+        self.collector = collector
+
+    def execute(self, tuple: Any) -> None:  # noqa: A002
+        """Nothing."""
+
+    def finish_batch(self) -> None:
+        """Nothing."""
+
+
+def test_a_batch_bolt_whose_prepare_lacks_the_attempt_is_refused_at_set_bolt():
+    b = builder()
+    with pytest.raises(TopologyError) as caught:
+        b.set_committer_bolt("sum", BatchWithoutId())
+    assert str(caught.value) == (
+        f"bolt 'sum': {__name__}.BatchWithoutId.prepare takes (conf, context, collector), but "
+        "the framework calls statefulbolts.BatchBolt.prepare with (conf, context, collector, "
+        "id): too many positional arguments. Give it BatchBolt.prepare's parameters"
+    )
+    b.set_committer_bolt("sum", Commit())  # the id is still free, and not a committer twice

@@ -23,7 +23,8 @@ from statefulbolts import (
 )
 from statefulbolts.config import validate_config
 from statefulbolts.errors import ConfigError
-from statefulbolts.transactional._jobs import _commit_here, _refuse_worker_faults
+from statefulbolts.transactional._jobs import _commit_here
+from statefulbolts.transactional.runner import TransactionalRunner
 
 pytestmark = pytest.mark.spark
 
@@ -89,28 +90,22 @@ def test_auto_is_the_driver_for_every_provider() -> None:
 
 
 def test_auto_refuses_commit_phase_faults_that_need_a_worker_instead_of_moving_the_commit() -> None:
-    from recovery.faults import FaultPlan
-    from statefulbolts.listeners import NO_FAULTS
+    def runner(faults: dict[str, Any], location: str | None = None) -> TransactionalRunner:
+        topology = words_topology("decide", tx.Log("/nonexistent"))
+        config = conf(location, **{"topology.faults": {"tasks": [faults]}})
+        made = TransactionalRunner("decide", config, topology, None, engine="inline")
+        assert made.jobs.commit_here is (location != "executors")
+        return made
 
-    topology = words_topology("decide", tx.Log("/nonexistent"))
-    on_commit = FaultPlan.from_conf(
-        {"topology.faults": {"tasks": [{"component": "commit", "task": 0, "kind": "raise"}]}}
-    )
-    on_count = FaultPlan.from_conf(
-        {"topology.faults": {"tasks": [{"component": "count", "task": 0, "kind": "crash"}]}}
-    )
-    every = FaultPlan.from_conf(
-        {"topology.faults": {"tasks": [
-            {"component": "commit", "task": 0, "kind": "raise", "attempts": "every"}
-        ]}}
-    )  # fmt: skip
-    assert on_commit is not None and on_count is not None and every is not None
+    on_commit = {"component": "commit", "task": 0, "kind": "raise"}
     with pytest.raises(ConfigError, match=r"\['commit'\].*commit.location to 'executors'"):
-        _refuse_worker_faults("auto", topology, on_commit)
-    for fine in (on_count, every, NO_FAULTS):  # none needs a worker under the commit phase
-        _refuse_worker_faults("auto", topology, fine)
-    # Said outright, the driver it is: the user asked for it.
-    _refuse_worker_faults("driver", topology, on_commit)
+        runner(on_commit)
+    # None needs a worker under the commit phase: not in it, or on every attempt.
+    runner({"component": "count", "task": 0, "kind": "crash"})
+    runner({"component": "commit", "task": 0, "kind": "raise", "attempts": "every"})
+    # Said outright, the driver it is: the user asked for it; and the executors take any.
+    runner(on_commit, "driver")
+    runner(on_commit, "executors")
 
 
 def test_a_wrong_location_names_the_key_and_the_allowed_values() -> None:

@@ -407,7 +407,7 @@ def test_failure_gate_counts_backend_errors_and_outage_time() -> None:
     import threading
 
     from providers import StateBackendError
-    from recovery.gate import FailureGate
+    from recovery.gate import Failure, FailureGate
     from statefulbolts import validate_config
 
     clock = ManualClock()
@@ -423,7 +423,7 @@ def test_failure_gate_counts_backend_errors_and_outage_time() -> None:
     assert gate.with_backend("saving", call) == "ok"
     # Two failures, waited out by the clock: 0.25 s then 0.5 s (recovery.retry's backoff).
     assert (gate.backend_errors, gate.outage_seconds, gate.backend_down) == (2, 0.75, False)
-    gate.failed("PREPARE(3)", 3, "StateBackendError: down", outage=True)
+    gate.failed("PREPARE(3)", 3, "StateBackendError: down", failure=Failure.OUTAGE)
     clock.advance(2000)
     assert (gate.backend_errors, gate.outage_seconds, gate.backend_down) == (3, 2.75, True)
     gate.succeeded()

@@ -1,4 +1,4 @@
-"""The Kafka connector: ``KafkaSpout``, topics read on the executors, offsets in the checkpoint.
+"""The Kafka connector: ``KafkaSpout`` and the transactional spouts, topics read on the executors.
 
 In parts:
 
@@ -7,7 +7,9 @@ In parts:
 - ``_records``: ``KafkaRecord``, the deserializers and the record translators;
 - ``_client``: the driver's admin client (``Cluster``), the readers' consumers, and how a client
   error becomes an outage or a refusal;
-- ``_spout``: ``KafkaSpout``, its partition ids (``KafkaPartition``) and ends (``KafkaEnd``).
+- ``_spout``: ``KafkaSpout``, its partition ids (``KafkaPartition``) and ends (``KafkaEnd``);
+- ``_transactional``: ``KafkaTransactionalSpout`` (batches that replay exactly) and
+  ``OpaqueKafkaTransactionalSpout`` (replays may differ), for transactional topologies.
 
 confluent-kafka is imported only when the spout connects, so this package imports without it;
 a spout that connects without it fails with the install command
@@ -24,8 +26,10 @@ from statefulbolts.connectors.kafka._config import (
     START_KEY,
     TIMEOUT_KEY,
     TOPICS_KEY,
+    KafkaGapError,
     KafkaRecordError,
     KafkaRefusedError,
+    KafkaReplayError,
     KafkaSpoutConfig,
     KafkaTopicNotFoundError,
     KafkaUnavailableError,
@@ -65,6 +69,10 @@ from statefulbolts.connectors.kafka._sink import (
     StringSerializer,
 )
 from statefulbolts.connectors.kafka._spout import KafkaEnd, KafkaPartition, KafkaSpout
+from statefulbolts.connectors.kafka._transactional import (
+    KafkaTransactionalSpout,
+    OpaqueKafkaTransactionalSpout,
+)
 
 __all__ = [
     "BOOTSTRAP_KEY",
@@ -93,10 +101,12 @@ __all__ = [
     "JsonDeserializer",
     "JsonSerializer",
     "KafkaEnd",
+    "KafkaGapError",
     "KafkaPartition",
     "KafkaRecord",
     "KafkaRecordError",
     "KafkaRefusedError",
+    "KafkaReplayError",
     "KafkaSink",
     "KafkaSinkCommitError",
     "KafkaSinkConfig",
@@ -105,9 +115,11 @@ __all__ = [
     "KafkaSpout",
     "KafkaSpoutConfig",
     "KafkaTopicNotFoundError",
+    "KafkaTransactionalSpout",
     "KafkaUnavailableError",
     "MsgpackDeserializer",
     "MsgpackSerializer",
+    "OpaqueKafkaTransactionalSpout",
     "ProducerRecord",
     "RecordTranslator",
     "Serializer",

@@ -15,10 +15,14 @@ The errors, in the project's tree (``statefulbolts.errors``)::
     └── KafkaUnavailableError       the broker is away or slow: waited out, as a store's outage
     StateBackendRefusedError (providers)
     └── KafkaRefusedError           the broker refused (authentication, authorization)
+    StateLostError (providers)
+    └── KafkaReplayError            a stored batch's records are gone: no exact replay
     ConfigError
     └── KafkaTopicNotFoundError     a named topic does not exist (LookupError too)
     TopologyError
     └── KafkaRecordError            a record the deserializer or translator cannot take
+    StatefulBoltsError
+    └── KafkaGapError               offsets skipped (reported by a transactional emitter)
 
 Example:
     >>> conf = {"kafka.topics": "clicks, views", "kafka.sasl.password": "pw",
@@ -42,8 +46,8 @@ from typing import Any, Final, Literal, Self
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator
 
-from providers import StateBackendError, StateBackendRefusedError
-from statefulbolts.errors import ConfigError, TopologyError
+from providers import StateBackendError, StateBackendRefusedError, StateLostError
+from statefulbolts.errors import ConfigError, StatefulBoltsError, TopologyError
 
 __all__ = [
     "BOOTSTRAP_KEY",
@@ -56,8 +60,10 @@ __all__ = [
     "START_KEY",
     "TIMEOUT_KEY",
     "TOPICS_KEY",
+    "KafkaGapError",
     "KafkaRecordError",
     "KafkaRefusedError",
+    "KafkaReplayError",
     "KafkaSpoutConfig",
     "KafkaTopicNotFoundError",
     "KafkaUnavailableError",
@@ -106,6 +112,25 @@ class KafkaTopicNotFoundError(ConfigError, LookupError):
 
 class KafkaRecordError(TopologyError):
     """A record the spout's deserializer or translator could not take (names topic and offset)."""
+
+
+class KafkaReplayError(StateLostError):
+    """A partitioned transactional spout cannot replay a stored batch: its records are gone.
+
+    Retention, deleted records, compaction or a topic deleted and made again removed or
+    changed records that a txid not yet committed had read. Its batch cannot be emitted again
+    identically, and waiting does not bring the records back: the topology stops at once
+    (a ``StateLostError``), the message naming the partition, the txid and the offsets.
+    """
+
+
+class KafkaGapError(StatefulBoltsError):
+    """Offsets a transactional Kafka emitter skipped: never raised, reported by the emitter.
+
+    The records were gone before any batch read them (retention, deleted records), or the
+    topic was deleted and made again; the emitter read on and reported the jump (a warning in
+    the driver's log and the spout's reported errors).
+    """
 
 
 def require_kafka(who: str) -> ModuleType:

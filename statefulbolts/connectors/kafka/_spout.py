@@ -94,7 +94,7 @@ from statefulbolts.errors import ConfigError, TopologyError
 from statefulbolts.partitioned import Gap, PartitionBatch, PartitionedSpout, PartitionReader
 from statefulbolts.tuples import DEFAULT_STREAM, Fields
 
-__all__ = ["KafkaEnd", "KafkaPartition", "KafkaSpout"]
+__all__ = ["KafkaEnd", "KafkaPartition", "KafkaSpout", "RecordReader"]
 
 log = logging.getLogger(__name__)
 
@@ -501,7 +501,7 @@ class KafkaSpout(PartitionedSpout):
             msg = f"{_NAME} position of {partition!r} is {position!r}, expected an offset >= 0"
             raise TopologyError(msg)
         settings = self.settings(conf)
-        return _RecordReader(self, settings, KafkaPartition.parse(partition), position, end)
+        return RecordReader(self, settings, KafkaPartition.parse(partition), position, end)
 
     def record(self, message: Any) -> Sequence[Any] | None:
         """The tuple's values of one consumed message (deserialized, then translated).
@@ -532,8 +532,14 @@ class KafkaSpout(PartitionedSpout):
             raise KafkaRecordError(msg) from exc
 
 
-class _RecordReader(PartitionReader):
-    """Records of one partition from one offset up to a fixed end (the module's step 2)."""
+class RecordReader(PartitionReader):
+    """Records of one partition from one offset up to a fixed end (the module's step 2).
+
+    The transactional spouts (``_transactional``) read with it too, and ask two things more
+    of a read: ``consumed``, how many records it passed (those the translator left out
+    included), and with ``digest`` (a ``hashlib`` object) each record's offset, key and value
+    bytes are fed to it, so that a replay can tell it read the very same records.
+    """
 
     def __init__(
         self,
@@ -542,9 +548,12 @@ class _RecordReader(PartitionReader):
         tp: KafkaPartition,
         position: int | None,
         end: KafkaEnd,
+        digest: Any = None,
     ) -> None:
         self.spout, self.settings, self.tp, self.end = spout, settings, tp, end
         self.start = end.first if position is None else position
+        self.digest = digest
+        self.consumed = 0
         self._gap: Gap | None = None
 
     def gap(self) -> Gap | None:
@@ -628,6 +637,9 @@ class _RecordReader(PartitionReader):
                             continue
                         if offset >= end:
                             return PartitionBatch(records, end, stream)
+                        self.consumed += 1
+                        if self.digest is not None:
+                            _digest(self.digest, message)
                         values = self.spout.record(message)
                         if values is not None:
                             records.append(values)
@@ -666,3 +678,16 @@ class _RecordReader(PartitionReader):
             subject=f"partition {str(self.tp)!r} ({_NAME})",
             bootstrap=self.settings.bootstrap,
         )
+
+
+def _digest(digest: Any, message: Any) -> None:
+    """Feed one record to ``digest``: its offset, then its key and value, each with its length.
+
+    A missing key or value (``None``) is told apart from an empty one by its length, -1.
+    """
+    digest.update(message.offset().to_bytes(8, "big", signed=True))
+    for part in (message.key(), message.value()):
+        size = -1 if part is None else len(part)
+        digest.update(size.to_bytes(8, "big", signed=True))
+        if part:
+            digest.update(part)

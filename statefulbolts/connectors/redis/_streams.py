@@ -215,6 +215,9 @@ class RedisStreamSpout(Spout):
         >>> builder.set_spout("clicks", spout, 2)  # doctest: +SKIP
     """
 
+    # A restarted driver's consumers get back their pending entries, and acked ones are gone.
+    durable_source = True
+
     def __init__(
         self,
         stream: str | None = None,

@@ -3,19 +3,28 @@
 The checkpoint and transactional runners find a failing tuple's origin in their own ways (a
 spout tuple's root in the ledger; an emitted batch tuple's place in its txid), and take it out
 in their own ways (the spout message acked; the txid's batch stored without it). Between
-finding and taking out, the policy is one, and it lives here, in ``PoisonDesk``, the base of
-both protocols' dead-letter objects:
+finding and taking out, the policy is one, and it lives here, in ``DeadLetters``, the base of
+both protocols' dead-letter objects (``checkpoint._deadletters.CheckpointDeadLetters``,
+``statefulbolts.transactional._deadletters.TransactionalDeadLetters``):
 
 1. ``_judge``: one more failed transaction counts against the origin's record id. It is poison
    once it failed ``topology.deadletter.after.failures`` transactions since the last commit,
    or at once when the store already holds a dead letter of it (a replay that failed again).
    A new record that would pass ``topology.deadletter.max`` stops the topology instead: that
    many poison tuples is a bug, not bad input. Kill point ``deadletter-decided`` follows a yes.
-2. ``_record``: the record completed (dead-lettered again, it adds its attempts to the held
-   one; new, it keeps when its suspect was first seen) and written; kill point
+2. ``_letter`` makes the record (the failing task by its index, and its global id), and
+   ``_record`` completes it (dead-lettered again, it adds its attempts to the held one; new,
+   it keeps when its suspect was first seen) and writes it; kill point
    ``deadletter-recorded``. The protocol then takes the tuple out.
 3. ``_booked``: the tuple is out: the suspect stops counting; the counters, the dashboards'
    last records and one warning line.
+
+What a protocol's ``isolate`` answers is a ``Verdict``; ``summary`` is a record as dashboards
+show it, ``poison_limit_error`` the message of a topology stopped by ``topology.deadletter.max``.
+
+Example:
+    >>> Verdict(False, "the store is full")
+    Verdict(isolated=False, why_not='the store is full', repeated=None)
 """
 
 from __future__ import annotations
@@ -24,29 +33,73 @@ import collections
 import logging
 from collections.abc import Callable, Sequence
 from dataclasses import replace
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, Protocol, TypeVar
 
-from recovery.faults import KillPoint
-from recovery.gate import FailureGate
 from statefulbolts.config import TopologyConfig
-from statefulbolts.deadletter import (
-    DEAD,
+from statefulbolts.deadletter._record import (
+    BatchOrigin,
     DeadLetter,
-    DeadLetterStore,
-    PoisonTracker,
-    Suspect,
-    poison_limit_error,
-    summary,
+    FailedTuple,
+    LetterState,
+    SpoutOrigin,
 )
+from statefulbolts.deadletter._store import DeadLetterStore
+from statefulbolts.deadletter._tracker import PoisonTracker, Suspect
 from statefulbolts.errors import TopologyFailedError
-from statefulbolts.listeners import NO_FAULTS, FaultListener
+from statefulbolts.listeners import NO_FAULTS, FaultListener, KillPoint
 
-__all__ = ["Judged", "PoisonDesk"]
+__all__ = ["BackendCalls", "DeadLetters", "Judged", "Verdict", "poison_limit_error", "summary"]
 
 log = logging.getLogger(__name__)
 
+T = TypeVar("T")
+
 # Records shown on dashboards and in status(), newest first.
 _LAST = 5
+
+
+class BackendCalls(Protocol):
+    """How every store access goes: the driver's failure gate (``recovery.gate.FailureGate``)."""
+
+    def with_backend(self, what: str, call: Callable[[], T]) -> T:
+        """Run ``call``, waiting out a state backend outage."""
+
+
+class Verdict(NamedTuple):
+    """What ``isolate`` did: the tuple was dead-lettered, or why it could not be (if it tried).
+
+    ``repeated`` (policy "stop", nothing dead-lettered): the failing tuple failed this many
+    transactions, ``topology.deadletter.after.failures``: every retry fails it again.
+    """
+
+    isolated: bool
+    why_not: str | None = None
+    repeated: int | None = None
+
+
+def summary(record: DeadLetter) -> dict[str, Any]:
+    """A record as dashboards show it: id, where (the task by its index), what, when."""
+    return {
+        "id": record.id,
+        "component": record.component,
+        "task": record.task_index,
+        "values": record.failed.text,
+        "origin": record.origin.describe(),
+        "error": f"{record.type_name}: {record.message}",
+        "attempts": record.attempts,
+        "state": record.state.value,
+        "last_seen": record.last_seen,
+    }
+
+
+def poison_limit_error(name: str, held: int, limit: int, where: str, cause: str) -> str:
+    """The message of a topology stopped by ``topology.deadletter.max``."""
+    return (
+        f"topology {name!r} stopped: {where} failed on one more tuple ({cause}), and the "
+        f"dead-letter store already holds {held} records (topology.deadletter.max = {limit}). "
+        "A component that fails on this many tuples has a bug, not poison input: fix it, "
+        "restart, then replay the records (statefulbolts deadletter replay --all)"
+    )
 
 
 class Judged(NamedTuple):
@@ -56,7 +109,7 @@ class Judged(NamedTuple):
     held: DeadLetter | None
 
 
-class PoisonDesk:
+class DeadLetters:
     """The dead-letter policy both protocols share (see the module docstring).
 
     Args:
@@ -67,6 +120,7 @@ class PoisonDesk:
         failures: the failure gate every store access goes through.
         faults: the fault listener, told at the ``deadletter-*`` kill points.
         now: wall-clock seconds (injected in tests).
+        task_id: Storm's global task id of a component's task index (the record keeps both).
     """
 
     def __init__(
@@ -75,12 +129,13 @@ class PoisonDesk:
         tc: TopologyConfig,
         store: DeadLetterStore,
         count: Callable[..., None],
-        failures: FailureGate,
+        failures: BackendCalls,
         faults: FaultListener = NO_FAULTS,
         *,
         now: Callable[[], float],
+        task_id: Callable[[str, int], int],
     ) -> None:
-        self._name, self._tc, self.store = name, tc, store
+        self._name, self._tc, self.store, self._task_id = name, tc, store, task_id
         self._count, self._failures, self._faults = count, failures, faults
         self.tracker = PoisonTracker(tc.deadletter_after_failures, now)
         self.isolating = tc.deadletter_policy == "isolate"
@@ -95,6 +150,20 @@ class PoisonDesk:
         for record in sorted(records, key=lambda r: r.last_seen)[-_LAST:]:
             self.last.appendleft(summary(record))
 
+    def _not_blamed(self, why: str | None) -> Verdict:
+        """No one tuple is to blame, for ``why`` (said only when the policy would isolate it)."""
+        return Verdict(False, why if self.isolating else None)
+
+    def _repeats(self, record_id: str, error: Any) -> Verdict:
+        """Policy "stop": count the failed transaction against the tuple; nothing is recorded.
+
+        A tuple that failed ``topology.deadletter.after.failures`` transactions is known to
+        fail every retry (``Verdict.repeated``): the caller stops the topology at once.
+        """
+        suspect = self.tracker.failed(record_id, error.component)
+        repeated = suspect.failures if self.tracker.is_poison(suspect) else None
+        return Verdict(False, repeated=repeated)
+
     def _judge(self, record_id: str, error: Any, txid: int) -> Judged | None:
         """Step 1: whether the tuple of ``record_id`` is poison now (``None``: not yet).
 
@@ -107,7 +176,7 @@ class PoisonDesk:
             "reading a dead letter", lambda: self.store.get(record_id)
         )
         suspect = self.tracker.failed(
-            record_id, error.component, known=held is not None and held.state == DEAD
+            record_id, error.component, known=held is not None and held.state is LetterState.DEAD
         )
         if not self.tracker.is_poison(suspect):
             return None
@@ -120,6 +189,41 @@ class PoisonDesk:
             )
         self._kill(KillPoint.DEADLETTER_DECIDED, txid)
         return Judged(suspect, held)
+
+    def _letter(
+        self,
+        error: Any,
+        origin: SpoutOrigin | BatchOrigin,
+        judged: Judged,
+        txid: int,
+        record_id: str,
+        traceback: str | None,
+    ) -> DeadLetter:
+        """The new record of ``error``'s failing tuple (a ``TaskError`` naming one)."""
+        failing = error.failing
+        return DeadLetter.first(
+            self.store.name,
+            self.store.scope,
+            error.component,
+            self._task_id(error.component, error.task),
+            error.task,
+            FailedTuple(
+                failing.source_component,
+                failing.source_task,
+                failing.stream,
+                failing.values,
+                failing.text,
+                failing.source_task_index,
+            ),
+            origin,
+            error.types,
+            error.message,
+            traceback,
+            txid=txid,
+            attempts=judged.suspect.failures,
+            at=judged.suspect.last_seen,
+            record_id=record_id,
+        )
 
     def _record(self, record: DeadLetter, judged: Judged, txid: int) -> DeadLetter:
         """Step 2: complete ``record`` with what the store held, and write it."""
