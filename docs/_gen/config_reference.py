@@ -181,6 +181,7 @@ CONNECTOR_MODELS = (
     "statefulbolts.connectors.redis.RedisStreamConfig",
     "statefulbolts.connectors.redis.PartitionedRedisStreamConfig",
     "statefulbolts.connectors.kafka.KafkaSpoutConfig",
+    "statefulbolts.connectors.kafka.KafkaSinkConfig",
 )
 
 

@@ -9,6 +9,7 @@
     statefulbolts state dump|get|export|import|verify ...   (see statefulbolts.cli.state)
     statefulbolts state shape|evolve|rescale|rename|drop ...
     statefulbolts deadletter list|show|replay|purge ...     (see statefulbolts.cli.deadletter)
+    statefulbolts sink status|abort-lingering ...           (see statefulbolts.cli.sink)
 
 ``ATTR`` is a ``StormTopology`` or a ``TransactionalTopology`` (or their builder), or a function
 called with no arguments that returns one (``examples.wordcount:topology``). ``MODULE`` is
@@ -32,9 +33,9 @@ took, and takes the lease over from its crashed predecessor at once (they share 
 token).
 
 This module is ``run`` and the parser; each other command is a module of this package, which
-the parser asks to register its subcommands: ``status``, ``state``, ``deadletter``. The
-command line sits on top of everything else: it may import both protocols, and nothing below
-imports it.
+the parser asks to register its subcommands: ``status``, ``state``, ``deadletter``,
+``sink``. The command line sits on top of everything else: it may import both protocols, and
+nothing below imports it.
 
 ``--timeout S`` counts from the command's start, Spark's start-up included: when it runs out,
 ``run`` prints one line saying where the topology was, cancels its running jobs (a restart
@@ -76,6 +77,7 @@ from statefulbolts._load import EXAMPLE_SPEC, load_topology
 from statefulbolts._output import print_event, print_line
 from statefulbolts.cli._stdout import SIGPIPE_EXIT_CODE, Stdout
 from statefulbolts.cli.deadletter import add_deadletter_commands
+from statefulbolts.cli.sink import add_sink_commands
 from statefulbolts.cli.state import add_state_commands
 from statefulbolts.cli.status import add_status_commands
 from statefulbolts.config import Config, load_config_file, validate_config
@@ -163,8 +165,9 @@ def check_before_spark(
     is asked for (``--ui`` or ``topology.ui.port``); the state provider: its class is
     imported and its settings checked (``StateProvider.check_config``), without touching the
     store; the partitioned spouts of ``topology`` (``PartitionedSpout.check_config``: a Kafka
-    spout's keys and topics). A missing optional dependency is named with the command that
-    installs it.
+    spout's keys and topics), and its bolts that offer ``check_config`` (a sink bolt: a Kafka
+    sink's keys, topics and transaction timeout). A missing optional dependency is named with
+    the command that installs it.
 
     Raises:
         ConfigError: a ``topology.*`` key has a wrong value, or an optional dependency the
@@ -191,6 +194,10 @@ def check_before_spark(
         spout = getattr(spec, "obj", None)
         if isinstance(spout, PartitionedSpout):
             spout.check_config(conf)
+    for spec in getattr(topology, "bolts", {}).values():
+        check = getattr(getattr(spec, "obj", None), "check_config", None)
+        if callable(check):  # a sink bolt: its sink's settings, topics and limits
+            check(conf)
 
 
 def _missing_dependency(exc: ProviderNotFoundError, dotted: str) -> str | None:
@@ -622,6 +629,7 @@ def _parser() -> argparse.ArgumentParser:
     add_status_commands(sub)
     add_state_commands(sub)
     add_deadletter_commands(sub)
+    add_sink_commands(sub)
     return parser
 
 

@@ -23,6 +23,8 @@ PACKAGES = [
     "statefulbolts.timers",
     "statefulbolts.connectors",
     "statefulbolts.connectors.redis",
+    "statefulbolts.connectors.kafka",
+    "statefulbolts.connectors.sinks",
     "providers.redis",
 ]
 # Names a package resolves lazily through its module ``__getattr__`` (they import the runtime,
