@@ -508,13 +508,15 @@ def plot(result: Mapping[str, Any], path: Path) -> None:
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import FixedLocator, NullFormatter, NullLocator
 
     runs = [r for r in result["latency"]["runs"] if r.get("quantiles_ms")]
+    runs.sort(key=lambda r: (r["sink"] != "exactly_once", r["interval_ms"]))
     rates = sorted({r["rate"] for r in runs})
     intervals = sorted({r["interval_ms"] for r in runs})
     colors = dict(zip(intervals, ["tab:blue", "tab:orange", "tab:green", "tab:red"], strict=False))
     styles = {"exactly_once": "-", "at_least_once": ":"}
-    fig, axes = plt.subplots(1, len(rates), figsize=(6 * len(rates), 4.6), squeeze=False)
+    fig, axes = plt.subplots(1, len(rates), figsize=(6 * len(rates), 5.4), squeeze=False)
     for ax, rate in zip(axes[0], rates, strict=True):
         for run in (r for r in runs if r["rate"] == rate):
             q = run["quantiles_ms"]
@@ -526,11 +528,16 @@ def plot(result: Mapping[str, Any], path: Path) -> None:
             ) + ("" if run["sustained"] else " (NOT kept up)")
             ax.plot(q, share, styles[run["sink"]], color=colors[run["interval_ms"]], label=label)
         ax.set_xscale("log")
+        ticks = [50, 100, 200, 500, 1000, 2000, 5000, 10000, 20000, 50000]
+        ax.xaxis.set_major_locator(FixedLocator(ticks))
+        ax.xaxis.set_major_formatter(lambda v, _: f"{v:,.0f}")
+        ax.xaxis.set_minor_locator(NullLocator())
+        ax.xaxis.set_minor_formatter(NullFormatter())
         ax.set_xlabel("input record sent -> its count visible to a read_committed reader (ms)")
         ax.set_ylabel("share of records")
         ax.set_title(f"{rate:,} records/s offered", fontsize=10)
         ax.grid(True, which="both", alpha=0.3)
-        ax.legend(fontsize=7, loc="lower right")
+        ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.16), ncol=1)
     loads = [x for r in runs for x in r["load_avg_1m"]]
     fig.suptitle(
         "Visible-output latency, Kafka -> word count -> Kafka, by checkpoint interval and sink "
