@@ -192,6 +192,29 @@ def test_one_publish_writes_to_several_topics_and_sets_one_marker(
 
 
 @pytest.mark.kafka
+def test_a_record_s_own_headers_are_published_and_written_beside_the_sink_s(
+    kafka_broker: Any, kafka_topic: Any
+) -> None:
+    # Staged records keep their headers as msgpack gives them back (lists); the client takes
+    # only (name, value) tuples.
+    published, written = kafka_topic(), kafka_topic()
+    for topic, at_once in ((published, False), (written, True)):
+        sink = _opened(
+            KafkaSink(topic, headers_field="hs", bootstrap_servers=kafka_broker.bootstrap)
+        )
+        staged = _staged(sink, ([("trace", "t-1"), ("raw", b"\x00")], "v"), fields=("hs", "value"))
+        if at_once:
+            sink.write(staged)
+        else:
+            sink.publish(LANE, 1, [StagedBatch(1, staged)], None)
+        [message] = read_topic(kafka_broker.bootstrap, topic)
+        names = [name for name, _ in message.headers()]
+        expected = ["trace", "raw"] + ([] if at_once else [TXID_HEADER, PUBLISH_HEADER])
+        assert (message.value(), names, header(message, "trace")) == (b"v", expected, "t-1")
+        assert dict(message.headers())["raw"] == b"\x00"
+
+
+@pytest.mark.kafka
 def test_a_big_transaction_is_published_whole_and_in_order(
     kafka_broker: Any, kafka_topic: Any
 ) -> None:

@@ -923,7 +923,7 @@ class KafkaSink(Sink):
         for batch in due:
             txid_header = str(batch.txid).encode()
             for topic, partition, key, value, headers in batch.records:
-                extra = list(headers or ())
+                extra = _headers(headers)
                 if self.txid_headers:
                     extra += [(TXID_HEADER, txid_header), (PUBLISH_HEADER, publish)]
                 while True:
@@ -1035,7 +1035,7 @@ class KafkaSink(Sink):
                         value=value,
                         key=key,
                         partition=partition,
-                        headers=list(headers) if headers else None,
+                        headers=_headers(headers) or None,
                         on_delivery=delivered,
                     )
                     break
@@ -1103,6 +1103,14 @@ class KafkaSink(Sink):
             _close(producer)
             done.append(self.transactional_id(lane))
         return done
+
+
+def _headers(staged: Any) -> list[tuple[str, Any]]:
+    """A staged record's headers as the client takes them: ``(name, value)`` tuples.
+
+    Staged records come back from the state as msgpack gives them, each pair a list.
+    """
+    return [(name, value) for name, value in staged or ()]
 
 
 def _left(deadline: float) -> float:
