@@ -16,6 +16,7 @@ from redis_fixtures import single_node_cluster
 from providers import StateBackendError
 from statefulbolts.connectors.redis import (
     SINK_MARKER_KEY,
+    SINK_PREFIX_KEY,
     SINK_URL_KEY,
     HIncrBy,
     HSet,
@@ -275,3 +276,18 @@ def test_on_a_cluster_keys_must_share_the_marker_key_s_slot(redis_server_factory
     assert sink.publish(LANE, 1, [_batch(sink, 1, ("a", 2))], None).published == (1,)
     assert node.client().hget("{wc}:counts", "a") == b"2"
     assert sink.published(LANE) == 1
+    prefixed = _sink(node, counts, key_prefix="{p}:")  # one tag for the records and the marker
+    assert prefixed.publish(LANE, 1, [_batch(prefixed, 1, ("a", 3))], None).published == (1,)
+    assert node.client().hget("{p}:counts", "a") == b"3"
+    assert node.client().hget("{p}:statefulbolts:sink:redis-sink:publish", LANE.qualified()) == b"1"
+
+
+def test_a_key_prefix_from_the_config_goes_before_every_key(redis_db: Any) -> None:
+    sink = RedisSink(counts, url=redis_db.url)
+    sink.open({**CONF, SINK_PREFIX_KEY: "run7:"}, None)  # type: ignore[arg-type]
+    sink.publish(LANE, 1, [_batch(sink, 1, ("a", 1))], None)
+    sink.write([sink.stage(make_tuple(["b", 1], fields=["word", "n"]))])
+    assert sorted(redis_db.client().keys()) == [
+        b"run7:counts",
+        b"run7:statefulbolts:sink:redis-sink:publish",
+    ]

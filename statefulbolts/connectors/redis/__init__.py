@@ -31,7 +31,8 @@ use of the client:
   ``load_streams`` and ``close_connections``;
 - ``_sink``: ``RedisSink`` (each sink task's records of a committed transaction, and its
   marker, in one Lua script), its records (``HSet``, ``HIncrBy``, ``ZAdd``, ``XAdd``,
-  ``SetValue``), its config model (``sink.redis.url``, ``sink.redis.marker.key``) and errors.
+  ``SetValue``), its config model (``sink.redis.url``, ``sink.redis.key.prefix``,
+  ``sink.redis.marker.key``) and errors.
 
 redis-py is imported only when a connector connects, so this package imports without it; a
 connector that connects without it fails with the install command.
@@ -47,6 +48,7 @@ from statefulbolts.connectors.redis._partitioned import (
 from statefulbolts.connectors.redis._sink import (
     PUBLISH,
     SINK_MARKER_KEY,
+    SINK_PREFIX_KEY,
     SINK_URL_KEY,
     TXID_FIELD,
     HIncrBy,
@@ -82,6 +84,7 @@ __all__ = [
     "PATTERN_KEY",
     "PUBLISH",
     "SINK_MARKER_KEY",
+    "SINK_PREFIX_KEY",
     "SINK_URL_KEY",
     "STREAM_KEY",
     "TXID_FIELD",

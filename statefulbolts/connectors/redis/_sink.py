@@ -46,14 +46,16 @@ buffer) and run in well under its busy-script time.
 
 Redis Cluster: every key a script touches must hash to one slot. The sink refuses (before
 sending anything) a record whose key's slot is not the marker key's, naming both; give every
-key and the marker key (``marker_key``) one hash tag, as ``{counts}:words`` and
-``{counts}:markers``. A single server (the tested case) takes any keys.
+key and the marker key one hash tag: a ``key_prefix`` such as ``{counts}:`` does it for all
+of them. A single server (the tested case) takes any keys.
 
 Settings: arguments win over keys. ``url`` (or ``host``/``port``/``db``), else
-``sink.redis.url``, else ``redis://localhost:6379/0``; ``marker_key``, else
-``sink.redis.marker.key``, else ``statefulbolts:sink:<topology>:<component>``. The marker hash's
-fields are ``<topology>.<component>.<task>of<parallelism>`` (the lane, qualified) and that with
-``:epoch``, so one hash can hold the markers of several sinks.
+``sink.redis.url``, else ``redis://localhost:6379/0``; ``key_prefix``, else
+``sink.redis.key.prefix``, else none: put before every record's key and the default marker
+key (a namespace per topology or environment, a cluster's hash tag); ``marker_key``, else
+``sink.redis.marker.key``, else ``<prefix>statefulbolts:sink:<topology>:<component>``. The
+marker hash's fields are ``<topology>.<component>.<task>of<parallelism>`` (the lane,
+qualified) and that with ``:epoch``, so one hash can hold the markers of several sinks.
 
 Faults: Redis away or busy is an outage (``StateBackendError``, waited out as a state store's,
 ``topology.state.backend.timeout.secs``); a refusal (a wrong password, out of memory) stops
@@ -116,6 +118,7 @@ if TYPE_CHECKING:
 __all__ = [
     "PUBLISH",
     "SINK_MARKER_KEY",
+    "SINK_PREFIX_KEY",
     "SINK_URL_KEY",
     "TXID_FIELD",
     "HIncrBy",
@@ -132,6 +135,7 @@ log = logging.getLogger(__name__)
 
 SINK_URL_KEY: Final = "sink.redis.url"
 SINK_MARKER_KEY: Final = "sink.redis.marker.key"
+SINK_PREFIX_KEY: Final = "sink.redis.key.prefix"
 TXID_FIELD: Final = "statefulbolts.txid"
 _NAME = "RedisSink"
 _EPOCH_SUFFIX = ":epoch"
@@ -330,7 +334,17 @@ class RedisSinkConfig(RedisConnectorConfig):
             "`<topology>.<component>.<task>of<parallelism>`) and its lease epoch (that field "
             "with `:epoch`). On a Redis Cluster give it the hash tag of the records' keys."
         ),
-        json_schema_extra={"shown_default": "`statefulbolts:sink:<topology>:<component>`"},
+        json_schema_extra={"shown_default": "`<prefix>statefulbolts:sink:<topology>:<component>`"},
+    )
+    key_prefix: str | None = Field(
+        None,
+        alias=SINK_PREFIX_KEY,
+        description=(
+            "`RedisSink`: put before every record's key and the default marker key: a "
+            "namespace (`wc:`), and on a Redis Cluster the hash tag that keeps them in one slot "
+            "(`{wc}:`)."
+        ),
+        json_schema_extra={"shown_default": "none"},
     )
 
 
@@ -338,6 +352,7 @@ class _Settings(NamedTuple):
     target: str | dict[str, Any]  # a URL or redisConfig fields, for the connection layer
     address: str  # host:port, for messages (never a password)
     marker_key: str | None  # None: the default, per lane's topology and component
+    prefix: bytes  # before every record's key (and the default marker key)
 
 
 # ------------------------------------------------------------------ the sink
@@ -354,7 +369,9 @@ class RedisSink(Sink):
         port: with ``host``.
         db: with ``host``.
         marker_key: the hash of the lanes' markers (else ``sink.redis.marker.key``, else
-            ``statefulbolts:sink:<topology>:<component>``).
+            ``<key_prefix>statefulbolts:sink:<topology>:<component>``).
+        key_prefix: put before every record's key and the default marker key (else
+            ``sink.redis.key.prefix``, else none).
         value_serializer: how ``HSet``, ``SetValue`` and ``XAdd`` values become bytes: ``None``
             (bytes, str and numbers as text; anything else refused), ``"json"``, ``"msgpack"``
             or a function returning bytes.
@@ -375,6 +392,7 @@ class RedisSink(Sink):
         port: int = 6379,
         db: int = 0,
         marker_key: str | None = None,
+        key_prefix: str | None = None,
         value_serializer: str | Callable[[Any], bytes] | None = None,
         txid_field: str | None = TXID_FIELD,
     ) -> None:
@@ -401,6 +419,7 @@ class RedisSink(Sink):
         self.mapper = mapper
         self.url, self.host, self.port, self.db = url, host, port, db
         self.marker_key = marker_key
+        self.key_prefix = key_prefix
         self.value_serializer = value_serializer
         self.txid_field = txid_field
         self._reset()
@@ -463,14 +482,19 @@ class RedisSink(Sink):
         from providers.redis import address_of
 
         address = address_of(client)
-        settings = _Settings(target, address, self.marker_key or config.marker_key)
+        prefix = self.key_prefix if self.key_prefix is not None else config.key_prefix
+        settings = _Settings(
+            target, address, self.marker_key or config.marker_key, (prefix or "").encode()
+        )
         self._settings, self._for_conf = settings, conf
         return settings
 
     def marker_key_of(self, lane: Lane) -> str:
         """The hash holding ``lane``'s marker."""
-        given = self._settings.marker_key if self._settings is not None else self.marker_key
-        return given or f"statefulbolts:sink:{lane.topology}:{lane.component}"
+        settings = self._settings
+        given = settings.marker_key if settings is not None else self.marker_key
+        prefix = settings.prefix.decode() if settings is not None else (self.key_prefix or "")
+        return given or f"{prefix}statefulbolts:sink:{lane.topology}:{lane.component}"
 
     def open(self, conf: Mapping[str, Any], context: TopologyContext) -> None:
         """Resolve the settings for this task (nothing connects yet)."""
@@ -695,6 +719,7 @@ class RedisSink(Sink):
         """Step 1: ``PUBLISH``'s KEYS and ARGV (see the script's contract)."""
         keys: list[bytes | str] = [marker_key]
         index: dict[bytes, int] = {}
+        prefix = self._current().prefix
         heads: list[Any] = []
         body: list[Any] = []
         for batch in due:
@@ -704,7 +729,7 @@ class RedisSink(Sink):
                     letter, key = command[0], command[1]
                     at = index.get(key)
                     if at is None:
-                        keys.append(key)
+                        keys.append(prefix + key)
                         at = index[key] = len(keys)
                     body += [letter, at]
                     if letter == "X":
@@ -784,10 +809,11 @@ class RedisSink(Sink):
             StateBackendRefusedError: Redis refused a command (a key of another type).
         """
         client = self._connected()
+        prefix = self._current().prefix
         pipe = client.pipeline(transaction=True)
         for record in records:
             for command in record:
-                letter, key = command[0], command[1]
+                letter, key = command[0], prefix + command[1]
                 if letter == "H":
                     pipe.hset(key, command[2], command[3])
                 elif letter == "I":
