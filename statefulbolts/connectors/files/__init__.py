@@ -5,8 +5,8 @@ In parts, as the other systems' connectors:
 - ``_spout``: ``DirectorySpout``, each file of a directory a partition, a line a record;
 - ``_sink``: ``FileSink`` (one part file per lane and committed txid, renamed into place, and
   a manifest entry per publish, linked into place, that commits them), its config model
-  (``sink.files.path``, ``sink.files.format``) and the readers ``read_committed_parts`` /
-  ``read_committed_records``;
+  (``sink.files.path``, ``sink.files.format``) and the readers ``read_committed_parts``,
+  ``read_committed_records`` and ``read_part``;
 - ``_manifest``: the manifest's layout, entries and compaction;
 - ``_formats``: JSON lines, CSV and Parquet (pyarrow, the ``parquet`` extra).
 
@@ -28,6 +28,7 @@ from statefulbolts.connectors.files._sink import (
     FileSinkConfig,
     read_committed_parts,
     read_committed_records,
+    read_part,
 )
 from statefulbolts.connectors.files._spout import DirectorySpout
 
@@ -42,6 +43,7 @@ __all__ = [
     "ManifestError",
     "read_committed_parts",
     "read_committed_records",
+    "read_part",
 ]
 
 # The public home of the classes: what repr, pickle and messages name (DirectorySpout's home

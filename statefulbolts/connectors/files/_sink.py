@@ -109,6 +109,7 @@ __all__ = [
     "FileSinkConfig",
     "read_committed_parts",
     "read_committed_records",
+    "read_part",
 ]
 
 log = logging.getLogger(__name__)
@@ -507,13 +508,16 @@ def read_committed_parts(path: str | os.PathLike[str]) -> list[CommittedPart]:
 
 
 def read_committed_records(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
-    """The rows of every committed part of a ``FileSink`` directory, in part order.
+    """The rows of every committed part of a ``FileSink`` directory, in part order."""
+    return [row for part in read_committed_parts(path) for row in read_part(part.path)]
 
-    Each part is read by the format its extension names (``.jsonl``, ``.csv``, ``.parquet``).
+
+def read_part(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
+    """The rows of one part file, read by the format its extension names.
+
+    Raises:
+        ValueError: the extension is not a format's (``.jsonl``, ``.csv``, ``.parquet``).
     """
-    rows: list[dict[str, Any]] = []
-    for part in read_committed_parts(path):
-        fmt = format_named(os.path.splitext(part.path)[1].lstrip("."))
-        with open(part.path, "rb") as f:
-            rows.extend(fmt.read(f))
-    return rows
+    fmt = format_named(os.path.splitext(os.fspath(path))[1].lstrip("."))
+    with open(path, "rb") as f:
+        return fmt.read(f)
