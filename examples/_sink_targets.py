@@ -23,6 +23,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import tempfile
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
@@ -35,13 +37,19 @@ from statefulbolts.connectors.sinks import Sink
 __all__ = [
     "TARGETS",
     "ChangeLog",
+    "FilesTarget",
     "KafkaTarget",
+    "RedisTarget",
     "SinkTarget",
     "Update",
     "demo_topology",
+    "files_topology",
     "read_topic",
+    "redis_records",
+    "redis_topology",
     "target_named",
     "update_record",
+    "update_row",
 ]
 
 
@@ -295,8 +303,191 @@ def _committed_attempts(messages: Sequence[Any], problems: list[str]) -> tuple[s
     return kept, aborted
 
 
+# ------------------------------------------------------------------ Redis
+def redis_records(tuple_: Any) -> list[Any]:
+    """An update as three writes: the stream entry, the last count, and the delta added up."""
+    from statefulbolts.connectors.redis import HIncrBy, HSet, XAdd
+
+    word, count, delta = tuple_.values
+    return [
+        XAdd("updates", {"word": word, "count": count, "delta": delta}),
+        HSet("counts", word, count),
+        HIncrBy("totals", word, delta),
+    ]
+
+
+class RedisTarget(SinkTarget):
+    """Keys of a Redis (``--sink-redis-url``, else ``--redis-url``), under a prefix per run.
+
+    ``RedisSink`` writes each update three ways in one script per lane and commit: an entry
+    of the stream ``<prefix>updates`` (with its txid), the word's field of the hash
+    ``<prefix>counts`` (``HSET`` of the count) and of ``<prefix>totals`` (``HINCRBY`` of the
+    delta). The stream is the change log; the two hashes must both hold each word's last
+    count, the second only if no delta was added twice or lost (``read_log`` says where not).
+    """
+
+    name = "redis"
+    spec = "examples._sink_targets:redis_topology"
+
+    def __init__(self, url: str, prefix: str) -> None:
+        self.url, self.prefix = url, prefix
+
+    @staticmethod
+    def add_arguments(parser: argparse.ArgumentParser) -> None:
+        """``--sink-redis-url``."""
+        group = parser.add_argument_group("--sink redis")
+        group.add_argument(
+            "--sink-redis-url", help="the Redis the updates go to (default: --redis-url)"
+        )
+
+    @classmethod
+    def from_args(cls, args: argparse.Namespace, run_id: str) -> Self:
+        """The Redis of ``--sink-redis-url`` or ``--redis-url``; keys prefixed ``k2k-<run>:``.
+
+        Raises:
+            ValueError: neither URL is given.
+        """
+        url = args.sink_redis_url or args.redis_url
+        if not url:
+            msg = "--sink redis needs a Redis to publish to: give --redis-url or --sink-redis-url"
+            raise ValueError(msg)
+        return cls(url, f"k2k-{run_id}:")
+
+    def describe(self) -> str:
+        """The stream's key."""
+        return f"Redis stream {self.prefix + 'updates'!r}"
+
+    def prepare(self) -> list[str]:
+        """Nothing: Redis makes keys as they are written."""
+        return []
+
+    def conf(self) -> dict[str, Any]:
+        """The server and the key prefix."""
+        return {"sink.redis.url": self.url, "sink.redis.key.prefix": self.prefix}
+
+    @staticmethod
+    def sink() -> Sink:
+        """``RedisSink`` of the updates (``redis_records``); the rest from the config."""
+        from statefulbolts.connectors.redis import RedisSink
+
+        return RedisSink(redis_records)
+
+    def read_log(self) -> ChangeLog:
+        """The stream's entries in order; the two hashes checked against its last counts."""
+        import redis
+
+        client = redis.Redis.from_url(self.url, decode_responses=True)
+        try:
+            entries = client.xrange(self.prefix + "updates")
+            counts = client.hgetall(self.prefix + "counts")
+            totals = client.hgetall(self.prefix + "totals")
+        finally:
+            client.close()
+        updates = [
+            Update(e["word"], int(e["count"]), int(e["delta"]), int(e["statefulbolts.txid"]))
+            for _, e in entries
+        ]
+        last = {u.word: str(u.count) for u in updates}
+        problems = [
+            f"{word!r}: hash {name!r} holds {held.get(word)}, the stream's last count {want}"
+            for name, held in (("counts", counts), ("totals", totals))
+            for word, want in sorted(last.items())
+            if held.get(word) != want
+        ]
+        problems += [f"{w!r} is in the totals, not in the stream" for w in set(totals) - set(last)]
+        return ChangeLog(updates, problems=problems)
+
+
+def redis_topology() -> StormTopology:
+    """For ``statefulbolts run``: publishing to Redis, the server and prefix from the config."""
+    return demo_topology(RedisTarget)
+
+
+# ------------------------------------------------------------------ files
+def update_row(tuple_: Any) -> dict[str, Any]:
+    """The row of an update: the word, its count and the delta."""
+    word, count, delta = tuple_.values
+    return {"word": word, "count": count, "delta": delta}
+
+
+class FilesTarget(SinkTarget):
+    """Part files of a directory (``--out-dir``, else a new one), read through its manifest.
+
+    ``FileSink`` writes one part file per lane and committed transaction, in ``--file-format``
+    (``jsonl``, ``csv``, ``parquet``), and commits it with a manifest entry; the change log is
+    the committed parts' rows, each lane's parts in txid order (a word's updates all go
+    through one lane).
+    """
+
+    name = "files"
+    spec = "examples._sink_targets:files_topology"
+
+    def __init__(self, path: str, file_format: str = "jsonl") -> None:
+        self.path, self.file_format = path, file_format
+
+    @staticmethod
+    def add_arguments(parser: argparse.ArgumentParser) -> None:
+        """``--out-dir``, ``--file-format``."""
+        group = parser.add_argument_group("--sink files")
+        group.add_argument("--out-dir", help="the directory (default: a new temporary one)")
+        group.add_argument(
+            "--file-format",
+            choices=["jsonl", "csv", "parquet"],
+            default="jsonl",
+            help="the part files' format (default jsonl)",
+        )
+
+    @classmethod
+    def from_args(cls, args: argparse.Namespace, run_id: str) -> Self:
+        """The directory of ``--out-dir``, else ``k2k-files-<run>-*`` in the temp folder."""
+        path = args.out_dir or tempfile.mkdtemp(prefix=f"k2k-files-{run_id}-")
+        return cls(os.path.abspath(path), args.file_format)
+
+    def describe(self) -> str:
+        """The directory."""
+        return f"files in {self.path!r}"
+
+    def prepare(self) -> list[str]:
+        """The directory, if it is missing."""
+        if os.path.isdir(self.path):
+            return []
+        os.makedirs(self.path)
+        return [self.path]
+
+    def conf(self) -> dict[str, Any]:
+        """The directory and the format."""
+        return {"sink.files.path": self.path, "sink.files.format": self.file_format}
+
+    @staticmethod
+    def sink() -> Sink:
+        """``FileSink`` of the updates (``update_row``); directory and format from the config."""
+        from statefulbolts.connectors.files import FileSink
+
+        return FileSink(mapper=update_row, columns=["word", "count", "delta"])
+
+    def read_log(self) -> ChangeLog:
+        """The rows of the committed parts, each with its part's txid (CSV's as text)."""
+        from statefulbolts.connectors.files import read_committed_parts, read_part
+
+        updates = []
+        for part in read_committed_parts(self.path):
+            for row in read_part(part.path):
+                count, delta = int(row["count"]), int(row["delta"])
+                updates.append(Update(str(row["word"]), count, delta, part.txid))
+        return ChangeLog(updates)
+
+
+def files_topology() -> StormTopology:
+    """For ``statefulbolts run``: publishing to files, the directory from the config."""
+    return demo_topology(FilesTarget)
+
+
 # ------------------------------------------------------------------ the choice
-TARGETS: dict[str, type[SinkTarget]] = {"kafka": KafkaTarget}
+TARGETS: dict[str, type[SinkTarget]] = {
+    "files": FilesTarget,
+    "kafka": KafkaTarget,
+    "redis": RedisTarget,
+}
 
 
 def target_named(name: str) -> type[SinkTarget]:
