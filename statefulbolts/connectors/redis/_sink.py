@@ -536,9 +536,7 @@ class RedisSink(Sink):
         if self._client is None:
             settings = self._current()
             client = connect(settings.target, who=_NAME, decode_responses=False, shared=True)
-            with self._backend(client, "connecting", "the server"):
-                info = client.info("cluster")
-            self._cluster = bool(int(info.get("cluster_enabled", 0)))
+            self._cluster = self._cluster_mode(client)
             # EVALSHA, and on NOSCRIPT (a restarted or flushed server) SCRIPT LOAD and again.
             self._script = client.register_script(PUBLISH)
             self._client = client
@@ -549,6 +547,20 @@ class RedisSink(Sink):
             msg = f"{_NAME}: used before open(conf, context)"
             raise SinkPublishError(msg)
         return self._settings
+
+    def _cluster_mode(self, client: Any) -> bool:
+        """Whether the server runs in cluster mode (``INFO cluster``).
+
+        A server that hides INFO, as some managed ones do, is taken for a single server: on a
+        cluster its CROSSSLOT refusal then names the keys instead of the sink.
+        """
+        redis = require_redis(_NAME)
+        with self._backend(client, "connecting", "the server"):
+            try:
+                info = client.info("cluster")
+            except redis.exceptions.ResponseError:
+                return False
+        return bool(int(info.get("cluster_enabled", 0)))
 
     def _backend(
         self, client: Any, step: str, subject: str, keys: Mapping[Any, str] | None = None
