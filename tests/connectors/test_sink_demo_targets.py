@@ -11,8 +11,8 @@ count (for Redis also: the ``HINCRBY`` totals equal it, so no delta was added tw
   (Spark runs the task again), then the topology stopped and started again over more
   sentences;
 - the crash demo, its child drivers on the inline engine, killed at every protocol point, and
-  at seeded random moments (``STATEFULBOLTS_SINK_SEEDS``: ``"7"`` by default, ``"1-25"`` or
-  ``"3,5,8"`` to loop);
+  at seeded random moments when ``STATEFULBOLTS_SINK_SEEDS`` names seeds (``"7"``, ``"1-25"``
+  or ``"3,5,8"``; none by default, unlike the Kafka demo's test: a run is some 15 s);
 - the crash demo with its drivers on Spark, killed at protocol points, when
   ``STATEFULBOLTS_SINK_SPARK_POINTS`` names them (``all``, or ``mid-commit,after-prepare``):
   each driver start costs Spark's, some 20 s, too long for the default suite.
@@ -43,7 +43,7 @@ pytestmark = [pytest.mark.kafka, pytest.mark.redis]
 ROOT = Path(__file__).resolve().parents[2]
 RUN_TIMEOUT = 900
 SINKS = ["redis", "files"]
-SENTENCES = 200  # per crash demo: enough for a few transactions before and after each kill
+SENTENCES = 400  # per crash demo, as the Kafka demo's: transactions left after every kill
 
 
 def _seeds(text: str) -> list[int]:
@@ -55,7 +55,10 @@ def _seeds(text: str) -> list[int]:
     return out
 
 
-SEEDS = _seeds(os.environ.get("STATEFULBOLTS_SINK_SEEDS", "7"))
+# Unlike the Kafka demo's test, none by default: each run is some 15 s, over the default
+# suite's budget for these two sinks; their kill points are covered by the test before.
+_seed_text = os.environ.get("STATEFULBOLTS_SINK_SEEDS", "")
+SEEDS = _seeds(_seed_text) if _seed_text else []
 _spark_points = os.environ.get("STATEFULBOLTS_SINK_SPARK_POINTS", "")
 SPARK_POINTS = POINTS if _spark_points == "all" else [p for p in _spark_points.split(",") if p]
 # What each kill point leaves saved, and what the next driver's recovery runs first.
@@ -208,16 +211,21 @@ def test_the_crash_demo_is_exact_after_a_kill_at_every_protocol_point(
         assert kill["recovery"][0].startswith(f"{first}("), kill
 
 
-@pytest.mark.parametrize("seed", SEEDS)
+@pytest.mark.skipif(
+    not SEEDS, reason="set STATEFULBOLTS_SINK_SEEDS (e.g. 1-25) to run the random-kill loop"
+)
+@pytest.mark.parametrize("seed", SEEDS or [0])
 @pytest.mark.parametrize("sink", SINKS)
 def test_the_crash_demo_is_exact_under_random_kills(
     kafka_broker: Any, redis_server: Any, tmp_path: Path, sink: str, seed: int
 ) -> None:
+    # Five sentences per spout task and transaction: the input lasts many seconds, so each
+    # kill (at most 2 s after a run's first transaction) lands before it is drained.
     doc = _crash_demo(
-        kafka_broker.bootstrap, redis_server.url, tmp_path, sink,
-        "--engine", "inline", "--points", "none", "--random-kills", "2", "--seed", str(seed),
+        kafka_broker.bootstrap, redis_server.url, tmp_path, sink, "--engine", "inline",
+        "--points", "none", "--random-kills", "2", "--seed", str(seed), "--pending", "5",
     )  # fmt: skip
-    assert doc["seed"] == seed and 1 <= len(doc["kills"]) <= 2
+    assert doc["seed"] == seed and len(doc["kills"]) == 2
 
 
 @pytest.mark.spark
