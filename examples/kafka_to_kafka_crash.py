@@ -7,9 +7,11 @@ Run it against a broker you started::
         --random-kills 3 --seed 5 --json
 
 It starts a redis-server on a free 127.0.0.1 port (unless ``--redis-url`` names one), makes an
-input and an output topic, writes ``--sentences`` sentences to the input, and runs
-``examples.kafka_to_kafka`` (sentences -> split -> counts in Redis -> ``KafkaSink``) as a child
-driver: ``statefulbolts run examples.kafka_to_kafka:topology``. Each run but the last is killed:
+input topic and the sink's target (``--sink``, ``examples._sink_targets``: an output topic by
+default), writes ``--sentences`` sentences to the input, and runs ``examples.kafka_to_kafka``
+(sentences -> split -> counts in Redis -> the sink) as a child driver: ``statefulbolts run``
+of the target's topology (``--engine spark``, the default, or ``inline``). Each run but the
+last is killed:
 
 - at a protocol point (``topology.faults``), each of ``--points`` once in a seeded order, a
   transaction or two ahead: ``after-prepare`` (PREPARE(t) done, COMMITTING(t) not saved),
@@ -23,10 +25,9 @@ driver: ``statefulbolts run examples.kafka_to_kafka:topology``. Each run but the
 The next run recovers by itself: the checkpoint rolls PREPARING(t) back and COMMITTING(t)
 forward; a rolled-forward COMMIT(t) finds each lane's marker and publishes what the target
 does not hold yet, nothing twice. The last run goes on until the input is drained. Then the
-output topic is read as a ``read_committed`` consumer and checked (``kafka_to_kafka.verify``):
-for every word, each published count is the previous one plus its delta, strictly
-increasing, and the last is the plain count. Exit status 0 when exact, 1 when not, 2 on bad
-input.
+change log is read back from the target and checked (``kafka_to_kafka.judge``): for every
+word, each published count is the previous one plus its delta, strictly increasing, and the
+last is the plain count. Exit status 0 when exact, 1 when not, 2 on bad input.
 
 On a broker that shows aborted transactions' records to ``read_committed`` readers (the tests'
 Tansu), a kill inside a publish step leaves that step's records in the log; the verdict
@@ -52,8 +53,9 @@ from typing import Any
 from checkpoint.status import RECOVERY_ACTIONS
 from recovery import RecoveryTracker, exit_status
 
+from ._sink_targets import SinkTarget, target_named
 from .crash_recovery import next_txid, with_redis
-from .kafka_to_kafka import ensure_topics, verify
+from .kafka_to_kafka import add_sink_arguments, ensure_topics, verify
 from .kafka_wordcount import load
 from .wordcount import expected_counts
 
@@ -62,12 +64,18 @@ KILLED = 137
 
 
 def run_child(
-    conf_path: Path, name: str, log: Path, timeout: float, kill_after: float | None = None
+    conf_path: Path,
+    name: str,
+    log: Path,
+    timeout: float,
+    kill_after: float | None = None,
+    *,
+    spec: str = f"{__package__}.kafka_to_kafka:topology",
+    engine: str = "spark",
 ) -> dict[str, Any]:
     """Run the driver once (killed ``kill_after`` s after its first transaction, if given)."""
-    spec = f"{__package__}.kafka_to_kafka:topology"
     cmd = [sys.executable, "-m", "statefulbolts.cli", "run", spec]
-    cmd += ["--conf", str(conf_path), "--name", name, "--json"]
+    cmd += ["--conf", str(conf_path), "--name", name, "--json", "--engine", engine]
     started = time.monotonic()
     tracker = RecoveryTracker(RECOVERY_ACTIONS)
     recovered_after: float | None = None
@@ -135,12 +143,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sentences", type=int, default=400, help="sentences (default 400)")
     parser.add_argument("--pending", type=int, default=20, help="records per spout task and txn")
     parser.add_argument(
-        "--partitioning", choices=["task", "key"], default="task", help="where updates go"
+        "--engine",
+        choices=["spark", "inline"],
+        default="spark",
+        help="what runs each driver's jobs (default spark)",
     )
     parser.add_argument("--redis-url", help="use this Redis instead of starting one")
     parser.add_argument("--timeout", type=float, default=300, help="seconds per driver run")
     parser.add_argument("--json", action="store_true", help="one JSON document, no table")
     parser.add_argument("--log", help="append the drivers' stderr to this file (else a temp file)")
+    add_sink_arguments(parser)
     args = parser.parse_args(argv)
     points = [] if args.points == "none" else [p for p in args.points.split(",") if p]
     unknown = sorted(set(points) - set(POINTS))
@@ -149,6 +161,11 @@ def main(argv: list[str] | None = None) -> int:
             f"unknown points {unknown}" if unknown else "counts must be positive (kills >= 0)"
         )
     args.point_list = points
+    args.run_id = uuid.uuid4().hex[:8]
+    try:
+        args.target = target_named(args.sink).from_args(args, args.run_id)
+    except ValueError as exc:
+        parser.error(str(exc))
     return with_redis(args, demo, "kafka-to-kafka-crash-")
 
 
@@ -156,10 +173,12 @@ def demo(args: argparse.Namespace, url: str, workdir: Path) -> int:
     """The kills, the last run and the verdict (see the module docstring)."""
     started = time.monotonic()
     rng = random.Random(args.seed)
-    run_id = uuid.uuid4().hex[:8]
+    run_id = args.run_id
+    target: SinkTarget = args.target
     name = f"k2k-crash-{run_id}"
-    in_topic, out_topic = f"k2k-in-{run_id}", f"k2k-out-{run_id}"
-    ensure_topics(args.bootstrap, [in_topic, out_topic])
+    in_topic = f"k2k-in-{run_id}"
+    ensure_topics(args.bootstrap, [in_topic])
+    target.prepare()
     load(args.bootstrap, in_topic, args.sentences)
     conf: dict[str, Any] = {
         "topology.state.provider": "providers.redis.RedisKeyValueStateProvider",
@@ -168,14 +187,15 @@ def demo(args: argparse.Namespace, url: str, workdir: Path) -> int:
         "topology.max.spout.pending": args.pending,
         "kafka.bootstrap.servers": args.bootstrap,
         "kafka.topics": in_topic,
-        "sink.kafka.topic": out_topic,
-        # Each sink task its own partition of the output (see examples.kafka_to_kafka).
-        "sink.kafka.partitioning": args.partitioning,
         "sink.kafka.publish.timeout.ms": 20_000,
+        **target.conf(),
     }
     log = Path(args.log) if args.log else workdir / "drivers.log"
     say = (lambda *a: None) if args.json else print
-    say(f"topology {name!r}: {args.sentences} sentences {in_topic!r} -> updates {out_topic!r}")
+    say(
+        f"topology {name!r}: {args.sentences} sentences {in_topic!r} -> updates in "
+        f"{target.describe()}"
+    )
 
     plan: list[tuple[str, Any]] = [
         ("point", p) for p in rng.sample(args.point_list, k=len(args.point_list))
@@ -199,7 +219,9 @@ def demo(args: argparse.Namespace, url: str, workdir: Path) -> int:
             say(f"run {i}: no fault, until drained ...")
         conf_path = workdir / f"run-{i}.json"
         conf_path.write_text(json.dumps(run_conf), encoding="utf-8")
-        result = run_child(conf_path, name, log, args.timeout, kill_after)
+        result = run_child(
+            conf_path, name, log, args.timeout, kill_after, spec=target.spec, engine=args.engine
+        )
         if previous is not None:
             previous.update(
                 recovery=result["recovery"], seconds_to_recover=result["seconds_to_recover"]
@@ -228,11 +250,13 @@ def demo(args: argparse.Namespace, url: str, workdir: Path) -> int:
         }
         kills.append(previous)
 
-    verdict = verify(args.bootstrap, out_topic, expected_counts(args.sentences))
+    verdict = verify(target, expected_counts(args.sentences))
     doc = {
         "topology": name,
         "in_topic": in_topic,
-        "out_topic": out_topic,
+        "sink": args.sink,
+        "target": target.describe(),
+        "engine": args.engine,
         "seed": args.seed,
         "sentences": args.sentences,
         "kills": kills,
@@ -255,7 +279,7 @@ def demo(args: argparse.Namespace, url: str, workdir: Path) -> int:
         print(f"{k['kill']:>4}  {how:<34} {k['saved']:<16} {actions}")
     print()
     print(
-        f"{verdict.updates} updates of {verdict.words} words in {out_topic!r}: "
+        f"{verdict.updates} updates of {verdict.words} words in {target.describe()}: "
         + ("exact" if verdict.exact else "NOT EXACT")
         + (
             f" ({verdict.aborted_records} records of {verdict.aborted_attempts} aborted "

@@ -182,6 +182,8 @@ CONNECTOR_MODELS = (
     "statefulbolts.connectors.redis.PartitionedRedisStreamConfig",
     "statefulbolts.connectors.kafka.KafkaSpoutConfig",
     "statefulbolts.connectors.kafka.KafkaSinkConfig",
+    "statefulbolts.connectors.redis.RedisSinkConfig",
+    "statefulbolts.connectors.files.FileSinkConfig",
 )
 
 

@@ -3,12 +3,16 @@
 One module or subpackage per external system, each holding its client, its config model (the
 dotted keys it reads from the topology config) and its errors, its sources beside its sinks:
 
-- ``files``: ``DirectorySpout``, the lines of the files of a directory (a file a partition).
+- ``files``: ``DirectorySpout``, the lines of the files of a directory (a file a partition),
+  and ``FileSink`` (part files per sink task and committed transaction, committed by a
+  manifest entry; ``read_committed_parts`` lists them).
 - ``redis``: Redis Streams, one source per protocol: ``RedisStreamSpout`` (driver-side, a
   consumer group), ``PartitionedRedisStreamSpout`` (read on the executors),
   ``RedisStreamsTransactionalSpout`` / ``OpaqueRedisStreamsTransactionalSpout`` (transactional
   topologies); ``load_stream`` / ``load_streams`` / ``pending_count`` to fill and inspect
-  streams, ``python -m statefulbolts.connectors.redis load|info`` from a shell.
+  streams, ``python -m statefulbolts.connectors.redis load|info`` from a shell; and
+  ``RedisSink`` (each sink task's records of a committed transaction, and its marker, in one
+  Lua script).
 
 - ``kafka``: ``KafkaSpout`` (read on the executors, offsets in the checkpoint),
   ``KafkaTransactionalSpout`` / ``OpaqueKafkaTransactionalSpout`` (transactional topologies),
@@ -19,8 +23,8 @@ dotted keys it reads from the topology config) and its errors, its sources besid
   in its state while a transaction is prepared, published when it commits, the marker in the
   same atomic step of the target), ``AtLeastOnceSinkBolt``; the bolts are also here.
 
-The other exactly-once sinks (PostgreSQL, Redis, files) come here the same way, a system's sink
-in its own module next to its sources.
+The other exactly-once sinks (PostgreSQL) come here the same way, a system's sink in its own
+module next to its sources.
 
 Connectors sit above the protocols, as user code does: they implement the spout interfaces of
 ``statefulbolts`` (``Spout``, ``PartitionedSpout``) and of ``statefulbolts.transactional``

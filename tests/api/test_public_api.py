@@ -22,6 +22,7 @@ PACKAGES = [
     "statefulbolts.windowing",
     "statefulbolts.timers",
     "statefulbolts.connectors",
+    "statefulbolts.connectors.files",
     "statefulbolts.connectors.redis",
     "statefulbolts.connectors.kafka",
     "statefulbolts.connectors.sinks",

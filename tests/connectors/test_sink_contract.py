@@ -1,8 +1,9 @@
 """The sink contract (``statefulbolts.connectors.sinks.Sink``), one suite for every sink.
 
-Every sink must pass it: the Kafka sink against the Tansu broker, and two targets that show the
+Every sink must pass it: the Kafka sink against the Tansu broker, the Redis sink against a real
+redis-server, the file sink in a directory of real files, and two targets that show the
 contract in a few lines (``sink_fixtures``: a dict in this process, a SQLite file). A new sink
-(PostgreSQL, Redis, files) adds a ``Target`` below and its name to ``TARGETS``.
+(PostgreSQL, ...) adds a ``Target`` below and its name to ``TARGETS``.
 
 The rule under test: ``publish(lane, t, batches, epoch)`` reads the lane's marker ``m`` and,
 in one atomic step of the target, writes the records of every batch with ``m < txid <= t`` in
@@ -14,6 +15,7 @@ that names the difference, and a Tansu-aware test beside it shows which records 
 
 from __future__ import annotations
 
+import functools
 import itertools
 from collections.abc import Iterator, Sequence
 from typing import Any, Protocol
@@ -21,8 +23,10 @@ from typing import Any, Protocol
 import pytest
 from sink_fixtures import MemorySink, SqliteSink, header, memory_target, read_topic
 
+from statefulbolts.connectors.files import FileSink, read_committed_records
 from statefulbolts.connectors.kafka import PUBLISH_HEADER, TXID_HEADER, KafkaSink
 from statefulbolts.connectors.kafka._sink import KafkaSinkCommitError
+from statefulbolts.connectors.redis import RedisSink, XAdd
 from statefulbolts.connectors.sinks import (
     Lane,
     Sink,
@@ -33,7 +37,7 @@ from statefulbolts.connectors.sinks import (
 from statefulbolts.testing import make_tuple
 
 CONF: dict[str, Any] = {"topology.name": "sink-contract"}
-TARGETS = ["memory", "sqlite", "kafka"]
+TARGETS = ["memory", "sqlite", "kafka", "redis", "files"]
 TANSU_ABORTED = (
     "Tansu difference: the broker's Fetch lists no aborted transactions, so records of an "
     "aborted transaction that reached the broker are returned to read_committed readers "
@@ -119,12 +123,89 @@ class KafkaCase:
         return self.sink.publish(*args)
 
 
+def to_stream(stream: str, tuple_: Any) -> XAdd:
+    """A tuple's value as an entry of ``stream``: the stream keeps the order records came in."""
+    return XAdd(stream, {"value": tuple_.values[0]})
+
+
+class _RedisFailsBeforeScript(RedisSink):
+    """The Redis sink whose publish fails before its script runs: Redis writes all or nothing,
+    in the one script, so a publish that failed is one whose script never ran."""
+
+    def _run(self, keys: Any, args: Any) -> Any:
+        msg = "injected: the publish fails before its commit"
+        raise SinkPublishError(msg)
+
+
+class RedisCase:
+    checks_epoch, aborted_visible = True, False
+
+    def __init__(self, server: Any) -> None:
+        self.stream = f"contract-{next(_names)}"
+        self.url = server.url
+        self.client = server.client()
+        self.sink = RedisSink(functools.partial(to_stream, self.stream), url=self.url)
+        self.sink.open(CONF, None)  # type: ignore[arg-type]
+        self._failing = False
+
+    def values(self) -> list[str]:
+        return [e[b"value"].decode() for _, e in self.client.xrange(self.stream)]
+
+    def fail_next_publish(self) -> None:
+        self._failing = True
+
+    def publish(self, *args: Any) -> Any:
+        if self._failing:
+            self._failing = False
+            failing = _RedisFailsBeforeScript(self.sink.mapper, url=self.url)
+            failing.open(CONF, None)  # type: ignore[arg-type]
+            return failing.publish(*args)
+        return self.sink.publish(*args)
+
+
+class _FilesDiesBeforeEntry(FileSink):
+    """The file sink whose publish renames its parts into place, then dies before its entry."""
+
+    def _commit(self, root: str, entry: Any) -> bool:
+        msg = "injected: the publish fails before its commit"
+        raise SinkPublishError(msg)
+
+
+class FilesCase:
+    checks_epoch, aborted_visible = True, False
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self.sink = FileSink(path)
+        self.sink.open(CONF, None)
+        self._failing = False
+
+    def values(self) -> list[str]:
+        return [row["value"] for row in read_committed_records(self.path)]
+
+    def fail_next_publish(self) -> None:
+        self._failing = True
+
+    def publish(self, *args: Any) -> Any:
+        if self._failing:
+            self._failing = False
+            failing = _FilesDiesBeforeEntry(self.path)
+            failing.open(CONF, None)
+            return failing.publish(*args)
+        return self.sink.publish(*args)
+
+
 @pytest.fixture(params=TARGETS)
 def target(request: pytest.FixtureRequest, tmp_path: Any) -> Iterator[Any]:
     if request.param == "memory":
         yield MemoryCase()
     elif request.param == "sqlite":
         yield SqliteCase(str(tmp_path / "target.db"))
+    elif request.param == "redis":
+        request.applymarker(pytest.mark.redis)
+        yield RedisCase(request.getfixturevalue("redis_db"))
+    elif request.param == "files":
+        yield FilesCase(str(tmp_path / "sink"))
     else:
         request.applymarker(pytest.mark.kafka)
         broker = request.getfixturevalue("kafka_broker")
@@ -133,9 +214,8 @@ def target(request: pytest.FixtureRequest, tmp_path: Any) -> Iterator[Any]:
 
 
 def _publish(target: Any, lane: Lane, txid: int, batches: Sequence[StagedBatch], epoch: Any = None):
-    if isinstance(target, KafkaCase):
-        return target.publish(lane, txid, batches, epoch)
-    return target.sink.publish(lane, txid, batches, epoch)
+    publish = getattr(target, "publish", None) or target.sink.publish
+    return publish(lane, txid, batches, epoch)
 
 
 def _batch(target: Any, txid: int, *values: str) -> StagedBatch:
