@@ -40,7 +40,7 @@ driver at submit and refuses a setting that cannot work, naming it.
 
 Errors, in the project's tree (``statefulbolts.errors``)::
 
-    TopologyError (ValueError)
+    StatefulBoltsError (RuntimeError)
     └── SinkError                   a sink could not do a step; names component, task, lane
         ├── SinkStageError          a tuple the sink cannot stage (its field, its serializer)
         └── SinkPublishError        a publish failed: none of it is visible, the COMMIT is retried
@@ -49,7 +49,11 @@ Errors, in the project's tree (``statefulbolts.errors``)::
     ConfigError (ValueError)
     └── SinkConfigError             a sink setting that cannot work (named, with the fix)
 
-A sink's outage (the target away or slow) is the target's ``StateBackendError``: the runtime
+A ``SinkError`` is the failure of the tuple or the transaction it happened in, not of the
+topology's wiring: a stage error goes the way of an exception in ``execute`` (failed, replayed,
+dead-lettered by ``topology.deadletter.policy``), a publish error fails the COMMIT, which the
+runtime runs again (``topology.max.transaction.retries`` bounds how often). A sink's outage (the
+target away or slow) is the target's ``StateBackendError``: the runtime
 waits it out as it waits out a state store's (``topology.state.backend.timeout.secs``).
 
 Example:
@@ -69,7 +73,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple
 
-from statefulbolts.errors import ConfigError, TopologyError
+from statefulbolts.errors import ConfigError, StatefulBoltsError
 
 if TYPE_CHECKING:
     from statefulbolts.context import TopologyContext
@@ -91,7 +95,7 @@ __all__ = [
 _LANE_NAME = re.compile(r"(\d+)of(\d+)")
 
 
-class SinkError(TopologyError):
+class SinkError(StatefulBoltsError, RuntimeError):
     """A sink could not do one of its steps (the message names component, task and lane)."""
 
 
