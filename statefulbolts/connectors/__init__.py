@@ -15,11 +15,14 @@ dotted keys it reads from the topology config) and its errors, its sources besid
   the record translators and deserializers, and ``KafkaSink`` (each sink task's records of a
   committed transaction in one Kafka transaction, with its marker); imported from
   ``statefulbolts.connectors.kafka`` (the client, confluent-kafka, is the ``kafka`` extra).
+- ``postgres``: ``PostgresSink`` (each sink task's rows of a committed transaction, inserted
+  or upserted in one database transaction with its marker row); imported from
+  ``statefulbolts.connectors.postgres`` (the client, psycopg 3, is the ``postgres`` extra).
 - ``sinks``: what every sink shares: the ``Sink`` contract, ``ExactlyOnceSinkBolt`` (staged
   in its state while a transaction is prepared, published when it commits, the marker in the
   same atomic step of the target), ``AtLeastOnceSinkBolt``; the bolts are also here.
 
-The other exactly-once sinks (PostgreSQL, Redis, files) come here the same way, a system's sink
+The other exactly-once sinks (Redis, files) come here the same way, a system's sink
 in its own module next to its sources.
 
 Connectors sit above the protocols, as user code does: they implement the spout interfaces of

@@ -24,6 +24,7 @@ PACKAGES = [
     "statefulbolts.connectors",
     "statefulbolts.connectors.redis",
     "statefulbolts.connectors.kafka",
+    "statefulbolts.connectors.postgres",
     "statefulbolts.connectors.sinks",
     "providers.redis",
 ]

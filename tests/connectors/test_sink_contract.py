@@ -1,8 +1,9 @@
 """The sink contract (``statefulbolts.connectors.sinks.Sink``), one suite for every sink.
 
-Every sink must pass it: the Kafka sink against the Tansu broker, and two targets that show the
-contract in a few lines (``sink_fixtures``: a dict in this process, a SQLite file). A new sink
-(PostgreSQL, Redis, files) adds a ``Target`` below and its name to ``TARGETS``.
+Every sink must pass it: the Kafka sink against the Tansu broker, the PostgreSQL sink against a
+real server (``postgres_fixtures``), and two targets that show the contract in a few lines
+(``sink_fixtures``: a dict in this process, a SQLite file). A new sink (Redis, files) adds a
+``Target`` below and its name to ``TARGETS``.
 
 The rule under test: ``publish(lane, t, batches, epoch)`` reads the lane's marker ``m`` and,
 in one atomic step of the target, writes the records of every batch with ``m < txid <= t`` in
@@ -23,6 +24,7 @@ from sink_fixtures import MemorySink, SqliteSink, header, memory_target, read_to
 
 from statefulbolts.connectors.kafka import PUBLISH_HEADER, TXID_HEADER, KafkaSink
 from statefulbolts.connectors.kafka._sink import KafkaSinkCommitError
+from statefulbolts.connectors.postgres import PostgresSink
 from statefulbolts.connectors.sinks import (
     Lane,
     Sink,
@@ -33,7 +35,7 @@ from statefulbolts.connectors.sinks import (
 from statefulbolts.testing import make_tuple
 
 CONF: dict[str, Any] = {"topology.name": "sink-contract"}
-TARGETS = ["memory", "sqlite", "kafka"]
+TARGETS = ["memory", "sqlite", "kafka", "postgres"]
 TANSU_ABORTED = (
     "Tansu difference: the broker's Fetch lists no aborted transactions, so records of an "
     "aborted transaction that reached the broker are returned to read_committed readers "
@@ -119,12 +121,48 @@ class KafkaCase:
         return self.sink.publish(*args)
 
 
+class _PostgresDiesBeforeCommit(PostgresSink):
+    """The PostgreSQL sink whose next publish writes its rows, then fails instead of committing."""
+
+    def _commit(self, cur: Any, settings: Any, lane: Lane, txid: int) -> None:
+        msg = "injected: the publish fails before its commit"
+        raise SinkPublishError(msg)
+
+
+class PostgresCase:
+    checks_epoch, aborted_visible = True, False
+
+    def __init__(self, db: Any) -> None:
+        self.db = db
+        db.execute("CREATE TABLE records (seq bigserial PRIMARY KEY, value text NOT NULL)")
+        self.sink = PostgresSink("records", columns=("value",), dsn=db.dsn)
+        self.sink.open(CONF, None)  # type: ignore[arg-type]
+        self._failing = False
+
+    def values(self) -> list[str]:
+        return [row[0] for row in self.db.execute("SELECT value FROM records ORDER BY seq")]
+
+    def fail_next_publish(self) -> None:
+        self._failing = True
+
+    def publish(self, *args: Any) -> Any:
+        if self._failing:
+            self._failing = False
+            failing = _PostgresDiesBeforeCommit("records", columns=("value",), dsn=self.db.dsn)
+            failing.open(CONF, None)  # type: ignore[arg-type]
+            return failing.publish(*args)
+        return self.sink.publish(*args)
+
+
 @pytest.fixture(params=TARGETS)
 def target(request: pytest.FixtureRequest, tmp_path: Any) -> Iterator[Any]:
     if request.param == "memory":
         yield MemoryCase()
     elif request.param == "sqlite":
         yield SqliteCase(str(tmp_path / "target.db"))
+    elif request.param == "postgres":
+        request.applymarker(pytest.mark.postgres)
+        yield PostgresCase(request.getfixturevalue("postgres_db"))
     else:
         request.applymarker(pytest.mark.kafka)
         broker = request.getfixturevalue("kafka_broker")
@@ -133,7 +171,7 @@ def target(request: pytest.FixtureRequest, tmp_path: Any) -> Iterator[Any]:
 
 
 def _publish(target: Any, lane: Lane, txid: int, batches: Sequence[StagedBatch], epoch: Any = None):
-    if isinstance(target, KafkaCase):
+    if isinstance(target, KafkaCase | PostgresCase):
         return target.publish(lane, txid, batches, epoch)
     return target.sink.publish(lane, txid, batches, epoch)
 
