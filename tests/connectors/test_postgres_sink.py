@@ -98,7 +98,8 @@ def test_a_mapper_makes_the_row_or_leaves_the_tuple_out() -> None:
             PostgresSink("t", columns=("word", "count"), mapper=lambda t: {"word": "a", "n": 1}),
             ["a"],
             ["word"],
-            r"has no \['count'\] / unknown \['n'\] columns",
+            r"does not fit the sink's columns \['word', 'count'\]: missing \['count'\], "
+            r"unknown \['n'\]",
         ),
         (
             PostgresSink("t", columns=("word", "count"), mapper=lambda t: ["a"]),
@@ -280,7 +281,8 @@ TABLES = [
     [
         (
             {"table": "nope"},
-            r"table 'nope' not found in the database at .*; create it \(the sink never creates",
+            r"table 'nope' not found in database 127.0.0.1:\d+/t_\w+ as 'postgres' \(a name "
+            r"without a schema is looked up in the search path\); create it \(the sink never",
         ),
         (
             {"columns": ("word", "cnt")},

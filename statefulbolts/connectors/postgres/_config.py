@@ -179,9 +179,10 @@ class PostgresSinkConfig(BaseModel):
         alias=PUBLISH_TIMEOUT_KEY,
         ge=100,
         description=(
-            "`PostgresSink`: the longest a statement of a publish step (and a wait for the "
-            "lane's marker row) may take before the step is given up and rolled back: an "
-            "outage, waited out."
+            "`PostgresSink`: the longest a statement of a publish step, a wait for the lane's "
+            "marker row or a pause inside its transaction may take before the step is given "
+            "up and rolled back (the sessions' `statement_timeout`, `lock_timeout` and "
+            "`idle_in_transaction_session_timeout`): an outage, waited out."
         ),
         json_schema_extra={"shown_default": f"`{DEFAULT_PUBLISH_TIMEOUT_MS}`"},
     )

@@ -107,8 +107,9 @@ def check_table(
     oid = table_oid(cur, table)
     if oid is None:
         msg = (
-            f"PostgresSink: table {str(table)!r} not found in the database at {at} (nor in its "
-            "search path); create it (the sink never creates the table it writes)"
+            f"PostgresSink: table {str(table)!r} not found in database {at} (a name without a "
+            "schema is looked up in the search path); create it (the sink never creates the "
+            "table it writes)"
         )
         raise SinkConfigError(msg)
     found = _columns(cur, oid)

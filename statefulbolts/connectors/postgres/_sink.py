@@ -313,8 +313,8 @@ class PostgresSink(Sink):
             extra = [str(k) for k in made if k not in self.columns]
             if missing or extra:
                 msg = (
-                    f"{_NAME}: the mapper's row {dict(made)!r:.120} has no {missing} / "
-                    f"unknown {extra} columns; the sink writes {list(self.columns)}"
+                    f"{_NAME}: the mapper's row {dict(made)!r:.120} does not fit the sink's "
+                    f"columns {list(self.columns)}: missing {missing}, unknown {extra}"
                 )
                 raise SinkStageError(msg)
             return [made[c] for c in self.columns]
