@@ -202,9 +202,10 @@ class PostgresServer:
             self._run("pg_ctl", "-D", str(self.data), "-m", mode, "-w", "-t", "60", "stop")
 
     def remove(self) -> None:
-        """Stop and delete the cluster's folder."""
+        """Stop (if it still runs) and delete the cluster's folder."""
         try:
-            self.stop("immediate")
+            with contextlib.suppress(RuntimeError):  # a server already gone: nothing to stop
+                self.stop("immediate")
         finally:
             shutil.rmtree(self.folder, ignore_errors=True)
 
