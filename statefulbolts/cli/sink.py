@@ -7,7 +7,9 @@
 
 ``status``: per sink task, the last txid its lane published (the lane's marker in the target),
 and what it holds staged: per lane, the txids, records and bytes, and how many records are
-above the marker (not published yet). Published records stay staged until the next PREPARE
+above the marker (not published yet); then the lanes the target keeps a marker of that no
+task holds records of (another parallelism's), for targets that can list them (Kafka,
+PostgreSQL). Published records stay staged until the next PREPARE
 deletes them; records above the marker are a transaction not yet committed, or one a start
 settled without the sink's hook, which the next COMMIT publishes first.
 
@@ -33,7 +35,14 @@ from typing import Any
 from statefulbolts._load import load_topology
 from statefulbolts.config import Config, load_config_file
 from statefulbolts.connectors.kafka import KafkaSink
-from statefulbolts.connectors.sinks import Lane, SinkConfigError, sink_bolts, sink_status
+from statefulbolts.connectors.sinks import (
+    Lane,
+    SinkConfigError,
+    SinkTaskStatus,
+    sink_bolts,
+    sink_status,
+    target_lanes,
+)
 from statefulbolts.errors import ConfigError
 from statefulbolts.topology import StormTopology
 
@@ -65,37 +74,53 @@ def _size(n: int) -> str:
 def _cmd_status(args: argparse.Namespace) -> int:
     conf, topology = _loaded(args)
     tasks = sink_status(conf, args.topology, topology, args.component)
+    in_target = target_lanes(conf, args.topology, topology, args.component)
     if args.json:
-        print(json.dumps({"topology": args.topology, "tasks": [t.as_dict() for t in tasks]}))
+        doc = {
+            "topology": args.topology,
+            "tasks": [t.as_dict() for t in tasks],
+            "target_lanes": in_target,
+        }
+        print(json.dumps(doc))
         return 0
-    shown = None
-    for t in tasks:
-        if t.component != shown:
-            shown = t.component
-            parallelism = topology.component(t.component).parallelism
-            print(
-                f"sink {t.component!r} of topology {args.topology!r}: {t.sink}, "
-                f"parallelism {parallelism}"
-            )
-        own = (
-            f"lane {t.own_lane} last published txid {_txid(t.last_published_txid)}"
-            if t.own_lane
-            else "no task of the current parallelism"
-        )
+    for cid in dict.fromkeys(t.component for t in tasks):
+        parallelism = topology.component(cid).parallelism
+        of_component = [t for t in tasks if t.component == cid]
         print(
-            f"  task {t.task}: {own}; staged {_size(t.staged_bytes)}, unpublished records "
-            f"{t.unpublished_records}"
+            f"sink {cid!r} of topology {args.topology!r}: {of_component[0].sink}, "
+            f"parallelism {parallelism}"
         )
-        for lane in t.lanes:
-            if not lane.staged_records:
-                continue
-            txids = ", ".join(map(str, lane.staged_txids))
-            print(
-                f"    lane {lane.lane}: txids {txids}: {lane.staged_records} records, "
-                f"{_size(lane.staged_bytes)}; published up to txid {_txid(lane.marker)}, "
-                f"{lane.unpublished_records} above it"
-            )
+        for t in of_component:
+            _print_task(t)
+        held = {lane.lane for t in of_component for lane in t.lanes}
+        for lane, marker in (in_target.get(cid) or {}).items():
+            if lane not in held:
+                print(
+                    f"  lane {lane} (no task holds records of it): published up to txid "
+                    f"{_txid(marker)}"
+                )
     return 0
+
+
+def _print_task(t: SinkTaskStatus) -> None:
+    own = (
+        f"lane {t.own_lane} last published txid {_txid(t.last_published_txid)}"
+        if t.own_lane
+        else "no task of the current parallelism"
+    )
+    print(
+        f"  task {t.task}: {own}; staged {_size(t.staged_bytes)}, unpublished records "
+        f"{t.unpublished_records}"
+    )
+    for lane in t.lanes:
+        if not lane.staged_records:
+            continue
+        txids = ", ".join(map(str, lane.staged_txids))
+        print(
+            f"    lane {lane.lane}: txids {txids}: {lane.staged_records} records, "
+            f"{_size(lane.staged_bytes)}; published up to txid {_txid(lane.marker)}, "
+            f"{lane.unpublished_records} above it"
+        )
 
 
 def _txid(txid: int | None) -> str:

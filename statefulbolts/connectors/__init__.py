@@ -19,12 +19,15 @@ dotted keys it reads from the topology config) and its errors, its sources besid
   the record translators and deserializers, and ``KafkaSink`` (each sink task's records of a
   committed transaction in one Kafka transaction, with its marker); imported from
   ``statefulbolts.connectors.kafka`` (the client, confluent-kafka, is the ``kafka`` extra).
+- ``postgres``: ``PostgresSink`` (each sink task's rows of a committed transaction, inserted
+  or upserted in one database transaction with its marker row); imported from
+  ``statefulbolts.connectors.postgres`` (the client, psycopg 3, is the ``postgres`` extra).
 - ``sinks``: what every sink shares: the ``Sink`` contract, ``ExactlyOnceSinkBolt`` (staged
   in its state while a transaction is prepared, published when it commits, the marker in the
   same atomic step of the target), ``AtLeastOnceSinkBolt``; the bolts are also here.
 
-The other exactly-once sinks (PostgreSQL) come here the same way, a system's sink in its own
-module next to its sources.
+A sink for another system comes here the same way, in its own module next to the system's
+sources.
 
 Connectors sit above the protocols, as user code does: they implement the spout interfaces of
 ``statefulbolts`` (``Spout``, ``PartitionedSpout``) and of ``statefulbolts.transactional``

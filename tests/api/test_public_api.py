@@ -25,6 +25,7 @@ PACKAGES = [
     "statefulbolts.connectors.files",
     "statefulbolts.connectors.redis",
     "statefulbolts.connectors.kafka",
+    "statefulbolts.connectors.postgres",
     "statefulbolts.connectors.sinks",
     "providers.redis",
 ]

@@ -153,3 +153,49 @@ def test_an_unreachable_store_is_exit_status_2_before_spark_starts(
     # A supervised driver restarted after a crash meets an outage: exit 1, restarted again.
     restarted = statefulbolts(script, *args, "--restarted", cwd=tmp_path, blocked=["pyspark"])
     assert restarted.returncode == 1, restarted.stderr
+
+
+# A word count publishing its counts to PostgreSQL: the DSN comes from the config.
+PG_TOPOLOGY = """\
+    from examples.kafka_to_kafka import ChangedCounts
+    from examples.wordcount import SentenceSpout, SplitSentence
+    from statefulbolts import Fields, TopologyBuilder
+    from statefulbolts.connectors.postgres import PostgresSink
+    from statefulbolts.connectors.sinks import ExactlyOnceSinkBolt
+
+
+    def topology():
+        builder = TopologyBuilder()
+        builder.set_spout("sentences", SentenceSpout(40), 1)
+        builder.set_bolt("split", SplitSentence(), 1).shuffle_grouping("sentences")
+        builder.set_bolt("count", ChangedCounts(), 1).fields_grouping("split", Fields("word"))
+        sink = PostgresSink("counts", columns=("word", "count"), key=("word",))
+        builder.set_bolt("publish", ExactlyOnceSinkBolt(sink), 1).shuffle_grouping("count")
+        return builder.create_topology()
+"""
+
+
+def test_an_unreachable_sink_database_is_one_line_and_exit_status_2_before_spark_starts(
+    script: Path, tmp_path: Path
+) -> None:
+    port = free_port()  # nothing listens there
+    write_module(tmp_path, "to_pg", PG_TOPOLOGY)
+    dsn = f"postgresql://app:s3cret@127.0.0.1:{port}/shop"
+    conf = write_conf(tmp_path, {"sink.postgres.dsn": dsn})
+    args = ["run", "to_pg:topology", "--conf", str(conf)]
+    done = statefulbolts(script, *args, cwd=tmp_path, blocked=["pyspark"])
+    assert done.returncode == BAD_INPUT_EXIT_CODE, done.stderr
+    [line] = done.stderr.splitlines()
+    assert line.startswith(
+        "error: PostgresSink: checking the table for sink PostgreSQL table 'counts': cannot "
+        f"connect to PostgreSQL at 127.0.0.1:{port}/shop as 'app': connection failed: "
+    ), line
+    assert line.endswith(
+        "start the server or fix the DSN ('sink.postgres.dsn' or the sink's dsn); while "
+        "running, it is waited for (topology.state.backend.timeout.secs); nothing started"
+    ), line
+    assert "Connection refused" in line and "s3cret" not in line
+    assert done.stdout == ""
+    # A supervised driver restarted after a crash meets an outage: exit 1, restarted again.
+    restarted = statefulbolts(script, *args, "--restarted", cwd=tmp_path, blocked=["pyspark"])
+    assert restarted.returncode == 1, restarted.stderr

@@ -1,9 +1,10 @@
 """The sink contract (``statefulbolts.connectors.sinks.Sink``), one suite for every sink.
 
-Every sink must pass it: the Kafka sink against the Tansu broker, the Redis sink against a real
-redis-server, the file sink in a directory of real files, and two targets that show the
-contract in a few lines (``sink_fixtures``: a dict in this process, a SQLite file). A new sink
-(PostgreSQL, ...) adds a ``Target`` below and its name to ``TARGETS``.
+Every sink must pass it: the Kafka sink against the Tansu broker, the PostgreSQL sink against a
+real server (``postgres_fixtures``), the Redis sink against a real redis-server, the file sink
+in a directory of real files, and two targets that show the contract in a few lines
+(``sink_fixtures``: a dict in this process, a SQLite file). A new sink adds a ``Target`` below
+and its name to ``TARGETS``.
 
 The rule under test: ``publish(lane, t, batches, epoch)`` reads the lane's marker ``m`` and,
 in one atomic step of the target, writes the records of every batch with ``m < txid <= t`` in
@@ -26,6 +27,7 @@ from sink_fixtures import MemorySink, SqliteSink, header, memory_target, read_to
 from statefulbolts.connectors.files import FileSink, read_committed_records
 from statefulbolts.connectors.kafka import PUBLISH_HEADER, TXID_HEADER, KafkaSink
 from statefulbolts.connectors.kafka._sink import KafkaSinkCommitError
+from statefulbolts.connectors.postgres import PostgresSink
 from statefulbolts.connectors.redis import RedisSink, XAdd
 from statefulbolts.connectors.sinks import (
     Lane,
@@ -37,7 +39,7 @@ from statefulbolts.connectors.sinks import (
 from statefulbolts.testing import make_tuple
 
 CONF: dict[str, Any] = {"topology.name": "sink-contract"}
-TARGETS = ["memory", "sqlite", "kafka", "redis", "files"]
+TARGETS = ["memory", "sqlite", "kafka", "postgres", "redis", "files"]
 TANSU_ABORTED = (
     "Tansu difference: the broker's Fetch lists no aborted transactions, so records of an "
     "aborted transaction that reached the broker are returned to read_committed readers "
@@ -195,6 +197,39 @@ class FilesCase:
         return self.sink.publish(*args)
 
 
+class _PostgresDiesBeforeCommit(PostgresSink):
+    """The PostgreSQL sink whose next publish writes its rows, then fails instead of committing."""
+
+    def _commit(self, cur: Any, settings: Any, lane: Lane, txid: int) -> None:
+        msg = "injected: the publish fails before its commit"
+        raise SinkPublishError(msg)
+
+
+class PostgresCase:
+    checks_epoch, aborted_visible = True, False
+
+    def __init__(self, db: Any) -> None:
+        self.db = db
+        db.execute("CREATE TABLE records (seq bigserial PRIMARY KEY, value text NOT NULL)")
+        self.sink = PostgresSink("records", columns=("value",), dsn=db.dsn)
+        self.sink.open(CONF, None)  # type: ignore[arg-type]
+        self._failing = False
+
+    def values(self) -> list[str]:
+        return [row[0] for row in self.db.execute("SELECT value FROM records ORDER BY seq")]
+
+    def fail_next_publish(self) -> None:
+        self._failing = True
+
+    def publish(self, *args: Any) -> Any:
+        if self._failing:
+            self._failing = False
+            failing = _PostgresDiesBeforeCommit("records", columns=("value",), dsn=self.db.dsn)
+            failing.open(CONF, None)  # type: ignore[arg-type]
+            return failing.publish(*args)
+        return self.sink.publish(*args)
+
+
 @pytest.fixture(params=TARGETS)
 def target(request: pytest.FixtureRequest, tmp_path: Any) -> Iterator[Any]:
     if request.param == "memory":
@@ -206,6 +241,9 @@ def target(request: pytest.FixtureRequest, tmp_path: Any) -> Iterator[Any]:
         yield RedisCase(request.getfixturevalue("redis_db"))
     elif request.param == "files":
         yield FilesCase(str(tmp_path / "sink"))
+    elif request.param == "postgres":
+        request.applymarker(pytest.mark.postgres)
+        yield PostgresCase(request.getfixturevalue("postgres_db"))
     else:
         request.applymarker(pytest.mark.kafka)
         broker = request.getfixturevalue("kafka_broker")

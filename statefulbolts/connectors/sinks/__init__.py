@@ -44,6 +44,7 @@ from statefulbolts.connectors.sinks._status import (
     SinkTaskStatus,
     sink_bolts,
     sink_status,
+    target_lanes,
 )
 
 __all__ = [
@@ -67,6 +68,7 @@ __all__ = [
     "sink_bolts",
     "sink_status",
     "staged_holdings",
+    "target_lanes",
 ]
 
 # The public home of the bolts: what repr, pickle and messages name.

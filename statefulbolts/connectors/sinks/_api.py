@@ -35,6 +35,11 @@ bolt does the staging, the recovery and the rescaling; a sink implements four th
     For ``AtLeastOnceSinkBolt``: write at once, no staging and no marker; return only when the
     records are durable. A replayed transaction writes them again.
 
+``lane_markers(conf, topology, component)`` (optional)
+    Every lane of a sink component the target keeps a marker of, whatever parallelism it
+    published with (``statefulbolts sink status`` shows those no task holds records of);
+    ``None``: the target cannot list them.
+
 ``open(conf, context)`` / ``close()`` bracket a task's use; ``check_config(conf)`` runs in the
 driver at submit and refuses a setting that cannot work, naming it.
 
@@ -230,6 +235,15 @@ class Sink(ABC):
             SinkFencedError: another publisher of the lane, or a newer driver, took over.
             StateBackendError: the target is away (an outage, waited out).
         """
+
+    def lane_markers(
+        self, conf: Mapping[str, Any], topology: str, component: str
+    ) -> dict[str, int | None] | None:
+        """Every lane of ``component`` the target has a marker of: lane name -> marker.
+
+        ``None`` (the default): the target cannot list its lanes.
+        """
+        return None
 
     def write(self, records: Sequence[Any]) -> None:
         """Write ``records`` at once, durably (``AtLeastOnceSinkBolt``); optional.

@@ -8,6 +8,9 @@ has not committed, or one committed without the sink's hook and published by the
 COMMIT). Also each task's own lane at the topology's parallelism, with its marker, even when
 it holds nothing.
 
+``target_lanes`` lists, per sink, every lane its target keeps a marker of (whatever
+parallelism published it), for targets that can list them (``Sink.lane_markers``).
+
 Reads only: the state through the provider (committed and prepared records alike), the markers
 through the sink. Bytes are the msgpack size of each staged chunk's records, close to what a
 store keeps.
@@ -33,7 +36,7 @@ from statefulbolts.context import TopologyContext
 from statefulbolts.namespaces import TaskNamespace, topology_prefix
 from statefulbolts.topology import StormTopology
 
-__all__ = ["LaneStatus", "SinkTaskStatus", "sink_bolts", "sink_status"]
+__all__ = ["LaneStatus", "SinkTaskStatus", "sink_bolts", "sink_status", "target_lanes"]
 
 
 @dataclass(frozen=True)
@@ -122,6 +125,23 @@ def sink_status(
     out: list[SinkTaskStatus] = []
     for cid, bolt in bolts.items():
         out.extend(_component_status(conf, name, topology, cid, bolt.sink))
+    return out
+
+
+def target_lanes(
+    conf: Mapping[str, Any], name: str, topology: StormTopology, component: str | None = None
+) -> dict[str, dict[str, int | None]]:
+    """Per sink component, every lane its target keeps a marker of (``Sink.lane_markers``).
+
+    Lanes of every parallelism the component published with; a sink whose target cannot list
+    its lanes is left out.
+    """
+    out = {}
+    for cid, bolt in sink_bolts(topology).items():
+        if component is None or cid == component:
+            markers = bolt.sink.lane_markers(conf, name, cid)
+            if markers is not None:
+                out[cid] = dict(sorted(markers.items()))
     return out
 
 
