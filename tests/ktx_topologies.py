@@ -21,8 +21,8 @@ and that a task it crashed was run again by Spark within the same batch attempt.
 ``EmitterCrash`` makes the spout's emitter end its Python worker (``os._exit``) at its first
 emission of one partition in one txid (once: an exclusive marker file), optionally after
 writing more records to that partition: Spark runs the emitter task again, which lists
-another end. ``topology.faults`` cannot do this: its task faults fire before a task's n-th
-*input* tuple, and an emitter task has none.
+another end. ``topology.faults`` cannot do this: its task faults fire in a bolt's task,
+before its n-th *input* tuple, and an emitter task has none (a fault there refuses the run).
 """
 
 from __future__ import annotations
