@@ -8,13 +8,15 @@ runs the task again inside the same batch attempt:
 - ``split`` (processing phase) and ``count`` (commit phase, run on the executors) by
   ``topology.faults`` task faults of kind ``crash``;
 - an emitter task, by the spout itself (``ktx_topologies.EmitterCrash``: ``topology.faults``
-  cannot reach an emitter, which has no input tuples), after writing more records to the
-  partition it was about to read, so that Spark's retry lists another end.
+  cannot reach an emitter, which has no input tuples, and refuses a fault there), at its
+  first emission of a partition in txid 1 or 2, after writing 0 or 3 more records to that
+  partition (seeded), so that Spark's retry may list another end.
 
 Afterwards the committed counts equal a plain count of what was written (each record has a
 word of its own, so each record was counted exactly once), each txid committed once and in
 order, no batch attempt failed, the spout's stored metas end at each partition's end, and the
-log shows each crashed task run again by Spark (attempt 0, then 1) within one batch attempt.
+log shows each crashed task run again by Spark (attempt 0, then 1) within one batch attempt,
+and emitter task ``i`` of ``k`` reading the partitions ``p % k == i``.
 
 Seeds vary the partitions, the records, the batch size, ``topology.max.spout.pending`` (1:
 the emitters run inside the processing job), the spout's parallelism and where the workers
