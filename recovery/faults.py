@@ -32,6 +32,9 @@ the marker file and waits until ``<marker>.release`` exists (at most ``HOLD_LIMI
 then goes on. A test that must act while a given job runs (kill a worker machine in the middle
 of PREPARE(t), not in the gap between two jobs) waits for the marker, acts, then releases it:
 no timing luck.
+A task fault that could never fire (in a spout's task, which takes no input tuple, a transactional
+topology's emitter included; in a component or task the topology does not have) refuses the run
+(``on_topology``).
 A fault that needs a Spark worker (a crash, or one on the first attempt only) in a task step the
 driver runs itself (a commit done in the driver) refuses the run (``on_driver_tasks``), naming
 the setting that moves the step to the executors: faults never move it themselves.
@@ -189,6 +192,39 @@ class FaultPlan:
     def task_components(self) -> frozenset[str]:
         """The components whose tasks this plan injects faults into."""
         return frozenset(fault.component for fault in self.tasks)
+
+    def on_topology(self, bolts: Mapping[str, int], spouts: Collection[str]) -> None:
+        """Refuse a task fault that could never fire in this topology, before anything runs.
+
+        ``bolts`` maps each bolt to its number of tasks. A task fault fires in a bolt's task
+        (before an input tuple, or after its state prepared or committed): one that names a
+        spout (whose tasks take no input, a transactional topology's emitters included), a
+        component the topology does not have, or a task index it does not have, would let
+        a chaos run pass without its fault.
+
+        Raises:
+            ConfigError: naming the fault's component and task, and why it cannot fire.
+        """
+        for fault in self.tasks:
+            name, task = fault.component, fault.task
+            if name in spouts:
+                why = (
+                    f"{name!r} is a spout: its tasks take no input tuple (nor do a "
+                    "transactional topology's emitter tasks), and a task fault fires in a "
+                    "bolt's task, before its at_tuple-th input tuple or after its state "
+                    "prepared or committed"
+                )
+            elif name not in bolts:
+                why = f"the topology has no component {name!r}; its bolts: {sorted(bolts)}"
+            elif not 0 <= task < bolts[name]:
+                why = f"{name!r} has {bolts[name]} tasks, 0 to {bolts[name] - 1}"
+            else:
+                continue
+            msg = (
+                f"{FAULTS_KEY}: the fault in {name!r} task {task} could never fire: {why}; "
+                "name a bolt of the topology and one of its tasks"
+            )
+            raise ConfigError(msg)
 
     def on_driver_tasks(
         self, components: Collection[str], points: Collection[TaskPoint], setting: str

@@ -11,8 +11,9 @@ Construction, in this order, so nothing opens before what can be refused without
 
 1. the config and the lease (``TopologyRunner``);
 2. the run's fault listener: the one given (``faults=``), else a ``recovery.faults.FaultPlan``
-   when ``topology.faults`` is set, else ``NO_FAULTS``. This is the one place that key is read,
-   and a run without it never calls into ``recovery.faults``;
+   when ``topology.faults`` is set (refused if a task fault of it could never fire in this
+   topology), else ``NO_FAULTS``. This is the one place that key is read, and a run without
+   it never calls into ``recovery.faults``;
 3. the protocol's own checks that need nothing opened (``_check_before_opening``: tick tuples);
 4. the state provider (when the protocol keeps state), every component's key groups and the
    stored shape it wants (``recovery.evolve.wanted_shapes``);
@@ -92,7 +93,9 @@ class ProtocolRunner(TopologyRunner):
         lease: HeldLease | None = None,
     ) -> None:
         super().__init__(name, conf, clock=clock, on_transaction=on_transaction, lease=lease)
-        self.faults: FaultListener = faults if faults is not None else self._configured_faults()
+        self.faults: FaultListener = (
+            faults if faults is not None else self._configured_faults(storm)
+        )
         self._check_before_opening()
         self.provider: StateProvider | None = get_provider(self.conf) if keeps_state else None
         owned = self.provider if isinstance(self.provider, DriverOwnedStateProvider) else None
@@ -133,12 +136,23 @@ class ProtocolRunner(TopologyRunner):
             )
         )
 
-    def _configured_faults(self) -> FaultListener:
-        """``topology.faults``' plan, or ``NO_FAULTS`` (step 2: the one reader of the key)."""
+    def _configured_faults(self, storm: StormTopology) -> FaultListener:
+        """``topology.faults``' plan, or ``NO_FAULTS`` (step 2: the one reader of the key).
+
+        A plan whose task faults could never fire in ``storm`` (a spout's task, a component or
+        task it does not have) refuses the run (``FaultPlan.on_topology``).
+        """
         if self.tc.faults is None:
             return NO_FAULTS
         plan = FaultPlan.from_conf(self.conf)
-        return NO_FAULTS if plan is None else plan
+        if plan is None:
+            return NO_FAULTS
+        components = storm.components.values()
+        plan.on_topology(
+            {c.id: c.parallelism for c in components if not c.is_spout},
+            {c.id for c in components if c.is_spout},
+        )
+        return plan
 
     # ----------------------------------------------------------------- what a protocol says
     def _check_before_opening(self) -> None:  # noqa: B027 - an optional hook

@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
+import topologies as topo
+import tx_topologies as tx
 
 from recovery import Attempts, FaultKind, FaultPlan, InjectedFault
+from statefulbolts import LocalCluster, MemoryTransactionalSpout, TransactionalTopologyBuilder
 from statefulbolts.errors import ConfigError
 from statefulbolts.listeners import NO_FAULTS, KillPoint, TaskPoint
 
@@ -78,3 +82,54 @@ def test_faults_that_need_a_worker_refuse_tasks_the_driver_runs_at_their_point()
     plan.on_driver_tasks({"split", "count"}, (TaskPoint.COMMITTED,), setting)
     with pytest.raises(ConfigError, match=r"\['keep'\] \(at committed\)"):
         plan.on_driver_tasks({"keep"}, (TaskPoint.COMMITTED,), setting)
+
+
+def test_a_task_fault_that_could_never_fire_is_refused_naming_it_and_why() -> None:
+    bolts, spouts = {"split": 2, "count": 3}, {"spout"}
+    _plan({"component": "count", "task": 2}).on_topology(bolts, spouts)
+    cases = {
+        "spout": r"'spout' is a spout: its tasks take no input tuple \(nor do a transactional "
+        r"topology's emitter tasks\)",
+        "counter": r"the topology has no component 'counter'; its bolts: \['count', 'split'\]",
+        "count": r"'count' has 3 tasks, 0 to 2",
+    }
+    for component, why in cases.items():
+        task = 3 if component == "count" else 0
+        plan = _plan({"component": component, "task": task, "kind": "crash"})
+        with pytest.raises(
+            ConfigError, match=rf"in '{component}' task {task} could never fire: {why}"
+        ):
+            plan.on_topology(bolts, spouts)
+
+
+def _emitted_words(tid: str, folder: Path) -> Any:
+    spout = MemoryTransactionalSpout({0: [["a"], ["b"]], 1: [["c"]]}, ["word"], 2)
+    b = TransactionalTopologyBuilder(tid, "spout", spout, 2)
+    b.set_bolt("ones", tx.Ones(), 2).shuffle_grouping("spout")
+    b.set_committer_bolt("commit", tx.CountCommitter(tx.Log(folder)), 2).fields_grouping(
+        "ones", ["word"]
+    )
+    return b.build_topology()
+
+
+def test_a_run_whose_fault_could_never_fire_is_refused_at_submit(tmp_path: Path) -> None:
+    # A crash meant for a transactional spout's emitter, or for a checkpointed topology's
+    # spout, once ran the whole topology without ever firing: the chaos run "passed".
+    emitter = {"component": "spout", "task": 0, "kind": "crash", "attempts": "first"}
+    source = {"component": "sentences", "task": 0, "kind": "raise"}
+    past = {"component": "count", "task": 2, "kind": "raise"}
+    name = topo.new_key("never")
+    with LocalCluster(engine="inline") as cluster:
+        for fault, topology in [
+            (emitter, _emitted_words(name, tmp_path)),
+            (source, topo.wordcount(name, 10, 2)),
+            (past, topo.wordcount(name, 10, 2)),
+        ]:
+            conf = {"topology.faults": {"tasks": [fault]}}
+            with pytest.raises(
+                ConfigError, match=rf"in '{fault['component']}' task \d could never"
+            ):
+                cluster.submit_topology(name, conf, topology)
+        # A fault that can fire is taken: the run starts.
+        conf = {"topology.faults": {"tasks": [{**past, "task": 1, "txid": 10**6}]}}
+        cluster.submit_topology(name, conf, topo.wordcount(name, 10, 2)).kill()
