@@ -33,6 +33,8 @@ import pytest
 
 from examples import kafka_to_kafka
 from examples.kafka_to_kafka_crash import POINTS
+from statefulbolts.connectors.postgres import PostgresSink
+from statefulbolts.connectors.sinks import Lane, StagedBatch
 
 pytestmark = [pytest.mark.kafka, pytest.mark.redis]
 
@@ -237,6 +239,20 @@ def test_the_demo_publishes_every_change_to_postgres_exactly_once_and_sink_statu
     assert status_doc["target_lanes"] == {
         "publish": {t["own_lane"]: t["last_published_txid"] for t in tasks}
     }
+    # A lane of another parallelism: the table keeps its marker, no task holds its records.
+    other = PostgresSink(
+        "changes", columns=("word", "count", "delta"), txid_column="txid", dsn=postgres_db.dsn
+    )
+    other.open({}, None)  # type: ignore[arg-type]
+    other.publish(Lane(name, "publish", 2, 3), 9, [StagedBatch(9, [["x", 1, 1]])], None)
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        assert cli.main(["sink", "status", *args[:-1]]) == 0
+    lines = out.getvalue().splitlines()
+    assert lines[0] == (
+        f"sink 'publish' of topology {name!r}: PostgreSQL table 'changes', parallelism 2"
+    )
+    assert lines[-1] == "  lane 2of3 (no task holds records of it): published up to txid 9"
     status, refused = _main_error(cli, ["sink", "abort-lingering", *args[:-1]])
     assert status == 2
     assert refused == (
