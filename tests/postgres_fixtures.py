@@ -113,7 +113,11 @@ class PostgresServer:
         self.data = self.folder / "data"
         self.port = 0
         self._names = itertools.count()
-        self._initdb()
+        try:
+            self._initdb()
+        except BaseException:
+            shutil.rmtree(self.folder, ignore_errors=True)
+            raise
 
     def __repr__(self) -> str:
         return f"PostgresServer({self.host}:{self.port}, {self.bindir})"
