@@ -76,8 +76,8 @@ from bench import _state  # noqa: E402
 from bench._sink_probe import STAMP_HEADER  # noqa: E402
 from bench.kafka import Broker, peer, say, split, wordcount_topology  # noqa: E402
 from bench.wordcount import BatchSplit, BatchWordCount  # noqa: E402
+from examples._sink_targets import read_topic  # noqa: E402
 from examples.corpus import words  # noqa: E402
-from examples.kafka_to_kafka import read_log  # noqa: E402
 from examples.kafka_wordcount import SENTENCES  # noqa: E402
 from examples.zipf import zipf_sentences  # noqa: E402
 from statefulbolts import Fields, LocalCluster, StormTopology, TopologyBuilder  # noqa: E402
@@ -114,7 +114,7 @@ def sink_bolt(kind: str, topic: str, bootstrap: str, mapper: Any = None) -> Any:
 def check_output(bootstrap: str, topic: str, expected: Mapping[str, int]) -> dict[str, Any]:
     """Read ``topic`` back ``read_committed``: is each word's last count its plain count?"""
     try:
-        messages = read_log(bootstrap, topic, timeout_s=300)
+        messages = read_topic(bootstrap, topic, timeout_s=300)
     except RuntimeError as exc:
         return {"exact": False, "every_update_once": False, "error": str(exc)}
     last: dict[str, int] = {}
