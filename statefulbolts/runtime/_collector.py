@@ -119,6 +119,9 @@ class TaskCollector(OutputCollector):
         self.ledger = DeliveryLedger(id_base(txid, comp, task))
         # Acks only keep the tuple (the ledger's own list methods); ``settle`` does the rest.
         self.ack = self.ledger.ack  # type: ignore[method-assign,assignment]
+        # The list ``ack`` appends to (``_rows.RowAcks``: a row loop takes a single ack of the
+        # row's tuple back out of it, and acks the run with ``ack_batch``).
+        self.acked: list[Tuple] = self.ledger.acked
         self.ack_many = self.ledger.ack_many  # type: ignore[method-assign,assignment]
         self.fails: list[int] = []
         self.errors: list[ReportedError] = []

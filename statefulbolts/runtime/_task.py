@@ -28,6 +28,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from types import CodeType
 from typing import Any, NamedTuple
 
+from statefulbolts.components import BasicRows
 from statefulbolts.context import TopologyContext
 from statefulbolts.errors import UnshippableValueError
 from statefulbolts.namespaces import TaskNamespace, topology_prefix, window_namespace
@@ -44,6 +45,7 @@ from statefulbolts.runtime._records import (
     TaskReport,
     TupleBatch,
 )
+from statefulbolts.runtime._rows import RowAcks, fast, feed_basic, feed_rows
 from statefulbolts.runtime._sealing import unshippable_error
 from statefulbolts.runtime._spark import task_attempt
 from statefulbolts.runtime._task_errors import FailingTuple, encode_task_error
@@ -160,9 +162,7 @@ def run_task(
                 culprit = exc.failing  # named where the value was found (``_sealing``)
             else:
                 culprit = _failing_tuple(job, task, failing)
-            raise encode_task_error(
-                exc, spec.id, task, job.txid, spec.user_class, culprit
-            ) from exc
+            raise encode_task_error(exc, spec.id, task, job.txid, spec.user_class, culprit) from exc
         seconds = time.perf_counter() - started
         metrics = TaskMetrics(0, 0, 0, 0, seconds)
         errors = tuple(collector.errors)
@@ -322,7 +322,9 @@ def _execute(
     task_ids = plan.task_ids
     deliver, compact = collector.ledger.deliver, collector.ledger.compact
     lead = job.lead
-    columns = _batch_target(executor, execute is target and not lead and sink is None)
+    plain = execute is target and not lead and sink is None
+    columns = _batch_target(executor, plain)
+    basic, acks = _row_targets(executor, plain and fast(job.conf))
 
     def chunked() -> None:
         compact()  # the acks of the chunk before, if in order (a BasicBolt's are)
@@ -351,6 +353,10 @@ def _execute(
             source = (f, cid, tid, sid)
             if columns is not None:
                 feed_columns(columns, values, roots, first, single, source, chunked, by_tuple)
+            elif basic is not None:
+                feed_basic(basic, values, roots, first, single, source, chunked, failing)
+            elif acks is not None:
+                feed_rows(target, acks, values, roots, first, single, source, chunked, failing)
             else:
                 _feed(execute, values, roots, first, single, source, lead, chunked, failing, sink)
             executed += n
@@ -412,6 +418,27 @@ def _batch_target(executor: Any, plain: bool) -> Callable[[ColumnBatch], None] |
     """
     offered = getattr(executor, "batch_target", None) if plain else None
     return offered if callable(offered) else None
+
+
+def _row_targets(executor: Any, plain: bool) -> tuple[BasicRows | None, RowAcks | None]:
+    """How a per-tuple bolt's rows may go through ``_rows``'s loops, if they may.
+
+    A ``BasicBolt``'s executor offers its step taken apart (``basic_rows``); any other
+    executor may say where its bolt's acks go (``row_acks``). Only a ``plain`` task (as for
+    ``_batch_target``) of a job that does not ask for the reference loop (``_rows.fast``)
+    takes them; ``(None, None)``: the reference loop, ``_feed``.
+    """
+    if not plain:
+        return None, None
+    basic = getattr(executor, "basic_rows", None)
+    if isinstance(basic, BasicRows):
+        return basic, None
+    acks = getattr(executor, "row_acks", None)
+    if isinstance(getattr(acks, "acked", None), list) and callable(
+        getattr(acks, "ack_batch", None)
+    ):
+        return None, acks
+    return None, None
 
 
 def _system_tuples(executor: Any, target: Callable[[Tuple], None], collector: TaskCollector) -> int:
