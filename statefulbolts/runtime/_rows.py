@@ -144,7 +144,10 @@ def feed_rows(
     run = number = first  # the number of the first tuple of the current run; of this one
     try:
         for start in range(0, n, CHUNK):
-            chunked()
+            chunked()  # may settle (empty) the ack list
+            # The ack list's length once the row's tuple is acked: a row acked once and kept
+            # nowhere leaves the list as it found it, so this holds until another row does not.
+            grown = len(acked) + 1
             stop = min(start + CHUNK, n)
             for vals, root, number in zip(
                 values[start:stop], roots[start:stop], range(first + start, first + stop),
@@ -153,13 +156,13 @@ def feed_rows(
                 t.values = [vals] if single else vals
                 t._root = root
                 t._edge = number
-                mark = len(acked)
                 execute(t)
-                if refs(t) == held and len(acked) == mark + 1 and acked[-1] is t:
+                if refs(t) == held and len(acked) == grown and acked[-1] is t:
                     del acked[-1]  # acked once, kept nowhere: the row joins the run
                     continue
                 _run(ack_batch, values, roots, run, number, first, single, source)
                 run = number + 1
+                grown = len(acked) + 1
                 if refs(t) != alone:
                     t = _blank(source)  # the bolt kept this one
             _run(ack_batch, values, roots, run, first + stop, first, single, source)
