@@ -33,7 +33,9 @@ gives them their input as column batches, the counter's acks held per batch unti
 ``BasicBolt``), a count whose ``execute`` does ``get``, ``put``, ``emit`` and ``ack`` per word
 (``TupleWordCount``) and a per-tuple sink; its runs are named ``<provider>_tuple``. ``--api
 both`` runs both forms in every round, alternating, and reports each round's
-``ratio_<provider>_tuple_vs_<provider>`` (per-tuple words/s over batch words/s). Every round
+``ratio_<provider>_tuple_vs_<provider>`` (per-tuple words/s over batch words/s); ``--reference``
+adds the per-tuple form through the runtime's reference loop (``<provider>_tuple_ref``, the
+per-tuple path as it was before issue 35) to every round. Every round
 records the machine's load (``os.getloadavg``) when it starts: ratios within a round are what
 count on a shared machine.
 
@@ -67,6 +69,7 @@ from examples.corpus import sentence, words  # noqa: E402
 from examples.wordcount import SentenceSpout, SplitSentence, WordCount  # noqa: E402
 from examples.zipf import zipf_sentences  # noqa: E402
 from statefulbolts import BasicBolt, Fields, StormTopology, TopologyBuilder  # noqa: E402
+from statefulbolts.runtime._rows import REFERENCE_KEY  # noqa: E402
 
 
 def sentences_for(total_words: int) -> int:
@@ -425,8 +428,16 @@ def main(argv: list[str] | None = None) -> int:
         default="batch",
         help="the bolts' form: execute_batch (default), per tuple (runs <provider>_tuple), both",
     )
+    parser.add_argument(
+        "--reference",
+        action="store_true",
+        help="also run the per-tuple form through the runtime's reference loop "
+        "(<provider>_tuple_ref): the per-tuple figure before issue 35, in the same rounds",
+    )
     args = parser.parse_args(argv)
     apis = ["batch", "tuple"] if args.api == "both" else [args.api]
+    if args.reference:
+        apis.append("tuple_ref")
 
     from statefulbolts.runtime import build_session
 
@@ -446,7 +457,7 @@ def main(argv: list[str] | None = None) -> int:
     warm_expected = dict(collections.Counter(w for text in warm for w in words(text)))
     baseline(sc, warm, args.parallelism)
     same_shape(sc, warm, args.parallelism, args.emit)
-    for api in apis:
+    for api in ("batch", "tuple") if args.api == "both" else (args.api,):
         framework(
             spark,
             warm,
@@ -470,7 +481,10 @@ def main(argv: list[str] | None = None) -> int:
     # Each kind of run: a provider and a form of the bolts (``<provider>`` for execute_batch,
     # ``<provider>_tuple`` per tuple), with its conf.
     kinds = {
-        provider + ("" if api == "batch" else "_tuple"): (conf, api)
+        provider + ("" if api == "batch" else f"_{api}"): (
+            conf | {REFERENCE_KEY: True} if api == "tuple_ref" else conf,
+            "batch" if api == "batch" else "tuple",
+        )
         for provider, conf in providers.items()
         for api in apis
     }
@@ -492,6 +506,8 @@ def main(argv: list[str] | None = None) -> int:
             ("redis_tuple", "memory_tuple"),
             ("memory_tuple", "memory"),
             ("redis_tuple", "redis"),
+            ("memory_tuple", "memory_tuple_ref"),
+            ("redis_tuple", "redis_tuple_ref"),
         ]
         if a in kinds and b in kinds
     ]
