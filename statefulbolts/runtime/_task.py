@@ -291,18 +291,23 @@ def _execute(
     does not pickle raises ``UnshippableValueError`` naming the tuple that emitted it
     (``_sealing.unshippable_error``, which may execute tuples of its tree again to find it).
 
-    The hot loop of the runtime: per tuple it builds a ``Tuple`` and calls the executor's
-    data target, and nothing else. Tuples are built slot by slot (no call into
-    ``Tuple.__init__``: 40% cheaper), in chunks, so that a young-garbage check runs between
-    chunks of a long batch. With GC off: the tuples a stateful bolt holds until the checkpoint
-    are all alive, and every full collection walked all of them again (it was half the time of
-    a counting task); young garbage is still collected between chunks. (``run_task`` turns the
-    collector off around this.)
+    The hot loops of the runtime, one per way a bolt takes its single-tree data batches:
 
-    A bolt that takes its input as column batches (``BasicBolt.execute_batch`` or
-    ``StatefulBolt.execute_batch``, offered by the protocol's executor as ``batch_target``)
-    gets its single-tree data batches through ``_columns.feed_columns`` instead: no
-    ``Tuple``, call or ack per value.
+    - a bolt that takes column batches (``BasicBolt.execute_batch`` or
+      ``StatefulBolt.execute_batch``, offered by the protocol's executor as ``batch_target``):
+      ``_columns.feed_columns``, no ``Tuple``, call or ack per value;
+    - a per-tuple bolt whose executor says where its acks go (``row_acks``) or takes its
+      ``BasicBolt``'s step apart (``basic_rows``): ``_rows.feed_rows`` / ``feed_basic``, one
+      reused ``Tuple`` and acks settled as runs;
+    - anything else, and every per-tuple bolt of a job that asks for it (``_rows.fast``): the
+      reference loop, ``_feed``, which builds a ``Tuple`` per value and calls the executor's
+      data target, and nothing else.
+
+    Tuples are built slot by slot (no call into ``Tuple.__init__``: 40% cheaper), in chunks,
+    so that a young-garbage check runs between chunks of a long batch. With GC off: the tuples
+    a stateful bolt holds until the checkpoint are all alive, and every full collection walked
+    all of them again (it was half the time of a counting task); young garbage is still
+    collected between chunks. (``run_task`` turns the collector off around this.)
     """
     plan = job.plan
     info = TaskInfo(spec.id, context.this_task_index, job.txid, task_attempt())
@@ -470,7 +475,7 @@ def _feed(
     failing: list[Tuple],
     sink: Any = None,
 ) -> None:
-    """The hot loop: one batch of single-tree tuples into ``execute``, chunk by chunk.
+    """The reference loop: one batch of single-tree tuples into ``execute``, chunk by chunk.
 
     Tuples are built slot by slot: without the call into ``Tuple.__init__`` this costs 40%
     less. A job whose tuples share leading values (``lead``: a transactional batch's attempt)
