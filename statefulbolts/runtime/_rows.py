@@ -33,8 +33,8 @@ The reference loop stays: the runtime uses it where this one does not apply (a f
 counting tuples, a transactional batch's leading values, a lineage sink, an executor that
 offers neither ``row_acks`` nor ``basic_rows``), and wherever a job's conf sets
 ``REFERENCE_KEY`` (the equivalence suite runs every topology both ways,
-``tests/engine/test_fast_path_equivalence.py``). Reference counts are CPython's: elsewhere
-(``REUSABLE`` false) the reference loop runs every per-tuple bolt.
+``tests/engine/test_fast_path_equivalence.py``). Reference counts are CPython's (up to 3.13,
+with the GIL): elsewhere (``REUSABLE`` false) the reference loop runs every per-tuple bolt.
 
 Which tuple raised is found as ``_task._feed`` finds it: the loop's handler looks at the
 traceback; ``t`` is the row's tuple, left as the bolt last saw it.
@@ -62,8 +62,14 @@ __all__ = ["REFERENCE_KEY", "REUSABLE", "RowAcks", "fast", "feed_basic", "feed_r
 REFERENCE_KEY = "statefulbolts.internal.reference.tuples"
 
 # Whether a ``Tuple``'s reference count tells that nothing but the loop holds it; where it
-# does not, the runtime feeds every per-tuple bolt through the reference loop.
-REUSABLE = sys.implementation.name == "cpython" and not sysconfig.get_config_var("Py_GIL_DISABLED")
+# does not, the runtime feeds every per-tuple bolt through the reference loop. CPython with the
+# GIL, up to 3.13: 3.14 may pass a local to a call without counting the reference (borrowed
+# stack references), and whether it does may differ between two places of the loop.
+REUSABLE = (
+    sys.implementation.name == "cpython"
+    and sys.version_info < (3, 14)
+    and not sysconfig.get_config_var("Py_GIL_DISABLED")
+)
 
 # Rows per chunk: the young-garbage check runs between chunks, as in ``_task._feed``.
 CHUNK = 1 << 15

@@ -38,7 +38,7 @@ from statefulbolts.errors import TaskFailedError
 from statefulbolts.runtime._plan import ExecutionPlan
 from statefulbolts.runtime._program import TaskJob
 from statefulbolts.runtime._records import TaskReport, TupleBatch
-from statefulbolts.runtime._rows import REFERENCE_KEY
+from statefulbolts.runtime._rows import REFERENCE_KEY, REUSABLE
 from statefulbolts.runtime._task import run_task
 from statefulbolts.runtime._task_errors import decode_task_error
 from statefulbolts.topology import CHECKPOINT_STREAM_ID
@@ -162,6 +162,7 @@ def test_a_task_that_raises_names_the_tuple_the_reference_loop_names(kind: str, 
     assert fast == ref
 
 
+@pytest.mark.skipif(not REUSABLE, reason="this Python runs every bolt through the reference loop")
 def test_the_fast_loops_run_where_they_apply_and_not_when_the_conf_asks_for_the_reference(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
