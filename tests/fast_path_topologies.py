@@ -36,13 +36,18 @@ from collections.abc import Mapping
 from typing import Any
 
 from statefulbolts import (
+    BaseTransactionalBolt,
     BasicBolt,
     Bolt,
+    Committer,
     FailedException,
     Fields,
+    MemoryTransactionalSpout,
     StatefulBolt,
     StormTopology,
     TopologyBuilder,
+    TransactionalMap,
+    TransactionalTopologyBuilder,
 )
 from statefulbolts.errors import ReportedFailedException
 
@@ -272,3 +277,121 @@ def scripted(
         builder.set_bolt("down", Count(), 2).fields_grouping("bolt", Fields("word"), "one")
         builder.set_bolt("side", Count(), parallelism).local_or_shuffle_grouping("bolt", "two")
     return builder.create_topology()
+
+
+# ------------------------------------------------------------------- transactional topologies
+#
+# A transactional job's tuples lead with the batch's attempt; its bolts do not ack. The split
+# passes each script on and emits what its ops say as values with no ops (``:...``); the batch
+# bolt counts every value it gets and runs the ops. Ops: ``k`` keep the tuple, ``v`` keep its
+# values, ``e`` emit the key, ``g`` emit what the tuple says of itself, ``f`` raise
+# ``FailedException`` (the attempt fails and is replayed), ``x`` raise ``ValueError`` (a
+# crash), each only the first time for its key (``once``), in the batch bolt; ``F`` and ``X``
+# the same in the split. What was kept is
+# emitted again at the end of the batch (a batch bolt) or with the next tuple (a
+# ``BasicBolt``): a tuple changed under the bolt would show there.
+
+
+class TxScriptSplit(BasicBolt):
+    """``(attempt, script)`` -> ``(attempt, key)`` per emit of the script; a ``BasicBolt``."""
+
+    def __init__(self, once: str) -> None:
+        self.once = once
+
+    def prepare(self, conf: Mapping[str, Any], context: Any) -> None:
+        self.kept: list[Any] = []
+
+    def execute(self, tuple: Any, collector: Any) -> None:  # noqa: A002
+        attempt = tuple.get_value(0)
+        for t in self.kept:
+            collector.emit([attempt, f":kept|{t.get_value(1)}"])
+        self.kept = []
+        ops, _, key = str(tuple.get_value(1)).partition(":")
+        for op in ops:
+            if op == "e":
+                collector.emit([attempt, f":{key}"])
+            elif op == "k":
+                self.kept.append(tuple)
+            elif op == "g":
+                collector.emit([attempt, f":{_describe(tuple)}"])
+            elif op in "FX" and _first_time(self.once, op, key, tuple):
+                if op == "F":
+                    raise FailedException(key)
+                msg = f"boom {key}"
+                raise ValueError(msg)
+        collector.emit([attempt, str(tuple.get_value(1))])  # the script goes on
+
+    def declare_output_fields(self, declarer: Any) -> None:
+        declarer.declare(Fields("id", "script"))
+
+
+class TxScriptBatch(BaseTransactionalBolt):
+    """A batch bolt running the scripts; ``(attempt, key, 1)`` per emit, more at the end."""
+
+    def __init__(self, once: str) -> None:
+        self.once = once
+
+    def prepare(self, conf: Any, context: Any, collector: Any, id: Any) -> None:  # noqa: A002
+        self.collector, self.attempt = collector, id
+        self.kept: list[Any] = []
+        self.values_kept: list[Any] = []
+
+    def execute(self, tuple: Any) -> None:  # noqa: A002
+        emit = self.collector.emit
+        emit([self.attempt, tuple.get_value(1), 1])  # every value it gets, counted
+        ops, _, key = str(tuple.get_value(1)).partition(":")
+        for op in ops:
+            if op == "e":
+                emit([self.attempt, key, 1])
+            elif op == "k":
+                self.kept.append(tuple)
+            elif op == "v":
+                self.values_kept.append(tuple.values)
+            elif op == "g":
+                emit([self.attempt, _describe(tuple), 1])
+            elif op in "fx" and _first_time(self.once, op, key, tuple):
+                if op == "f":
+                    raise FailedException(key)
+                msg = f"boom {key}"
+                raise ValueError(msg)
+
+    def finish_batch(self) -> None:
+        for t in self.kept:
+            self.collector.emit([self.attempt, f"kept|{_describe(t)}", 1])
+        for v in self.values_kept:
+            self.collector.emit([self.attempt, f"values|{v!r}", 1])
+
+    def declare_output_fields(self, declarer: Any) -> None:
+        declarer.declare(Fields("id", "key", "n"))
+
+
+class TxSum(BaseTransactionalBolt, Committer):
+    """The committer: adds each key's ``n`` into its map, exactly once per txid."""
+
+    def prepare(self, conf: Any, context: Any, collector: Any, id: Any) -> None:  # noqa: A002
+        self.attempt, self.counts = id, {}
+        self.map = TransactionalMap(context.backing_map())
+
+    def execute(self, tuple: Any) -> None:  # noqa: A002
+        key = tuple.get_value(1)
+        self.counts[key] = self.counts.get(key, 0) + tuple.get_value(2)
+
+    def finish_batch(self) -> None:
+        keys = sorted(self.counts)
+        updaters = [lambda old, n=self.counts[k]: (old or 0) + n for k in keys]
+        self.map.multi_update(self.attempt, keys, updaters)
+
+    def declare_output_fields(self, declarer: Any) -> None:
+        """Nothing."""
+
+
+def transactional(
+    tid: str, partitions: dict[int, list[list[Any]]], take: int, once: str, parallelism: int
+) -> Any:
+    """memory spout -> ``split`` (``TxScriptSplit``) -> ``batch`` (``TxScriptBatch``) -> ``sum``."""
+    spout = MemoryTransactionalSpout(partitions, ["script"], take)
+    b = TransactionalTopologyBuilder(tid, "scripts", spout, parallelism)
+    b.set_bolt("split", TxScriptSplit(once), parallelism).none_grouping("scripts")
+    b.set_bolt("batch", TxScriptBatch(once), parallelism).fields_grouping("split", Fields("script"))
+    b.set_committer_bolt("sum", TxSum(), parallelism).fields_grouping("batch", Fields("key"))
+    return b.build_topology()

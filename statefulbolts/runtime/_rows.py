@@ -29,9 +29,13 @@ settles the same acks, with less work:
    (``BasicRows.failed``: reported if it is a ``ReportedFailedException``, then the tuple
    failed), which ends the run there.
 
+A transactional job's tuples (``feed_lead``) get step 1: one reused ``Tuple``, the batch's
+attempt put back in front of each row's values, the lineage told; that protocol tracks no
+tuple, so there is nothing to settle.
+
 The reference loop stays: the runtime uses it where this one does not apply (a fault listener
-counting tuples, a transactional batch's leading values, a lineage sink, an executor that
-offers neither ``row_acks`` nor ``basic_rows``), and wherever a job's conf sets
+counting tuples, an executor that offers neither ``row_acks`` nor ``basic_rows``), and
+wherever a job's conf sets
 ``REFERENCE_KEY`` (the equivalence suite runs every topology both ways,
 ``tests/engine/test_fast_path_equivalence.py``). Reference counts are CPython's (up to 3.13,
 with the GIL): elsewhere (``REUSABLE`` false) the reference loop runs every per-tuple bolt.
@@ -54,7 +58,16 @@ from statefulbolts.components import BasicRows
 from statefulbolts.errors import FailedException
 from statefulbolts.tuples import ColumnBatch, Fields, Tuple
 
-__all__ = ["REFERENCE_KEY", "REUSABLE", "RowAcks", "fast", "feed_basic", "feed_rows"]
+__all__ = [
+    "REFERENCE_KEY",
+    "REUSABLE",
+    "LineageSink",
+    "RowAcks",
+    "fast",
+    "feed_basic",
+    "feed_lead",
+    "feed_rows",
+]
 
 # A job conf key (not a ``topology.*`` key, so never validated or warned about): true runs
 # every per-tuple bolt through the reference loop. For the equivalence suite, and to rule
@@ -223,6 +236,58 @@ def feed_basic(
             run = first + stop
     except Exception as exc:
         _run(ack_batch, values, roots, run, number, first, single, source)
+        if _raised_executing(exc, chunked.__code__):
+            failing.append(t)
+        raise
+
+
+class LineageSink(Protocol):
+    """What a transactional batch bolt's collector is to the loop: told each tuple's root."""
+
+    lineage: int
+
+
+def feed_lead(
+    execute: Callable[[Tuple], None],
+    head: Any,
+    sink: LineageSink,
+    values: Sequence[Any],
+    roots: Sequence[int],
+    first: int,
+    single: bool,
+    source: Source,
+    chunked: Callable[[], None],
+    failing: list[Tuple],
+) -> None:
+    """One batch of a job whose tuples lead with a shared value (step 1 only).
+
+    A transactional job's tuples all start with the batch's attempt (``head``: the runtime
+    does not ship it, and puts it back in front here as the reference loop does), and ``sink``
+    (a batch bolt's collector, or a stand-in) is told each tuple's root before the bolt
+    executes it: what the bolt emits then carries it as its lineage. The protocol tracks no
+    tuple (a batch is done when its tasks end), so there are no runs: whatever a bolt does
+    with an ack keeps the tuple, and the loop takes a new one.
+    """
+    refs = sys.getrefcount
+    t = _blank(source)
+    alone = refs(t)
+    n = len(values)
+    try:
+        for start in range(0, n, CHUNK):
+            chunked()
+            stop = min(start + CHUNK, n)
+            for vals, root, number in zip(
+                values[start:stop], roots[start:stop], range(first + start, first + stop),
+                strict=True,
+            ):  # fmt: skip
+                t.values = [head, vals] if single else [head, *vals]
+                t._root = root
+                t._edge = number
+                sink.lineage = root
+                execute(t)
+                if refs(t) != alone:
+                    t = _blank(source)  # the bolt kept this one
+    except Exception as exc:
         if _raised_executing(exc, chunked.__code__):
             failing.append(t)
         raise

@@ -45,7 +45,7 @@ from statefulbolts.runtime._records import (
     TaskReport,
     TupleBatch,
 )
-from statefulbolts.runtime._rows import RowAcks, fast, feed_basic, feed_rows
+from statefulbolts.runtime._rows import RowAcks, fast, feed_basic, feed_lead, feed_rows
 from statefulbolts.runtime._sealing import unshippable_error
 from statefulbolts.runtime._spark import task_attempt
 from statefulbolts.runtime._task_errors import FailingTuple, encode_task_error
@@ -298,7 +298,8 @@ def _execute(
       ``_columns.feed_columns``, no ``Tuple``, call or ack per value;
     - a per-tuple bolt whose executor says where its acks go (``row_acks``) or takes its
       ``BasicBolt``'s step apart (``basic_rows``): ``_rows.feed_rows`` / ``feed_basic``, one
-      reused ``Tuple`` and acks settled as runs;
+      reused ``Tuple`` and acks settled as runs; a transactional job's bolts (their tuples
+      lead with the attempt): ``_rows.feed_lead``, one reused ``Tuple``;
     - anything else, and every per-tuple bolt of a job that asks for it (``_rows.fast``): the
       reference loop, ``_feed``, which builds a ``Tuple`` per value and calls the executor's
       data target, and nothing else.
@@ -329,7 +330,11 @@ def _execute(
     lead = job.lead
     plain = execute is target and not lead and sink is None
     columns = _batch_target(executor, plain)
-    basic, acks = _row_targets(executor, plain and fast(job.conf))
+    rows = fast(job.conf)
+    basic, acks = _row_targets(executor, plain and rows)
+    # A transactional job's tuples (they lead with the attempt): one reused Tuple too.
+    leading = rows and execute is target and len(lead) == 1
+    told = _NOWHERE if sink is None else sink
 
     def chunked() -> None:
         compact()  # the acks of the chunk before, if in order (a BasicBolt's are)
@@ -362,6 +367,10 @@ def _execute(
                 feed_basic(basic, values, roots, first, single, source, chunked, failing)
             elif acks is not None:
                 feed_rows(target, acks, values, roots, first, single, source, chunked, failing)
+            elif leading:
+                feed_lead(
+                    target, lead[0], told, values, roots, first, single, source, chunked, failing
+                )
             else:
                 _feed(execute, values, roots, first, single, source, lead, chunked, failing, sink)
             executed += n

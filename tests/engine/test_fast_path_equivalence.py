@@ -13,8 +13,11 @@ must agree on everything observable:
   errors), the state it prepared, and the error that failed it, field for field;
 - whole topologies on the inline engine, seeded random scripts whose failures happen once
   (so replays end), over each grouping: the committed state, what the spout saw (emits, acks,
-  fails by message id), each component's counts, the transactions' outcomes;
-- two of them on the shared Spark session.
+  fails by message id), each component's counts;
+- transactional topologies (a ``BasicBolt`` split, a batch bolt that keeps tuples and their
+  values until ``finish_batch``, a committer), whose attempts fail or crash once here and
+  there: the committed map, each component's counts, every transaction's outcome;
+- two checkpointed topologies and one transactional on the shared Spark session.
 
 The seeds are fixed: a failure names its seed, and ``pytest -k <seed>`` runs it again.
 """
@@ -281,3 +284,62 @@ def test_on_spark_a_topology_commits_acks_fails_and_replays_what_the_reference_l
     ref = _e2e(cluster, seed, kind, _folder(tmp_path / "ref"), reference=True)
     assert fast == ref
     assert set(ref["acks"].values()) == {1} and ref["fails"]
+
+
+# ------------------------------------------------------------------ transactional topologies
+
+_TX_OPS = "eeekvg"
+
+
+def _tx_run(seed: int, markers: Path, reference: bool, spark: Any = None) -> dict[str, Any]:
+    rng = random.Random(seed)
+    rows = rng.choice([30, 90])
+
+    def script(key: str) -> str:
+        ops = "".join(rng.choice(_TX_OPS) for _ in range(rng.randint(0, 3)))
+        # A failed attempt, now and then: a batch holds a few at most (retries are 5 in a row).
+        return f"{ops}{rng.choice('fF') if rng.random() < 0.03 else ''}:{key}"
+
+    partitions = {
+        p: [[script(f"{p}-{i}")] for i in range(rows)] for p in range(rng.choice([1, 2, 3]))
+    }
+    if rng.random() < 0.5:  # a crash, once
+        partitions[0][rows // 2] = [f"{rng.choice('xX')}{partitions[0][rows // 2][0]}"]
+    tid = topo.new_key(f"fast-tx-{seed}")
+    topology = fpt.transactional(tid, partitions, rng.choice([7, 25]), str(markers), 2)
+    conf = {REFERENCE_KEY: True} if reference else {}
+    cluster = LocalCluster(engine="inline") if spark is None else LocalCluster(spark=spark)
+    with cluster:
+        handle = cluster.submit_topology(tid, conf, topology)
+        try:
+            handle.await_idle(120)
+            committed = handle.read_state("sum")
+            metrics = handle.metrics()
+        finally:
+            handle.kill()
+    components = {
+        c: {k: v for k, v in m.items() if k in ("executed", "emitted", "acked", "failed")}
+        for c, m in metrics["components"].items()
+    }
+    outcomes = [(t["txid"], t["ok"], t["tuples"]) for t in metrics["transactions"]]
+    return {"committed": committed, "components": components, "transactions": outcomes}
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_a_transactional_topology_commits_what_the_reference_loop_does(
+    tmp_path: Path, seed: int
+) -> None:
+    fast = _tx_run(seed, _folder(tmp_path / "fast"), reference=False)
+    ref = _tx_run(seed, _folder(tmp_path / "ref"), reference=True)
+    assert fast == ref
+    # Every value the batch bolt was given is counted in the committed map, once.
+    assert ref["committed"] and set(ref["committed"].values()) >= {1}
+
+
+@pytest.mark.spark
+def test_on_spark_a_transactional_topology_commits_what_the_reference_loop_does(
+    spark: Any, tmp_path: Path
+) -> None:
+    fast = _tx_run(3, _folder(tmp_path / "fast"), reference=False, spark=spark)
+    ref = _tx_run(3, _folder(tmp_path / "ref"), reference=True, spark=spark)
+    assert fast == ref and ref["committed"]
