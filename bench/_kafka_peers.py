@@ -13,7 +13,9 @@ checkpointing, and stops once the last word was counted:
   transactional producer, offsets committed in its transactions; RocksDB state with its
   changelog topic; ``commit_interval`` = ``--interval``), in a new consumer group: split
   (``apply(..., expand=True)``), ``group_by`` the word (a repartition topic, as a keyed count
-  needs), a stateful count; it stops itself (``app.stop()``) after the last word.
+  needs), a stateful count; it stops itself (``app.stop()``) after the last word. With
+  ``--out-topic``, each word's new count also goes to that topic (``to_topic``: key the
+  word, value the count as JSON), in the same transactions (``bench/sinks.py``).
 - ``bytewax``: Bytewax ``KafkaSource`` (``tail=False``: it ends at each partition's end),
   ``flat_map`` split, ``key_on`` the word, ``stateful_map`` count, one worker, with recovery
   (its SQLite store, an epoch every ``--interval``).
@@ -82,6 +84,9 @@ def quix(args: argparse.Namespace, total: int) -> dict[str, Any]:
     sdf = sdf.apply(lambda v: words(v.decode()), expand=True)
     sdf = sdf.group_by(lambda w: w, name="word")
     sdf = sdf.apply(count, stateful=True)
+    if args.out_topic:
+        out = app.topic(args.out_topic, key_serializer="str", value_serializer="json")
+        sdf = sdf.to_topic(out)
     started = time.perf_counter()
     app.run()
     seconds = time.perf_counter() - started
@@ -147,7 +152,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--interval", type=int, default=1000, help="commit / epoch, ms")
     parser.add_argument("--batch", type=int, default=1000, help="Bytewax's input batch")
+    parser.add_argument("--out-topic", help="Quix: write each word's new count there")
     args = parser.parse_args(argv)
+    if args.out_topic and args.peer != "quix":
+        parser.error("--out-topic is for quix only")
     corpus = zipf_sentences(-(-args.words // 10), args.vocab, args.seed)
     expected = dict(collections.Counter(w for text in corpus for w in words(text)))
     total = sum(expected.values())

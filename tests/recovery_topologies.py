@@ -153,3 +153,19 @@ def read_hooks(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
             return [json.loads(line) for line in fh if line.strip()]
     except FileNotFoundError:
         return []
+
+
+SPARK_KILLS_ENV = "STATEFULBOLTS_KILLS_ON_SPARK"
+
+
+def child_engine(point: str, on_spark: str) -> str:
+    """The engine a kill test's child drivers run on: Spark for ``on_spark``, else inline.
+
+    What a kill-point test checks is the driver's protocol across a real process death, which
+    is the same on both engines; one point per test keeps it on Spark (executors, a JVM) and the
+    others save a JVM start per child (~8 s). ``STATEFULBOLTS_KILLS_ON_SPARK=1`` runs every
+    point on Spark, for the loops before a release.
+    """
+    if point == on_spark or os.environ.get(SPARK_KILLS_ENV, "") not in ("", "0"):
+        return "spark"
+    return "inline"

@@ -220,7 +220,7 @@ def child_env() -> dict[str, str]:
     return env
 
 
-def driver_command(conf: Path, name: str) -> list[str]:
+def driver_command(conf: Path, name: str, engine: str = "spark") -> list[str]:
     """The CLI command that runs ``words`` as a child driver, printing JSON lines."""
     cmd = [sys.executable, "-m", "statefulbolts.cli", "run", "tests.tx_recovery_topologies:words"]
-    return [*cmd, "--conf", str(conf), "--name", name, "--json"]
+    return [*cmd, "--conf", str(conf), "--name", name, "--json", "--engine", engine]

@@ -181,6 +181,10 @@ CONNECTOR_MODELS = (
     "statefulbolts.connectors.redis.RedisStreamConfig",
     "statefulbolts.connectors.redis.PartitionedRedisStreamConfig",
     "statefulbolts.connectors.kafka.KafkaSpoutConfig",
+    "statefulbolts.connectors.kafka.KafkaSinkConfig",
+    "statefulbolts.connectors.postgres.PostgresSinkConfig",
+    "statefulbolts.connectors.redis.RedisSinkConfig",
+    "statefulbolts.connectors.files.FileSinkConfig",
 )
 
 

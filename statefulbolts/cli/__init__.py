@@ -9,6 +9,7 @@
     statefulbolts state dump|get|export|import|verify ...   (see statefulbolts.cli.state)
     statefulbolts state shape|evolve|rescale|rename|drop ...
     statefulbolts deadletter list|show|replay|purge ...     (see statefulbolts.cli.deadletter)
+    statefulbolts sink status|abort-lingering ...           (see statefulbolts.cli.sink)
 
 ``ATTR`` is a ``StormTopology`` or a ``TransactionalTopology`` (or their builder), or a function
 called with no arguments that returns one (``examples.wordcount:topology``). ``MODULE`` is
@@ -32,16 +33,17 @@ took, and takes the lease over from its crashed predecessor at once (they share 
 token).
 
 This module is ``run`` and the parser; each other command is a module of this package, which
-the parser asks to register its subcommands: ``status``, ``state``, ``deadletter``. The
-command line sits on top of everything else: it may import both protocols, and nothing below
-imports it.
+the parser asks to register its subcommands: ``status``, ``state``, ``deadletter``,
+``sink``. The command line sits on top of everything else: it may import both protocols, and
+nothing below imports it.
 
 ``--timeout S`` counts from the command's start, Spark's start-up included: when it runs out,
 ``run`` prints one line saying where the topology was, cancels its running jobs (a restart
 recovers the transaction as after a crash) and exits 3. A state store that cannot be reached
-when the lease is taken is exit status 2 (nothing started; ``--supervise`` does not restart
-it), unless the driver is a supervised restart (``--restarted``, given by the supervisor):
-then it is an outage, exit 1, and restarted again. A closed stdout (``run ... | head -1``)
+when the lease is taken, or a sink's target when its settings are checked (a PostgreSQL
+server), is exit status 2 (nothing started; ``--supervise`` does not restart it), unless the
+driver is a supervised restart (``--restarted``, given by the supervisor): then it is an
+outage, exit 1, and restarted again. A closed stdout (``run ... | head -1``)
 stops the topology after its running transaction, quietly (``_stdout``).
 
 Exit status: 0 done; 1 the topology failed or crashed; 2 bad input (config, wiring, arguments,
@@ -76,6 +78,7 @@ from statefulbolts._load import EXAMPLE_SPEC, load_topology
 from statefulbolts._output import print_event, print_line
 from statefulbolts.cli._stdout import SIGPIPE_EXIT_CODE, Stdout
 from statefulbolts.cli.deadletter import add_deadletter_commands
+from statefulbolts.cli.sink import add_sink_commands
 from statefulbolts.cli.state import add_state_commands
 from statefulbolts.cli.status import add_status_commands
 from statefulbolts.config import Config, load_config_file, validate_config
@@ -163,12 +166,14 @@ def check_before_spark(
     is asked for (``--ui`` or ``topology.ui.port``); the state provider: its class is
     imported and its settings checked (``StateProvider.check_config``), without touching the
     store; the partitioned spouts of ``topology`` (``PartitionedSpout.check_config``: a Kafka
-    spout's keys and topics). A missing optional dependency is named with the command that
-    installs it.
+    spout's keys and topics), and its bolts that offer ``check_config`` (a sink bolt: a Kafka
+    sink's keys, topics and transaction timeout; a PostgreSQL sink's table, columns and key).
+    A missing optional dependency is named with the command that installs it.
 
     Raises:
         ConfigError: a ``topology.*`` key has a wrong value, or an optional dependency the
             config asks for is not installed.
+        StateBackendError: a sink's target could not be reached.
         ProviderConfigError, ProviderNotFoundError: the provider or its config is wrong.
     """
     tc = validate_config(conf)
@@ -191,6 +196,10 @@ def check_before_spark(
         spout = getattr(spec, "obj", None)
         if isinstance(spout, PartitionedSpout):
             spout.check_config(conf)
+    for spec in getattr(topology, "bolts", {}).values():
+        check = getattr(getattr(spec, "obj", None), "check_config", None)
+        if callable(check):  # a sink bolt: its sink's settings, topics and limits
+            check(conf)
 
 
 def _missing_dependency(exc: ProviderNotFoundError, dotted: str) -> str | None:
@@ -224,7 +233,13 @@ def _cmd_run(args: argparse.Namespace) -> int:
         conf[Config.TOPOLOGY_UI_PORT] = args.ui
     topology = load_topology(args.topology)
     name = args.name or args.topology.partition(":")[0].rsplit(".", 1)[-1]
-    check_before_spark(conf, ui_flag=args.ui is not None, topology=topology)
+    try:
+        check_before_spark(conf, ui_flag=args.ui is not None, topology=topology)
+    except StateBackendError as exc:  # a sink's target away: refused as a store away is
+        if args.restarted:
+            raise
+        print(f"error: {str(exc).rstrip('.')}; nothing started", file=sys.stderr)
+        return BAD_INPUT_EXIT_CODE
     if args.spark_log is not None:
         os.environ[SPARK_LOG_ENV] = args.spark_log  # read when the session starts
     out = Stdout()
@@ -622,6 +637,7 @@ def _parser() -> argparse.ArgumentParser:
     add_status_commands(sub)
     add_state_commands(sub)
     add_deadletter_commands(sub)
+    add_sink_commands(sub)
     return parser
 
 

@@ -129,6 +129,8 @@ class TaskReport(NamedTuple):
     # The Spark attempt of the task that sent it: above 0, earlier attempts failed and Spark
     # ran the task again (the engine then asks Spark what failed them: ``_retried``).
     attempt: int = 0
+    # The component's registered metrics counted in this task (``statefulbolts.metrics``).
+    counted: tuple[tuple[str, float], ...] = ()
 
 
 def id_column(ids: list[int]) -> array[int]:

@@ -12,7 +12,8 @@ What is kept:
 - per component: executed, emitted, acked, failed, replayed (a spout re-emitting a message id
   it was told had failed), errors (``report_error`` calls, task attempts that failed though
   Spark's retry survived them, and transactions that failed in the component) and task
-  seconds;
+  seconds, and the sum of each metric its tasks registered (``statefulbolts.metrics``), as
+  ``metric.<name>``;
 - per task (``tasks``, keyed by component and task index): the same figures of its jobs, and
   its Storm task id; the spout tasks on the driver count theirs themselves and are read
   through ``task_sources`` (``task_counters`` merges both);
@@ -46,6 +47,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from statefulbolts.metrics import METRIC_PREFIX
 from statefulbolts.runtime._plan import ExecutionPlan
 from statefulbolts.runtime._records import JobResult, ReportedError
 
@@ -480,6 +482,8 @@ class Stats:
                 failed=m.failed,
                 seconds=m.seconds,
             )
+            for metric, value in report.counted:  # registered metrics: ``metric.<name>``
+                self.add(name, **{f"{METRIC_PREFIX}{metric}": value})
             if task_ids is None:
                 continue
             key = (name, report.task)

@@ -179,7 +179,9 @@ def run_task(
     metrics = TaskMetrics(executed, collector.emitted, acked, collector.failed, seconds)
     changes = _end_state(job, roots)
     errors = tuple(collector.errors)
-    report = TaskReport(comp, task, metrics, errors, changes, result, task_attempt())
+    report = TaskReport(
+        comp, task, metrics, errors, changes, result, task_attempt(), context.take_metric_values()
+    )
     return _output(job, collector, into, left, report, stage, slot, final, n_next)
 
 

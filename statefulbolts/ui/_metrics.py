@@ -51,6 +51,11 @@ metric                                              type       labels, meaning
 ``statefulbolts_state_keys``                        gauge      ``component``: committed keys
                                                                of its tasks' state at the last
                                                                count (a committer's: its maps)
+``statefulbolts_<metric>_total``                    counter    ``component``: a metric its
+                                                               tasks registered
+                                                               (``statefulbolts.metrics``),
+                                                               e.g. a sink's
+                                                               ``sink_records_published``
 ==================================================  =========  ===============================
 
 A gauge with nothing to say is left out (no committed txid yet, no tuple trees in a
@@ -74,6 +79,8 @@ from prometheus_client.core import (
     Metric,
 )
 from prometheus_client.registry import Collector
+
+from statefulbolts.metrics import METRIC_PREFIX
 
 if TYPE_CHECKING:
     from statefulbolts.runtime import Observation, StateKeys, StateWrite, TaskCounters
@@ -263,6 +270,7 @@ class TopologyCollector(Collector):
         yield seconds
         yield errors
         yield dead
+        yield from _registered(counters, name)
         lag = GaugeMetricFamily(
             "statefulbolts_spout_lag",
             "Entries a spout's source holds that the topology has not acked yet.",
@@ -345,6 +353,24 @@ class TopologyCollector(Collector):
             name,
             1 if obs.backend_down else 0,
         )
+
+
+def _registered(counters: Mapping[str, Mapping[str, float]], name: str) -> Iterator[Metric]:
+    """A counter family per metric the components' tasks registered (``metric.<name>``)."""
+    found: dict[str, list[tuple[str, float]]] = {}
+    for cid, row in sorted(counters.items()):
+        for key, value in row.items():
+            if key.startswith(METRIC_PREFIX):
+                found.setdefault(key.removeprefix(METRIC_PREFIX), []).append((cid, value))
+    for metric, values in sorted(found.items()):
+        family = CounterMetricFamily(
+            f"statefulbolts_{metric}",
+            f"{metric}: counted by the component's tasks (statefulbolts.metrics).",
+            labels=["topology", "component"],
+        )
+        for cid, value in values:
+            family.add_metric([name, cid], value)
+        yield family
 
 
 def _gauge(metric: str, doc: str, name: str, value: float) -> GaugeMetricFamily:

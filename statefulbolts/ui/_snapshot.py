@@ -19,6 +19,8 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+from statefulbolts.metrics import METRIC_PREFIX
+
 if TYPE_CHECKING:
     from statefulbolts.runtime import Observation, StateKeys, StateWrite, TransactionInfo
 
@@ -61,6 +63,12 @@ def _component_rows(
                 # Mean task time per executed tuple (Storm's execute latency).
                 "latency_ms": _finite(1000.0 * seconds / executed) if executed else None,
                 "lag": obs.spout_lags.get(cid),
+                # Metrics its tasks registered (``statefulbolts.metrics``): a sink's records.
+                "metrics": {
+                    k.removeprefix(METRIC_PREFIX): v
+                    for k, v in sorted(row.items())
+                    if k.startswith(METRIC_PREFIX)
+                },
                 "rates": figures.get("rates", dict.fromkeys(windows)),
                 "capacity": figures.get("capacity", dict.fromkeys(windows)),
                 "tasks": figures.get("tasks", []),

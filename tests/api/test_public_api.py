@@ -22,7 +22,11 @@ PACKAGES = [
     "statefulbolts.windowing",
     "statefulbolts.timers",
     "statefulbolts.connectors",
+    "statefulbolts.connectors.files",
     "statefulbolts.connectors.redis",
+    "statefulbolts.connectors.kafka",
+    "statefulbolts.connectors.postgres",
+    "statefulbolts.connectors.sinks",
     "providers.redis",
 ]
 # Names a package resolves lazily through its module ``__getattr__`` (they import the runtime,

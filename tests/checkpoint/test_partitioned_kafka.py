@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 import topologies as topo
-from kafka_fixtures import KafkaBroker, tansu_binary
+from kafka_fixtures import KafkaBroker, LoopbackRelay, tansu_binary
 from partitioned_topologies import (
     FAST,
     POINTS,
@@ -285,35 +285,38 @@ def test_a_missing_topic_stops_the_topology_and_is_refused_before_spark(
 def test_a_broker_that_is_down_is_waited_out_and_shown_as_an_outage(
     tmp_path: Path, sqlite: dict[str, Any]
 ) -> None:
-    # The topology starts before its broker: the driver's listing fails and is waited out as a
-    # store's outage (the dashboard shows the backend down); the broker comes up on that port,
-    # the topic is made and written, and the count is exact.
+    # The topology starts while its broker cannot be reached: the driver's listing fails and is
+    # waited out as a store's outage (the dashboard shows the backend down). The broker runs on
+    # its own port with the topic made and written, behind a relay that refuses connections;
+    # when the relay opens, the count is exact.
     binary = tansu_binary()
     if binary is None:
         pytest.skip("the Kafka test broker is not installed (see kafka_fixtures)")
-    late = KafkaBroker(binary, tmp_path)
-    from redis_fixtures import free_port
-
-    late.port = free_port()
+    late = KafkaBroker(binary, tmp_path).start()
+    relay = LoopbackRelay(late.port)
     conf = {**sqlite, "kafka.timeout.ms": 300, "topology.state.backend.timeout.secs": 120}
-    spout = KafkaSpout("late", bootstrap_servers=late.bootstrap, translator=SENTENCES)
-    runner = start_driver(topo.new_key("kdown"), conf, kafka_word_count(spout))
+    bootstrap = f"127.0.0.1:{relay.port}"
+    spout = KafkaSpout("late", bootstrap_servers=bootstrap, translator=SENTENCES)
     try:
-        deadline = time.monotonic() + 30
-        while not runner.observe().backend_down:
-            assert time.monotonic() < deadline, "the outage never showed"
-            assert runner.error is None, runner.error
-            time.sleep(0.05)
-        late.start(port=late.port)
         late.create_topic("late", 2)
         written = Written()
         written.fill(late, "late", 2, 7)
-        runner.await_idle(90)
-        counts = runner.read_state("count")
-        positions = runner.status()["partition_positions"]["kafka"]
-        observed = runner.observe()
+        runner = start_driver(topo.new_key("kdown"), conf, kafka_word_count(spout))
+        try:
+            deadline = time.monotonic() + 30
+            while not runner.observe().backend_down:
+                assert time.monotonic() < deadline, "the outage never showed"
+                assert runner.error is None, runner.error
+                time.sleep(0.05)
+            relay.open()
+            runner.await_idle(90)
+            counts = runner.read_state("count")
+            positions = runner.status()["partition_positions"]["kafka"]
+            observed = runner.observe()
+        finally:
+            runner.kill()
     finally:
-        runner.kill()
+        relay.close()
         late.stop()
     assert counts == written.counts() and positions == written.ends()
     assert observed.backend_errors >= 1 and not observed.backend_down

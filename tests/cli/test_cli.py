@@ -15,6 +15,7 @@ import sys
 import textwrap
 import threading
 import time
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -408,10 +409,11 @@ def test_checkpoint_status_of_an_unknown_topology_fails(redis_db, tmp_path, caps
 def test_checkpoint_status_with_the_in_memory_provider_finds_nothing(tmp_path, capsys):
     conf_file = tmp_path / "conf.json"
     conf_file.write_text("{}", encoding="utf-8")
+    # A name no other test runs: the in-memory provider's state lives in this process.
     code, out = status_cli(
         conf_file,
         "--topology",
-        "wc",
+        f"wc-nothing-{uuid.uuid4().hex[:8]}",
         "--topology-module",
         "recovery_topologies:wordcount",
         "--json",

@@ -276,9 +276,13 @@ def test_start_latest_and_committed_pin_where_a_new_partition_begins(
     assert end.first == 3
     assert _read(latest, f"{topic}/0", None, 10, end)[0].position == 3
     group = f"{topic}-group"
-    [done] = kafka_broker.admin().alter_consumer_group_offsets(
-        [ConsumerGroupTopicPartitions(group, [TopicPartition(topic, 0, 2)])]
-    ).values()
+    [done] = (
+        kafka_broker.admin()
+        .alter_consumer_group_offsets(
+            [ConsumerGroupTopicPartitions(group, [TopicPartition(topic, 0, 2)])]
+        )
+        .values()
+    )
     done.result(15)
     committed = KafkaSpout(
         topic, bootstrap_servers=kafka_broker.bootstrap, start="committed", group_id=group
@@ -300,9 +304,7 @@ def test_start_at_a_timestamp_begins_at_the_first_record_at_or_after_it(
     kafka_broker: KafkaBroker, kafka_topic: Any
 ) -> None:
     topic = kafka_topic()
-    produce(
-        kafka_broker, topic, [b"t0", b"t1", b"t2"], partition=0, timestamps=[1000, 2000, 3000]
-    )
+    produce(kafka_broker, topic, [b"t0", b"t1", b"t2"], partition=0, timestamps=[1000, 2000, 3000])
     firsts = {}
     for ms in (1500, 3000, 9000):
         spout = KafkaSpout(topic, bootstrap_servers=kafka_broker.bootstrap, start=ms)
@@ -414,3 +416,37 @@ def test_a_client_setting_the_spout_decides_or_librdkafka_refuses_is_named(
         spout.check_config({"kafka.topicz": "a"})
     assert "config 'kafka.topicz': the Kafka client refused it" in str(typo.value)
     assert "did you mean 'kafka.topics'?" in str(typo.value)
+
+
+class _SlowToTranslate(KafkaSpout):
+    """A spout whose every record takes ``pause`` seconds to become a tuple's values."""
+
+    pause = 0.02
+
+    def record(self, message: Any) -> Any:
+        time.sleep(self.pause)
+        return super().record(message)
+
+
+def test_a_read_longer_than_the_timeout_goes_on_while_records_come(
+    kafka_broker: KafkaBroker, kafka_topic: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # 60 records in consumes of 10, each record 20 ms: the read takes 1.2 s or more against a
+    # 300 ms kafka.timeout.ms. The timeout is a wait without a record, so the read reaches its
+    # fixed end; a bound on the whole read would fail it at every attempt, for ever.
+    import statefulbolts.connectors.kafka._spout as spout_module
+
+    monkeypatch.setattr(spout_module, "_CONSUME_BATCH", 10)
+    topic = kafka_topic(partitions=1)
+    produce(kafka_broker, topic, [f"r{i}".encode() for i in range(60)], partition=0)
+    spout = _SlowToTranslate(topic, bootstrap_servers=kafka_broker.bootstrap)
+    conf = {**CONF, "kafka.timeout.ms": 300}
+    end = spout.ends(conf, [f"{topic}/0"])[f"{topic}/0"]
+    reader = spout.open_reader(conf, None, f"{topic}/0", None, end=end)  # type: ignore[arg-type]
+    try:
+        started = time.monotonic()
+        batch = reader.read(1000)
+    finally:
+        reader.close()
+    assert time.monotonic() - started > 0.3 * 2  # longer than the timeout, by construction
+    assert (_values(batch), batch.position) == ([f"r{i}" for i in range(60)], 60)

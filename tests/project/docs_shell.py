@@ -14,6 +14,8 @@ A run marker may carry options, separated by ``;``
   ``FIXED_PORTS`` may be replaced, so a reader's page keeps the numbers they paste.
 - ``redis P``: as ``ports``, with the test's own redis-server listening there.
 - ``kafka P``: as ``ports``, with the test's Kafka broker (``kafka_fixtures``) listening there.
+- ``postgres P``: as ``ports``, with the test's PostgreSQL (``postgres_fixtures``) listening
+  there (user ``postgres``, no password, database ``postgres``).
 - ``serve P PATH [TEXT]``: the block serves until Ctrl-C (``P`` replaced as by ``ports``). It
   runs in the background until ``http://127.0.0.1:P PATH`` answers 200 with a body and its
   output shows ``TEXT`` (if given), the page's next blocks run while it serves, then it gets
@@ -57,6 +59,7 @@ from standalone_cluster import process_tree
 FIXED_PORTS = {
     6379: "Redis",
     9092: "a Kafka broker",
+    5432: "PostgreSQL",
     7077: "a standalone Spark master",
     8000: "mkdocs serve",
     8080: "the Spark master's web UI",
@@ -69,6 +72,7 @@ OPTIONS: dict[str, int | None] = {
     "ports": None,
     "redis": 1,
     "kafka": 1,
+    "postgres": 1,
     "serve": -2,
     "paths": None,
     "in": 1,
@@ -107,7 +111,8 @@ def parse_options(text: str | None) -> dict[str, tuple[str, ...]]:
         if wrong:
             msg = f"option {name!r} takes {count} argument(s), got {args}"
             raise ValueError(msg)
-        ports = args if name in ("ports", "redis", "kafka") else args[:1] if name == "serve" else []
+        servers = ("ports", "redis", "kafka", "postgres")
+        ports = args if name in servers else args[:1] if name == "serve" else []
         for port in ports:
             if not port.isdigit() or int(port) not in FIXED_PORTS:
                 msg = (
@@ -251,6 +256,7 @@ class ShellPage:
         root: Path,
         redis_port: int | None = None,
         kafka_port: int | None = None,
+        postgres_port: int | None = None,
         timeout: float = 600,
         close_timeout: float = CLOSE_TIMEOUT_S,
     ) -> None:
@@ -279,6 +285,11 @@ class ShellPage:
                     msg = f"{block.where}: option 'kafka' needs the test's Kafka broker"
                     raise ValueError(msg)
                 self.ports[int(fixed)] = kafka_port
+            for fixed in options.get("postgres", ()):
+                if postgres_port is None:
+                    msg = f"{block.where}: option 'postgres' needs the test's PostgreSQL"
+                    raise ValueError(msg)
+                self.ports[int(fixed)] = postgres_port
             for n, path in enumerate(options.get("paths", ()), len(self.paths)):
                 self.paths.setdefault(path, folder / f"path-{n}")
 
@@ -550,7 +561,8 @@ class ShellPage:
         theirs = {
             int(p)
             for b in self.blocks
-            for p in (*b.options.get("redis", ()), *b.options.get("kafka", ()))
+            for server in ("redis", "kafka", "postgres")
+            for p in b.options.get(server, ())
         }
         ours = {fixed: free for fixed, free in self.ports.items() if fixed not in theirs}
         self._until_closed(ours.values(), self.close_timeout)

@@ -193,3 +193,47 @@ def test_soak_bench_counts_exactly_and_samples_rss_into_a_plot(tmp_path: Path) -
     assert report["growth"]
     assert {p.name for p in tmp_path.iterdir()} >= {"soak.csv", "soak.json", "soak.png"}
     assert (tmp_path / "soak.png").stat().st_size > 10_000
+
+
+@pytest.mark.kafka
+def test_sink_bench_checks_every_run_s_output_and_reports_its_ratios_and_latency(
+    kafka_broker: Any, tmp_path: Path
+) -> None:
+    report = _bench_json(
+        "bench/sinks.py", "--quick", "--bootstrap", kafka_broker.bootstrap,
+        "--plots", str(tmp_path),
+    )  # fmt: skip
+    throughput = report["throughput"]
+    assert throughput["wrong"] == [] and throughput["vocab"] > 1000  # the Zipf corpus
+    (row,) = throughput["rounds"]
+    assert row["load_avg_1m"] >= 0 and "quix" not in row  # --quick runs no peer
+    eo, alo = row["exactly_once"], row["at_least_once"]
+    for run in (eo, alo):
+        # Read back read_committed: one update per input word, each word's counts 1, 2, ... n.
+        assert run["exact"] is True and run["every_update_once"] is True
+        assert run["output_records"] == throughput["words"]
+        assert run["output_words"] == throughput["vocab"]
+        assert run["prepares"] >= 1 and run["publish_steps"] >= 1
+    assert eo["commits"] >= 1 and eo["commit_s_median"] > 0
+    assert row["ratios"] == {
+        "exactly_once_vs_at_least_once": round(alo["seconds"] / eo["seconds"], 3)
+    }
+    goal = throughput["goals"]["exactly_once_vs_at_least_once"]
+    assert (goal["target"], goal["rounds"]) == (0.8, 1)
+    assert goal["met"] is (row["ratios"]["exactly_once_vs_at_least_once"] >= 0.8)
+    runs = report["latency"]["runs"]
+    assert {(r["sink"], r["rate"], r["interval_ms"]) for r in runs} == {
+        ("exactly_once", 200, 200),
+        ("at_least_once", 200, 200),
+    }
+    for run in runs:
+        assert run["exact"] is True and run["all_seen"] is True
+        assert run["seen"] == run["paced_records"] == 200
+        latency = run["latency_ms"]
+        assert 0 < latency["p50"] <= latency["p90"] <= latency["p99"] <= latency["max"]
+        assert len(run["quantiles_ms"]) == 201 and len(run["load_avg_1m"]) == 2
+        # The verdict follows from the figures it is made of.
+        growth = run["p50_last_third_ms"] / max(run["p50_first_third_ms"], 1.0)
+        kept_up = run["sent_per_sec"] >= 190 and run["visible_per_sec"] >= 180 and growth < 1.5
+        assert run["sustained"] is kept_up
+    assert (tmp_path / "sinks-latency.png").stat().st_size > 10_000

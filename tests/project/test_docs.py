@@ -11,8 +11,9 @@ How a block is checked depends on its info string (see docs/development.md, "The
   repository's folder (``.venv``, ``examples/conf``), each block with the environment the one
   before it left; ``console`` runs its ``$ `` lines only. The marker's options
   (``<!-- docs-test: run (ports 6379) -->``) replace the fixed ports of ``FIXED_PORTS`` with free
-  loopback ports, give the page a redis-server, run a block that serves until Ctrl-C in the
-  background, and name the page's stop commands: ``docs_shell`` says how.
+  loopback ports, give the page a redis-server (a Kafka broker, a PostgreSQL), run a block that
+  serves until Ctrl-C in the background, and name the page's stop commands: ``docs_shell`` says
+  how.
 - ``json`` / ``yaml``: parsed.
 - ``text``: output, not run.
 
@@ -378,9 +379,15 @@ def _needs_kafka(page: Path) -> bool:
     return any("kafka" in b.options for b in SHELL_PAGES[page])
 
 
+def _needs_postgres(page: Path) -> bool:
+    """The page needs the test's PostgreSQL: it gets the ``postgres`` mark."""
+    return any("postgres" in b.options for b in SHELL_PAGES[page])
+
+
 def _shell_page(page: Path) -> object:
     marks = [pytest.mark.redis] if _needs_redis(page) else []
     marks += [pytest.mark.kafka] if _needs_kafka(page) else []
+    marks += [pytest.mark.postgres] if _needs_postgres(page) else []
     return pytest.param(page, marks=marks, id=_page_id(page))
 
 
@@ -394,6 +401,9 @@ def test_shell_blocks_run(page: Path, tmp_path: Path, request: pytest.FixtureReq
     kafka_port = None
     if any("kafka" in b.options for b in blocks):
         kafka_port = request.getfixturevalue("kafka_broker").port
+    postgres_port = None
+    if any("postgres" in b.options for b in blocks):
+        postgres_port = request.getfixturevalue("postgres_server").port
     runner = ShellPage(
         blocks,
         tmp_path,
@@ -401,6 +411,7 @@ def test_shell_blocks_run(page: Path, tmp_path: Path, request: pytest.FixtureReq
         root=ROOT,
         redis_port=redis_port,
         kafka_port=kafka_port,
+        postgres_port=postgres_port,
         timeout=BLOCK_TIMEOUT_S,
     )
     runner.run(SETUP.get(page))
@@ -412,7 +423,7 @@ def test_every_setup_has_its_page_and_every_fixed_port_a_block() -> None:
     for blocks in SHELL_PAGES.values():
         for block in blocks:
             options = block.options
-            for option in ("ports", "redis", "kafka"):
+            for option in ("ports", "redis", "kafka", "postgres"):
                 used |= {int(p) for p in options.get(option, ())}
             used |= {int(p) for p in options.get("serve", ())[:1]}
     assert used == set(FIXED_PORTS), f"FIXED_PORTS that no block names: {set(FIXED_PORTS) - used}"

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from recovery_topologies import read_hooks, run_driver_process
+from recovery_topologies import child_engine, read_hooks, run_driver_process
 
 from checkpoint import CheckPointState, TxPhase
 from checkpoint.status import checkpoint_status
@@ -63,11 +63,16 @@ def write_conf(path: Path, conf: dict[str, Any]) -> Path:
 
 
 def run_driver(
-    conf: Path, name: str, *extra: str, timeout: float = RUN_TIMEOUT, topology: str = TOPOLOGY
+    conf: Path,
+    name: str,
+    *extra: str,
+    timeout: float = RUN_TIMEOUT,
+    topology: str = TOPOLOGY,
+    engine: str = "spark",
 ) -> tuple[int, list[dict[str, Any]], str]:
     """Run the CLI driver in its own process group; return (status, JSON events, stderr)."""
     cmd = [sys.executable, "-m", "statefulbolts.cli", "run", topology, "--conf", str(conf)]
-    cmd += ["--name", name, "--json", *extra]
+    cmd += ["--name", name, "--json", "--engine", engine, *extra]
     return run_driver_process(cmd, ROOT, timeout)
 
 
@@ -124,9 +129,10 @@ def test_driver_killed_then_restarted_recovers(point, redis_db, tmp_path):
     conf = base_conf(url, redis_db.port, stream, tmp_path / "hooks-1.jsonl")
     fault = {"driver": {"point": point, "txid": KILL_TXID}}
     conf_1 = write_conf(tmp_path / "killed.json", {**conf, "topology.faults": fault})
+    engine = child_engine(point, on_spark="mid-commit")  # a kill in an executor's commit
 
     # 1. The driver dies at the kill point.
-    status, events, err = run_driver(conf_1, name)
+    status, events, err = run_driver(conf_1, name, engine=engine)
     assert status == KILLED, f"driver exited {status}, not killed:\n{err[-3000:]}"
     assert f"injected driver kill at {point}" in err or point == "mid-commit"
     before = transactions(events)
@@ -153,7 +159,7 @@ def test_driver_killed_then_restarted_recovers(point, redis_db, tmp_path):
     conf_2 = write_conf(
         tmp_path / "restart.json", {**conf, "recovery.hooks.file": str(tmp_path / "hooks-2.jsonl")}
     )
-    status, events, err = run_driver(conf_2, name)
+    status, events, err = run_driver(conf_2, name, engine=engine)
     assert status == 0, err[-3000:]
     after = transactions(events)
     expected = RECOVERY[point]
@@ -204,7 +210,8 @@ def test_a_driver_killed_in_its_own_commit_recovers(point, redis_db, tmp_path):
     fault = {"driver": {"point": point, "txid": KILL_TXID}}
     conf_1 = write_conf(tmp_path / "killed.json", {**conf, "topology.faults": fault})
 
-    status, events, err = run_driver(conf_1, name, topology=topology)
+    engine = child_engine(point, on_spark="")  # the driver commits: the same on both engines
+    status, events, err = run_driver(conf_1, name, topology=topology, engine=engine)
     assert status == KILLED, f"driver exited {status}, not killed:\n{err[-3000:]}"
     if point == "mid-commit":
         assert f"mid-commit of txid {KILL_TXID}" in err
@@ -221,7 +228,7 @@ def test_a_driver_killed_in_its_own_commit_recovers(point, redis_db, tmp_path):
     conf_2 = write_conf(
         tmp_path / "restart.json", {**conf, "recovery.hooks.file": str(tmp_path / "hooks-2.jsonl")}
     )
-    status, events, err = run_driver(conf_2, name, topology=topology)
+    status, events, err = run_driver(conf_2, name, topology=topology, engine=engine)
     assert status == 0, err[-3000:]
     after = transactions(events)
     assert after[:3] == [

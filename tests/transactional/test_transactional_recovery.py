@@ -38,6 +38,7 @@ from typing import Any
 
 import pytest
 import tx_recovery_topologies as tx
+from recovery_topologies import child_engine
 from ui_topologies import wait_for
 
 from examples.transactional_crash import KINDS, Run, check, expected, run_child, stored_maps
@@ -88,9 +89,10 @@ def write_conf(path: Path, conf: dict[str, Any]) -> Path:
     return path
 
 
-def run_driver(conf: Path, name: str, err: Path, **kill: Any) -> Run:
+def run_driver(conf: Path, name: str, err: Path, engine: str = "spark", **kill: Any) -> Run:
     """Run the child driver to its end (``kill``: as ``run_child`` takes it)."""
-    return run_child(tx.driver_command(conf, name), tx.child_env(), err, RUN_TIMEOUT, **kill)
+    command = tx.driver_command(conf, name, engine)
+    return run_child(command, tx.child_env(), err, RUN_TIMEOUT, **kill)
 
 
 def stored_partition_metas(status: Any) -> dict[tuple[int, int], Any]:
@@ -159,7 +161,8 @@ def test_a_driver_killed_at_a_kill_point_resumes_and_counts_exactly(point, redis
     killed_conf = {**conf, tx.LOG_KEY: str(tmp_path / "calls-1.jsonl"), "topology.faults": fault}
 
     # 1. The driver dies at the point, in txid K.
-    first = run_driver(write_conf(tmp_path / "killed.json", killed_conf), "killed", err)
+    engine = child_engine(point, on_spark="mid-commit")  # a committer task kills the driver
+    first = run_driver(write_conf(tmp_path / "killed.json", killed_conf), "killed", err, engine)
     log = err.read_text(encoding="utf-8", errors="replace")
     assert first.exit_code == tx.KILLED, f"driver exited {first.exit_code}:\n{log[-3000:]}"
     if point == "mid-commit":  # a committer task of K SIGKILLed the driver
@@ -194,7 +197,7 @@ def test_a_driver_killed_at_a_kill_point_resumes_and_counts_exactly(point, redis
 
     # 2. The same command without the fault, same transactional id: resume, then the rest.
     restart_conf = {**conf, tx.LOG_KEY: str(tmp_path / "calls-2.jsonl")}
-    second = run_driver(write_conf(tmp_path / "restart.json", restart_conf), "restart", err)
+    second = run_driver(write_conf(tmp_path / "restart.json", restart_conf), "restart", err, engine)
     assert second.exit_code == 0, err.read_text(errors="replace")[-3000:]
     assert second.failed == 0
     assert second.first_commit == status.current_txid

@@ -58,6 +58,6 @@ def test_the_dashboard_and_metrics_show_the_dead_letter(cluster: Any) -> None:
     assert rows["count"][1][3 + header.index("dead-lettered")] == "1"
     assert rows["split"][1][3 + header.index("dead-lettered")] == "0"
     letters = [(a["data-letter"], cells) for a, cells in page.rows if "data-letter" in a]
-    assert letters == [(record.id, [record.id, "count", str(record.task), "['poison']",
+    assert letters == [(record.id, [record.id, "count", str(record.task_index), "['poison']",
                                     "ValueError: cannot count 'poison'", "2"])]  # fmt: skip
     assert page.text["dead-held"] == "1 held · policy isolate"

@@ -661,6 +661,11 @@ class RecordReader(PartitionReader):
                             return PartitionBatch(records, position, stream)
                     else:
                         raise self._failed(kafka.KafkaException(failed), position)
+                if messages:
+                    # The timeout is a wait without progress, not a bound on the whole read: a
+                    # large backlog from a slow broker is read to its fixed end (what a re-run
+                    # of the task must read again), however long that takes while records come.
+                    deadline = time.monotonic() + self.settings.timeout_s
         return PartitionBatch(records, position, stream)
 
     def _failed(self, exc: BaseException, position: int) -> Exception:

@@ -1,4 +1,4 @@
-"""The Redis connectors: sources over Redis Streams, one per protocol.
+"""The Redis connectors: sources over Redis Streams, one per protocol, and ``RedisSink``.
 
 ==========================================  ==========================  ===========================
 class                                       protocol                    reads
@@ -28,7 +28,11 @@ use of the client:
 - ``_partitioned``: ``PartitionedRedisStreamSpout`` and ``PartitionedRedisStreamConfig``
   (``redis.stream.keys``, ``redis.stream.pattern``);
 - ``_transactional``: the two transactional spouts (their URL is an argument, no config key),
-  ``load_streams`` and ``close_connections``.
+  ``load_streams`` and ``close_connections``;
+- ``_sink``: ``RedisSink`` (each sink task's records of a committed transaction, and its
+  marker, in one Lua script), its records (``HSet``, ``HIncrBy``, ``ZAdd``, ``XAdd``,
+  ``SetValue``), its config model (``sink.redis.url``, ``sink.redis.key.prefix``,
+  ``sink.redis.marker.key``) and errors.
 
 redis-py is imported only when a connector connects, so this package imports without it; a
 connector that connects without it fails with the install command.
@@ -40,6 +44,21 @@ from statefulbolts.connectors.redis._partitioned import (
     PATTERN_KEY,
     PartitionedRedisStreamConfig,
     PartitionedRedisStreamSpout,
+)
+from statefulbolts.connectors.redis._sink import (
+    PUBLISH,
+    SINK_MARKER_KEY,
+    SINK_PREFIX_KEY,
+    SINK_URL_KEY,
+    TXID_FIELD,
+    HIncrBy,
+    HSet,
+    RedisSink,
+    RedisSinkConfig,
+    RedisSinkRefusedError,
+    SetValue,
+    XAdd,
+    ZAdd,
 )
 from statefulbolts.connectors.redis._streams import (
     GROUP_KEY,
@@ -63,15 +82,28 @@ __all__ = [
     "GROUP_KEY",
     "KEYS_KEY",
     "PATTERN_KEY",
+    "PUBLISH",
+    "SINK_MARKER_KEY",
+    "SINK_PREFIX_KEY",
+    "SINK_URL_KEY",
     "STREAM_KEY",
+    "TXID_FIELD",
     "URL_KEY",
+    "HIncrBy",
+    "HSet",
     "OpaqueRedisStreamsTransactionalSpout",
     "PartitionedRedisStreamConfig",
     "PartitionedRedisStreamSpout",
     "RedisConnectorConfig",
+    "RedisSink",
+    "RedisSinkConfig",
+    "RedisSinkRefusedError",
     "RedisStreamConfig",
     "RedisStreamSpout",
     "RedisStreamsTransactionalSpout",
+    "SetValue",
+    "XAdd",
+    "ZAdd",
     "close_connections",
     "entry_values",
     "load_stream",
@@ -84,3 +116,4 @@ __all__ = [
 # name it themselves, as it is part of their field name, ``TX_FIELD``.)
 RedisStreamSpout.__module__ = __name__
 PartitionedRedisStreamSpout.__module__ = __name__
+RedisSink.__module__ = __name__

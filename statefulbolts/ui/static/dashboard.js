@@ -408,6 +408,13 @@ function renderComponents(components) {
       el("td", { class: `num${c.dead_lettered ? " fail" : ""}` }, fmtInt(c.dead_lettered)),
       el("td", { class: "num" }, latency),
       ...rateCells(c.rates, c.capacity)));
+    // Metrics its tasks registered (a sink's records published, ...), summed since the start.
+    const metrics = Object.entries(c.metrics || {});
+    if (metrics.length) {
+      const text = metrics.map(([k, v]) => `${k} ${Number.isInteger(v) ? fmtInt(v) : v.toFixed(3)}`);
+      body.append(el("tr", { class: "metrics", "data-metrics-of": c.id },
+        el("td", { class: "muted", colspan: "16" }, text.join(" · "))));
+    }
     if (!open) continue;
     for (const t of tasks) {
       const pending = t.pending === null || t.pending === undefined ? "" : `pending ${fmtInt(t.pending)}`;

@@ -72,9 +72,7 @@ class DirectorySpout(PartitionedSpout):
         """
         try:
             with os.scandir(self.directory) as entries:
-                return sorted(
-                    e.name for e in entries if e.is_file() and not e.name.startswith(".")
-                )
+                return sorted(e.name for e in entries if e.is_file() and not e.name.startswith("."))
         except OSError as exc:
             msg = f"DirectorySpout cannot list {self.directory!r}: {exc}; create it or fix the path"
             raise TopologyError(msg) from exc
