@@ -9,6 +9,8 @@
     python bench/wordcount.py --no-emit              # a count bolt that emits nothing
     python bench/wordcount.py --state-keys 10000000 --max-spout-pending 10000 --interval 100
                                                      # per-transaction cost over 10M keys
+    python bench/wordcount.py --api both --repeat 5 --json
+                                                     # per-tuple bolts against batch bolts
 
 The input is ``examples/zipf.py``'s seeded Zipf corpus: 10-word sentences over ``--vocab``
 pseudo-words whose frequencies follow Zipf's law, as real text does. Two baselines run on the
@@ -27,6 +29,16 @@ both (a count bolt that is a sink, and the plain count). The split and count bol
 examples' with an ``execute_batch`` added (``BatchSplit``, ``BatchWordCount``): the runtime
 gives them their input as column batches, the counter's acks held per batch until the commit.
 
+``--api tuple`` runs the same topology written the Storm way instead: ``SplitSentence`` (a
+``BasicBolt``), a count whose ``execute`` does ``get``, ``put``, ``emit`` and ``ack`` per word
+(``TupleWordCount``) and a per-tuple sink; its runs are named ``<provider>_tuple``. ``--api
+both`` runs both forms in every round, alternating, and reports each round's
+``ratio_<provider>_tuple_vs_<provider>`` (per-tuple words/s over batch words/s); ``--reference``
+adds the per-tuple form through the runtime's reference loop (``<provider>_tuple_ref``, the
+per-tuple path as it was before issue 35) to every round. Every round
+records the machine's load (``os.getloadavg``) when it starts: ratios within a round are what
+count on a shared machine.
+
 ``--state-keys N`` seeds the committed state with N filler keys before each framework run
 (``bench/_state.py``: through the providers' stored-image API, split over the counter tasks,
 with the checkpoint spout's ``COMMITTED``), so its transactions touch the corpus's words on top
@@ -43,6 +55,7 @@ import argparse
 import collections
 import json
 import operator
+import os
 import statistics
 import sys
 import time
@@ -56,6 +69,7 @@ from examples.corpus import sentence, words  # noqa: E402
 from examples.wordcount import SentenceSpout, SplitSentence, WordCount  # noqa: E402
 from examples.zipf import zipf_sentences  # noqa: E402
 from statefulbolts import BasicBolt, Fields, StormTopology, TopologyBuilder  # noqa: E402
+from statefulbolts.runtime._rows import REFERENCE_KEY  # noqa: E402
 
 
 def sentences_for(total_words: int) -> int:
@@ -160,6 +174,32 @@ class EmittingWordCount(BatchWordCount):
         declarer.declare(Fields("word", "count"))
 
 
+class TupleWordCount(WordCount):
+    """The count written per tuple, as issue 35 measures it: ``get``, ``put``, ``emit``, ``ack``."""
+
+    def execute(self, tuple: Any) -> None:  # noqa: A002
+        """Add one to the word's count, emit the new count anchored to the word, ack."""
+        word = tuple.get_value(0)
+        count = self.counts.get(word, 0) + 1
+        self.counts.put(word, count)
+        self.collector.emit([word, count], anchors=tuple)
+        self.collector.ack(tuple)
+
+    def declare_output_fields(self, declarer: Any) -> None:
+        """``word``, ``count``."""
+        declarer.declare(Fields("word", "count"))
+
+
+class TupleSink(BasicBolt):
+    """Takes the counts a tuple at a time and does nothing else."""
+
+    def execute(self, tuple: Any, collector: Any) -> None:  # noqa: A002
+        """Nothing."""
+
+    def declare_output_fields(self, declarer: Any) -> None:
+        """No output."""
+
+
 class Sink(BasicBolt):
     """Takes the counts and does nothing else (acked for it by ``BasicBolt``).
 
@@ -177,15 +217,25 @@ class Sink(BasicBolt):
         """No output."""
 
 
-def build(corpus: list[str], parallelism: int, emit: bool = True) -> StormTopology:
-    """The stateful word count over ``corpus``; with ``emit``, counts go on to a sink bolt."""
+def build(
+    corpus: list[str], parallelism: int, emit: bool = True, api: str = "batch"
+) -> StormTopology:
+    """The stateful word count over ``corpus``; with ``emit``, counts go on to a sink bolt.
+
+    ``api``: ``batch`` (bolts with ``execute_batch``) or ``tuple`` (the Storm API only).
+    """
     builder = TopologyBuilder()
     builder.set_spout("sentences", ListSpout(corpus), 1)
-    builder.set_bolt("split", BatchSplit(), parallelism).shuffle_grouping("sentences")
-    counter = EmittingWordCount() if emit else BatchWordCount()
+    split: BasicBolt = BatchSplit() if api == "batch" else SplitSentence()
+    builder.set_bolt("split", split, parallelism).shuffle_grouping("sentences")
+    if api == "batch":
+        counter: WordCount = EmittingWordCount() if emit else BatchWordCount()
+        sink: BasicBolt = Sink()
+    else:
+        counter, sink = (TupleWordCount() if emit else WordCount()), TupleSink()
     builder.set_bolt(_state.COUNTER, counter, parallelism).fields_grouping("split", Fields("word"))
     if emit:
-        builder.set_bolt("sink", Sink(), parallelism).local_or_shuffle_grouping(_state.COUNTER)
+        builder.set_bolt("sink", sink, parallelism).local_or_shuffle_grouping(_state.COUNTER)
     return builder.create_topology()
 
 
@@ -263,6 +313,7 @@ def framework(
     emit: bool = True,
     state_keys: int = 0,
     redis: Any = None,
+    api: str = "batch",
 ) -> dict[str, Any]:
     """The stateful word count topology, from submit to idle, over ``state_keys`` seeded keys.
 
@@ -284,7 +335,7 @@ def framework(
             )
 
     cluster = LocalCluster(spark=spark)
-    topology = build(corpus, parallelism, emit)
+    topology = build(corpus, parallelism, emit, api)
     commands = redis.command_count() if redis is not None else 0
     started = time.perf_counter()
     handle = cluster.submit_topology(name, conf, topology, on_transaction=show)
@@ -371,7 +422,22 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--repeat", type=int, default=1, help="framework runs per provider; the fastest counts"
     )
+    parser.add_argument(
+        "--api",
+        choices=["batch", "tuple", "both"],
+        default="batch",
+        help="the bolts' form: execute_batch (default), per tuple (runs <provider>_tuple), both",
+    )
+    parser.add_argument(
+        "--reference",
+        action="store_true",
+        help="also run the per-tuple form through the runtime's reference loop "
+        "(<provider>_tuple_ref): the per-tuple figure before issue 35, in the same rounds",
+    )
     args = parser.parse_args(argv)
+    apis = ["batch", "tuple"] if args.api == "both" else [args.api]
+    if args.reference:
+        apis.append("tuple_ref")
 
     from statefulbolts.runtime import build_session
 
@@ -391,36 +457,63 @@ def main(argv: list[str] | None = None) -> int:
     warm_expected = dict(collections.Counter(w for text in warm for w in words(text)))
     baseline(sc, warm, args.parallelism)
     same_shape(sc, warm, args.parallelism, args.emit)
-    framework(
-        spark,
-        warm,
-        args.parallelism,
-        base_conf,
-        "warmup",
-        False,
-        expected=warm_expected,
-        emit=args.emit,
-    )
+    for api in ("batch", "tuple") if args.api == "both" else (args.api,):
+        framework(
+            spark,
+            warm,
+            args.parallelism,
+            base_conf,
+            f"warmup-{api}",
+            False,
+            expected=warm_expected,
+            emit=args.emit,
+            api=api,
+        )
 
     runs: dict[str, Any] = {}
-    confs = {"memory": base_conf}
+    providers = {"memory": base_conf}
     server = None
     if args.provider == "redis":
         from bench._redis import redis_conf, start_redis
 
         server = start_redis()
-        confs["redis"] = base_conf | redis_conf(server.port)
-    # On a shared machine one run is noise: alternate the providers (order flipped every round,
-    # a fresh topology name each time) and keep each one's fastest run.
-    order = list(confs)
+        providers["redis"] = base_conf | redis_conf(server.port)
+    # Each kind of run: a provider and a form of the bolts (``<provider>`` for execute_batch,
+    # ``<provider>_tuple`` per tuple), with its conf.
+    kinds = {
+        provider + ("" if api == "batch" else f"_{api}"): (
+            conf | {REFERENCE_KEY: True} if api == "tuple_ref" else conf,
+            "batch" if api == "batch" else "tuple",
+        )
+        for provider, conf in providers.items()
+        for api in apis
+    }
+    # On a shared machine one run is noise: alternate the kinds (order flipped every round, a
+    # fresh topology name each time) and keep each one's fastest run.
+    order = list(kinds)
     # Each round's own memory/baseline ratio too: on a host whose speed drifts between rounds,
     # the two runs of one round saw the same machine.
     round_ratios: list[float] = []
     # Per round: each provider's ratio to that round's same-shape job, and Redis to memory.
     shape_ratios: dict[str, list[float]] = {kind: [] for kind in order}
     round_seconds: dict[str, float] = {}
-    redis_ratios: list[float] = []
+    # Per round: Redis against memory, per tuple against batch (each pair of kinds that ran).
+    pair_ratios: dict[str, list[float]] = {}
+    pairs = [
+        (a, b)
+        for a, b in [
+            ("redis", "memory"),
+            ("redis_tuple", "memory_tuple"),
+            ("memory_tuple", "memory"),
+            ("redis_tuple", "redis"),
+            ("memory_tuple", "memory_tuple_ref"),
+            ("redis_tuple", "redis_tuple_ref"),
+        ]
+        if a in kinds and b in kinds
+    ]
+    loads: list[list[float]] = []
     for i in range(args.repeat):
+        loads.append([round(x, 2) for x in os.getloadavg()])
         # The baselines get the same best-of-repeat treatment.
         for label in ("baseline", "same_shape"):
             if label == "baseline":
@@ -445,17 +538,19 @@ def main(argv: list[str] | None = None) -> int:
                 round_shape = base["seconds"]
         for kind in order if i % 2 == 0 else order[::-1]:
             name = f"bench-{kind}" if args.repeat == 1 else f"bench-{kind}-{i}"
+            conf, api = kinds[kind]
             run = framework(
                 spark,
                 corpus,
                 args.parallelism,
-                confs[kind],
+                conf,
                 name,
                 not args.json,
                 expected=expected,
                 emit=args.emit,
                 state_keys=args.state_keys,
-                redis=server if kind == "redis" else None,
+                redis=server if kind.startswith("redis") else None,
+                api=api,
             )
             best = runs.get(kind)
             all_seconds = [*(best["all_seconds"] if best else []), round(run["seconds"], 3)]
@@ -477,8 +572,10 @@ def main(argv: list[str] | None = None) -> int:
                 round_ratios.append(round(round_base / run["seconds"], 3))
             shape_ratios[kind].append(round(round_shape / run["seconds"], 3))
             round_seconds[kind] = run["seconds"]
-        if "redis" in round_seconds:
-            redis_ratios.append(round(round_seconds["memory"] / round_seconds["redis"], 3))
+        for a, b in pairs:
+            pair_ratios.setdefault(f"{a}_vs_{b}", []).append(
+                round(round_seconds[b] / round_seconds[a], 3)
+            )
     if server is not None:
         server.stop()
     for kind in runs:
@@ -495,25 +592,27 @@ def main(argv: list[str] | None = None) -> int:
         "interval_ms": args.interval,
         "emit": args.emit,
         "state_keys": args.state_keys,
+        "api": args.api,
+        "load_per_round": loads,
         "runs": runs,
-        "ratio_memory_vs_baseline": round(
-            runs["memory"]["words_per_sec"] / runs["baseline"]["words_per_sec"], 3
-        ),
     }
-    result["ratio_memory_vs_same_shape"] = round(
-        runs["memory"]["words_per_sec"] / runs["same_shape"]["words_per_sec"], 3
-    )
-    result["ratio_memory_vs_baseline_per_round"] = round_ratios
-    result["ratio_memory_vs_baseline_median_round"] = statistics.median(round_ratios)
+    if "memory" in runs:
+        result["ratio_memory_vs_baseline"] = round(
+            runs["memory"]["words_per_sec"] / runs["baseline"]["words_per_sec"], 3
+        )
+        result["ratio_memory_vs_baseline_per_round"] = round_ratios
+        result["ratio_memory_vs_baseline_median_round"] = statistics.median(round_ratios)
     for kind, ratios in shape_ratios.items():
+        result[f"ratio_{kind}_vs_same_shape"] = round(
+            runs[kind]["words_per_sec"] / runs["same_shape"]["words_per_sec"], 3
+        )
         result[f"ratio_{kind}_vs_same_shape_per_round"] = ratios
         result[f"ratio_{kind}_vs_same_shape_median_round"] = statistics.median(ratios)
-    if "redis" in runs:
-        result["ratio_redis_vs_memory"] = round(
-            runs["redis"]["words_per_sec"] / runs["memory"]["words_per_sec"], 3
-        )
-        result["ratio_redis_vs_memory_per_round"] = redis_ratios
-        result["ratio_redis_vs_memory_median_round"] = statistics.median(redis_ratios)
+    for a, b in pairs:
+        ratios = pair_ratios[f"{a}_vs_{b}"]
+        result[f"ratio_{a}_vs_{b}"] = round(runs[a]["words_per_sec"] / runs[b]["words_per_sec"], 3)
+        result[f"ratio_{a}_vs_{b}_per_round"] = ratios
+        result[f"ratio_{a}_vs_{b}_median_round"] = statistics.median(ratios)
     spark.stop()
     if args.json:
         print(json.dumps(result, indent=2))
@@ -523,19 +622,22 @@ def main(argv: list[str] | None = None) -> int:
                 f"{name:>10}: {run['seconds']:7.2f}s  {run['words_per_sec']:>9} words/s  "
                 f"exact={run['exact']}"
             )
-        print(
-            f"ratio memory/same_shape: {result['ratio_memory_vs_same_shape']} (best runs), "
-            f"{result['ratio_memory_vs_same_shape_median_round']} (median of the rounds' ratios)"
-        )
-        print(
-            f"ratio memory/baseline: {result['ratio_memory_vs_baseline']} (best runs), "
-            f"{result['ratio_memory_vs_baseline_median_round']} (median of the rounds' ratios)"
-        )
-        if "ratio_redis_vs_memory" in result:
+        for kind in order:
             print(
-                f"ratio redis/memory:    {result['ratio_redis_vs_memory']} (best runs), "
-                f"{result['ratio_redis_vs_memory_median_round']} (median of the rounds' ratios)"
+                f"ratio {kind}/same_shape: {result[f'ratio_{kind}_vs_same_shape']} (best runs), "
+                f"{result[f'ratio_{kind}_vs_same_shape_median_round']} (median of the rounds')"
             )
+        if "memory" in runs:
+            print(
+                f"ratio memory/baseline: {result['ratio_memory_vs_baseline']} (best runs), "
+                f"{result['ratio_memory_vs_baseline_median_round']} (median of the rounds')"
+            )
+        for a, b in pairs:
+            print(
+                f"ratio {a}/{b}: {result[f'ratio_{a}_vs_{b}']} (best runs), "
+                f"{result[f'ratio_{a}_vs_{b}_median_round']} (median of the rounds')"
+            )
+        print(f"load (1, 5, 15 min) at each round's start: {loads}")
     ok = all(run["exact"] for run in runs.values())
     return 0 if ok else 1
 

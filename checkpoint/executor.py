@@ -130,6 +130,11 @@ class StatefulBoltExecutor(BaseStatefulBoltExecutor):
             self._pending.append(tuple_)
 
     @property
+    def row_acks(self) -> AckTrackingOutputCollector | None:
+        """Where the bolt's acks go and are held (the runtime's row loop settles them as runs)."""
+        return self._tracking
+
+    @property
     def batch_target(self) -> Callable[[ColumnBatch], None] | None:
         """``execute_batch`` when the bolt takes batches (``None`` when it does not)."""
         return self.execute_batch if self.bolt.takes_batches() else None

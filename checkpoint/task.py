@@ -51,7 +51,7 @@ from checkpoint.executor import StatefulBoltExecutor
 from checkpoint.forwarder import CheckpointTupleForwarder
 from providers import StateTtl
 from statefulbolts.collectors import OutputCollector
-from statefulbolts.components import BasicBolt, BasicBoltExecutor, Bolt
+from statefulbolts.components import BasicBolt, BasicBoltExecutor, BasicRows, Bolt
 from statefulbolts.context import TopologyContext
 from statefulbolts.errors import TopologyError
 from statefulbolts.listeners import NO_FAULTS, FaultListener
@@ -165,6 +165,10 @@ class CheckpointTask:
         self.ttl: StateTtl | None = None  # this component's state TTL (``checkpoint._ttl``)
         # Set by ``prepare`` for a BasicBolt that takes column batches (see the module doc).
         self.batch_target: Callable[[ColumnBatch], None] | None = None
+        # Set by ``prepare``, for the runtime's loop over a per-tuple bolt's rows: a
+        # BasicBolt's step taken apart, or where any other bolt's acks go.
+        self.basic_rows: BasicRows | None = None
+        self.row_acks: Any = None
         self.bolt: Bolt
         if spec.executor is ExecutorKind.STATEFUL:
             self.bolt = StatefulBoltExecutor(obj)
@@ -203,10 +207,14 @@ class CheckpointTask:
                     state.supersede_prepared(self._txid)
             bolt.initialize()
             self.batch_target = bolt.batch_target
+            self.row_acks = bolt.row_acks  # held until the checkpoint
             return bolt.bolt.execute
         passed = bolt.bolt if isinstance(bolt, CheckpointTupleForwarder) else bolt
         if isinstance(passed, BasicBoltExecutor):
             self.batch_target = passed.batch_target
+            self.basic_rows = passed.basic_rows
+        else:
+            self.row_acks = collector  # a forwarder passes acks straight on too
         return passed.execute  # a forwarder passes data straight on
 
     def before_data(self, plan: PlanLike, batches: Sequence[BatchLike]) -> None:

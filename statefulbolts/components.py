@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple
 
 from statefulbolts.collectors import (
     BasicOutputCollector,
@@ -23,6 +23,7 @@ if TYPE_CHECKING:
 __all__ = [
     "BasicBolt",
     "BasicBoltExecutor",
+    "BasicRows",
     "Bolt",
     "Component",
     "OutputFieldsDeclarer",
@@ -327,6 +328,22 @@ class StatefulBolt(Bolt):
         """Called before the state's ``rollback()``."""
 
 
+class BasicRows(NamedTuple):
+    """A ``BasicBolt``'s step per tuple, taken apart for a runtime's loop over many tuples.
+
+    What ``BasicBoltExecutor.execute`` does with one tuple ``t``, for a loop that does it to
+    each tuple of a batch without a call into the executor (``statefulbolts.runtime``'s
+    ``feed_basic``): set ``collector``'s input to ``t``, call ``execute(t, collector)``; on
+    ``FailedException``, ``failed(t, exc)``; otherwise ``t`` is acked, and ``ack_batch`` acks a
+    run of such tuples at once.
+    """
+
+    execute: Callable[[Tuple, BasicOutputCollector], None]
+    collector: BasicOutputCollector
+    failed: Callable[[Tuple, FailedException], None]
+    ack_batch: Callable[[ColumnBatch], None]
+
+
 class BasicBoltExecutor(Bolt):
     """Runs a ``BasicBolt`` as a ``Bolt``: anchors its emits and acks (or fails) its input."""
 
@@ -363,6 +380,18 @@ class BasicBoltExecutor(Bolt):
         """``execute_batch`` when the wrapped bolt takes batches (``None`` when it does not)."""
         return self.execute_batch if self.bolt.takes_batches() else None
 
+    @property
+    def basic_rows(self) -> BasicRows | None:
+        """This executor's step per tuple, taken apart.
+
+        ``None`` before ``prepare``, or when its collector cannot ack a run of tuples at once.
+        """
+        collector, basic = self._collector, self._basic
+        ack_batch = getattr(collector, "ack_batch", None)
+        if basic is None or not callable(ack_batch):
+            return None
+        return BasicRows(self.bolt.execute, basic, self.failed, ack_batch)
+
     def execute(self, tuple: Tuple) -> None:  # noqa: A002
         """Execute the wrapped bolt, then ack the input, or fail it on ``FailedException``."""
         collector, basic = self._collector, self._basic
@@ -371,11 +400,17 @@ class BasicBoltExecutor(Bolt):
         try:
             self.bolt.execute(tuple, basic)
         except FailedException as exc:
-            if isinstance(exc, ReportedFailedException):
-                collector.report_error(exc)
-            collector.fail(tuple)
+            self.failed(tuple, exc)
         else:
             collector.ack(tuple)
+
+    def failed(self, tuple: Tuple, exc: FailedException) -> None:  # noqa: A002
+        """The bolt raised ``exc`` executing ``tuple``: report it if asked to, fail the tuple."""
+        collector = self._collector
+        assert collector is not None, "execute before prepare"  # noqa: S101
+        if isinstance(exc, ReportedFailedException):
+            collector.report_error(exc)
+        collector.fail(tuple)
 
     def execute_batch(self, batch: ColumnBatch) -> None:
         """Execute the wrapped bolt on a batch, ack its tuples (fail them on ``FailedException``).

@@ -101,8 +101,9 @@ class TaskCollector(OutputCollector):
                 if s in self._memo and self._widths[s] == 1
             }
         # Streams whose every tuple goes to one task (``Router.single_target``), by name: the
-        # width and, once the first emit made it, the batch; the fast path appends to it.
-        self._fixed: dict[str, tuple[int, list[Any] | None]] = {}
+        # width and, once the first emit made it, the batch (set in place); the fast path
+        # appends to it.
+        self._fixed: dict[str, list[Any]] = {}
         # ``emit_to``'s fast paths: the fixed streams' task ids; the fields-grouped streams by
         # name, (width, field position, the memo's cache).
         self._fixed_ids: dict[str, int] = {}
@@ -111,14 +112,24 @@ class TaskCollector(OutputCollector):
             for name, s in self._streams.items():
                 target = self._router.single_target(s)
                 if s != self._cp_stream and target is not None:
-                    self._fixed[name] = (self._widths[s], None)
+                    self._fixed[name] = [self._widths[s], None]
                     self._fixed_ids[name] = plan.task_ids[target[0]][target[1]]
                 if s in self._memo:
                     self._memo_by_name[name] = (self._widths[s], self._memo[s][0], self._memo[s][1])
+        # ``emit``'s two fast paths by stream name, in one lookup: (the fields-grouping cache
+        # of a one-field stream, the fixed stream's entry), either ``None``.
+        self._quick: dict[str, tuple[dict[str, tuple[list[Any], str]] | None, list[Any] | None]]
+        self._quick = {
+            name: (self._fast.get(name), self._fixed.get(name))
+            for name in {*self._fast, *self._fixed}
+        }
         self._anchored_only = False  # ``refuse_unanchored``
         self.ledger = DeliveryLedger(id_base(txid, comp, task))
         # Acks only keep the tuple (the ledger's own list methods); ``settle`` does the rest.
         self.ack = self.ledger.ack  # type: ignore[method-assign,assignment]
+        # The list ``ack`` appends to (``_rows.RowAcks``: a row loop takes a single ack of the
+        # row's tuple back out of it, and acks the run with ``ack_batch``).
+        self.acked: list[Tuple] = self.ledger.acked
         self.ack_many = self.ledger.ack_many  # type: ignore[method-assign,assignment]
         self.fails: list[int] = []
         self.errors: list[ReportedError] = []
@@ -154,34 +165,31 @@ class TaskCollector(OutputCollector):
         self, values: Sequence[Any], anchors: Anchors = None, stream: str = DEFAULT_STREAM
     ) -> None:
         """Route one tuple to its destination tasks, with the roots of its anchors."""
-        # Fast path, the shape of most emits: one anchor on at most one tree, a data stream
-        # whose single-field fields grouping already routed this value (see ``_memo``).
-        cache = self._fast.get(stream)
-        if (
-            cache is not None
-            and type(anchors) is Tuple
-            and anchors._more is None
-            and len(values) == 1
-        ):
-            value = values[0]
-            entry = cache.get(value) if type(value) is str else None
-            if entry is not None:
-                # The value shipped is the first equal str this task emitted: the pickled batch
-                # then holds each distinct word once (later ones are memo references), and the
-                # next stage gets one object per word, its hash computed once.
-                batch, value = entry
-                batch[0].append(value)
-                batch[1].append(anchors._root)
-                return
-        # The other fast path: a stream into one task (a count emitted on to a sink), anchored
-        # to one tree, once its batch exists.
-        fixed = self._fixed.get(stream)
-        if fixed is not None and type(anchors) is Tuple and anchors._more is None:
-            width, to = fixed
-            if to is not None and len(values) == width:
-                to[0].append(values[0] if width == 1 else list(values))
-                to[1].append(anchors._root)
-                return
+        # The fast paths take an emit anchored to one tuple of one tree (the shape of most).
+        quick = self._quick.get(stream)
+        if quick is not None and type(anchors) is Tuple and anchors._more is None:
+            cache, fixed = quick
+            # A one-field data stream whose fields grouping already routed this value (see
+            # ``_memo``).
+            if cache is not None and len(values) == 1:
+                value = values[0]
+                entry = cache.get(value) if type(value) is str else None
+                if entry is not None:
+                    # The value shipped is the first equal str this task emitted: the pickled
+                    # batch then holds each distinct word once (later ones are memo
+                    # references), and the next stage gets one object per word, its hash
+                    # computed once.
+                    batch, value = entry
+                    batch[0].append(value)
+                    batch[1].append(anchors._root)
+                    return
+            # A stream into one task (a count emitted on to a sink), once its batch exists.
+            if fixed is not None:
+                width, to = fixed
+                if to is not None and len(values) == width:
+                    to[0].append(values[0] if width == 1 else list(values))
+                    to[1].append(anchors._root)
+                    return
         self._emit(values, anchors, stream)
 
     @property
@@ -387,8 +395,9 @@ class TaskCollector(OutputCollector):
             targets: Sequence[list[Any]] = (entry[0],)
         else:
             targets = [self._batch(d, t, s) for d, t in self._router.targets(self.comp, s, values)]
-            if stream in self._fixed:
-                self._fixed[stream] = (self._widths[s], targets[0])  # for ``emit``'s fast path
+            fixed = self._fixed.get(stream)
+            if fixed is not None:
+                fixed[1] = targets[0]  # for ``emit``'s fast path
         if s != self._cp_stream:
             self._emits += 1
         if not targets:
@@ -481,7 +490,8 @@ class TaskCollector(OutputCollector):
         self._dest_of.clear()
         for _pos, cache, _dest, _n in self._memo.values():
             cache.clear()
-        self._fixed = {name: (width, None) for name, (width, _to) in self._fixed.items()}
+        for fixed in self._fixed.values():
+            fixed[1] = None
 
     def ack(self, tuple_: Tuple) -> None:
         """Ack a tuple this task was given (settled by the ledger when the task ends)."""

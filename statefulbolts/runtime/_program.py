@@ -46,7 +46,10 @@ class TaskExecutor(Protocol):
     whose ``lineage`` the runtime sets to each data tuple's root before executing it
     (``None``: none); ``batch_target``, read after ``prepare``: where data batches go as
     ``ColumnBatch`` columns instead of a tuple at a time (``None``: nowhere), for a bolt that
-    takes them (``BasicBolt.execute_batch``, ``StatefulBolt.execute_batch``).
+    takes them (``BasicBolt.execute_batch``, ``StatefulBolt.execute_batch``). For a bolt that
+    takes tuples, also read after ``prepare``: ``basic_rows``, a ``BasicBolt``'s step taken
+    apart (``BasicBoltExecutor.basic_rows``), or ``row_acks``, where the data target's acks go
+    (``_rows.RowAcks``); either lets the runtime's row loop (``_rows``) feed it.
     """
 
     def prepare(

@@ -28,6 +28,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from types import CodeType
 from typing import Any, NamedTuple
 
+from statefulbolts.components import BasicRows
 from statefulbolts.context import TopologyContext
 from statefulbolts.errors import UnshippableValueError
 from statefulbolts.namespaces import TaskNamespace, topology_prefix, window_namespace
@@ -44,6 +45,7 @@ from statefulbolts.runtime._records import (
     TaskReport,
     TupleBatch,
 )
+from statefulbolts.runtime._rows import RowAcks, fast, feed_basic, feed_lead, feed_rows
 from statefulbolts.runtime._sealing import unshippable_error
 from statefulbolts.runtime._spark import task_attempt
 from statefulbolts.runtime._task_errors import FailingTuple, encode_task_error
@@ -160,9 +162,7 @@ def run_task(
                 culprit = exc.failing  # named where the value was found (``_sealing``)
             else:
                 culprit = _failing_tuple(job, task, failing)
-            raise encode_task_error(
-                exc, spec.id, task, job.txid, spec.user_class, culprit
-            ) from exc
+            raise encode_task_error(exc, spec.id, task, job.txid, spec.user_class, culprit) from exc
         seconds = time.perf_counter() - started
         metrics = TaskMetrics(0, 0, 0, 0, seconds)
         errors = tuple(collector.errors)
@@ -293,18 +293,24 @@ def _execute(
     does not pickle raises ``UnshippableValueError`` naming the tuple that emitted it
     (``_sealing.unshippable_error``, which may execute tuples of its tree again to find it).
 
-    The hot loop of the runtime: per tuple it builds a ``Tuple`` and calls the executor's
-    data target, and nothing else. Tuples are built slot by slot (no call into
-    ``Tuple.__init__``: 40% cheaper), in chunks, so that a young-garbage check runs between
-    chunks of a long batch. With GC off: the tuples a stateful bolt holds until the checkpoint
-    are all alive, and every full collection walked all of them again (it was half the time of
-    a counting task); young garbage is still collected between chunks. (``run_task`` turns the
-    collector off around this.)
+    The hot loops of the runtime, one per way a bolt takes its single-tree data batches:
 
-    A bolt that takes its input as column batches (``BasicBolt.execute_batch`` or
-    ``StatefulBolt.execute_batch``, offered by the protocol's executor as ``batch_target``)
-    gets its single-tree data batches through ``_columns.feed_columns`` instead: no
-    ``Tuple``, call or ack per value.
+    - a bolt that takes column batches (``BasicBolt.execute_batch`` or
+      ``StatefulBolt.execute_batch``, offered by the protocol's executor as ``batch_target``):
+      ``_columns.feed_columns``, no ``Tuple``, call or ack per value;
+    - a per-tuple bolt whose executor says where its acks go (``row_acks``) or takes its
+      ``BasicBolt``'s step apart (``basic_rows``): ``_rows.feed_rows`` / ``feed_basic``, one
+      reused ``Tuple`` and acks settled as runs; a transactional job's bolts (their tuples
+      lead with the attempt): ``_rows.feed_lead``, one reused ``Tuple``;
+    - anything else, and every per-tuple bolt of a job that asks for it (``_rows.fast``): the
+      reference loop, ``_feed``, which builds a ``Tuple`` per value and calls the executor's
+      data target, and nothing else.
+
+    Tuples are built slot by slot (no call into ``Tuple.__init__``: 40% cheaper), in chunks,
+    so that a young-garbage check runs between chunks of a long batch. With GC off: the tuples
+    a stateful bolt holds until the checkpoint are all alive, and every full collection walked
+    all of them again (it was half the time of a counting task); young garbage is still
+    collected between chunks. (``run_task`` turns the collector off around this.)
     """
     plan = job.plan
     info = TaskInfo(spec.id, context.this_task_index, job.txid, task_attempt())
@@ -324,7 +330,13 @@ def _execute(
     task_ids = plan.task_ids
     deliver, compact = collector.ledger.deliver, collector.ledger.compact
     lead = job.lead
-    columns = _batch_target(executor, execute is target and not lead and sink is None)
+    plain = execute is target and not lead and sink is None
+    columns = _batch_target(executor, plain)
+    rows = fast(job.conf)
+    basic, acks = _row_targets(executor, plain and rows)
+    # A transactional job's tuples (they lead with the attempt): one reused Tuple too.
+    leading = rows and execute is target and len(lead) == 1
+    told = _NOWHERE if sink is None else sink
 
     def chunked() -> None:
         compact()  # the acks of the chunk before, if in order (a BasicBolt's are)
@@ -353,6 +365,14 @@ def _execute(
             source = (f, cid, tid, sid)
             if columns is not None:
                 feed_columns(columns, values, roots, first, single, source, chunked, by_tuple)
+            elif basic is not None:
+                feed_basic(basic, values, roots, first, single, source, chunked, failing)
+            elif acks is not None:
+                feed_rows(target, acks, values, roots, first, single, source, chunked, failing)
+            elif leading:
+                feed_lead(
+                    target, lead[0], told, values, roots, first, single, source, chunked, failing
+                )
             else:
                 _feed(execute, values, roots, first, single, source, lead, chunked, failing, sink)
             executed += n
@@ -416,6 +436,27 @@ def _batch_target(executor: Any, plain: bool) -> Callable[[ColumnBatch], None] |
     return offered if callable(offered) else None
 
 
+def _row_targets(executor: Any, plain: bool) -> tuple[BasicRows | None, RowAcks | None]:
+    """How a per-tuple bolt's rows may go through ``_rows``'s loops, if they may.
+
+    A ``BasicBolt``'s executor offers its step taken apart (``basic_rows``); any other
+    executor may say where its bolt's acks go (``row_acks``). Only a ``plain`` task (as for
+    ``_batch_target``) of a job that does not ask for the reference loop (``_rows.fast``)
+    takes them; ``(None, None)``: the reference loop, ``_feed``.
+    """
+    if not plain:
+        return None, None
+    basic = getattr(executor, "basic_rows", None)
+    if isinstance(basic, BasicRows):
+        return basic, None
+    acks = getattr(executor, "row_acks", None)
+    if isinstance(getattr(acks, "acked", None), list) and callable(
+        getattr(acks, "ack_batch", None)
+    ):
+        return None, acks
+    return None, None
+
+
 def _system_tuples(executor: Any, target: Callable[[Tuple], None], collector: TaskCollector) -> int:
     """Feed the executor's optional ``system_tuples`` (tick tuples) to ``target``; how many.
 
@@ -445,7 +486,7 @@ def _feed(
     failing: list[Tuple],
     sink: Any = None,
 ) -> None:
-    """The hot loop: one batch of single-tree tuples into ``execute``, chunk by chunk.
+    """The reference loop: one batch of single-tree tuples into ``execute``, chunk by chunk.
 
     Tuples are built slot by slot: without the call into ``Tuple.__init__`` this costs 40%
     less. A job whose tuples share leading values (``lead``: a transactional batch's attempt)

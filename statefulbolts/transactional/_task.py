@@ -72,9 +72,6 @@ class _Emits(Protocol):
     def fast_routes(self) -> dict[str, Any]:
         """The fast path's caches by stream name (``TaskCollector.emit``)."""
 
-    def ack(self, tuple_: Tuple) -> None:
-        """Keep an ack."""
-
     def report_error(self, error: BaseException) -> None:
         """Keep a reported error."""
 
@@ -290,14 +287,20 @@ class _BatchCollector(BatchOutputCollector):
         self._out.report_error(error)
 
 
+# What a BasicBolt's acks go into: never anything (see ``_BasicCollector``).
+_NO_ACKS: set[Any] = set()
+
+
 class _BasicCollector(OutputCollector):
     """A ``BasicBolt``'s collector: attempt first; acks are free; a failed tuple fails the batch."""
 
     def __init__(self, out: _Emits, attempt: TransactionAttempt, where: str) -> None:
         self._out, self._attempt, self._where = out, attempt, where
-        # BasicBoltExecutor acks every input: straight into the task's ledger, which forgets
-        # them chunk by chunk (in order, each once); nothing is tracked.
-        self.ack = out.ack  # type: ignore[method-assign]
+        # BasicBoltExecutor acks every input, and nothing is tracked: an ack keeps nothing (a
+        # C call on a set that stays empty, no Python frame). Into the task's ledger, as
+        # before, it kept each tuple until the next chunk, and the runtime's row loop could
+        # not reuse it (``runtime._rows.feed_lead``).
+        self.ack = _NO_ACKS.discard  # type: ignore[method-assign,assignment]
 
     def emit(
         self, values: Sequence[Any], anchors: Anchors = None, stream: str = DEFAULT_STREAM
