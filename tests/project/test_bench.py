@@ -237,3 +237,23 @@ def test_sink_bench_checks_every_run_s_output_and_reports_its_ratios_and_latency
         kept_up = run["sent_per_sec"] >= 190 and run["visible_per_sec"] >= 180 and growth < 1.5
         assert run["sustained"] is kept_up
     assert (tmp_path / "sinks-latency.png").stat().st_size > 10_000
+
+
+@pytest.mark.kafka
+def test_kafka_bench_counts_exactly_from_the_topic_and_from_files(
+    kafka_broker: Any,
+) -> None:
+    report = _bench_json(
+        "bench/kafka.py", "--bootstrap", kafka_broker.bootstrap, "--words", "20000",
+        "--rounds", "2", "--peers-python", "", "--no-ingest",
+    )  # fmt: skip
+    wordcount = report["wordcount"]
+    assert wordcount["wrong"] == [] and wordcount["words"] == 20000
+    assert [r["round"] for r in wordcount["rounds"]] == [1, 2]
+    for row in wordcount["rounds"]:
+        assert row["files"]["exact"] is True and row["kafka"]["exact"] is True
+        assert row["files"]["prepares"] >= 1 and row["kafka"]["prepares"] >= 1
+        assert row["ratios"] == {
+            "kafka_vs_files": round(row["files"]["seconds"] / row["kafka"]["seconds"], 3)
+        }
+    assert set(wordcount["ratios_median"]) == {"kafka_vs_files"}
