@@ -1,7 +1,7 @@
 """The soak with expiring keys runs tiny and shows what it is for: bounded with a TTL, not without.
 
 It runs ``bench/soak_ttl.py`` in its own interpreter (it builds and stops its own SparkSession)
-on the in-memory provider, two runs of 15 s each: 200 new keys a second under a 3 s TTL, then
+on the in-memory provider, two runs of 10 s each: 200 new keys a second under a 3 s TTL, then
 without one. What it asserts are the figures it prints: with the TTL the committed key count
 levels off near ``rate x ttl`` while without it every key emitted stays; the driver's RSS (where
 the in-memory state lives) does not grow with the TTL.
@@ -23,8 +23,8 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def test_soak_ttl_keeps_the_key_count_flat_with_a_ttl_and_growing_without(tmp_path: Path) -> None:
     result = subprocess.run(
-        [sys.executable, "bench/soak_ttl.py", "--minutes", "0.25", "--rate", "200", "--ttl", "3",
-         "--sample-secs", "1", "--providers", "memory", "--out", str(tmp_path), "--json"],
+        [sys.executable, "bench/soak_ttl.py", "--minutes", "0.17", "--rate", "200", "--ttl", "3",
+         "--sample-secs", "0.5", "--providers", "memory", "--out", str(tmp_path), "--json"],
         cwd=ROOT, capture_output=True, text=True, timeout=600, check=False,
     )  # fmt: skip
     assert result.returncode == 0, result.stderr[-2000:]
