@@ -27,6 +27,7 @@ import json
 import os
 import random
 import signal
+import sqlite3
 import subprocess
 import sys
 import time
@@ -309,9 +310,29 @@ def test_a_taken_over_driver_is_refused_by_the_store_itself(
 
 
 # --- a paused driver -------------------------------------------------------------------------
-def _paused_past_its_lease(
-    store: Store, seed: int, tmp_path: Path, engine: str
-) -> None:
+def _pause_outside_a_write(pid: int, path: Path) -> None:
+    """SIGSTOP ``pid`` at a moment it holds no write transaction on the SQLite file ``path``.
+
+    The held task does not write, but the driver's lease renewal does, from a thread of its
+    own: a pause that lands inside one of its writes (a millisecond, longer on a busy machine)
+    keeps the file locked. Such a pause is resumed at once and made again a little later.
+    """
+    for _ in range(100):
+        os.kill(pid, signal.SIGSTOP)
+        probe = sqlite3.connect(path, timeout=0.2, isolation_level=None)
+        try:
+            probe.execute("BEGIN IMMEDIATE")
+            probe.execute("ROLLBACK")
+            return
+        except sqlite3.OperationalError:
+            os.kill(pid, signal.SIGCONT)
+            time.sleep(0.05)
+        finally:
+            probe.close()
+    raise AssertionError(f"driver {pid} held a write on {path} at every one of 100 pauses")
+
+
+def _paused_past_its_lease(store: Store, seed: int, tmp_path: Path, engine: str) -> None:
     """Pause the first driver, let its lease lapse, run a second, resume the first.
 
     The first is held in PREPARE(t + 3) (a ``hold`` fault), so it cannot end before it is
@@ -337,7 +358,12 @@ def _paused_past_its_lease(
         time.sleep(rng.uniform(0, 0.15))  # pause it anywhere in a transaction
     else:
         wait_for("the held PREPARE", marker.exists)
-    os.kill(first.proc.pid, signal.SIGSTOP)  # the driver's process; its JVM, if any, runs on
+    if anywhere:
+        os.kill(first.proc.pid, signal.SIGSTOP)  # the driver's process; its JVM, if any, runs on
+    else:
+        _pause_outside_a_write(
+            first.proc.pid, Path(store.conf["topology.state.provider.config"]["path"])
+        )
     try:
         paused_at = len(first.events())
         wait_for("the lease to lapse", lambda: not read_lease(store.conf, f"{name}/").live)  # type: ignore[union-attr]
