@@ -565,7 +565,7 @@ class TaskCollector(OutputCollector):
 
 
 class _TaskBasicCollector(BasicOutputCollector):
-    """A ``BasicOutputCollector`` with ``TaskCollector.emit``'s fast path written into ``emit``.
+    """A ``BasicOutputCollector`` with ``TaskCollector._emitter``'s fast path written into ``emit``.
 
     A split bolt emits several tuples per input: one frame less per emit is a tenth of its
     stage. Anything the fast path does not take goes the usual way.
