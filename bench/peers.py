@@ -3,6 +3,7 @@
     python bench/peers.py                       # 1,000,000 words, Zipf over 10,000 words
     python bench/peers.py --repeat 3 --json     # best of 3 rounds, order alternating
     python bench/peers.py --words 200000 --no-bytewax-2p
+    python bench/peers.py --api both --repeat 3 --json  # ours per tuple too (the Storm API)
 
 It takes about 40 s plus 25 s per ``--repeat`` round on 2 cores.
 
@@ -16,6 +17,9 @@ Systems, all over ``examples/zipf.py``'s seeded corpus (10-word sentences), on t
   split -> count, 2 tasks each, split and count taking column batches) with in-memory state,
   checkpoints every ``--interval`` ms, from submit to idle (every count committed), on the
   same warm session.
+- ``statefulbolts_tuple`` (``--api tuple`` or ``both``): the same topology written the Storm
+  way, per tuple (``bench/wordcount.py --api tuple``: a ``BasicBolt`` split, a count whose
+  ``execute`` does ``get``, ``put``, ``emit`` and ``ack`` per word, a per-tuple sink).
 - ``bytewax_1p``: Bytewax (``pip install bytewax``): input -> ``flat_map`` (split) ->
   ``key_on`` -> ``stateful_map`` (count, emits ``(word, count)``) -> a sink keeping each word's
   last count, one worker (``run_main``), with recovery on: its SQLite recovery store
@@ -259,6 +263,13 @@ def main(argv: list[str] | None = None) -> int:  # noqa: C901 - one linear scrip
     parser.add_argument("--batch", type=int, default=1000, help="Bytewax input batch size")
     parser.add_argument("--repeat", type=int, default=1)
     parser.add_argument("--no-bytewax-2p", dest="bytewax_2p", action="store_false")
+    parser.add_argument(
+        "--api",
+        choices=["batch", "tuple", "both"],
+        default="batch",
+        help="our word count's bolts: column batches (statefulbolts), per tuple "
+        "(statefulbolts_tuple), or both",
+    )
     parser.add_argument("--json", action="store_true")
     # Internal: one process of the two-process Bytewax run.
     parser.add_argument("--bytewax-worker", type=int, default=None, help=argparse.SUPPRESS)
@@ -289,11 +300,15 @@ def main(argv: list[str] | None = None) -> int:  # noqa: C901 - one linear scrip
     sc = spark.sparkContext
     conf = {"topology.state.checkpoint.interval.ms": args.interval}
 
-    def ours(name: str, sentences: list[str], counts: dict[str, int]) -> dict[str, Any]:
+    def ours(
+        name: str, sentences: list[str], counts: dict[str, int], api: str = "batch"
+    ) -> dict[str, Any]:
         """``bench.wordcount.framework``: checks the state itself (newer) or returns counts."""
         kwargs: dict[str, Any] = {}
         if "expected" in inspect.signature(framework).parameters:
             kwargs["expected"] = counts
+        if api != "batch":
+            kwargs["api"] = api
         res = framework(spark, sentences, args.parallelism, conf, name, False, **kwargs)
         if "counts" not in res:  # it checked every count in the provider against ``counts``
             res["counts"] = counts if res.get("exact") else {}
@@ -304,14 +319,21 @@ def main(argv: list[str] | None = None) -> int:  # noqa: C901 - one linear scrip
     baseline(sc, warm, args.parallelism)
     same_shape(sc, warm, args.parallelism)
     warm_expected = dict(collections.Counter(w for text in warm for w in words(text)))
-    ours(f"peers-warm-{time.time_ns()}", warm, warm_expected)
+    apis = ["batch", "tuple"] if args.api == "both" else [args.api]
+    for api in apis:
+        ours(f"peers-warm-{time.time_ns()}", warm, warm_expected, api)
 
     systems: dict[str, Any] = {
         "same_shape": lambda: same_shape(sc, corpus, args.parallelism),
         "reduce_by_key": lambda: baseline(sc, corpus, args.parallelism),
-        "statefulbolts": lambda: ours(f"peers-{time.time_ns()}", corpus, expected),
-        "bytewax_1p": lambda: bytewax_1p(corpus, args.interval, args.batch, True),
     }
+    if "batch" in apis:
+        systems["statefulbolts"] = lambda: ours(f"peers-{time.time_ns()}", corpus, expected)
+    if "tuple" in apis:
+        systems["statefulbolts_tuple"] = lambda: ours(
+            f"peers-tuple-{time.time_ns()}", corpus, expected, "tuple"
+        )
+    systems["bytewax_1p"] = lambda: bytewax_1p(corpus, args.interval, args.batch, True)
     if args.bytewax_2p:
         systems["bytewax_2p"] = lambda: bytewax_2p(args)
     systems["bytewax_1p_norecovery"] = lambda: bytewax_1p(corpus, args.interval, args.batch, False)

@@ -6,8 +6,8 @@ task a tuple is delivered to (``statefulbolts.acker``), so an emit computes none
 nothing: the task seals the batches (``seal``: each values column pickled once, ``_sealing``)
 before it hands them on (``records``). Most emits take one fast path (one anchor on one tree, a
 one-field stream routed by fields grouping on that field, a ``str`` value seen before): that
-path lives here, in ``TaskCollector.emit`` and its copy in ``_TaskBasicCollector.emit``, and
-nowhere else.
+path lives here, in ``TaskCollector._emitter`` (the closure that is a collector's ``emit``) and
+its copy in ``_TaskBasicCollector.emit``, and nowhere else.
 
 No pyspark here: this module runs inside Spark's Python workers but is plain Python.
 """
@@ -15,7 +15,7 @@ No pyspark here: this module runs inside Spark's Python workers but is plain Pyt
 from __future__ import annotations
 
 import traceback
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from operator import itemgetter
 from typing import Any, NamedTuple
 
@@ -124,6 +124,7 @@ class TaskCollector(OutputCollector):
             for name in {*self._fast, *self._fixed}
         }
         self._anchored_only = False  # ``refuse_unanchored``
+        self.emit = self._emitter()  # type: ignore[method-assign]
         self.ledger = DeliveryLedger(id_base(txid, comp, task))
         # Acks only keep the tuple (the ledger's own list methods); ``settle`` does the rest.
         self.ack = self.ledger.ack  # type: ignore[method-assign,assignment]
@@ -164,33 +165,76 @@ class TaskCollector(OutputCollector):
     def emit(
         self, values: Sequence[Any], anchors: Anchors = None, stream: str = DEFAULT_STREAM
     ) -> None:
-        """Route one tuple to its destination tasks, with the roots of its anchors."""
-        # The fast paths take an emit anchored to one tuple of one tree (the shape of most).
-        quick = self._quick.get(stream)
-        if quick is not None and type(anchors) is Tuple and anchors._more is None:
-            cache, fixed = quick
-            # A one-field data stream whose fields grouping already routed this value (see
-            # ``_memo``).
-            if cache is not None and len(values) == 1:
-                value = values[0]
-                entry = cache.get(value) if type(value) is str else None
-                if entry is not None:
-                    # The value shipped is the first equal str this task emitted: the pickled
-                    # batch then holds each distinct word once (later ones are memo
-                    # references), and the next stage gets one object per word, its hash
-                    # computed once.
-                    batch, value = entry
-                    batch[0].append(value)
-                    batch[1].append(anchors._root)
-                    return
-            # A stream into one task (a count emitted on to a sink), once its batch exists.
-            if fixed is not None:
-                width, to = fixed
-                if to is not None and len(values) == width:
-                    to[0].append(values[0] if width == 1 else list(values))
+        """Route one tuple to its destination tasks, with the roots of its anchors.
+
+        An instance's ``emit`` is the closure ``_emitter`` made (its fast paths first); this
+        is the general path alone, which gives the same batches.
+        """
+        self._emit(values, anchors, stream)
+
+    def _emitter(self) -> Callable[..., None]:
+        """This collector's ``emit``: the fast paths, then the general path (``_emit``).
+
+        A closure over the collector's routing tables, so the hot path reads no attribute of
+        the collector. The fast paths take an emit anchored to one tuple of one tree (the shape
+        of most):
+
+        - the default stream, when it goes into one task (a count emitted on to a sink), once
+          its batch exists: checked first, by identity of the stream name (the default
+          argument, or the interned literal), since a per-tuple bolt's emit per tuple is a
+          third of its ``execute``;
+        - a one-field data stream whose fields grouping already routed this value (see
+          ``_memo``): the value shipped is the first equal str this task emitted, so the
+          pickled batch holds each distinct word once (later ones are memo references) and
+          the next stage gets one object per word, its hash computed once;
+        - any other stream into one task, once its batch exists.
+        """
+        quick, general = self._quick, self._emit
+        route = quick.get(DEFAULT_STREAM)
+        # The default stream's entry in ``_fixed`` when it takes the first path; else a name no
+        # emit passes, so the first test fails at once.
+        first: object = DEFAULT_STREAM
+        fixed_default: list[Any] = [0, None]
+        if route is not None and route[0] is None and route[1] is not None:
+            fixed_default = route[1]
+        else:
+            first = object()
+        width_default = fixed_default[0]
+
+        def emit(
+            values: Sequence[Any], anchors: Anchors = None, stream: str = DEFAULT_STREAM
+        ) -> None:
+            if (
+                stream is first
+                and type(anchors) is Tuple
+                and anchors._more is None
+                and len(values) == width_default
+            ):
+                to = fixed_default[1]
+                if to is not None:
+                    to[0].append(values[0] if width_default == 1 else list(values))
                     to[1].append(anchors._root)
                     return
-        self._emit(values, anchors, stream)
+            route = quick.get(stream)
+            if route is not None and type(anchors) is Tuple and anchors._more is None:
+                cache, fixed = route
+                if cache is not None and len(values) == 1:
+                    value = values[0]
+                    entry = cache.get(value) if type(value) is str else None
+                    if entry is not None:
+                        batch, value = entry
+                        batch[0].append(value)
+                        batch[1].append(anchors._root)
+                        return
+                if fixed is not None:
+                    width, to = fixed
+                    if to is not None and len(values) == width:
+                        to[0].append(values[0] if width == 1 else list(values))
+                        to[1].append(anchors._root)
+                        return
+            general(values, anchors, stream)
+
+        return emit
 
     @property
     def emitted(self) -> int:
@@ -521,7 +565,7 @@ class TaskCollector(OutputCollector):
 
 
 class _TaskBasicCollector(BasicOutputCollector):
-    """A ``BasicOutputCollector`` with ``TaskCollector.emit``'s fast path written into ``emit``.
+    """A ``BasicOutputCollector`` with ``TaskCollector._emitter``'s fast path written into ``emit``.
 
     A split bolt emits several tuples per input: one frame less per emit is a tenth of its
     stage. Anything the fast path does not take goes the usual way.
@@ -540,7 +584,7 @@ class _TaskBasicCollector(BasicOutputCollector):
         if cache is not None and anchor is not None and anchor._more is None and len(values) == 1:
             value = values[0]
             entry = cache.get(value) if type(value) is str else None
-            if entry is not None:  # see TaskCollector.emit
+            if entry is not None:  # see TaskCollector._emitter
                 batch, value = entry
                 batch[0].append(value)
                 batch[1].append(anchor._root)

@@ -70,7 +70,7 @@ class _Emits(Protocol):
         """Route one unanchored tuple (with ``root`` as its root); the task ids it went to."""
 
     def fast_routes(self) -> dict[str, Any]:
-        """The fast path's caches by stream name (``TaskCollector.emit``)."""
+        """The fast path's caches by stream name (``TaskCollector._emitter``)."""
 
     def report_error(self, error: BaseException) -> None:
         """Keep a reported error."""
@@ -332,7 +332,7 @@ class _AttemptBasicOutput(BasicOutputCollector):
 
     The path of most emits of a transactional topology (a split bolt's words): a one-field
     stream after the attempt, routed by fields grouping on that field, a ``str`` seen before;
-    it appends to the destination batch as ``TaskCollector.emit``'s fast path does.
+    it appends to the destination batch as ``TaskCollector._emitter``'s fast path does.
     """
 
     __slots__ = ("_attempt", "_where", "_fast")
@@ -350,7 +350,7 @@ class _AttemptBasicOutput(BasicOutputCollector):
         if cache is not None and len(values) == 2:
             value = values[1]
             entry = cache.get(value) if type(value) is str else None
-            if entry is not None:  # see TaskCollector.emit
+            if entry is not None:  # see TaskCollector._emitter
                 batch, value = entry
                 batch[0].append(value)
                 anchor = self._input  # its lineage goes on (the tuple is never acked)

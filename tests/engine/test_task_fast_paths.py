@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import functools
+import random
 from typing import Any
 
 import pytest
@@ -99,7 +101,7 @@ def test_fast_emit_gives_the_batches_of_the_general_path():
     words = [f"w{i % 7}" for i in range(30)]
     fast = task_collector(plan, comp)
     general = task_collector(plan, comp)
-    general._fast = {}  # every emit takes the general path
+    general.emit = functools.partial(TaskCollector.emit, general)  # the general path only
     emit_words(fast, words)
     emit_words(general, words)
     assert fast.batches == general.batches
@@ -318,6 +320,94 @@ def test_a_stream_into_one_task_takes_the_fixed_fast_path_with_the_general_batch
     assert fast._fixed["default"][1] is not None  # the fast path was armed after one emit
     with pytest.raises(TopologyError, match=r"emitted 1 values on stream 'default'"):
         fast.emit(["w0"], parent())
+
+
+class Many(Bolt):
+    """Declares what a per-tuple bolt may emit on: the default stream and two others."""
+
+    def prepare(self, conf: Any, context: Any, collector: Any) -> None:
+        """Never called."""
+
+    def execute(self, tuple: Any) -> None:  # noqa: A002
+        """Never called."""
+
+    def declare_output_fields(self, declarer: Any) -> None:
+        declarer.declare(Fields("word", "count"))
+        declarer.declare_stream("words", Fields("word"))
+        declarer.declare_stream("spread", Fields("word", "n"))
+
+
+def many_plan(default_tasks: int) -> ExecutionPlan:
+    """lines -> split -> many x2: default into ``sink`` (local or shuffle), ``words`` by
+    fields into ``inspect`` x2, ``spread`` by shuffle into ``spread`` x2."""
+    builder = TopologyBuilder()
+    builder.set_spout("lines", Lines())
+    builder.set_bolt("split", Split()).shuffle_grouping("lines")
+    builder.set_bolt("many", Many(), 2).fields_grouping("split", Fields("word"))
+    builder.set_bolt("sink", Inspect(), default_tasks).local_or_shuffle_grouping("many")
+    builder.set_bolt("inspect", Inspect(), 2).fields_grouping("many", Fields("word"), "words")
+    builder.set_bolt("spread", Inspect(), 2).shuffle_grouping("many", "spread")
+    return ExecutionPlan(builder.create_topology())
+
+
+@pytest.mark.parametrize("default_tasks", [1, 2])
+@pytest.mark.parametrize("seed", range(12))
+def test_random_emits_give_the_batches_counts_and_errors_of_the_general_path(
+    default_tasks: int, seed: int
+) -> None:
+    """The instance's ``emit`` (its fast paths first) against ``TaskCollector.emit`` alone.
+
+    Random emits of a per-tuple bolt: streams (the default one into one task or into two,
+    given by the default argument, by name or by an equal str made at run time), anchors (one
+    tree, untracked, two trees, a list, none), values (a list, a tuple, a list changed after
+    the emit, the wrong width), and the collector released halfway, as a task does.
+    """
+    rng = random.Random(seed)
+    plan = many_plan(default_tasks)
+    comp = plan.index["many"]
+    fast, general = task_collector(plan, comp), task_collector(plan, comp)
+    general.emit = functools.partial(TaskCollector.emit, general)  # type: ignore[method-assign]
+    anchors: list[Any] = [
+        parent(11),
+        parent(12),
+        Tuple(["x"], Fields("line"), "lines", 1),  # untracked
+        Tuple(["x"], Fields("line"), "lines", 1, "default", ((13, 1), (14, 1))),
+        [parent(15), parent(16)],
+        [],
+        None,
+    ]
+    ops = []
+    for _ in range(200):
+        stream = rng.choice([None, "default", "".join(["def", "ault"]), "words", "spread", "no"])
+        width = {"words": 1}.get(stream or "default", 2)
+        width += rng.choice([0, 0, 0, 0, 0, 0, 1, -1])
+        values = [f"w{rng.randrange(4)}", rng.randrange(5)][:width] + [0] * max(0, width - 2)
+        shape = rng.choice(["list", "list", "tuple", "changed"])
+        ops.append((stream, values, shape, rng.choice(anchors), rng.random() < 0.01))
+    outcomes = []
+    for collector in (fast, general):
+        seen = []
+        for stream, values, shape, anchor, release in ops:
+            mine = tuple(values) if shape == "tuple" else list(values)
+            try:
+                if stream is None:
+                    collector.emit(mine, anchor)
+                else:
+                    collector.emit(mine, anchor, stream)
+            except Exception as exc:  # noqa: BLE001 - compared between the two paths
+                seen.append((type(exc), str(exc)))
+            if shape == "changed" and isinstance(mine, list) and mine:
+                mine[0] = "changed"  # nothing emitted may change with it
+            if release:
+                seen.append(("batches", dict(collector.batches)))
+                collector.release()
+        seen.append(("batches", dict(collector.batches), collector.emitted))
+        outcomes.append(seen)
+    assert outcomes[0] == outcomes[1]
+    assert any(isinstance(s[0], type) for s in outcomes[0])  # some emits were refused
+    # The fast paths took emits the general path appended itself (what it appended since the
+    # last release).
+    assert fast._appends < general._appends
 
 
 def test_no_fixed_fast_path_into_several_tasks() -> None:

@@ -74,6 +74,37 @@ def test_wordcount_bench_reports_exact_runs_and_their_ratios() -> None:
     assert all(0 < s < memory["seconds"] for s in memory["transaction_seconds_medians"])
 
 
+def test_count_steps_bench_times_every_step_both_ways_and_checks_the_counts() -> None:
+    result = subprocess.run(
+        [
+            sys.executable,
+            "bench/count_steps.py",
+            "--words",
+            "3000",
+            "--vocab",
+            "200",
+            "--rounds",
+            "2",
+            "--reference",
+            "--json",
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    report = json.loads(result.stdout.splitlines()[-1])
+    assert report["words"] == 3000 and len(report["loads"]) == 2
+    steps = ["ack", "value", "state", "emit", "batch"]
+    assert set(report["seconds"]) == {*steps, *(f"{s}_ref" for s in steps[:-1])}
+    assert all(len(v) == 2 and min(v) > 0 for v in report["seconds"].values())
+    # The table: one line per step, each with its seconds and what it adds per word.
+    table = result.stdout.splitlines()[1:-1]
+    assert [line.split()[0] for line in table] == [*steps, *(f"{s}_ref" for s in steps[:-1])]
+
+
 def test_transactional_bench_reports_both_shapes_exact_with_their_ratios() -> None:
     result = subprocess.run(
         [
