@@ -174,7 +174,13 @@ def test_one_publish_writes_to_several_topics_and_sets_one_marker(
 ) -> None:
     a, b = kafka_topic(), kafka_topic(partitions=2)
     sink = _opened(
-        KafkaSink(a, topic_field="to", key="key", bootstrap_servers=kafka_broker.bootstrap)
+        KafkaSink(
+            a,
+            topic_field="to",
+            key="key",
+            bootstrap_servers=kafka_broker.bootstrap,
+            txid_headers=True,
+        )
     )
     rows = [(a, "k1", "v1"), (b, "k2", "v2"), (b, "k3", "v3"), (None, "k4", "v4")]
     staged = _staged(sink, *rows, fields=("to", "key", "value"))
@@ -200,7 +206,12 @@ def test_a_record_s_own_headers_are_published_and_written_beside_the_sink_s(
     published, written = kafka_topic(), kafka_topic()
     for topic, at_once in ((published, False), (written, True)):
         sink = _opened(
-            KafkaSink(topic, headers_field="hs", bootstrap_servers=kafka_broker.bootstrap)
+            KafkaSink(
+                topic,
+                headers_field="hs",
+                bootstrap_servers=kafka_broker.bootstrap,
+                txid_headers=True,
+            )
         )
         staged = _staged(sink, ([("trace", "t-1"), ("raw", b"\x00")], "v"), fields=("hs", "value"))
         if at_once:
