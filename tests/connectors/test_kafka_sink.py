@@ -59,8 +59,9 @@ def to_record(tuple_: Any) -> ProducerRecord | None:
 # ------------------------------------------------------------------ records (no broker)
 def test_a_tuple_becomes_topic_partition_key_value_and_headers() -> None:
     sink = KafkaSink("counts", key="word", value="count", value_serializer="json")
+    # The topic None: the sink's own, named when the record is written (no copy in the state).
     assert sink.stage(make_tuple(["storm", 3], fields=["word", "count"])) == [
-        "counts",
+        None,
         -1,
         b"storm",
         b"3",
@@ -72,7 +73,7 @@ def test_a_tuple_becomes_topic_partition_key_value_and_headers() -> None:
     staged = routed.stage(make_tuple(["x", 2, [("a", "b")], "val"], fields=["to", "p", "hs", "v"]))
     assert staged == ["x", 2, None, b"val", [["a", b"b"]]]
     none_topic = routed.stage(make_tuple([None, None, (), "val"], fields=["to", "p", "hs", "v"]))
-    assert none_topic == ["default", -1, None, b"val", None]
+    assert none_topic == [None, -1, None, b"val", None]
 
 
 def test_a_mapper_makes_the_record_or_leaves_the_tuple_out() -> None:

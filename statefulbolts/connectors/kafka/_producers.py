@@ -140,22 +140,30 @@ def close(client: Any, *, wait: bool = True) -> None:
 def produce_all(
     client: Any,
     records: Sequence[Sequence[Any]],
+    own_topic: str | None,
     extra: list[tuple[str, bytes]],
     deadline: float,
     full: Callable[[], BaseException],
 ) -> None:
     """Queue every staged record (``[topic, partition, key, value, headers]``), in order.
 
-    ``extra``: headers added to every record; ``full()``: the error to raise when the local
-    queue stays full until ``deadline``.
+    ``own_topic``: the topic of a record whose topic is ``None`` (the sink's own); ``extra``:
+    headers added to every record; ``full()``: the error to raise when the local queue stays
+    full until ``deadline``.
+
+    Raises:
+        ValueError: a record of no topic, and no ``own_topic``.
     """
+    if own_topic is None and any(r[0] is None for r in records):
+        msg = "a staged record names no topic, and the sink has none now"
+        raise ValueError(msg)
     produce = client.produce
     if extra:
         for topic, partition, key, value, headers in records:
             pairs = [(name, v) for name, v in headers or ()] + extra
             while True:
                 try:
-                    produce(topic, value, key, partition, headers=pairs)
+                    produce(topic or own_topic, value, key, partition, headers=pairs)
                     break
                 except BufferError:
                     _wait_for_room(client, deadline, full)
@@ -164,9 +172,15 @@ def produce_all(
         while True:
             try:
                 if headers:
-                    produce(topic, value, key, partition, headers=[(n, v) for n, v in headers])
+                    produce(
+                        topic or own_topic,
+                        value,
+                        key,
+                        partition,
+                        headers=[tuple(h) for h in headers],
+                    )
                 else:
-                    produce(topic, value, key, partition)
+                    produce(topic or own_topic, value, key, partition)
                 break
             except BufferError:
                 _wait_for_room(client, deadline, full)

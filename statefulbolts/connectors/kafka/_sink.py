@@ -22,13 +22,14 @@ task's state, not in an open transaction, for as long as the topology is down.
 attempt of the task, on any executor and under any driver, fences an earlier one still
 running (Kafka's producer epoch), and the earlier one's commit is refused.
 
-Records: ``stage`` turns a tuple into ``[topic, partition, key bytes, value bytes, headers]``:
-the value (and optionally the key, topic, partition, headers) from named fields, or from a
-``mapper`` function returning a ``ProducerRecord``; keys and values serialized by
-``key_serializer`` / ``value_serializer`` (``"str"``, ``"bytes"``, ``"json"``, ``"msgpack"``, or
-a callable). Each published record also carries headers ``statefulbolts.txid`` (the
-transaction that staged it) and ``statefulbolts.publish`` (``<lane>/<txid>/<attempt>``, the
-publish step that wrote it), unless ``txid_headers=False``.
+Records: ``stage`` turns a tuple into ``[topic, partition, key bytes, value bytes, headers]``
+(``stage_batch`` a column batch's tuples, from its columns): the value (and optionally the
+key, topic, partition, headers) from named fields, or from a ``mapper`` function returning a
+``ProducerRecord``; keys and values serialized by ``key_serializer`` / ``value_serializer``
+(``"str"``, ``"bytes"``, ``"json"``, ``"msgpack"``, or a callable); the topic ``None`` when it is
+the sink's own, named when the record is written. With ``txid_headers=True`` each published
+record also carries headers ``statefulbolts.txid`` (the transaction that staged it) and
+``statefulbolts.publish`` (``<lane>/<txid>/<attempt>``, the publish step that wrote it).
 
 Settings: the ``kafka.*`` client settings shared with ``KafkaSpout`` (brokers, security;
 the spout's own keys are left out), then ``sink.kafka.producer.<setting>`` for the sink's
@@ -62,7 +63,7 @@ Example:
     "Kafka topic 'counts'"
     >>> from statefulbolts.testing import make_tuple
     >>> sink.stage(make_tuple(["storm", 3], fields=["word", "count"]))
-    ['counts', -1, b'storm', b'3', None]
+    [None, -1, b'storm', b'3', None]
     >>> sink.transactional_id(Lane("wc", "publish", 1, 2))
     'statefulbolts.wc.publish.1of2'
 
@@ -735,6 +736,10 @@ class KafkaSink(Sink):
     def stage(self, tuple_: Tuple) -> list[Any] | None:
         """``[topic, partition (-1: by key), key bytes, value bytes, headers]`` of a tuple.
 
+        ``topic`` is ``None`` for the sink's own topic, named when the record is written: a
+        staged record then holds no copy of the name (it was most of a small record's bytes,
+        kept in the state, shipped to the driver and back).
+
         Raises:
             SinkStageError: a named field is missing, no topic, or a serializer refused.
         """
@@ -782,7 +787,7 @@ class KafkaSink(Sink):
             )
             raise SinkStageError(msg) from exc
         headers = [[str(n), v.encode() if isinstance(v, str) else v] for n, v in record.headers]
-        return [topic, partition, key, value, headers or None]
+        return [record.topic or None, partition, key, value, headers or None]
 
     def stage_batch(self, batch: ColumnBatch) -> list[Any]:
         """``stage`` of every tuple of ``batch``, from its columns (a mapper: tuple by tuple).
@@ -800,23 +805,22 @@ class KafkaSink(Sink):
             # A mapper's records, and partitions from a field, are checked one by one.
             return super().stage_batch(batch)
         column = batch.column
-        topic_default = self.topic or (self._settings.topic if self._settings else None)
-        one_topic = topic_default if self.topic_field is None else None
+        own = self.topic or (self._settings.topic if self._settings else None)
         if self.topic_field is None:
-            if one_topic is None:
+            if own is None:
                 msg = f"{_NAME}: a record with no topic, and the sink has none ({SINK_TOPIC_KEY!r})"
                 raise SinkStageError(msg)
-            topics: Any = repeat(one_topic, n)
+            topics: Any = repeat(None, n)  # the sink's own (see ``stage``)
         else:
-            topics = [t or topic_default for t in column(self.topic_field)]
-            if None in topics:
+            topics = [t or None for t in column(self.topic_field)]
+            if own is None and None in topics:
                 return super().stage_batch(batch)
         partitions: Any = repeat(-1, n)
         if self._settings is not None and self._settings.partitioning == "task":
-            if one_topic is not None:  # its partitions listed once a batch
-                partitions = repeat(self._task % self._partition_count(one_topic), n)
+            if self.topic_field is None and own is not None:  # its partitions listed once
+                partitions = repeat(self._task % self._partition_count(own), n)
             else:
-                partitions = [self._task % self._partition_count(t) for t in topics]
+                partitions = [self._task % self._partition_count(t or str(own)) for t in topics]
         keys: Any = (
             repeat(None, n) if self.key is None else _many(self.key_serializer, column(self.key))
         )
@@ -1118,9 +1122,12 @@ class KafkaSink(Sink):
                 else []
             )
             try:
-                _producers.produce_all(client, batch.records, extra, deadline, full)
+                _producers.produce_all(client, batch.records, settings.topic, extra, deadline, full)
             except kafka.KafkaException as exc:
                 raise self._step_error(exc, "producing", lane, KafkaSinkProduceError) from exc
+            except ValueError as exc:
+                msg = f"{_NAME}: lane {lane.name}: {exc} ({SINK_TOPIC_KEY!r})"
+                raise KafkaSinkProduceError(msg) from exc
             count += len(batch.records)
         left = client.flush(_left(deadline))
         if producer.refused or left:
@@ -1197,7 +1204,11 @@ class KafkaSink(Sink):
             return KafkaSinkProduceError(f"{_NAME}: the producer's queue stayed full")
 
         producer.start_step()
-        _producers.produce_all(producer.client, records, [], deadline, full)
+        try:
+            _producers.produce_all(producer.client, records, settings.topic, [], deadline, full)
+        except ValueError as exc:
+            msg = f"{_NAME}: {exc} ({SINK_TOPIC_KEY!r})"
+            raise KafkaSinkProduceError(msg) from exc
         left = producer.client.flush(_left(deadline))
         if producer.refused or left:
             what = (
