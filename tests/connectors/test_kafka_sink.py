@@ -459,10 +459,10 @@ def test_statefulbolts_run_checks_a_sink_s_topics_before_spark_starts(
 def _kept(sink: KafkaSink, lane: Lane) -> Any:
     """The producer client this process keeps for ``lane`` (``None``: none)."""
     key = sink._producer_key(sink._current(), lane)
-    kept = _producers.take(key)
+    kept = _producers.take_producer(key)
     if kept is None:
         return None
-    _producers.keep(key, kept)
+    _producers.keep_producer(key, kept)
     return kept.client
 
 
@@ -505,11 +505,11 @@ def test_a_kept_producer_a_newer_one_fenced_publishes_nothing_stale_and_is_repla
     lane = LANE._replace(component=f"fenced-{topic}")
     key = sink._producer_key(sink._current(), lane)
     sink.publish(lane, 1, [StagedBatch(1, _staged(sink, ("k", "a")))], None)
-    in_a = _producers.take(key)  # process A's keeping
+    in_a = _producers.take_producer(key)  # process A's keeping
     assert in_a is not None
     sink.publish(lane, 2, [StagedBatch(2, _staged(sink, ("k", "b")))], None)  # process B
     assert _kept(sink, lane) is not in_a.client
-    _producers.keep(key, in_a)  # back in process A, with its stale producer
+    _producers.keep_producer(key, in_a)  # back in process A, with its stale producer
     replayed = sink.publish(lane, 2, [StagedBatch(2, _staged(sink, ("k", "b")))], None)
     assert (replayed.published, replayed.marker_before) == ((), 2)
     result = sink.publish(lane, 3, [StagedBatch(3, _staged(sink, ("k", "c")))], None)

@@ -4,7 +4,8 @@
 its lane's ``transactional.id``. Making one runs ``init_transactions``: some 60 ms alone, 0.3 s
 on a loaded machine, for every sink task at every COMMIT. So a process keeps the producer a
 step ended with, clean, for the lane's next step in the same process (a Spark Python worker
-is reused from job to job): ``take`` hands it out, ``keep`` puts it back. What makes that safe:
+is reused from job to job): ``take_producer`` hands it out, ``keep_producer`` puts it back.
+What makes that safe:
 
 1. **Only a clean producer is kept**: one whose step committed its transaction, or opened
    none. A step that fails in any way closes its producer (``close``); nothing it queued or
@@ -43,9 +44,9 @@ __all__ = [
     "ProducerKey",
     "close",
     "drop_kept",
-    "keep",
+    "keep_producer",
     "produce_all",
-    "take",
+    "take_producer",
 ]
 
 log = logging.getLogger(__name__)
@@ -89,13 +90,13 @@ _KEPT: collections.OrderedDict[ProducerKey, LaneProducer] = collections.OrderedD
 _KEPT_LOCK = threading.Lock()
 
 
-def take(key: ProducerKey) -> LaneProducer | None:
+def take_producer(key: ProducerKey) -> LaneProducer | None:
     """The producer kept for ``key``, taken out of the keeping (``None``: none kept)."""
     with _KEPT_LOCK:
         return _KEPT.pop(key, None)
 
 
-def keep(key: ProducerKey, producer: LaneProducer) -> None:
+def keep_producer(key: ProducerKey, producer: LaneProducer) -> None:
     """Keep a clean ``producer`` for ``key``'s next step; one kept already is closed."""
     with _KEPT_LOCK:
         old = _KEPT.pop(key, None)

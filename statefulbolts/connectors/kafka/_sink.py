@@ -85,7 +85,6 @@ from typing import TYPE_CHECKING, Any, Final, Literal, NamedTuple, Self
 import msgpack
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from statefulbolts.connectors.kafka import _producers
 from statefulbolts.connectors.kafka._client import broker_error, error_name
 from statefulbolts.connectors.kafka._config import (
     PASSWORD_KEY,
@@ -96,6 +95,14 @@ from statefulbolts.connectors.kafka._config import (
     KafkaUnavailableError,
     require_kafka,
 )
+from statefulbolts.connectors.kafka._producers import (
+    LaneProducer,
+    ProducerKey,
+    keep_producer,
+    produce_all,
+    take_producer,
+)
+from statefulbolts.connectors.kafka._producers import close as _close
 from statefulbolts.connectors.sinks import (
     Lane,
     PublishResult,
@@ -488,7 +495,7 @@ def producer_settings(conf: Mapping[str, Any] | None, *, who: str = _NAME) -> di
 
 # ------------------------------------------------------------------ the process's clients
 _ADMINS: dict[tuple[tuple[str, Any], ...], Any] = {}
-_WRITERS: dict[tuple[tuple[str, Any], ...], _producers.LaneProducer] = {}
+_WRITERS: dict[tuple[tuple[str, Any], ...], LaneProducer] = {}
 _CLIENTS_LOCK = threading.Lock()
 
 
@@ -956,7 +963,7 @@ class KafkaSink(Sink):
         settings = self._current()
         deadline = time.monotonic() + settings.publish_timeout_s
         key = self._producer_key(settings, lane)
-        kept = _producers.take(key)
+        kept = take_producer(key)
         if kept is not None:
             try:
                 return self._step(kept, key, settings, lane, txid, batches, deadline, kept=True)
@@ -973,8 +980,8 @@ class KafkaSink(Sink):
 
     def _step(
         self,
-        producer: _producers.LaneProducer,
-        key: _producers.ProducerKey,
+        producer: LaneProducer,
+        key: ProducerKey,
         settings: _Settings,
         lane: Lane,
         txid: int,
@@ -990,7 +997,7 @@ class KafkaSink(Sink):
             marker = self._marker(settings, lane, stable=True)
             due = [b for b in batches if b.txid <= txid and (marker is None or b.txid > marker)]
             if not due or (marker is not None and marker >= txid):
-                _producers.keep(key, producer)
+                keep_producer(key, producer)
                 return PublishResult(txid, (), 0, marker)
             producer.start_step()
             client.begin_transaction()
@@ -1005,30 +1012,28 @@ class KafkaSink(Sink):
             # asking the coordinator again only waits (Tansu lets the call time out).
             fenced = isinstance(exc, SinkFencedError)
             aborted = not opened or (not fenced and _abort(client, lane))
-            _producers.close(client, wait=aborted)
+            _close(client, wait=aborted)
             if kept and not checked and isinstance(exc, Exception):
                 raise _KeptProducerError from exc
             raise
-        _producers.keep(key, producer)
+        keep_producer(key, producer)
         return PublishResult(txid, tuple(b.txid for b in due), records, marker)
 
-    def _producer_key(self, settings: _Settings, lane: Lane) -> _producers.ProducerKey:
+    def _producer_key(self, settings: _Settings, lane: Lane) -> ProducerKey:
         own = (
             ("transaction.timeout.ms", settings.transaction_timeout_ms),
             ("message.timeout.ms", int(settings.publish_timeout_s * 1000)),
         )
         return self.transactional_id(lane), settings.client + own
 
-    def _new_producer(
-        self, settings: _Settings, lane: Lane, deadline: float
-    ) -> _producers.LaneProducer:
+    def _new_producer(self, settings: _Settings, lane: Lane, deadline: float) -> LaneProducer:
         """Step 1 with a new producer: made, fenced, with its group's metadata."""
-        producer = _producers.LaneProducer()
+        producer = LaneProducer()
         producer.client = self._fence(settings, lane, deadline, on_delivery=producer.delivered)
         try:
             producer.metadata = self._group_metadata(settings, lane)
         except BaseException:
-            _producers.close(producer.client)
+            _close(producer.client)
             raise
         return producer
 
@@ -1076,7 +1081,7 @@ class KafkaSink(Sink):
 
     def _mark(
         self,
-        producer: _producers.LaneProducer,
+        producer: LaneProducer,
         settings: _Settings,
         lane: Lane,
         txid: int,
@@ -1097,7 +1102,7 @@ class KafkaSink(Sink):
 
     def _produce(
         self,
-        producer: _producers.LaneProducer,
+        producer: LaneProducer,
         settings: _Settings,
         lane: Lane,
         due: Sequence[StagedBatch],
@@ -1122,7 +1127,7 @@ class KafkaSink(Sink):
                 else []
             )
             try:
-                _producers.produce_all(client, batch.records, settings.topic, extra, deadline, full)
+                produce_all(client, batch.records, settings.topic, extra, deadline, full)
             except kafka.KafkaException as exc:
                 raise self._step_error(exc, "producing", lane, KafkaSinkProduceError) from exc
             except ValueError as exc:
@@ -1186,7 +1191,7 @@ class KafkaSink(Sink):
         with _CLIENTS_LOCK:
             producer = _WRITERS.get(settings.client)
             if producer is None:
-                producer = _producers.LaneProducer()
+                producer = LaneProducer()
                 producer.client = kafka.Producer(
                     {
                         **_QUEUE,
@@ -1205,7 +1210,7 @@ class KafkaSink(Sink):
 
         producer.start_step()
         try:
-            _producers.produce_all(producer.client, records, settings.topic, [], deadline, full)
+            produce_all(producer.client, records, settings.topic, [], deadline, full)
         except ValueError as exc:
             msg = f"{_NAME}: {exc} ({SINK_TOPIC_KEY!r})"
             raise KafkaSinkProduceError(msg) from exc
@@ -1284,9 +1289,6 @@ def _many(given: Callable[[Any], bytes | None], values: Sequence[Any]) -> list[A
 def _left(deadline: float) -> float:
     """Seconds to the deadline, at least a tenth of one (a call needs some time to fail)."""
     return max(0.1, deadline - time.monotonic())
-
-
-_close = _producers.close
 
 
 def _abort(producer: Any, lane: Lane) -> bool:
