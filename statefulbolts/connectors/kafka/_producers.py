@@ -43,7 +43,6 @@ __all__ = [
     "LaneProducer",
     "ProducerKey",
     "close",
-    "drop_kept",
     "keep_producer",
     "produce_all",
     "take_producer",
@@ -104,16 +103,6 @@ def keep_producer(key: ProducerKey, producer: LaneProducer) -> None:
         evicted = [_KEPT.popitem(last=False)[1] for _ in range(len(_KEPT) - KEPT_AT_MOST)]
     for gone in [*([old] if old is not None else []), *evicted]:
         close(gone.client)
-
-
-def drop_kept() -> int:
-    """Close every kept producer of this process; how many."""
-    with _KEPT_LOCK:
-        kept = list(_KEPT.values())
-        _KEPT.clear()
-    for producer in kept:
-        close(producer.client)
-    return len(kept)
 
 
 def close(client: Any, *, wait: bool = True) -> None:
