@@ -65,15 +65,18 @@ class LaneProducer:
 
     ``client``: the confluent-kafka ``Producer``; ``metadata``: the lane group's metadata for
     ``send_offsets_to_transaction``; ``refused``: what the cluster refused in the current
-    step (its ``delivered`` callback fills it; ``start_step`` empties it).
+    step (its ``delivered`` callback fills it; ``start_step`` empties it). One step at a time
+    uses a producer: a kept one is taken out while used, and the at-least-once writer that
+    threads of a process share is used under ``lock``, so no step's refusals are another's.
     """
 
-    __slots__ = ("client", "metadata", "refused")
+    __slots__ = ("client", "lock", "metadata", "refused")
 
     def __init__(self) -> None:
         self.client: Any = None
         self.metadata: Any = None
         self.refused: list[str] = []
+        self.lock = threading.Lock()
 
     def delivered(self, error: Any, message: Any) -> None:
         """The delivery report of a record the cluster refused (only those are reported)."""

@@ -1208,21 +1208,19 @@ class KafkaSink(Sink):
         def full() -> KafkaSinkProduceError:
             return KafkaSinkProduceError(f"{_NAME}: the producer's queue stayed full")
 
-        producer.start_step()
-        try:
-            produce_all(producer.client, records, settings.topic, [], deadline, full)
-        except ValueError as exc:
-            msg = f"{_NAME}: {exc} ({SINK_TOPIC_KEY!r})"
-            raise KafkaSinkProduceError(msg) from exc
-        left = producer.client.flush(_left(deadline))
-        if producer.refused or left:
-            what = (
-                "; ".join(producer.refused)
-                if producer.refused
-                else f"{left} records not delivered in time"
-            )
+        with producer.lock:  # one write at a time: its refusals are its own
+            producer.start_step()
+            try:
+                produce_all(producer.client, records, settings.topic, [], deadline, full)
+            except ValueError as exc:
+                msg = f"{_NAME}: {exc} ({SINK_TOPIC_KEY!r})"
+                raise KafkaSinkProduceError(msg) from exc
+            left = producer.client.flush(_left(deadline))
+            refused = list(producer.refused)
+        if refused or left:
+            what = "; ".join(refused) if refused else f"{left} records not delivered in time"
             msg = f"{_NAME}: the cluster at {settings.bootstrap} did not take records: {what}"
-            raise (KafkaSinkProduceError(msg) if producer.refused else KafkaUnavailableError(msg))
+            raise (KafkaSinkProduceError(msg) if refused else KafkaUnavailableError(msg))
 
     # ---------------------------------------------------------------- operations
     def lane_markers(
