@@ -194,7 +194,8 @@ class KafkaTarget(SinkTarget):
     @staticmethod
     def sink() -> Sink:
         """``KafkaSink`` of the updates, JSON values keyed by word; the rest from the config."""
-        return KafkaSink(mapper=update_record, value_serializer="json")
+        # With the txid headers: the verdict tells a failed attempt's records apart by them.
+        return KafkaSink(mapper=update_record, value_serializer="json", txid_headers=True)
 
     def read_log(self) -> ChangeLog:
         """The topic's records as a ``read_committed`` reader gets them (the class docstring)."""

@@ -122,6 +122,7 @@ def build(
             value_serializer="json",
             bootstrap_servers=bootstrap,
             partitioning=partitioning,
+            txid_headers=True,  # the verdict tells a failed attempt's records apart by them
         )
     builder = TopologyBuilder()
     builder.set_spout("sentences", spout, parallelism)

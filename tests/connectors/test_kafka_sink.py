@@ -23,12 +23,14 @@ from statefulbolts.connectors.kafka import (
     KafkaSink,
     KafkaUnavailableError,
     ProducerRecord,
+    _producers,
 )
 from statefulbolts.connectors.kafka._sink import _close
 from statefulbolts.connectors.sinks import (
     Lane,
     SinkConfigError,
     SinkMarkerError,
+    SinkPublishError,
     SinkStageError,
     StagedBatch,
 )
@@ -57,8 +59,9 @@ def to_record(tuple_: Any) -> ProducerRecord | None:
 # ------------------------------------------------------------------ records (no broker)
 def test_a_tuple_becomes_topic_partition_key_value_and_headers() -> None:
     sink = KafkaSink("counts", key="word", value="count", value_serializer="json")
+    # The topic None: the sink's own, named when the record is written (no copy in the state).
     assert sink.stage(make_tuple(["storm", 3], fields=["word", "count"])) == [
-        "counts",
+        None,
         -1,
         b"storm",
         b"3",
@@ -70,7 +73,7 @@ def test_a_tuple_becomes_topic_partition_key_value_and_headers() -> None:
     staged = routed.stage(make_tuple(["x", 2, [("a", "b")], "val"], fields=["to", "p", "hs", "v"]))
     assert staged == ["x", 2, None, b"val", [["a", b"b"]]]
     none_topic = routed.stage(make_tuple([None, None, (), "val"], fields=["to", "p", "hs", "v"]))
-    assert none_topic == ["default", -1, None, b"val", None]
+    assert none_topic == [None, -1, None, b"val", None]
 
 
 def test_a_mapper_makes_the_record_or_leaves_the_tuple_out() -> None:
@@ -174,7 +177,13 @@ def test_one_publish_writes_to_several_topics_and_sets_one_marker(
 ) -> None:
     a, b = kafka_topic(), kafka_topic(partitions=2)
     sink = _opened(
-        KafkaSink(a, topic_field="to", key="key", bootstrap_servers=kafka_broker.bootstrap)
+        KafkaSink(
+            a,
+            topic_field="to",
+            key="key",
+            bootstrap_servers=kafka_broker.bootstrap,
+            txid_headers=True,
+        )
     )
     rows = [(a, "k1", "v1"), (b, "k2", "v2"), (b, "k3", "v3"), (None, "k4", "v4")]
     staged = _staged(sink, *rows, fields=("to", "key", "value"))
@@ -200,7 +209,12 @@ def test_a_record_s_own_headers_are_published_and_written_beside_the_sink_s(
     published, written = kafka_topic(), kafka_topic()
     for topic, at_once in ((published, False), (written, True)):
         sink = _opened(
-            KafkaSink(topic, headers_field="hs", bootstrap_servers=kafka_broker.bootstrap)
+            KafkaSink(
+                topic,
+                headers_field="hs",
+                bootstrap_servers=kafka_broker.bootstrap,
+                txid_headers=True,
+            )
         )
         staged = _staged(sink, ([("trace", "t-1"), ("raw", b"\x00")], "v"), fields=("hs", "value"))
         if at_once:
@@ -439,3 +453,90 @@ def test_statefulbolts_run_checks_a_sink_s_topics_before_spark_starts(
     check_before_spark(conf, topology=build(topic, topic, kafka_broker.bootstrap))
     with pytest.raises(SinkConfigError, match=r"topic 'gone-.*' not found"):
         check_before_spark(conf, topology=build(topic, f"gone-{topic}", kafka_broker.bootstrap))
+
+
+# ------------------------------------------------------------------ the kept producers
+def _kept(sink: KafkaSink, lane: Lane) -> Any:
+    """The producer client this process keeps for ``lane`` (``None``: none)."""
+    key = sink._producer_key(sink._current(), lane)
+    kept = _producers.take_producer(key)
+    if kept is None:
+        return None
+    _producers.keep_producer(key, kept)
+    return kept.client
+
+
+def _values(bootstrap: str, topic: str) -> list[str]:
+    return [m.value().decode() for m in read_topic(bootstrap, topic)]
+
+
+@pytest.mark.kafka
+def test_a_lane_s_next_publish_reuses_its_producer_and_a_replayed_commit_writes_nothing_twice(
+    kafka_broker: Any, kafka_topic: Any
+) -> None:
+    topic = kafka_topic()
+    sink = _opened(KafkaSink(topic, bootstrap_servers=kafka_broker.bootstrap))
+    lane = LANE._replace(component=f"reuse-{topic}")
+    assert sink.publish(lane, 1, [StagedBatch(1, _staged(sink, ("k", "a")))], None).records == 1
+    first = _kept(sink, lane)
+    assert first is not None
+    # The COMMIT run again (a driver killed after the publish): the kept producer reads the
+    # marker and writes nothing.
+    again = sink.publish(lane, 1, [StagedBatch(1, _staged(sink, ("k", "a")))], None)
+    assert (again.published, again.marker_before) == ((), 1)
+    assert sink.publish(lane, 2, [StagedBatch(2, _staged(sink, ("k", "b")))], None).records == 1
+    assert _kept(sink, lane) is first  # no new producer, no init_transactions
+    assert _values(kafka_broker.bootstrap, topic) == ["a", "b"]
+    assert sink.published(lane) == 2
+
+
+@pytest.mark.kafka
+def test_a_kept_producer_a_newer_one_fenced_publishes_nothing_stale_and_is_replaced(
+    kafka_broker: Any, kafka_topic: Any
+) -> None:
+    """Process A keeps the lane's producer; the task then runs in process B, which fences it.
+
+    Back in A, the kept producer is no longer the lane's: a replayed COMMIT of what B
+    published writes nothing (the marker says B did), and the next COMMIT's step finds the
+    producer refused before any record goes out and publishes with a new one, once.
+    """
+    topic = kafka_topic()
+    sink = _opened(KafkaSink(topic, bootstrap_servers=kafka_broker.bootstrap))
+    lane = LANE._replace(component=f"fenced-{topic}")
+    key = sink._producer_key(sink._current(), lane)
+    sink.publish(lane, 1, [StagedBatch(1, _staged(sink, ("k", "a")))], None)
+    in_a = _producers.take_producer(key)  # process A's keeping
+    assert in_a is not None
+    sink.publish(lane, 2, [StagedBatch(2, _staged(sink, ("k", "b")))], None)  # process B
+    assert _kept(sink, lane) is not in_a.client
+    _producers.keep_producer(key, in_a)  # back in process A, with its stale producer
+    replayed = sink.publish(lane, 2, [StagedBatch(2, _staged(sink, ("k", "b")))], None)
+    assert (replayed.published, replayed.marker_before) == ((), 2)
+    result = sink.publish(lane, 3, [StagedBatch(3, _staged(sink, ("k", "c")))], None)
+    assert (result.published, result.records, result.marker_before) == ((3,), 1, 2)
+    assert _kept(sink, lane) not in (None, in_a.client)
+    assert _values(kafka_broker.bootstrap, topic) == ["a", "b", "c"]
+    assert sink.published(lane) == 3
+
+
+@pytest.mark.kafka
+def test_a_failed_publish_keeps_no_producer_and_the_next_one_publishes(
+    kafka_broker: Any, kafka_topic: Any
+) -> None:
+    topic = kafka_topic()
+    sink = _opened(KafkaSink(topic, bootstrap_servers=kafka_broker.bootstrap))
+    lane = LANE._replace(component=f"failed-{topic}")
+    sink.publish(lane, 1, [StagedBatch(1, _staged(sink, ("k", "a")))], None)
+    kept = _kept(sink, lane)
+    bad = [topic, 7, None, b"to a partition the topic lacks", None]
+    with pytest.raises(SinkPublishError):
+        sink.publish(lane, 2, [StagedBatch(2, [bad])], None)
+    assert _kept(sink, lane) is None  # closed, not kept: it held an aborted transaction
+    assert sink.publish(lane, 2, [StagedBatch(2, _staged(sink, ("k", "b")))], None).records == 1
+    assert _kept(sink, lane) not in (None, kept)
+    assert _values(kafka_broker.bootstrap, topic) == ["a", "b"]
+
+
+def test_the_txid_headers_are_off_unless_asked_for() -> None:
+    assert KafkaSink("t").txid_headers is False
+    assert KafkaSink("t", txid_headers=True).txid_headers is True

@@ -197,6 +197,26 @@ def test_a_batch_is_staged_as_its_tuples_would_be() -> None:
     assert run.published() == [("0of1", 0, "x"), ("0of1", 0, "y"), ("0of1", 0, "z")]
 
 
+def test_a_batch_is_staged_with_one_call_of_the_sink_s_stage_batch() -> None:
+    calls: list[int] = []
+
+    class Batching(MemorySink):
+        def stage_batch(self, batch: ColumnBatch) -> list[Any]:
+            calls.append(len(batch))
+            return [[f"{v}!"] for v in batch.column(0)]
+
+    builder = TopologyBuilder()
+    builder.set_spout("words", Words(), 1)
+    run = Run()
+    sink = ExactlyOnceSinkBolt(Batching(run.name))
+    builder.set_bolt("publish", sink, 1).shuffle_grouping("words")
+    run.topology = builder.create_topology()
+    run.task(Action.PREPARE, 0, ["x", "y", "z"], batch=True)
+    run.task(Action.COMMIT, 0)
+    assert calls == [3]
+    assert run.published() == [("0of1", 0, "x!"), ("0of1", 0, "y!"), ("0of1", 0, "z!")]
+
+
 def test_records_are_kept_in_chunks_of_the_bolt_s_size() -> None:
     run = Run()
     bolt = run.topology.component("publish").obj

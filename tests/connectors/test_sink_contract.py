@@ -102,8 +102,8 @@ class SqliteCase:
 class _DiesBeforeCommit(KafkaSink):
     """The Kafka sink whose next publish sends its records, then fails instead of committing."""
 
-    def _commit(self, producer: Any, settings: Any, lane: Lane, txid: int, deadline: float) -> None:
-        producer.flush(10)  # every record reached the broker, inside the open transaction
+    def _commit(self, client: Any, lane: Lane, deadline: float) -> None:
+        client.flush(10)  # every record reached the broker, inside the open transaction
         msg = "injected: the publish fails before its commit"
         raise KafkaSinkCommitError(msg)
 
@@ -113,7 +113,10 @@ class KafkaCase:
 
     def __init__(self, bootstrap: str, topic: str) -> None:
         self.bootstrap, self.topic = bootstrap, topic
-        self.sink = KafkaSink(topic, bootstrap_servers=bootstrap, publish_timeout_ms=10_000)
+        # The headers tell a failed attempt's records from its retry's (Tansu shows both).
+        self.sink = KafkaSink(
+            topic, bootstrap_servers=bootstrap, publish_timeout_ms=10_000, txid_headers=True
+        )
         self.sink.open(CONF, None)  # type: ignore[arg-type]
         self._failing = False
 
@@ -127,7 +130,10 @@ class KafkaCase:
         if self._failing:
             self._failing = False
             failing = _DiesBeforeCommit(
-                self.topic, bootstrap_servers=self.bootstrap, publish_timeout_ms=10_000
+                self.topic,
+                bootstrap_servers=self.bootstrap,
+                publish_timeout_ms=10_000,
+                txid_headers=True,
             )
             failing.open(CONF, None)  # type: ignore[arg-type]
             return failing.publish(*args)

@@ -100,7 +100,7 @@ from statefulbolts.connectors.sinks import (
 
 if TYPE_CHECKING:
     from statefulbolts.context import TopologyContext
-    from statefulbolts.tuples import Tuple
+    from statefulbolts.tuples import ColumnBatch, Tuple
 
 __all__ = [
     "SINK_FORMAT_KEY",
@@ -336,6 +336,20 @@ class FileSink(Sink):
         except (TypeError, ValueError) as exc:
             msg = f"{_NAME}: format {fmt.name!r} cannot hold row {dict(row)!r:.120}: {exc}"
             raise SinkStageError(msg) from exc
+
+    def stage_batch(self, batch: ColumnBatch) -> list[Any]:
+        """``stage`` of every tuple of ``batch``, from its columns (a mapper: tuple by tuple).
+
+        The rows are made from the columns and staged by the format together
+        (``FileFormat.stage_many``).
+        """
+        if self.mapper is not None or len(batch) == 0:
+            return super().stage_batch(batch)
+        names = self.fields if self.fields is not None else list(batch.fields)
+        columns = [batch.column(name) for name in names]
+        rows = [dict(zip(names, values, strict=True)) for values in zip(*columns, strict=True)]
+        fmt = self._settings.format if self._settings is not None else self._format()
+        return fmt.stage_many(rows)
 
     def _format(self) -> FileFormat:
         return format_named(self.format or "jsonl")

@@ -22,13 +22,14 @@ task's state, not in an open transaction, for as long as the topology is down.
 attempt of the task, on any executor and under any driver, fences an earlier one still
 running (Kafka's producer epoch), and the earlier one's commit is refused.
 
-Records: ``stage`` turns a tuple into ``[topic, partition, key bytes, value bytes, headers]``:
-the value (and optionally the key, topic, partition, headers) from named fields, or from a
-``mapper`` function returning a ``ProducerRecord``; keys and values serialized by
-``key_serializer`` / ``value_serializer`` (``"str"``, ``"bytes"``, ``"json"``, ``"msgpack"``, or
-a callable). Each published record also carries headers ``statefulbolts.txid`` (the
-transaction that staged it) and ``statefulbolts.publish`` (``<lane>/<txid>/<attempt>``, the
-publish step that wrote it), unless ``txid_headers=False``.
+Records: ``stage`` turns a tuple into ``[topic, partition, key bytes, value bytes, headers]``
+(``stage_batch`` a column batch's tuples, from its columns): the value (and optionally the
+key, topic, partition, headers) from named fields, or from a ``mapper`` function returning a
+``ProducerRecord``; keys and values serialized by ``key_serializer`` / ``value_serializer``
+(``"str"``, ``"bytes"``, ``"json"``, ``"msgpack"``, or a callable); the topic ``None`` when it is
+the sink's own, named when the record is written. With ``txid_headers=True`` each published
+record also carries headers ``statefulbolts.txid`` (the transaction that staged it) and
+``statefulbolts.publish`` (``<lane>/<txid>/<attempt>``, the publish step that wrote it).
 
 Settings: the ``kafka.*`` client settings shared with ``KafkaSpout`` (brokers, security;
 the spout's own keys are left out), then ``sink.kafka.producer.<setting>`` for the sink's
@@ -62,7 +63,7 @@ Example:
     "Kafka topic 'counts'"
     >>> from statefulbolts.testing import make_tuple
     >>> sink.stage(make_tuple(["storm", 3], fields=["word", "count"]))
-    ['counts', -1, b'storm', b'3', None]
+    [None, -1, b'storm', b'3', None]
     >>> sink.transactional_id(Lane("wc", "publish", 1, 2))
     'statefulbolts.wc.publish.1of2'
 
@@ -77,6 +78,8 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
+from itertools import repeat
+from json.encoder import encode_basestring
 from typing import TYPE_CHECKING, Any, Final, Literal, NamedTuple, Self
 
 import msgpack
@@ -92,6 +95,14 @@ from statefulbolts.connectors.kafka._config import (
     KafkaUnavailableError,
     require_kafka,
 )
+from statefulbolts.connectors.kafka._producers import (
+    LaneProducer,
+    ProducerKey,
+    keep_producer,
+    produce_all,
+    take_producer,
+)
+from statefulbolts.connectors.kafka._producers import close as _close
 from statefulbolts.connectors.sinks import (
     Lane,
     PublishResult,
@@ -106,7 +117,7 @@ from statefulbolts.connectors.sinks import (
 
 if TYPE_CHECKING:
     from statefulbolts.context import TopologyContext
-    from statefulbolts.tuples import Tuple
+    from statefulbolts.tuples import ColumnBatch, Tuple
 
 __all__ = [
     "MARKER_TOPIC_KEY",
@@ -181,6 +192,13 @@ _AWAY = frozenset(
 )
 # How long an abort after a failed step may take: the next fence aborts what it leaves.
 _ABORT_WAIT_S = 5.0
+# The producers' local queue, unless the config says otherwise: room for a sink task's share of
+# a large transaction, so the produce loop seldom waits for the cluster's acks to free some.
+_QUEUE: Final = {"queue.buffering.max.messages": 1_000_000}
+
+
+class _KeptProducerError(Exception):
+    """A kept producer failed before its first record: the step starts again with a new one."""
 
 
 # ------------------------------------------------------------------ errors
@@ -206,6 +224,10 @@ class Serializer:
     def serialize(self, value: Any) -> bytes:
         """The bytes of ``value`` (not ``None``)."""
         raise NotImplementedError
+
+    def serialize_many(self, values: Sequence[Any]) -> list[bytes | None]:
+        """``[self(v) for v in values]``; a subclass does it with a loop in C where it can."""
+        return [self(v) for v in values]
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}()"
@@ -235,8 +257,19 @@ class StringSerializer(Serializer):
             raise TypeError(msg)
         return value.encode(self.encoding)
 
+    def serialize_many(self, values: Sequence[Any]) -> list[bytes | None]:
+        """Each ``str`` encoded; a column holding anything else goes value by value."""
+        try:
+            return list(map(str.encode, values, repeat(self.encoding)))
+        except TypeError:  # a None, or a value that is no str: serialize says which
+            return [self(v) for v in values]
+
     def __repr__(self) -> str:
         return f"StringSerializer({self.encoding!r})"
+
+
+# One encoder for every JSON value: ``json.dumps`` with arguments makes a new one per call.
+_JSON = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False).encode
 
 
 class JsonSerializer(Serializer):
@@ -244,7 +277,22 @@ class JsonSerializer(Serializer):
 
     def serialize(self, value: Any) -> bytes:
         """The JSON of ``value``."""
-        return json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode()
+        return _JSON(value).encode()
+
+    def serialize_many(self, values: Sequence[Any]) -> list[bytes | None]:
+        """Each value's JSON; ``None`` stays ``None``, as ``__call__`` keeps it.
+
+        A column of only ints, or only strs, is written as the encoder writes those (an int's
+        ``repr``, a str quoted and escaped), without the encoder's call per value.
+        """
+        kinds = set(map(type, values))
+        if kinds == {int}:
+            return list(map(str.encode, map(int.__repr__, values)))
+        if kinds == {str}:
+            return list(map(str.encode, map(encode_basestring, values)))
+        if type(None) in kinds:
+            return [self(v) for v in values]
+        return list(map(str.encode, map(_JSON, values)))
 
 
 class MsgpackSerializer(Serializer):
@@ -447,7 +495,7 @@ def producer_settings(conf: Mapping[str, Any] | None, *, who: str = _NAME) -> di
 
 # ------------------------------------------------------------------ the process's clients
 _ADMINS: dict[tuple[tuple[str, Any], ...], Any] = {}
-_WRITERS: dict[tuple[tuple[str, Any], ...], Any] = {}
+_WRITERS: dict[tuple[tuple[str, Any], ...], LaneProducer] = {}
 _CLIENTS_LOCK = threading.Lock()
 
 
@@ -512,7 +560,7 @@ class KafkaSink(Sink):
         marker_topic: str | None = None,
         publish_timeout_ms: int | None = None,
         transaction_timeout_ms: int | None = None,
-        txid_headers: bool = True,
+        txid_headers: bool = False,
         partitioning: str | None = None,
     ) -> None:
         given = {
@@ -695,6 +743,10 @@ class KafkaSink(Sink):
     def stage(self, tuple_: Tuple) -> list[Any] | None:
         """``[topic, partition (-1: by key), key bytes, value bytes, headers]`` of a tuple.
 
+        ``topic`` is ``None`` for the sink's own topic, named when the record is written: a
+        staged record then holds no copy of the name (it was most of a small record's bytes,
+        kept in the state, shipped to the driver and back).
+
         Raises:
             SinkStageError: a named field is missing, no topic, or a serializer refused.
         """
@@ -742,7 +794,53 @@ class KafkaSink(Sink):
             )
             raise SinkStageError(msg) from exc
         headers = [[str(n), v.encode() if isinstance(v, str) else v] for n, v in record.headers]
-        return [topic, partition, key, value, headers or None]
+        return [record.topic or None, partition, key, value, headers or None]
+
+    def stage_batch(self, batch: ColumnBatch) -> list[Any]:
+        """``stage`` of every tuple of ``batch``, from its columns (a mapper: tuple by tuple).
+
+        The records are what ``stage`` makes of each tuple; a column's values are serialized
+        together (``Serializer.serialize_many``) and the records zipped from the columns, so a
+        record costs no Python call of its own when the sink takes its fields by name.
+
+        Raises:
+            SinkStageError, TypeError, ValueError: a tuple ``stage`` refuses; the runtime then
+                stages the batch tuple by tuple, and ``stage`` names it.
+        """
+        n = len(batch)
+        if self.mapper is not None or self.partition_field is not None or n == 0:
+            # A mapper's records, and partitions from a field, are checked one by one.
+            return super().stage_batch(batch)
+        column = batch.column
+        own = self.topic or (self._settings.topic if self._settings else None)
+        if self.topic_field is None:
+            if own is None:
+                msg = f"{_NAME}: a record with no topic, and the sink has none ({SINK_TOPIC_KEY!r})"
+                raise SinkStageError(msg)
+            topics: Any = repeat(None, n)  # the sink's own (see ``stage``)
+        else:
+            topics = [t or None for t in column(self.topic_field)]
+            if own is None and None in topics:
+                return super().stage_batch(batch)
+        partitions: Any = repeat(-1, n)
+        if self._settings is not None and self._settings.partitioning == "task":
+            if self.topic_field is None and own is not None:  # its partitions listed once
+                partitions = repeat(self._task % self._partition_count(own), n)
+            else:
+                partitions = [self._task % self._partition_count(t or str(own)) for t in topics]
+        keys: Any = (
+            repeat(None, n) if self.key is None else _many(self.key_serializer, column(self.key))
+        )
+        values = _many(self.value_serializer, column(self.value))
+        if self.headers_field is None:
+            headers: Any = repeat(None, n)
+        else:
+            headers = [
+                [[str(h), v.encode() if isinstance(v, str) else v] for h, v in pairs] or None
+                for pairs in column(self.headers_field)
+            ]
+        # The constant columns are endless ``repeat``s: the batch's columns set the length.
+        return list(map(list, zip(topics, partitions, keys, values, headers, strict=False)))
 
     def _partition_count(self, topic: str) -> int:
         """How many partitions ``topic`` has, listed once per task.
@@ -832,23 +930,28 @@ class KafkaSink(Sink):
     ) -> PublishResult:
         """Publish the lane's records above its marker, up to ``txid``, in one transaction.
 
-        1. **Fence**: a new transactional producer of the lane's ``transactional.id`` runs
-           ``init_transactions``. The broker aborts any transaction the id left open (an
-           attempt that died) and refuses every older producer of the id from now on (a zombie
-           attempt, a stale driver's executor).
-        2. **Read the marker**: the lane group's committed offset, after step 1, so no other
-           producer of the lane can move it until this step ends.
+        1. **Fence**: the lane's transactional producer. The one this process kept from the
+           lane's last step (``_producers``), else a new one, which runs ``init_transactions``:
+           the broker aborts any transaction the id left open (an attempt that died) and
+           refuses every older producer of the id from now on (a zombie attempt, a stale
+           driver's executor, a producer another process kept).
+        2. **Read the marker**: the lane group's committed offset, stable (after any
+           transaction of the id has ended). Only the id's newest producer can move it, and a
+           producer that is not the newest commits nothing (steps 4 and 6).
         3. **Decide**: the batches with ``marker < batch.txid <= txid``; none (the marker is at
            ``txid`` already: a replayed COMMIT) ends the step, no transaction opened.
-        4. **Produce**: ``begin_transaction``, then every record of those batches, oldest
-           txid first, in staged order.
-        5. **Commit**: ``send_offsets_to_transaction`` sets the marker to ``txid`` (offset
-           ``txid + 1``), and ``commit_transaction`` makes records and marker visible at once.
+        4. **Mark**: ``begin_transaction``, then ``send_offsets_to_transaction`` sets the
+           marker to ``txid`` (offset ``txid + 1``) in the transaction. The coordinator refuses
+           a fenced producer here, before any record goes out: a kept producer refused, or
+           failing in steps 2 to 4, is closed and the step starts again at 1 with a new one.
+        5. **Produce** every record of those batches, oldest txid first, in staged order.
+        6. **Commit**: ``commit_transaction`` makes records and marker visible at once; the
+           producer is kept for the lane's next step.
 
-        A failure in 4 or 5 aborts the transaction (at most ``_ABORT_WAIT_S``; step 1 of the
-        retry aborts it otherwise) and raises; nothing of it is visible. The whole step keeps
-        to ``sink.kafka.publish.timeout.ms``. ``epoch`` is not used: Kafka fences with its own
-        producer epochs (step 1).
+        A failure in 4 to 6 aborts the transaction (at most ``_ABORT_WAIT_S``; step 1 of the
+        retry aborts it otherwise), closes the producer and raises; nothing of it is visible.
+        The whole step keeps to ``sink.kafka.publish.timeout.ms``. ``epoch`` is not used:
+        Kafka fences with its own producer epochs (step 1).
 
         Raises:
             KafkaSinkFenceError, SinkMarkerError, KafkaSinkProduceError, KafkaSinkCommitError:
@@ -859,36 +962,102 @@ class KafkaSink(Sink):
         """
         settings = self._current()
         deadline = time.monotonic() + settings.publish_timeout_s
-        producer = self._fence(settings, lane, deadline)
-        opened = False
+        key = self._producer_key(settings, lane)
+        kept = take_producer(key)
+        if kept is not None:
+            try:
+                return self._step(kept, key, settings, lane, txid, batches, deadline, kept=True)
+            except _KeptProducerError as refused:
+                log.debug(
+                    "%s: lane %s: the producer kept from its last step is no longer the lane's "
+                    "(%s); a new one fences",
+                    _NAME,
+                    lane.name,
+                    refused.__cause__,
+                )
+        producer = self._new_producer(settings, lane, deadline)
+        return self._step(producer, key, settings, lane, txid, batches, deadline, kept=False)
+
+    def _step(
+        self,
+        producer: LaneProducer,
+        key: ProducerKey,
+        settings: _Settings,
+        lane: Lane,
+        txid: int,
+        batches: Sequence[StagedBatch],
+        deadline: float,
+        *,
+        kept: bool,
+    ) -> PublishResult:
+        """Steps 2 to 6 with ``producer`` (``kept``: from an earlier step; see ``publish``)."""
+        client = producer.client
+        opened = checked = False
         try:
             marker = self._marker(settings, lane, stable=True)
             due = [b for b in batches if b.txid <= txid and (marker is None or b.txid > marker)]
             if not due or (marker is not None and marker >= txid):
+                keep_producer(key, producer)
                 return PublishResult(txid, (), 0, marker)
-            attempt = f"{lane.name}/{txid}/{uuid.uuid4().hex[:12]}"
-            producer.begin_transaction()
+            producer.start_step()
+            client.begin_transaction()
             opened = True
-            records = self._produce(producer, settings, lane, due, attempt, deadline)
-            self._commit(producer, settings, lane, txid, deadline)
+            self._mark(producer, settings, lane, txid, deadline)
+            checked = True
+            records = self._produce(producer, settings, lane, due, txid, deadline)
+            self._commit(client, lane, deadline)
             opened = False
-            return PublishResult(txid, tuple(b.txid for b in due), records, marker)
-        except BaseException:
-            if opened:
-                _abort(producer, lane)
+        except BaseException as exc:
+            # A fenced producer's transaction is the newer producer's to abort (its fence did);
+            # asking the coordinator again only waits (Tansu lets the call time out).
+            fenced = isinstance(exc, SinkFencedError)
+            aborted = not opened or (not fenced and _abort(client, lane))
+            _close(client, wait=aborted)
+            if kept and not checked and isinstance(exc, Exception):
+                raise _KeptProducerError from exc
             raise
-        finally:
-            _close(producer)
+        keep_producer(key, producer)
+        return PublishResult(txid, tuple(b.txid for b in due), records, marker)
 
-    def _fence(self, settings: _Settings, lane: Lane, deadline: float) -> Any:
-        """Step 1: a transactional producer of the lane, initialized (see ``publish``)."""
+    def _producer_key(self, settings: _Settings, lane: Lane) -> ProducerKey:
+        own = (
+            ("transaction.timeout.ms", settings.transaction_timeout_ms),
+            ("message.timeout.ms", int(settings.publish_timeout_s * 1000)),
+        )
+        return self.transactional_id(lane), settings.client + own
+
+    def _new_producer(self, settings: _Settings, lane: Lane, deadline: float) -> LaneProducer:
+        """Step 1 with a new producer: made, fenced, with its group's metadata."""
+        producer = LaneProducer()
+        producer.client = self._fence(settings, lane, deadline, on_delivery=producer.delivered)
+        try:
+            producer.metadata = self._group_metadata(settings, lane)
+        except BaseException:
+            _close(producer.client)
+            raise
+        return producer
+
+    def _fence(
+        self,
+        settings: _Settings,
+        lane: Lane,
+        deadline: float,
+        on_delivery: Callable[[Any, Any], None] | None = None,
+    ) -> Any:
+        """Step 1: a new transactional producer of the lane, initialized (see ``publish``).
+
+        ``on_delivery``: the producer's delivery reports, for refused records only.
+        """
         kafka = require_kafka(_NAME)
         config = {
+            **_QUEUE,
             **dict(settings.client),
             "transactional.id": self.transactional_id(lane),
             "transaction.timeout.ms": settings.transaction_timeout_ms,
             "message.timeout.ms": int(settings.publish_timeout_s * 1000),
         }
+        if on_delivery is not None:
+            config |= {"on_delivery": on_delivery, "delivery.report.only.error": True}
         try:
             producer = kafka.Producer(config)
         except (kafka.KafkaException, ValueError, TypeError) as exc:
@@ -901,80 +1070,89 @@ class KafkaSink(Sink):
             raise self._step_error(exc, "fencing", lane, KafkaSinkFenceError) from exc
         return producer
 
+    def _group_metadata(self, settings: _Settings, lane: Lane) -> Any:
+        """The lane group's metadata for ``send_offsets_to_transaction`` (of a consumer)."""
+        kafka = require_kafka(_NAME)
+        reader = kafka.Consumer({**dict(settings.client), "group.id": self.transactional_id(lane)})
+        try:
+            return reader.consumer_group_metadata()
+        finally:
+            reader.close()
+
+    def _mark(
+        self,
+        producer: LaneProducer,
+        settings: _Settings,
+        lane: Lane,
+        txid: int,
+        deadline: float,
+    ) -> None:
+        """Step 4: the marker at ``txid`` in the open transaction; refused if fenced."""
+        from confluent_kafka import TopicPartition
+
+        kafka = require_kafka(_NAME)
+        try:
+            producer.client.send_offsets_to_transaction(
+                [TopicPartition(settings.marker_topic, 0, txid + 1)],
+                producer.metadata,
+                _left(deadline),
+            )
+        except kafka.KafkaException as exc:
+            raise self._step_error(exc, "moving the marker", lane, KafkaSinkCommitError) from exc
+
     def _produce(
         self,
-        producer: Any,
+        producer: LaneProducer,
         settings: _Settings,
         lane: Lane,
         due: Sequence[StagedBatch],
-        attempt: str,
+        txid: int,
         deadline: float,
     ) -> int:
-        """Step 4: every record of ``due``, in order; how many."""
+        """Step 5: every record of ``due``, in order, delivered; how many."""
         kafka = require_kafka(_NAME)
-        refused: list[str] = []
+        client = producer.client
+        attempt = f"{lane.name}/{txid}/{uuid.uuid4().hex[:12]}".encode()
 
-        def delivered(error: Any, message: Any) -> None:
-            if error is not None and len(refused) < 3:
-                refused.append(f"{message.topic()}: {error.str()} ({error.name()})")
+        def full() -> KafkaSinkProduceError:
+            return KafkaSinkProduceError(
+                f"{_NAME}: lane {lane.name}: the producer's queue stayed full"
+            )
 
         count = 0
-        publish = attempt.encode()
         for batch in due:
-            txid_header = str(batch.txid).encode()
-            for topic, partition, key, value, headers in batch.records:
-                extra = _headers(headers)
-                if self.txid_headers:
-                    extra += [(TXID_HEADER, txid_header), (PUBLISH_HEADER, publish)]
-                while True:
-                    try:
-                        producer.produce(
-                            topic,
-                            value=value,
-                            key=key,
-                            partition=partition,
-                            headers=extra or None,
-                            on_delivery=delivered,
-                        )
-                        break
-                    except BufferError:  # the local queue is full: let it drain
-                        if time.monotonic() > deadline:
-                            msg = f"{_NAME}: lane {lane.name}: the producer's queue stayed full"
-                            raise KafkaSinkProduceError(msg) from None
-                        producer.poll(0.05)
-                    except kafka.KafkaException as exc:
-                        raise self._step_error(
-                            exc, f"producing to {topic!r}", lane, KafkaSinkProduceError
-                        ) from exc
-                count += 1
-        left = producer.flush(_left(deadline))
-        if refused or left:
-            what = "; ".join(refused) if refused else f"{left} records not delivered in time"
+            extra = (
+                [(TXID_HEADER, str(batch.txid).encode()), (PUBLISH_HEADER, attempt)]
+                if self.txid_headers
+                else []
+            )
+            try:
+                produce_all(client, batch.records, settings.topic, extra, deadline, full)
+            except kafka.KafkaException as exc:
+                raise self._step_error(exc, "producing", lane, KafkaSinkProduceError) from exc
+            except ValueError as exc:
+                msg = f"{_NAME}: lane {lane.name}: {exc} ({SINK_TOPIC_KEY!r})"
+                raise KafkaSinkProduceError(msg) from exc
+            count += len(batch.records)
+        left = client.flush(_left(deadline))
+        if producer.refused or left:
+            what = (
+                "; ".join(producer.refused)
+                if producer.refused
+                else f"{left} records not delivered in time"
+            )
             msg = (
                 f"{_NAME}: lane {lane.name}: the cluster at {settings.bootstrap} refused "
                 f"records: {what}"
             )
-            raise (KafkaSinkProduceError(msg) if refused else KafkaUnavailableError(msg))
+            raise (KafkaSinkProduceError(msg) if producer.refused else KafkaUnavailableError(msg))
         return count
 
-    def _commit(
-        self, producer: Any, settings: _Settings, lane: Lane, txid: int, deadline: float
-    ) -> None:
-        """Step 5: the marker at ``txid`` with the records, committed."""
-        from confluent_kafka import TopicPartition
-
+    def _commit(self, client: Any, lane: Lane, deadline: float) -> None:
+        """Step 6: records and marker committed."""
         kafka = require_kafka(_NAME)
-        group = self.transactional_id(lane)
-        reader = kafka.Consumer({**dict(settings.client), "group.id": group})
         try:
-            metadata = reader.consumer_group_metadata()
-        finally:
-            reader.close()
-        try:
-            producer.send_offsets_to_transaction(
-                [TopicPartition(settings.marker_topic, 0, txid + 1)], metadata, _left(deadline)
-            )
-            producer.commit_transaction(_left(deadline))
+            client.commit_transaction(_left(deadline))
         except kafka.KafkaException as exc:
             raise self._step_error(exc, "committing", lane, KafkaSinkCommitError) from exc
 
@@ -1013,38 +1191,32 @@ class KafkaSink(Sink):
         with _CLIENTS_LOCK:
             producer = _WRITERS.get(settings.client)
             if producer is None:
-                producer = _WRITERS[settings.client] = kafka.Producer(
+                producer = LaneProducer()
+                producer.client = kafka.Producer(
                     {
+                        **_QUEUE,
                         **dict(settings.client),
                         "enable.idempotence": True,
                         "message.timeout.ms": int(settings.publish_timeout_s * 1000),
+                        "on_delivery": producer.delivered,
+                        "delivery.report.only.error": True,
                     }
                 )
+                _WRITERS[settings.client] = producer
         deadline = time.monotonic() + settings.publish_timeout_s
-        refused: list[str] = []
 
-        def delivered(error: Any, message: Any) -> None:
-            if error is not None and len(refused) < 3:
-                refused.append(f"{message.topic()}: {error.str()} ({error.name()})")
+        def full() -> KafkaSinkProduceError:
+            return KafkaSinkProduceError(f"{_NAME}: the producer's queue stayed full")
 
-        for topic, partition, key, value, headers in records:
-            while True:
-                try:
-                    producer.produce(
-                        topic,
-                        value=value,
-                        key=key,
-                        partition=partition,
-                        headers=_headers(headers) or None,
-                        on_delivery=delivered,
-                    )
-                    break
-                except BufferError:
-                    if time.monotonic() > deadline:
-                        msg = f"{_NAME}: the producer's queue stayed full"
-                        raise KafkaSinkProduceError(msg) from None
-                    producer.poll(0.05)
-        left = producer.flush(_left(deadline))
+        with producer.lock:  # one write at a time: its refusals are its own
+            producer.start_step()
+            try:
+                produce_all(producer.client, records, settings.topic, [], deadline, full)
+            except ValueError as exc:
+                msg = f"{_NAME}: {exc} ({SINK_TOPIC_KEY!r})"
+                raise KafkaSinkProduceError(msg) from exc
+            left = producer.client.flush(_left(deadline))
+            refused = list(producer.refused)
         if refused or left:
             what = "; ".join(refused) if refused else f"{left} records not delivered in time"
             msg = f"{_NAME}: the cluster at {settings.bootstrap} did not take records: {what}"
@@ -1105,12 +1277,11 @@ class KafkaSink(Sink):
         return done
 
 
-def _headers(staged: Any) -> list[tuple[str, Any]]:
-    """A staged record's headers as the client takes them: ``(name, value)`` tuples.
-
-    Staged records come back from the state as msgpack gives them, each pair a list.
-    """
-    return [(name, value) for name, value in staged or ()]
+def _many(given: Callable[[Any], bytes | None], values: Sequence[Any]) -> list[Any]:
+    """``given`` of each value: a ``Serializer``'s ``serialize_many``, else one by one."""
+    if isinstance(given, Serializer):
+        return given.serialize_many(values)
+    return list(map(given, values))
 
 
 def _left(deadline: float) -> float:
@@ -1118,8 +1289,11 @@ def _left(deadline: float) -> float:
     return max(0.1, deadline - time.monotonic())
 
 
-def _abort(producer: Any, lane: Lane) -> None:
-    """Abort the open transaction of a failed step, briefly; the next fence aborts it anyway."""
+def _abort(producer: Any, lane: Lane) -> bool:
+    """Abort the open transaction of a failed step, briefly; the next fence aborts it anyway.
+
+    Whether it was aborted.
+    """
     try:
         producer.abort_transaction(_ABORT_WAIT_S)
     except Exception as exc:  # noqa: BLE001 - the step's own error is the one raised
@@ -1130,17 +1304,8 @@ def _abort(producer: Any, lane: Lane) -> None:
             lane.name,
             exc,
         )
-
-
-def _close(producer: Any) -> None:
-    """Drop whatever is queued and close (a closed step's records were flushed or aborted)."""
-    try:
-        producer.purge()
-        producer.close()
-    except Exception as exc:  # noqa: BLE001 - closing must not hide the step's result
-        # confluent-kafka 2.16 raises SystemError from close() of a producer whose
-        # init_transactions failed; the client is gone either way.
-        log.debug("%s: closing a producer: %s: %s", _NAME, type(exc).__name__, exc)
+        return False
+    return True
 
 
 def _broker_limit(admin: Any, name: str) -> int | None:

@@ -100,7 +100,7 @@ from statefulbolts.connectors.sinks import (
 
 if TYPE_CHECKING:
     from statefulbolts.context import TopologyContext
-    from statefulbolts.tuples import Tuple
+    from statefulbolts.tuples import ColumnBatch, Tuple
 
 __all__ = ["PostgresSink", "Row"]
 
@@ -296,6 +296,18 @@ class PostgresSink(Sink):
                 return None
             values = self._mapped(made)
         return [_plain(v, c) for v, c in zip(values, self.columns, strict=True)]
+
+    def stage_batch(self, batch: ColumnBatch) -> list[Any]:
+        """``stage`` of every tuple of ``batch``, a column at a time (a mapper: tuple by tuple).
+
+        A column of only str, float, bool, bytes or ``None`` values, or of ints a bigint
+        holds, is written as it is, checked with a loop in C; any other column goes through
+        ``stage``'s conversion value by value.
+        """
+        if self.mapper is not None or len(batch) == 0:
+            return super().stage_batch(batch)
+        columns = [_plain_column(batch.column(c), c) for c in self.columns]
+        return list(map(list, zip(*columns, strict=True)))
 
     def _field(self, tuple_: Tuple, name: str) -> Any:
         try:
@@ -663,6 +675,20 @@ def _rollback(cur: Any) -> None:
         cur.connection.rollback()
     except Exception as exc:  # noqa: BLE001 - the step's own error is the one raised
         log.debug("%s: rolling back a failed step: %s: %s", _NAME, type(exc).__name__, exc)
+
+
+# Types ``_plain`` keeps as they are (exact types: a subclass goes the long way).
+_AS_IS = frozenset({str, bool, float, bytes, type(None)})
+
+
+def _plain_column(values: Sequence[Any], column: str) -> Sequence[Any]:
+    """``_plain`` of every value of a column: the column itself when it holds only plain ones."""
+    kinds = set(map(type, values))
+    if kinds <= _AS_IS:
+        return values
+    if kinds == {int} and min(values) in _INT_RANGE and max(values) in _INT_RANGE:
+        return values
+    return [_plain(v, column) for v in values]
 
 
 def _plain(value: Any, column: str) -> Any:

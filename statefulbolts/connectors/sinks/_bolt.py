@@ -42,7 +42,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
 from providers import fence_epoch
@@ -183,12 +183,12 @@ class ExactlyOnceSinkBolt(StatefulBolt):
         self._collector.ack(tuple)
 
     def execute_batch(self, batch: ColumnBatch, collector: ColumnOutputCollector) -> None:
-        """``execute`` for each tuple of ``batch`` (the runtime acks them together)."""
-        append = self._records.append
-        for i in range(len(batch)):
-            record = self._staged(batch.tuple(i))
-            if record is not None:
-                append(record)
+        """Keep the records of ``batch`` (``Sink.stage_batch``); the runtime acks them together.
+
+        A batch the sink cannot stage runs again tuple by tuple through ``execute`` (the
+        runtime does that), whose error names the tuple.
+        """
+        self._records += self.sink.stage_batch(batch)
 
     def _staged(self, tuple_: Tuple) -> Any:
         try:
@@ -336,28 +336,28 @@ class AtLeastOnceSinkBolt(BasicBolt):
 
     def execute(self, tuple: Tuple, collector: BasicOutputCollector) -> None:  # noqa: A002
         """Write the tuple's record; the tuple is acked when this returns."""
-        self._write([tuple], lambda t: t)
+        try:
+            record = self.sink.stage(tuple)
+        except SinkError:
+            raise
+        except Exception as exc:
+            msg = (
+                f"{self._who}: {self.sink.name} could not make a record of tuple "
+                f"{list(tuple.values)!r:.200}: {type(exc).__name__}: {exc}"
+            )
+            raise SinkStageError(msg) from exc
+        if record is not None:
+            self._write([record])
 
     def execute_batch(self, batch: ColumnBatch, collector: ColumnOutputCollector) -> None:
-        """Write the records of a batch at once; its tuples are acked when this returns."""
-        self._write(range(len(batch)), batch.tuple)
+        """Write the records of a batch at once (``Sink.stage_batch``); then its tuples are acked.
 
-    def _write(self, items: Any, tuple_of: Callable[[Any], Tuple]) -> None:
-        records = []
-        for item in items:
-            tuple_ = tuple_of(item)
-            try:
-                record = self.sink.stage(tuple_)
-            except SinkError:
-                raise
-            except Exception as exc:
-                msg = (
-                    f"{self._who}: {self.sink.name} could not make a record of tuple "
-                    f"{list(tuple_.values)!r:.200}: {type(exc).__name__}: {exc}"
-                )
-                raise SinkStageError(msg) from exc
-            if record is not None:
-                records.append(record)
+        A batch the sink cannot stage runs again tuple by tuple through ``execute`` (the
+        runtime does that), whose error names the tuple.
+        """
+        self._write(self.sink.stage_batch(batch))
+
+    def _write(self, records: list[Any]) -> None:
         if records:
             started = time.perf_counter()
             self.sink.write(records)

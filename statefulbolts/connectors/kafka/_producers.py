@@ -1,0 +1,186 @@
+"""The Kafka sink's producers in one process: kept per lane between publish steps, and fed fast.
+
+**Kept producers.** A publish step (``KafkaSink.publish``) needs a transactional producer of
+its lane's ``transactional.id``. Making one runs ``init_transactions``: some 60 ms alone, 0.3 s
+on a loaded machine, for every sink task at every COMMIT. So a process keeps the producer a
+step ended with, clean, for the lane's next step in the same process (a Spark Python worker
+is reused from job to job): ``take_producer`` hands it out, ``keep_producer`` puts it back.
+What makes that safe:
+
+1. **Only a clean producer is kept**: one whose step committed its transaction, or opened
+   none. A step that fails in any way closes its producer (``close``); nothing it queued or
+   opened is left in a producer another step could take.
+2. **A kept producer is taken out while it is used**: two steps of a lane in one process
+   never share one; the second makes a new producer, which fences the first, as two
+   attempts in two processes do.
+3. **Kafka decides whether it is still the lane's**: any producer of the id made since (a
+   later attempt of the task, in another worker or executor, or after a restart) fenced it,
+   and the coordinator refuses it. A step with a kept producer checks that before a record
+   goes out (its ``send_offsets_to_transaction``, the marker, comes first in the
+   transaction); refused, or failing in any way before its first record, the step closes it
+   and starts again with a new producer. A producer refused later never commits: fenced
+   producers cannot.
+4. **Nothing kept outlives its settings**: the key is the ``transactional.id`` with every
+   client setting, so a config with other brokers or credentials gets a producer of its own.
+
+**The produce loop** (``produce_all``) is the one per-record Python loop of a publish: a
+positional ``produce`` call per record, no callback object and no headers list unless a
+record has headers. Delivery reports come only for records the cluster refused
+(``delivery.report.only.error``), to the producer's one ``delivered`` callback.
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+import threading
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+__all__ = [
+    "KEPT_AT_MOST",
+    "LaneProducer",
+    "ProducerKey",
+    "close",
+    "keep_producer",
+    "produce_all",
+    "take_producer",
+]
+
+log = logging.getLogger(__name__)
+
+# What identifies a kept producer: its transactional.id and every setting it was made with.
+ProducerKey = tuple[str, tuple[tuple[str, Any], ...]]
+
+# Lanes a process keeps a producer for, at most: a worker runs few sink tasks; past this the
+# producer used least recently is closed (a lane of a parallelism given up, say).
+KEPT_AT_MOST = 32
+# How long to wait for room when the producer's local queue is full.
+_FULL_WAIT_S = 0.005
+
+
+class LaneProducer:
+    """A transactional producer of one lane, with what its steps share.
+
+    ``client``: the confluent-kafka ``Producer``; ``metadata``: the lane group's metadata for
+    ``send_offsets_to_transaction``; ``refused``: what the cluster refused in the current
+    step (its ``delivered`` callback fills it; ``start_step`` empties it). One step at a time
+    uses a producer: a kept one is taken out while used, and the at-least-once writer that
+    threads of a process share is used under ``lock``, so no step's refusals are another's.
+    """
+
+    __slots__ = ("client", "lock", "metadata", "refused")
+
+    def __init__(self) -> None:
+        self.client: Any = None
+        self.metadata: Any = None
+        self.refused: list[str] = []
+        self.lock = threading.Lock()
+
+    def delivered(self, error: Any, message: Any) -> None:
+        """The delivery report of a record the cluster refused (only those are reported)."""
+        if error is not None and len(self.refused) < 3:
+            self.refused.append(f"{message.topic()}: {error.str()} ({error.name()})")
+
+    def start_step(self) -> None:
+        """Forget the refusals of an earlier step."""
+        self.refused.clear()
+
+
+_KEPT: collections.OrderedDict[ProducerKey, LaneProducer] = collections.OrderedDict()
+_KEPT_LOCK = threading.Lock()
+
+
+def take_producer(key: ProducerKey) -> LaneProducer | None:
+    """The producer kept for ``key``, taken out of the keeping (``None``: none kept)."""
+    with _KEPT_LOCK:
+        return _KEPT.pop(key, None)
+
+
+def keep_producer(key: ProducerKey, producer: LaneProducer) -> None:
+    """Keep a clean ``producer`` for ``key``'s next step; one kept already is closed."""
+    with _KEPT_LOCK:
+        old = _KEPT.pop(key, None)
+        _KEPT[key] = producer
+        evicted = [_KEPT.popitem(last=False)[1] for _ in range(len(_KEPT) - KEPT_AT_MOST)]
+    for gone in [*([old] if old is not None else []), *evicted]:
+        close(gone.client)
+
+
+def close(client: Any, *, wait: bool = True) -> None:
+    """Drop whatever is queued and close (a closed step's records were flushed or aborted).
+
+    ``wait=False``: close on a daemon thread of its own, for a producer whose transaction may
+    still be open (its abort failed): confluent-kafka's ``close`` aborts an open transaction
+    and flushes with no time limit, and a coordinator that does not answer would hold the
+    step for ever. The lane's next producer fences it anyway.
+    """
+    if client is None:
+        return
+    if not wait:
+        threading.Thread(target=close, args=(client,), name="kafka-sink-close", daemon=True).start()
+        return
+    try:
+        client.purge()
+        client.close()
+    except Exception as exc:  # noqa: BLE001 - closing must not hide the step's result
+        # confluent-kafka 2.16 raises SystemError from close() of a producer whose
+        # init_transactions failed; the client is gone either way.
+        log.debug("KafkaSink: closing a producer: %s: %s", type(exc).__name__, exc)
+
+
+def produce_all(
+    client: Any,
+    records: Sequence[Sequence[Any]],
+    own_topic: str | None,
+    extra: list[tuple[str, bytes]],
+    deadline: float,
+    full: Callable[[], BaseException],
+) -> None:
+    """Queue every staged record (``[topic, partition, key, value, headers]``), in order.
+
+    ``own_topic``: the topic of a record whose topic is ``None`` (the sink's own); ``extra``:
+    headers added to every record; ``full()``: the error to raise when the local queue stays
+    full until ``deadline``.
+
+    Raises:
+        ValueError: a record of no topic, and no ``own_topic``.
+    """
+    if own_topic is None and any(r[0] is None for r in records):
+        msg = "a staged record names no topic, and the sink has none now"
+        raise ValueError(msg)
+    produce = client.produce
+    if extra:
+        for topic, partition, key, value, headers in records:
+            pairs = [(name, v) for name, v in headers or ()] + extra
+            while True:
+                try:
+                    produce(topic or own_topic, value, key, partition, headers=pairs)
+                    break
+                except BufferError:
+                    _wait_for_room(client, deadline, full)
+        return
+    for topic, partition, key, value, headers in records:
+        while True:
+            try:
+                if headers:
+                    produce(
+                        topic or own_topic,
+                        value,
+                        key,
+                        partition,
+                        headers=[tuple(h) for h in headers],
+                    )
+                else:
+                    produce(topic or own_topic, value, key, partition)
+                break
+            except BufferError:
+                _wait_for_room(client, deadline, full)
+
+
+def _wait_for_room(client: Any, deadline: float, full: Callable[[], BaseException]) -> None:
+    """The local queue is full: let the client send, briefly, unless the step's time is up."""
+    if time.monotonic() > deadline:
+        raise full()
+    client.poll(_FULL_WAIT_S)
