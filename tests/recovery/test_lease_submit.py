@@ -37,7 +37,7 @@ def redis_conf(port: int) -> dict[str, Any]:
     }
 
 
-@pytest.fixture(params=["sqlite", "redis"])
+@pytest.fixture(params=["sqlite", pytest.param("redis", marks=pytest.mark.redis)])
 def conf(request: pytest.FixtureRequest, tmp_path: Path) -> dict[str, Any]:
     if request.param == "sqlite":
         return sqlite_conf(tmp_path)
@@ -115,8 +115,7 @@ def test_a_durable_provider_without_leases_is_warned_about_at_submit() -> None:
             cluster.submit_topology("wc-nolease", conf, wordcount(10)).await_idle(120)
     (warning,) = [w for w in caught if "keeps no leases" in str(w.message)]
     assert str(warning.message).startswith(
-        f"topology 'wc-nolease': the state provider {__name__}.DurableWithoutLeases keeps no "
-        "leases"
+        f"topology 'wc-nolease': the state provider {__name__}.DurableWithoutLeases keeps no leases"
     )
 
 

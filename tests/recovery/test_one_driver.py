@@ -67,7 +67,7 @@ class Store:
     conf: dict[str, Any]
 
 
-@pytest.fixture(params=["redis", "sqlite"])
+@pytest.fixture(params=[pytest.param("redis", marks=pytest.mark.redis), "sqlite"])
 def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Store]:
     if request.param == "redis":
         server = request.getfixturevalue("redis_db")
