@@ -97,6 +97,11 @@ class _Job:
     recovering: bool = False  # the checkpoint spout was recovering when the job started
     records: list[TupleBatch] = field(default_factory=list)  # the spout tuples it carries
     ticks: dict[str, int] = field(default_factory=dict)  # tick tuples per bolt (each task)
+    stages: int = 0  # its Spark stages (0: no job, a COMMIT done here)
+    # Seconds: how long the oldest tuple it took had waited in the buffer, and building it.
+    waited: float = 0.0
+    building: float = 0.0
+    done_at: float = 0.0  # when its future completed (on the engine's thread)
 
 
 class _CheckpointCollector(SpoutOutputCollector):
@@ -204,6 +209,7 @@ class CheckpointRunner(ProtocolRunner):
         self._last_batch_ms: float | None = None
         self._plain_txid = 0
         self._yielded = time.perf_counter()
+        self._buffered_since: float | None = None  # when the buffer last stopped being empty
         self._manifest: TransactionManifest | None = None
         self.deadletters = CheckpointDeadLetters(
             name,
@@ -340,7 +346,10 @@ class CheckpointRunner(ProtocolRunner):
         manifest = self._manifest
         if self.cp is not None and self.cp.recovering and manifest is not None and manifest.pending:
             return 0
-        return self.spouts.gather()
+        gathered = self.spouts.gather()
+        if gathered and self._buffered_since is None:
+            self._buffered_since = time.perf_counter()
+        return gathered
 
     def _partitioned_has_more(self) -> bool:
         """``PartitionedSpouts.has_more``, a source's outage waited out as the store's is."""
@@ -417,7 +426,11 @@ class CheckpointRunner(ProtocolRunner):
         A checkpoint action's time and ticks are its transaction's (``self.starts``).
         """
         carries = action is None or action.carries_data
+        started = time.perf_counter()  # before: an inline job, or a commit here, runs in submit
         records, roots = self.spouts.take() if carries else ([], [])
+        since, waited = self._buffered_since, 0.0
+        if carries and since is not None:
+            self._buffered_since, waited = None, started - since
         starts = self.starts
         if action is not None and starts is not None:
             started_ms = starts.time_of(txid)
@@ -435,9 +448,10 @@ class CheckpointRunner(ProtocolRunner):
                 lambda: self.partitioned.orders(txid, self.ledger.reserve),
             )
         cp_root: int | None
-        started = time.perf_counter()  # before: an inline job, or a commit here, runs in submit
+        stages = 0
         if action is Action.COMMIT and self.jobs.commits_here:
             future, cp_root = self.jobs.commit_here(txid)
+            built = started
         else:
             spec, cp_root = self.jobs.job(
                 txid,
@@ -448,13 +462,18 @@ class CheckpointRunner(ProtocolRunner):
                 started_ms=started_ms,
                 reads=reads,
             )
+            stages, built = spec.layout.depth, time.perf_counter()
             future = self.engine.submit(spec)
         recovering = self.cp is not None and self.cp.recovering
-        self._job = _Job(txid, action, roots, started, future, cp_root, recovering, records, ticks)
+        job = _Job(txid, action, roots, started, future, cp_root, recovering, records, ticks)
+        job.stages, job.waited, job.building = stages, waited, built - started
+        future.add_done_callback(lambda _f: setattr(job, "done_at", time.perf_counter()))
+        self._job = job
 
     # ----------------------------------------------------------------- a job ended
     def _finish(self, job: _Job) -> None:
-        seconds = time.perf_counter() - job.started
+        finishing = time.perf_counter()
+        seconds = finishing - job.started
         exc = job.future.exception()
         if exc is not None:
             self._job_failed(job, exc, seconds)
@@ -482,6 +501,7 @@ class CheckpointRunner(ProtocolRunner):
             job.txid, job.action, len(job.roots) + read, seconds, ok, acked, failed
         )
         info.recovery = job.recovering
+        info.phases = _phases(job, result, finishing)
         if not ok:
             info.error = errors[-1].text if errors else "checkpoint failed"
         self.stats.record(info)
@@ -635,3 +655,37 @@ class CheckpointRunner(ProtocolRunner):
         for name, acked in self.partitioned.acked.items():
             comps.setdefault(name, {})["acked"] = acked
         return comps
+
+
+def _phases(job: _Job, result: JobResult, finishing: float) -> dict[str, float]:
+    """Where a job's time went, in seconds (``TransactionInfo.phases``; the latency breakdown).
+
+    ``waited``: the oldest tuple it carries, in the buffer before the job was built;
+    ``build``: the driver taking the buffer and building the job; then on the engine's thread
+    ``engine`` (the job's description, sealing, the RDD chain, merging the results) and
+    ``spark`` (Spark's run of the job), of which the tasks' own ``task_setup``,
+    ``task_execute`` (the executors' steps: the user's code and the loops feeding it) and
+    ``task_output``, each a mean over the job's tasks times its stages (what one tuple
+    crossing every stage waits); ``noticed``: job done -> the driver's loop took it up;
+    ``settle``: settling its roots and moving the checkpoint spout on.
+    """
+    phases = {"waited": job.waited, "build": job.building}
+    timings = result.timings
+    if timings is not None:
+        phases["engine"] = timings.before + timings.after
+        phases["spark"] = timings.spark
+        reports = result.reports
+        if reports and job.stages:
+            per = job.stages / len(reports)
+            setup = sum(r.metrics.setup for r in reports) * per
+            execute = sum(r.metrics.execute for r in reports) * per
+            total = sum(r.metrics.seconds for r in reports) * per
+            phases |= {
+                "task_setup": setup,
+                "task_execute": execute,
+                "task_output": total - setup - execute,
+            }
+    if job.done_at:
+        phases["noticed"] = max(finishing - job.done_at, 0.0)
+    phases["settle"] = time.perf_counter() - finishing
+    return {k: round(v, 6) for k, v in phases.items()}
