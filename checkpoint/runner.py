@@ -11,6 +11,9 @@ through the ``Engine``. A step of its loop:
    by the driver's clock (``_ticks``; a PREPARE replayed takes the same ticks again,
    ``_txstart``); the others (COMMIT, ROLLBACK, INITSTATE) are one data-free stage over the
    stateful tasks. An idle topology (nothing buffered, no tick due) runs no empty PREPAREs.
+   When a PREPARE is due is the checkpoint spout's cadence: by default as soon as the last
+   transaction committed, if anything waits (``_tuples_wait``), so under load the transactions
+   run one after the other and each carries what arrived during the one before.
 3. When the job ends (``_finish``): apply driver-owned state changes, settle every root the job
    carried, and move the checkpoint spout on (``_advance``): a successful PREPARE is the commit
    decision (the manifest is saved, then COMMITTING); a successful COMMIT acks the spout tuples
@@ -27,8 +30,9 @@ its first stage, from the positions the last commit saved, and the driver saves 
 they end at with COMMITTING(t), in the same commit. A PREPARE is due for them while any of
 their partitions may hold more (``PartitionedSpout.has_more``).
 
-A topology without stateful bolts has no checkpoint spout: its jobs are batches, one per
-checkpoint interval, and its tuples are acked as soon as their job ends. A batch carries the
+A topology without stateful bolts has no checkpoint spout: its jobs are batches, one after the
+other while tuples wait (under the ``interval`` cadence, one per checkpoint interval), and its
+tuples are acked as soon as their job ends. A batch carries the
 ticks due when it starts; a batch that fails gives its ticks back to the next one.
 """
 
@@ -265,7 +269,7 @@ class CheckpointRunner(ProtocolRunner):
             raise
 
     def _open_checkpoint_spout(self) -> None:
-        cp = CheckpointSpout(self.clock)
+        cp = CheckpointSpout(self.clock, self._tuples_wait)
         c = self.plan.index[CHECKPOINT_COMPONENT_ID]
         st = SpoutTask(c, 0, cp, Router(self.plan, c, 0), CHECKPOINT_COMPONENT_ID)
         st.context = TopologyContext(self.topology, self.name, CHECKPOINT_COMPONENT_ID, 0)
@@ -367,6 +371,15 @@ class CheckpointRunner(ProtocolRunner):
                 raise exc.__cause__ from None
             raise
 
+    def _tuples_wait(self) -> bool:
+        """Whether anything waits for a transaction: spout tuples buffered, or a tick due.
+
+        Under the ``back-to-back`` cadence this makes a PREPARE due (``CheckpointSpout``). A
+        partitioned spout's records are not counted: asking its source costs a listing or a
+        broker round trip, so it is asked once per interval, as before.
+        """
+        return bool(self.spouts.buffered) or self.ticks.due(self.clock.now_ms())
+
     def _filling_first(self, gathered: int) -> bool:
         """Whether to hold the first transaction back (see ``SpoutTasks.still_filling``)."""
         interval = self.tc.checkpoint_interval_ms
@@ -400,10 +413,18 @@ class CheckpointRunner(ProtocolRunner):
         return True
 
     def _next_batch(self, gathered: int) -> bool:
-        """A topology without checkpointing: a batch of what is buffered, once per interval."""
+        """A topology without checkpointing: a batch of what is buffered.
+
+        It goes as the checkpoint spout's PREPARE would (``topology.state.checkpoint.cadence``):
+        ``back-to-back``, as soon as the last batch ended; ``interval``, once per interval.
+        """
         now = self.clock.now_ms()
         last = self._last_batch_ms
-        due = last is None or now - last > self.tc.checkpoint_interval_ms
+        due = (
+            self.tc.checkpoint_cadence == "back-to-back"
+            or last is None
+            or now - last > self.tc.checkpoint_interval_ms
+        )
         if not ((self.spouts.buffered or self.ticks.due(now)) and due):
             return False
         if self._last_batch_ms is None and self._filling_first(gathered):
