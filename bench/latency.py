@@ -5,6 +5,7 @@
     python bench/latency.py --provider redis             # Redis state (own redis-server)
     python bench/latency.py --no-spark-ui                # skip Spark's per-job / stage figures
     python bench/latency.py --rates 1000,10000 --commit-location executors  # COMMIT as a job
+    python bench/latency.py --rates 1000,10000 --cadence interval  # Storm's PREPARE cadence
 
 It takes about 2 to 3 minutes with the defaults on 2 cores (a rate the topology cannot keep up
 with drains its backlog before the next rate starts), about 70 s for ``--rates 1000,10000``.
@@ -799,6 +800,12 @@ def main(argv: list[str] | None = None) -> int:
         default="auto",
         help="topology.state.commit.location: auto (the driver commits, no job), executors",
     )
+    parser.add_argument(
+        "--cadence",
+        choices=["back-to-back", "interval"],
+        default="back-to-back",
+        help="topology.state.checkpoint.cadence (default back-to-back)",
+    )
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)
     rates = [int(r) for r in args.rates.split(",") if r.strip()]
@@ -814,6 +821,7 @@ def main(argv: list[str] | None = None) -> int:
     conf: dict[str, Any] = {
         "topology.state.checkpoint.interval.ms": args.interval,
         "topology.state.commit.location": args.commit_location,
+        "topology.state.checkpoint.cadence": args.cadence,
     }
     server = None
     if args.provider == "redis":
@@ -850,6 +858,7 @@ def main(argv: list[str] | None = None) -> int:
         "interval_ms": args.interval,
         "provider": args.provider,
         "commit_location": args.commit_location,
+        "cadence": args.cadence,
         "vocab": args.vocab,
         "seconds": args.seconds,
         "baseline_repeat": args.baseline_repeat,
