@@ -124,8 +124,9 @@ def test_wordcount_page_in_chromium(cluster: Any, tmp_path: Path) -> None:
         # The last commit's key count comes at most one topology.state.size.interval.ms late.
         last = sentences // burst - 1
         wait_for(
-            lambda: (snapshot(url)["history"]["state_keys"].get("count") or [[0, -1]])[-1][1]
-            == last,
+            lambda: (
+                (snapshot(url)["history"]["state_keys"].get("count") or [[0, -1]])[-1][1] == last
+            ),
             TIMEOUT,
             "the state size after the last commit",
         )
