@@ -214,6 +214,7 @@ class CheckpointRunner(ProtocolRunner):
         self._plain_txid = 0
         self._yielded = time.perf_counter()
         self._buffered_since: float | None = None  # when the buffer last stopped being empty
+        self._buffer_began_ms: float | None = None  # the same by the topology's clock
         self._manifest: TransactionManifest | None = None
         self.deadletters = CheckpointDeadLetters(
             name,
@@ -353,6 +354,7 @@ class CheckpointRunner(ProtocolRunner):
         gathered = self.spouts.gather()
         if gathered and self._buffered_since is None:
             self._buffered_since = time.perf_counter()
+            self._buffer_began_ms = self.clock.now_ms()
         return gathered
 
     def _partitioned_has_more(self) -> bool:
@@ -374,11 +376,22 @@ class CheckpointRunner(ProtocolRunner):
     def _tuples_wait(self) -> bool:
         """Whether anything waits for a transaction: spout tuples buffered, or a tick due.
 
-        Under the ``back-to-back`` cadence this makes a PREPARE due (``CheckpointSpout``). A
-        partitioned spout's records are not counted: asking its source costs a listing or a
+        Under the ``back-to-back`` cadence this makes a PREPARE due (``CheckpointSpout``), and a
+        plain topology's batch. Tuples buffered while a spout is still producing (a backlog:
+        ``SpoutTasks.producing``) wait for it to stop, for the pending limit or a full buffer,
+        or for one interval since the buffer began: a transaction started on the first burst
+        after a commit would carry 64 tuples of a backlog and leave the rest for the next.
+        A partitioned spout's records are not counted: asking its source costs a listing or a
         broker round trip, so it is asked once per interval, as before.
         """
-        return bool(self.spouts.buffered) or self.ticks.due(self.clock.now_ms())
+        now = self.clock.now_ms()
+        if self.ticks.due(now):
+            return True
+        if not self.spouts.buffered:
+            return False
+        began = self._buffer_began_ms
+        filling = began is not None and now - began <= self.tc.checkpoint_interval_ms
+        return not (self.spouts.producing and filling)
 
     def _filling_first(self, gathered: int) -> bool:
         """Whether to hold the first transaction back (see ``SpoutTasks.still_filling``)."""
@@ -420,11 +433,10 @@ class CheckpointRunner(ProtocolRunner):
         """
         now = self.clock.now_ms()
         last = self._last_batch_ms
-        due = (
-            self.tc.checkpoint_cadence == "back-to-back"
-            or last is None
-            or now - last > self.tc.checkpoint_interval_ms
-        )
+        if self.tc.checkpoint_cadence == "back-to-back":
+            due = last is None or self._tuples_wait()
+        else:
+            due = last is None or now - last > self.tc.checkpoint_interval_ms
         if not ((self.spouts.buffered or self.ticks.due(now)) and due):
             return False
         if self._last_batch_ms is None and self._filling_first(gathered):
@@ -452,6 +464,7 @@ class CheckpointRunner(ProtocolRunner):
         since, waited = self._buffered_since, 0.0
         if carries and since is not None:
             self._buffered_since, waited = None, started - since
+            self._buffer_began_ms = None
         starts = self.starts
         if action is not None and starts is not None:
             started_ms = starts.time_of(txid)

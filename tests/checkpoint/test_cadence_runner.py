@@ -198,6 +198,26 @@ def _wait_buffered(handle: Any, n: int) -> None:
     pytest.fail(f"not {n} tuples buffered: {handle.status()}")
 
 
+def test_back_to_back_a_backlog_fills_each_transaction_to_the_pending_limit() -> None:
+    # 1,000 tuples at once, at most 300 pending: after each commit the spout refills in bursts
+    # (64 calls each, every call emitting); the PREPARE waits for it to stop at the limit, not
+    # for the interval (the clock stands still), and does not go with the first burst either.
+    clock = ManualClock()
+    backlog = [f"v{i}" for i in range(1000)]
+    waves = Waves([backlog])
+    conf = {
+        "topology.state.checkpoint.interval.ms": INTERVAL_MS,
+        "topology.max.spout.pending": 300,
+    }
+    with LocalCluster(engine="inline") as cluster:
+        handle = _submit(cluster, topo.new_key("cadence-backlog"), conf, clock, waves)
+        handle.await_idle(TIMEOUT)
+        state = handle.read_state("seen")
+    assert clock.now_ms() == 0
+    assert [n for _, n in waves.prepares()] == [300, 300, 300, 100]
+    assert state == dict.fromkeys(backlog, 1)
+
+
 def test_a_plain_topology_runs_its_batches_back_to_back() -> None:
     clock = ManualClock()
     waves = Waves(WAVES)
