@@ -5,6 +5,7 @@
     python bench/latency.py --provider redis             # Redis state (own redis-server)
     python bench/latency.py --no-spark-ui                # skip Spark's per-job / stage figures
     python bench/latency.py --rates 1000,10000 --commit-location executors  # COMMIT as a job
+    python bench/latency.py --rates 1000,10000 --cadence interval  # Storm's PREPARE cadence
 
 It takes about 2 to 3 minutes with the defaults on 2 cores (a rate the topology cannot keep up
 with drains its backlog before the next rate starts), about 70 s for ``--rates 1000,10000``.
@@ -237,6 +238,7 @@ class JobStamp:
     ok: bool = True
     task_seconds: float = 0.0  # the framework's own time in the job's tasks (their reports)
     tasks: int = 0
+    phases: dict[str, float] = field(default_factory=dict)  # the runner's (TransactionInfo)
 
 
 @dataclass
@@ -296,6 +298,7 @@ class JobClock:
         if stamp is not None:
             stamp.settled = time.perf_counter()
             stamp.ok = info.ok
+            stamp.phases = dict(info.phases)
 
 
 # ----------------------------------------------------------------------------- statistics
@@ -347,6 +350,88 @@ def stage_split(record: FullRecord, n: int, stamps: list[JobStamp]) -> dict[str,
     for name, v in parts.items():
         out[name] = pct(v[keep])
         out[name]["share"] = round(float(v[keep].sum() / total[keep].sum()), 3) if keep.any() else 0
+    return out
+
+
+# The latency breakdown's parts, in a tuple's order; their means add up to the mean latency.
+BREAKDOWN = (
+    "wait_for_prepare",
+    "driver_build",
+    "driver_engine",
+    "spark_scheduling",
+    "task_framework",
+    "user_code",
+    "driver_settle",
+    "commit",
+)
+
+
+def breakdown(record: FullRecord, n: int, stamps: list[JobStamp]) -> dict[str, Any]:
+    """Each acked tuple's latency in the parts of ``BREAKDOWN`` (ms: mean, p50, p99, share).
+
+    From the job stamps and the runner's phases of each PREPARE (``TransactionInfo.phases``):
+
+    - ``wait_for_prepare``: emit -> the driver takes the buffer for the PREPARE that carries it;
+    - ``driver_build``: taking the buffer, building the job (the runner's ``build``);
+    - ``driver_engine``: the PREPARE job's time outside Spark's run of it (the engine thread
+      building the RDD chain, sealing, merging; the thread hand-over);
+    - ``spark_scheduling``: Spark's run of the job less the tasks' own time: scheduling,
+      shuffles, the Python workers reading, unpickling and writing around our code;
+    - ``task_framework``: the tasks' own time outside the executors' steps (setup: the
+      topology, context, collector, state images; output: acks, sealing, state changes);
+    - ``user_code``: the executors' steps (prepare, the tuples, finish: the bolts' code and the
+      loops that feed it);
+    - ``driver_settle``: PREPARE done -> its COMMIT submitted (settling, the commit decision);
+    - ``commit``: the COMMIT, then the spout's ack.
+
+    The tasks' parts are means over a job's tasks times its stages. ``sum_of_means_ms`` and
+    ``mean_ms`` (of the latency) are given so the addition shows.
+    """
+    import numpy as np
+
+    emit = np.frombuffer(record.emit_at, dtype=float)[:n]
+    ack = np.frombuffer(record.ack_at, dtype=float)[:n]
+    prepares = sorted(
+        (s for s in stamps if s.action == "PREPARE" and s.ok), key=lambda s: s.submitted
+    )
+    commits = {s.txid: s for s in stamps if s.action == "COMMIT" and s.ok}
+    if not prepares or not all("spark" in s.phases for s in prepares):
+        return {}
+
+    def col(f: Callable[[JobStamp], float]) -> Any:
+        return np.array([f(s) for s in prepares])
+
+    nan = math.nan
+    p_sub, p_done = col(lambda s: s.submitted), col(lambda s: s.done)
+    c_sub = col(lambda s: commits[s.txid].submitted if s.txid in commits else nan)
+    c_done = col(lambda s: commits[s.txid].done if s.txid in commits else nan)
+    build, spark = col(lambda s: s.phases["build"]), col(lambda s: s.phases["spark"])
+    setup = col(lambda s: s.phases.get("task_setup", 0.0))
+    execute = col(lambda s: s.phases.get("task_execute", 0.0))
+    output = col(lambda s: s.phases.get("task_output", 0.0))
+    k = np.searchsorted(p_sub, emit, side="right")
+    ok = (ack > 0) & (k < len(prepares))
+    k = np.where(ok, k, 0)
+    parts = {
+        "wait_for_prepare": p_sub[k] - build[k] - emit,
+        "driver_build": build[k],
+        "driver_engine": (p_done[k] - p_sub[k]) - spark[k],
+        "spark_scheduling": spark[k] - (setup[k] + execute[k] + output[k]),
+        "task_framework": setup[k] + output[k],
+        "user_code": execute[k],
+        "driver_settle": c_sub[k] - p_done[k],
+        "commit": ack - c_sub[k],
+    }
+    keep = ok & ~np.isnan(c_done[k]) & (ack >= c_done[k])
+    total = (ack - emit)[keep]
+    out: dict[str, Any] = {"tuples": int(keep.sum())}
+    if not keep.any():
+        return out
+    for name in BREAKDOWN:
+        v = parts[name][keep]
+        out[name] = pct(v) | {"share": round(float(v.sum() / total.sum()), 3)}
+    out["sum_of_means_ms"] = round(sum(out[name]["mean"] for name in BREAKDOWN), 2)
+    out["mean_ms"] = round(float(total.mean()) * 1000, 2)
     return out
 
 
@@ -573,6 +658,7 @@ def run_rate(
         "latency_last_third_ms": pct((ack - emit)[-third:][acked[-third:]]),
         "schedule_lag_ms": pct(emit - schedule),
         "stages_ms": stage_split(rec, n, clock.jobs),
+        "breakdown_ms": breakdown(rec, n, clock.jobs),
         "jobs_ms": job_summary(clock.jobs),
         "transactions": len(txs),
         "prepare_tuples_mean": round(
@@ -646,6 +732,19 @@ def print_summary(result: dict[str, Any]) -> None:
             cells.append(f"{s.get('p50', 0):7.1f}/{s.get('p99', 0):7.1f} {s.get('share', 0):4.0%}")
         print(f"{run['target_per_sec']:>9} " + " ".join(f"{c:>22}" for c in cells))
     print()
+    print("latency breakdown per tuple, ms (mean, share of the mean latency; means add up):")
+    print(f"{'target/s':>9} " + " ".join(f"{n:>16}" for n in BREAKDOWN) + f" {'sum / mean':>14}")
+    for run in result["runs"]:
+        bd = run["breakdown_ms"]
+        cells = [
+            f"{bd.get(n, {}).get('mean', 0):6.1f} {bd.get(n, {}).get('share', 0):4.0%}"
+            for n in BREAKDOWN
+        ]
+        total = f"{bd.get('sum_of_means_ms', 0):.1f} / {bd.get('mean_ms', 0):.1f}"
+        print(
+            f"{run['target_per_sec']:>9} " + " ".join(f"{c:>16}" for c in cells) + f" {total:>14}"
+        )
+    print()
     print(
         "jobs, ms: median duration [means: driver-measured = Spark's job span + outside Spark;"
         " stage spans; task run = framework + PySpark; task deserialize]"
@@ -701,6 +800,12 @@ def main(argv: list[str] | None = None) -> int:
         default="auto",
         help="topology.state.commit.location: auto (the driver commits, no job), executors",
     )
+    parser.add_argument(
+        "--cadence",
+        choices=["back-to-back", "interval"],
+        default="back-to-back",
+        help="topology.state.checkpoint.cadence (default back-to-back)",
+    )
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)
     rates = [int(r) for r in args.rates.split(",") if r.strip()]
@@ -716,6 +821,7 @@ def main(argv: list[str] | None = None) -> int:
     conf: dict[str, Any] = {
         "topology.state.checkpoint.interval.ms": args.interval,
         "topology.state.commit.location": args.commit_location,
+        "topology.state.checkpoint.cadence": args.cadence,
     }
     server = None
     if args.provider == "redis":
@@ -752,6 +858,7 @@ def main(argv: list[str] | None = None) -> int:
         "interval_ms": args.interval,
         "provider": args.provider,
         "commit_location": args.commit_location,
+        "cadence": args.cadence,
         "vocab": args.vocab,
         "seconds": args.seconds,
         "baseline_repeat": args.baseline_repeat,

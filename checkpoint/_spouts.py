@@ -143,6 +143,9 @@ class SpoutTasks:
         self.buffered = 0
         self._buffer_roots: list[int] = []
         self._filling_since: float | None = None
+        # Whether the last gathering step found a spout still producing: some task emitted on
+        # every call of its burst, with room left (``gather``).
+        self.producing = False
         ledger.attach(self)
         stats.task_sources.append(self.task_counters)
 
@@ -222,10 +225,12 @@ class SpoutTasks:
 
         A burst is up to ``_BURST`` calls, fewer if a call emits nothing, the task reaches
         ``topology.max.spout.pending`` or the buffer is full: one call per loop step spent more
-        time on the step than on the spout.
+        time on the step than on the spout. A task whose burst ran all its calls, each emitting,
+        is still producing (``producing``): a source with a backlog, not one that keeps pace.
         """
         emitted = 0
         limit = self._limit
+        producing = False
         for st in self.tasks:
             next_tuple = st.spout.next_tuple
             start = st.emitted
@@ -237,10 +242,13 @@ class SpoutTasks:
                     next_tuple()
                     if st.emitted == before:
                         break
+                else:
+                    producing = True
             except Exception as exc:
                 msg = f"spout {st.name!r} task {st.task} raised in next_tuple: {exc}"
                 raise TopologyFailedError(msg, component=st.name, task=st.task) from exc
             emitted += st.emitted - start
+        self.producing = producing
         return emitted
 
     def still_filling(self, gathered: int, now_ms: float, interval_ms: float) -> bool:

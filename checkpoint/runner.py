@@ -11,6 +11,9 @@ through the ``Engine``. A step of its loop:
    by the driver's clock (``_ticks``; a PREPARE replayed takes the same ticks again,
    ``_txstart``); the others (COMMIT, ROLLBACK, INITSTATE) are one data-free stage over the
    stateful tasks. An idle topology (nothing buffered, no tick due) runs no empty PREPAREs.
+   When a PREPARE is due is the checkpoint spout's cadence: by default as soon as the last
+   transaction committed, if anything waits (``_tuples_wait``), so under load the transactions
+   run one after the other and each carries what arrived during the one before.
 3. When the job ends (``_finish``): apply driver-owned state changes, settle every root the job
    carried, and move the checkpoint spout on (``_advance``): a successful PREPARE is the commit
    decision (the manifest is saved, then COMMITTING); a successful COMMIT acks the spout tuples
@@ -27,8 +30,9 @@ its first stage, from the positions the last commit saved, and the driver saves 
 they end at with COMMITTING(t), in the same commit. A PREPARE is due for them while any of
 their partitions may hold more (``PartitionedSpout.has_more``).
 
-A topology without stateful bolts has no checkpoint spout: its jobs are batches, one per
-checkpoint interval, and its tuples are acked as soon as their job ends. A batch carries the
+A topology without stateful bolts has no checkpoint spout: its jobs are batches, one after the
+other while tuples wait (under the ``interval`` cadence, one per checkpoint interval), and its
+tuples are acked as soon as their job ends. A batch carries the
 ticks due when it starts; a batch that fails gives its ticks back to the next one.
 """
 
@@ -97,6 +101,11 @@ class _Job:
     recovering: bool = False  # the checkpoint spout was recovering when the job started
     records: list[TupleBatch] = field(default_factory=list)  # the spout tuples it carries
     ticks: dict[str, int] = field(default_factory=dict)  # tick tuples per bolt (each task)
+    stages: int = 0  # its Spark stages (0: no job, a COMMIT done here)
+    # Seconds: how long the oldest tuple it took had waited in the buffer, and building it.
+    waited: float = 0.0
+    building: float = 0.0
+    done_at: float = 0.0  # when its future completed (on the engine's thread)
 
 
 class _CheckpointCollector(SpoutOutputCollector):
@@ -204,6 +213,8 @@ class CheckpointRunner(ProtocolRunner):
         self._last_batch_ms: float | None = None
         self._plain_txid = 0
         self._yielded = time.perf_counter()
+        self._buffered_since: float | None = None  # when the buffer last stopped being empty
+        self._buffer_began_ms: float | None = None  # the same by the topology's clock
         self._manifest: TransactionManifest | None = None
         self.deadletters = CheckpointDeadLetters(
             name,
@@ -259,7 +270,7 @@ class CheckpointRunner(ProtocolRunner):
             raise
 
     def _open_checkpoint_spout(self) -> None:
-        cp = CheckpointSpout(self.clock)
+        cp = CheckpointSpout(self.clock, self._tuples_wait)
         c = self.plan.index[CHECKPOINT_COMPONENT_ID]
         st = SpoutTask(c, 0, cp, Router(self.plan, c, 0), CHECKPOINT_COMPONENT_ID)
         st.context = TopologyContext(self.topology, self.name, CHECKPOINT_COMPONENT_ID, 0)
@@ -340,7 +351,11 @@ class CheckpointRunner(ProtocolRunner):
         manifest = self._manifest
         if self.cp is not None and self.cp.recovering and manifest is not None and manifest.pending:
             return 0
-        return self.spouts.gather()
+        gathered = self.spouts.gather()
+        if gathered and self._buffered_since is None:
+            self._buffered_since = time.perf_counter()
+            self._buffer_began_ms = self.clock.now_ms()
+        return gathered
 
     def _partitioned_has_more(self) -> bool:
         """``PartitionedSpouts.has_more``, a source's outage waited out as the store's is."""
@@ -357,6 +372,26 @@ class CheckpointRunner(ProtocolRunner):
             if exc.fatal and isinstance(exc.__cause__, FATAL_STATE_ERRORS):
                 raise exc.__cause__ from None
             raise
+
+    def _tuples_wait(self) -> bool:
+        """Whether anything waits for a transaction: spout tuples buffered, or a tick due.
+
+        Under the ``back-to-back`` cadence this makes a PREPARE due (``CheckpointSpout``), and a
+        plain topology's batch. Tuples buffered while a spout is still producing (a backlog:
+        ``SpoutTasks.producing``) wait for it to stop, for the pending limit or a full buffer,
+        or for one interval since the buffer began: a transaction started on the first burst
+        after a commit would carry 64 tuples of a backlog and leave the rest for the next.
+        A partitioned spout's records are not counted: asking its source costs a listing or a
+        broker round trip, so it is asked once per interval, as before.
+        """
+        now = self.clock.now_ms()
+        if self.ticks.due(now):
+            return True
+        if not self.spouts.buffered:
+            return False
+        began = self._buffer_began_ms
+        filling = began is not None and now - began <= self.tc.checkpoint_interval_ms
+        return not (self.spouts.producing and filling)
 
     def _filling_first(self, gathered: int) -> bool:
         """Whether to hold the first transaction back (see ``SpoutTasks.still_filling``)."""
@@ -391,10 +426,17 @@ class CheckpointRunner(ProtocolRunner):
         return True
 
     def _next_batch(self, gathered: int) -> bool:
-        """A topology without checkpointing: a batch of what is buffered, once per interval."""
+        """A topology without checkpointing: a batch of what is buffered.
+
+        It goes as the checkpoint spout's PREPARE would (``topology.state.checkpoint.cadence``):
+        ``back-to-back``, as soon as the last batch ended; ``interval``, once per interval.
+        """
         now = self.clock.now_ms()
         last = self._last_batch_ms
-        due = last is None or now - last > self.tc.checkpoint_interval_ms
+        if self.tc.checkpoint_cadence == "back-to-back":
+            due = last is None or self._tuples_wait()
+        else:
+            due = last is None or now - last > self.tc.checkpoint_interval_ms
         if not ((self.spouts.buffered or self.ticks.due(now)) and due):
             return False
         if self._last_batch_ms is None and self._filling_first(gathered):
@@ -417,7 +459,12 @@ class CheckpointRunner(ProtocolRunner):
         A checkpoint action's time and ticks are its transaction's (``self.starts``).
         """
         carries = action is None or action.carries_data
+        started = time.perf_counter()  # before: an inline job, or a commit here, runs in submit
         records, roots = self.spouts.take() if carries else ([], [])
+        since, waited = self._buffered_since, 0.0
+        if carries and since is not None:
+            self._buffered_since, waited = None, started - since
+            self._buffer_began_ms = None
         starts = self.starts
         if action is not None and starts is not None:
             started_ms = starts.time_of(txid)
@@ -435,9 +482,10 @@ class CheckpointRunner(ProtocolRunner):
                 lambda: self.partitioned.orders(txid, self.ledger.reserve),
             )
         cp_root: int | None
-        started = time.perf_counter()  # before: an inline job, or a commit here, runs in submit
+        stages = 0
         if action is Action.COMMIT and self.jobs.commits_here:
             future, cp_root = self.jobs.commit_here(txid)
+            built = started
         else:
             spec, cp_root = self.jobs.job(
                 txid,
@@ -448,13 +496,18 @@ class CheckpointRunner(ProtocolRunner):
                 started_ms=started_ms,
                 reads=reads,
             )
+            stages, built = spec.layout.depth, time.perf_counter()
             future = self.engine.submit(spec)
         recovering = self.cp is not None and self.cp.recovering
-        self._job = _Job(txid, action, roots, started, future, cp_root, recovering, records, ticks)
+        job = _Job(txid, action, roots, started, future, cp_root, recovering, records, ticks)
+        job.stages, job.waited, job.building = stages, waited, built - started
+        future.add_done_callback(lambda _f: setattr(job, "done_at", time.perf_counter()))
+        self._job = job
 
     # ----------------------------------------------------------------- a job ended
     def _finish(self, job: _Job) -> None:
-        seconds = time.perf_counter() - job.started
+        finishing = time.perf_counter()
+        seconds = finishing - job.started
         exc = job.future.exception()
         if exc is not None:
             self._job_failed(job, exc, seconds)
@@ -482,6 +535,7 @@ class CheckpointRunner(ProtocolRunner):
             job.txid, job.action, len(job.roots) + read, seconds, ok, acked, failed
         )
         info.recovery = job.recovering
+        info.phases = _phases(job, result, finishing)
         if not ok:
             info.error = errors[-1].text if errors else "checkpoint failed"
         self.stats.record(info)
@@ -635,3 +689,37 @@ class CheckpointRunner(ProtocolRunner):
         for name, acked in self.partitioned.acked.items():
             comps.setdefault(name, {})["acked"] = acked
         return comps
+
+
+def _phases(job: _Job, result: JobResult, finishing: float) -> dict[str, float]:
+    """Where a job's time went, in seconds (``TransactionInfo.phases``; the latency breakdown).
+
+    ``waited``: the oldest tuple it carries, in the buffer before the job was built;
+    ``build``: the driver taking the buffer and building the job; then on the engine's thread
+    ``engine`` (the job's description, sealing, the RDD chain, merging the results) and
+    ``spark`` (Spark's run of the job), of which the tasks' own ``task_setup``,
+    ``task_execute`` (the executors' steps: the user's code and the loops feeding it) and
+    ``task_output``, each a mean over the job's tasks times its stages (what one tuple
+    crossing every stage waits); ``noticed``: job done -> the driver's loop took it up;
+    ``settle``: settling its roots and moving the checkpoint spout on.
+    """
+    phases = {"waited": job.waited, "build": job.building}
+    timings = result.timings
+    if timings is not None:
+        phases["engine"] = timings.before + timings.after
+        phases["spark"] = timings.spark
+        reports = result.reports
+        if reports and job.stages:
+            per = job.stages / len(reports)
+            setup = sum(r.metrics.setup for r in reports) * per
+            execute = sum(r.metrics.execute for r in reports) * per
+            total = sum(r.metrics.seconds for r in reports) * per
+            phases |= {
+                "task_setup": setup,
+                "task_execute": execute,
+                "task_output": total - setup - execute,
+            }
+    if job.done_at:
+        phases["noticed"] = max(finishing - job.done_at, 0.0)
+    phases["settle"] = time.perf_counter() - finishing
+    return {k: round(v, 6) for k, v in phases.items()}

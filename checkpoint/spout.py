@@ -3,8 +3,19 @@
 It emits ``$checkpoint`` tuples ``(txid, action)`` with the txid as message id, and moves its
 saved ``CheckPointState`` on each ack. On start, and after any failure, it recovers first:
 PREPARING(t) rolls back to COMMITTED(t-1), COMMITTING(t) rolls forward to COMMITTED(t), and
-COMMITTED(t) sends INITSTATE(t); then normal PREPARE / COMMIT cycles follow, one PREPARE per
-checkpoint interval.
+COMMITTED(t) sends INITSTATE(t); then normal PREPARE / COMMIT cycles follow.
+
+When a PREPARE is due from COMMITTED(t) is the cadence (``topology.state.checkpoint.cadence``):
+
+- ``interval`` (Storm's): once the checkpoint interval has passed since the last PREPARE;
+- ``back-to-back`` (the default): also as soon as tuples wait (the runtime's ``waiting``), so a
+  loaded topology runs its transactions one after the other, each carrying what arrived during
+  the one before, and a tuple waits for the transaction under way, not for an interval tick.
+
+Either way one transaction at a time, PREPARE then COMMIT: COMMITTED(t) is saved only when
+COMMIT(t) was acked, and recovery goes first, as above. Here data moves only with a
+transaction (in Storm it flows between checkpoints), so under ``interval`` a tuple waited
+for the next tick on top of its transaction.
 
 Differences from Storm, deliberate: ``next_tuple`` never sleeps (the runtime decides how to idle);
 an ack or fail for a txid other than the current one is logged and ignored (Storm re-emits the
@@ -14,7 +25,7 @@ current action on a mismatched ack and starts recovery on any stale fail).
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from checkpoint._state import Action, CheckPointState, TxPhase
@@ -31,13 +42,26 @@ log = logging.getLogger(__name__)
 TX_STATE_KEY = "__state"
 MIN_INTERVAL_MS = 100
 INTERVAL_KEY = Config.TOPOLOGY_STATE_CHECKPOINT_INTERVAL
+CADENCE_KEY = Config.TOPOLOGY_STATE_CHECKPOINT_CADENCE
+
+
+def _nothing_waits() -> bool:
+    return False
 
 
 class CheckpointSpout(Spout):
-    """The ``$checkpointspout`` component. The runtime creates it; users never do."""
+    """The ``$checkpointspout`` component. The runtime creates it; users never do.
 
-    def __init__(self, clock: Clock | None = None) -> None:
+    ``waiting``: whether tuples wait for a transaction (the runtime's buffer); under the
+    ``back-to-back`` cadence a PREPARE is due whenever it says so.
+    """
+
+    def __init__(
+        self, clock: Clock | None = None, waiting: Callable[[], bool] | None = None
+    ) -> None:
         self.clock = clock or Clock()
+        self._waiting = waiting or _nothing_waits
+        self.back_to_back = False
         self.state: KeyValueState | None = None
         self.collector: SpoutOutputCollector | None = None
         self.cur: CheckPointState = CheckPointState(-1, TxPhase.COMMITTED)
@@ -62,19 +86,26 @@ class CheckpointSpout(Spout):
         documented default holds wherever the topology runs.
         """
         interval = max(MIN_INTERVAL_MS, read_setting(conf, INTERVAL_KEY))
+        back_to_back = read_setting(conf, CADENCE_KEY) == "back-to-back"
         # The framework's own record: plain msgpack, whatever serializers the user configured.
         state = StateFactory.get_system_state(context.state_namespace(), conf, context)
         if not isinstance(state, KeyValueState):
             msg = f"the state provider returned {type(state).__qualname__}, not a KeyValueState"
             raise TypeError(msg)
-        self.open_with(collector, interval, state)
+        self.open_with(collector, interval, state, back_to_back=back_to_back)
 
     def open_with(
-        self, collector: SpoutOutputCollector, interval_ms: float, state: KeyValueState
+        self,
+        collector: SpoutOutputCollector,
+        interval_ms: float,
+        state: KeyValueState,
+        *,
+        back_to_back: bool = False,
     ) -> None:
-        """Open with an explicit interval (not clamped) and state; tests use this directly."""
+        """Open with an explicit interval (not clamped), cadence and state; tests use this."""
         self.collector = collector
         self.interval_ms = interval_ms
+        self.back_to_back = back_to_back
         self.state = state
         saved = state.get(TX_STATE_KEY)
         if saved is None:
@@ -105,9 +136,12 @@ class CheckpointSpout(Spout):
             return not self._recovery_in_progress
         if self._checkpoint_in_progress:
             return False
-        return self.cur.phase is not TxPhase.COMMITTED or self._interval_elapsed()
+        return self.cur.phase is not TxPhase.COMMITTED or self._prepare_due()
 
-    def _interval_elapsed(self) -> bool:
+    def _prepare_due(self) -> bool:
+        """From COMMITTED: the cadence's rule (module docstring)."""
+        if self.back_to_back and self._waiting():
+            return True
         last = self._last_checkpoint_ms
         return last is None or self.clock.now_ms() - last > self.interval_ms
 
@@ -121,7 +155,7 @@ class CheckpointSpout(Spout):
         if self._checkpoint_in_progress:
             return
         if self.cur.phase is TxPhase.COMMITTED:
-            if not self._interval_elapsed():
+            if not self._prepare_due():
                 return
             self._save(self.cur.next_state(False))
             self._last_checkpoint_ms = self.clock.now_ms()

@@ -40,6 +40,11 @@ class TopologyConfig(BaseModel):
         None, alias="topology.state.provider.config"
     )
     checkpoint_interval_ms: int = Field(1000, gt=0, alias="topology.state.checkpoint.interval.ms")
+    # When the next PREPARE may start (``checkpoint.spout``): as soon as tuples wait and the last
+    # transaction committed, or (Storm's) once per interval.
+    checkpoint_cadence: Literal["back-to-back", "interval"] = Field(
+        "back-to-back", alias="topology.state.checkpoint.cadence"
+    )
     # Whether a COMMIT without user code is done by the driver (``CheckpointJobs.commit_here``).
     state_commit_location: Literal["auto", "executors"] = Field(
         "auto", alias="topology.state.commit.location"
@@ -77,9 +82,7 @@ class TopologyConfig(BaseModel):
     )
     # Key groups of keyed state (``statefulbolts.keygroups``): the most tasks a stateful bolt
     # may have; a restart with another parallelism redistributes committed state by group.
-    state_max_parallelism: int = Field(
-        128, ge=1, le=32768, alias="topology.state.max.parallelism"
-    )
+    state_max_parallelism: int = Field(128, ge=1, le=32768, alias="topology.state.max.parallelism")
     # What a start does when the stored shape of the state differs from the topology's
     # (``statefulbolts.state.evolve``): ``auto`` changes the stored state (rescale, rename,
     # migrate), ``refuse`` stops with the command that would.
@@ -192,6 +195,7 @@ class Config(dict[str, Any]):
     TOPOLOGY_STATE_PROVIDER = "topology.state.provider"
     TOPOLOGY_STATE_PROVIDER_CONFIG = "topology.state.provider.config"
     TOPOLOGY_STATE_CHECKPOINT_INTERVAL = "topology.state.checkpoint.interval.ms"
+    TOPOLOGY_STATE_CHECKPOINT_CADENCE = "topology.state.checkpoint.cadence"
     TOPOLOGY_STATE_COMMIT_LOCATION = "topology.state.commit.location"
     TOPOLOGY_MESSAGE_TIMEOUT_SECS = "topology.message.timeout.secs"
     TOPOLOGY_ACKER_EXECUTORS = "topology.acker.executors"

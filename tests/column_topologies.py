@@ -279,9 +279,9 @@ class Delivered:
 
 
 def comparable(sent: list[Any]) -> list[Any]:
-    """A task's records with the metrics' seconds left out, tuple batches unsealed."""
+    """A task's records with the metrics' timings left out, tuple batches unsealed."""
     return [
-        r._replace(metrics=r.metrics._replace(seconds=0))
+        r._replace(metrics=r.metrics._replace(seconds=0, setup=0, execute=0))
         if isinstance(r, TaskReport)
         else r.unsealed()
         if isinstance(r, TupleBatch)

@@ -47,8 +47,18 @@ TOPOLOGY_MEANINGS: dict[str, str] = {
         "the next table."
     ),
     "topology.state.checkpoint.interval.ms": (
-        "Time between checkpoint transactions, in ms. A transactional topology waits this long "
-        "before it starts a new batch after one that emitted nothing."
+        "Time between checkpoint transactions, in ms, under the `interval` cadence "
+        "(`topology.state.checkpoint.cadence`); under `back-to-back` a transaction starts as "
+        "soon as the last committed while tuples wait, and the interval bounds the first "
+        "transaction's filling and how often a partitioned spout is asked for more. A "
+        "transactional topology waits this long before it starts a new batch after one that "
+        "emitted nothing."
+    ),
+    "topology.state.checkpoint.cadence": (
+        "When the next checkpoint transaction starts. `back-to-back`: as soon as the last one "
+        "committed, if tuples (or tick tuples) wait in the driver; with nothing waiting, no "
+        "transaction runs, and a partitioned spout is asked for more once per interval. "
+        "`interval` (Storm's): at most one PREPARE per `topology.state.checkpoint.interval.ms`."
     ),
     "topology.state.commit.location": (
         "`auto`: a COMMIT that runs no user code (no stateful bolt overrides `pre_commit`) is "

@@ -133,11 +133,13 @@ def finish_images(
 
 
 def _read(ref: Any) -> bytes:
-    """A broadcast's value, not kept by the broadcast.
+    """A broadcast's value, not kept by the broadcast; bytes that travelled inline as they are.
 
     PySpark's ``Broadcast`` keeps the value it loaded for as long as the JVM keeps the
     broadcast registered in this worker; the image made from a snapshot is all we need.
     """
+    if isinstance(ref, bytes):
+        return ref
     value = broadcast_value(ref)
     if getattr(ref, "_path", None) is not None:  # read from a file: it can be read again
         vars(ref).pop("_value", None)

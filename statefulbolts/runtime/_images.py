@@ -26,6 +26,13 @@ few versions behind reads those deltas, and only one with no usable copy reads t
 (On a cluster the executor's JVM still fetches each broadcast the tasks refer to once per
 executor: one snapshot per namespace per refresh, not one image per job.)
 
+A small line travels inline: while its snapshot and deltas weigh at most ``inline_bytes``
+together (64 KiB by default), they are bytes in the descriptor, pickled with the job, and no
+broadcast is made. A Spark broadcast costs the driver several py4j calls to make and again to
+destroy (some 8 ms each on 2 busy cores): three of them per transaction were a third of the
+driver's own time in a PREPARE of the latency bench (issue 36). Past the budget, each new delta,
+and the next snapshot, is a broadcast as above, so a large state still travels by reference.
+
 Broadcasts a refresh or a new token replaces are destroyed at the next ``ship``, one job later:
 jobs that carry images run one at a time, so no job that could read them is still running.
 
@@ -49,6 +56,8 @@ __all__ = ["Delta", "ImageShipper", "ShippedImage", "digest"]
 
 # A line's snapshot is made again when it has more deltas than this.
 MAX_DELTAS = 256
+# A line's snapshot and deltas travel inline, not as broadcasts, up to this many bytes.
+INLINE_BYTES = 64 * 1024
 
 
 def digest(changes: bytes) -> bytes:
@@ -61,7 +70,7 @@ class Delta(NamedTuple):
 
     version: int
     digest: bytes
-    changes: Any  # a broadcast of the log's bytes (in a job), or the bytes themselves
+    changes: Any  # a broadcast of the log's bytes, or the bytes themselves (inline)
 
 
 class ShippedImage(NamedTuple):
@@ -77,7 +86,7 @@ class ShippedImage(NamedTuple):
     version: int
     base: int
     base_digest: bytes | None
-    snapshot: Any  # a broadcast of ``export_image`` at ``base``
+    snapshot: Any  # ``export_image`` at ``base``: a broadcast, or the bytes (inline)
     deltas: tuple[Delta, ...]
 
     def digest_of(self, version: int) -> bytes | None:
@@ -102,10 +111,14 @@ class _Line:
     snapshot_bytes: int = 0
     deltas: list[Delta] = field(default_factory=list)
     delta_bytes: int = 0
+    shipped: int = 0  # deltas already shipped (inline or broadcast); the rest are new
+    inline: int = 0  # bytes of the snapshot and deltas that travel inline
 
     def broadcasts(self) -> list[Any]:
         out = [d.changes for d in self.deltas if not isinstance(d.changes, bytes)]
-        return out if self.snapshot is None else [self.snapshot, *out]
+        if self.snapshot is None or isinstance(self.snapshot, bytes):
+            return out
+        return [self.snapshot, *out]
 
 
 class ImageShipper:
@@ -117,11 +130,17 @@ class ImageShipper:
     """
 
     def __init__(
-        self, sc: Any, provider: DriverOwnedStateProvider, *, max_deltas: int = MAX_DELTAS
+        self,
+        sc: Any,
+        provider: DriverOwnedStateProvider,
+        *,
+        max_deltas: int = MAX_DELTAS,
+        inline_bytes: int = INLINE_BYTES,
     ) -> None:
         self.provider = provider
         self._sc = sc
         self._max_deltas = max_deltas
+        self._inline_bytes = inline_bytes
         self._lines: dict[str, _Line] = {}
         self._retired: list[Any] = []  # replaced during the last ship: destroyed at the next
         self._lock = threading.Lock()
@@ -195,9 +214,13 @@ class ImageShipper:
                 line = _Line(secrets.token_hex(8), mark)
             self._rebase(line, image)
         self._lines[namespace] = line
-        for i, d in enumerate(line.deltas):
-            if isinstance(d.changes, bytes):  # broadcast once, when first shipped
+        for i in range(line.shipped, len(line.deltas)):  # decided once, when first shipped
+            d = line.deltas[i]
+            if line.inline + len(d.changes) <= self._inline_bytes:
+                line.inline += len(d.changes)
+            else:
                 line.deltas[i] = d._replace(changes=self._sc.broadcast(d.changes))
+        line.shipped = len(line.deltas)
         return ShippedImage(
             line.token, line.version, line.base, line.base_digest, line.snapshot, tuple(line.deltas)
         )
@@ -225,8 +248,10 @@ class ImageShipper:
         self._retired += line.broadcasts()
         if line.deltas:
             line.base_digest = line.deltas[-1].digest
-        line.base, line.deltas, line.delta_bytes = line.version, [], 0
-        line.snapshot, line.snapshot_bytes = self._sc.broadcast(image), len(image)
+        line.base, line.deltas, line.delta_bytes, line.shipped = line.version, [], 0, 0
+        inline = len(image) <= self._inline_bytes
+        line.snapshot = image if inline else self._sc.broadcast(image)
+        line.snapshot_bytes, line.inline = len(image), len(image) if inline else 0
         self.snapshots += 1
 
     def _destroy(self, broadcasts: list[Any]) -> None:

@@ -106,13 +106,22 @@ class ReportedError(NamedTuple):
 
 
 class TaskMetrics(NamedTuple):
-    """What one task did in one job."""
+    """What one task did in one job.
+
+    ``seconds`` is the whole of ``run_task``; of it, ``setup`` went before the executor got its
+    first step (sorting the input, loading the topology, the context, the collector, the
+    state's images) and ``execute`` to the executor's steps (prepare, the tuples, finish: the
+    user's code and the loops that feed it). The rest is the task's output: settling acks,
+    sealing what was emitted, the state's changes.
+    """
 
     executed: int
     emitted: int
     acked: int
     failed: int
     seconds: float
+    setup: float = 0.0
+    execute: float = 0.0
 
 
 class TaskReport(NamedTuple):
@@ -141,6 +150,20 @@ def id_column(ids: list[int]) -> array[int]:
     return array("q", ids)
 
 
+class JobTimings(NamedTuple):
+    """Where a job's time went on the driver's engine thread, in seconds.
+
+    ``before``: building the job (the tasks' shared description, sealing the spout tuples,
+    the RDD chain and its pickled stage functions); ``spark``: Spark's run of it, from the
+    submission to the last result collected (scheduling, shuffles, the Python workers, the
+    tasks); ``after``: merging the results.
+    """
+
+    before: float
+    spark: float
+    after: float
+
+
 @dataclass
 class JobResult:
     """What one job did, merged over its tasks.
@@ -160,6 +183,8 @@ class JobResult:
     outputs: list[TupleBatch] = field(default_factory=list)
     aborted: bool = False
     retried: list[ReportedError] = field(default_factory=list)
+    # Where the engine's time went (``None``: an engine that does not say, the inline one).
+    timings: JobTimings | None = None
 
     @property
     def errors(self) -> list[ReportedError]:

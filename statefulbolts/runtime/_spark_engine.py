@@ -16,6 +16,7 @@ from __future__ import annotations
 import concurrent.futures
 import logging
 import threading
+import time
 from collections.abc import Mapping
 from typing import Any
 
@@ -27,7 +28,7 @@ from statefulbolts.runtime._images import ImageShipper
 from statefulbolts.runtime._inline import run_inline
 from statefulbolts.runtime._plan import ExecutionPlan
 from statefulbolts.runtime._program import TaskJob
-from statefulbolts.runtime._records import JobResult
+from statefulbolts.runtime._records import JobResult, JobTimings
 from statefulbolts.runtime._results import merge_results, reduce_acks
 from statefulbolts.runtime._retried import failed_attempts, retried_errors
 from statefulbolts.runtime._sealing import seal_inputs
@@ -128,6 +129,7 @@ class SparkEngine:
         """Run ``spec`` on the calling thread and return its ``JobResult``."""
         if spec.layout.depth == 0:
             return JobResult()
+        began = time.perf_counter()
         job = self._job(spec)
         labels = job_labels(self.name, spec)
         sc, blob, extlib = self.sc, self._blob, self._extlib
@@ -156,13 +158,18 @@ class SparkEngine:
                 rdd = rdd.partitionBy(len(layout.stages[k]), _identity)
             rdd = rdd.mapPartitionsWithIndex(stage(k))
         if spec.ackers > 0:
-            parts = rdd.partitionBy(spec.ackers, _identity).mapPartitions(reduce_acks).collect()
-            result = merge_results(parts)
-        else:
-            result = merge_results(reduce_acks(rdd.collect()))
+            rdd = rdd.partitionBy(spec.ackers, _identity).mapPartitions(reduce_acks)
+        # Asking for the partitions builds the Java RDDs, pickling each stage's function: the
+        # driver's work, timed apart from Spark's run of the job.
+        rdd.getNumPartitions()
+        submitted = time.perf_counter()
+        collected = rdd.collect()
+        ran = time.perf_counter()
+        result = merge_results(collected if spec.ackers > 0 else reduce_acks(collected))
         if any(report.attempt for report in result.reports):  # Spark's retry survived a failure
             texts = failed_attempts(sc, labels.group)
             result.retried = retried_errors(self.plan, result.reports, texts)
+        result.timings = JobTimings(submitted - began, ran - submitted, time.perf_counter() - ran)
         return result
 
     def _job(self, spec: JobSpec) -> TaskJob:

@@ -143,7 +143,9 @@ def run_task(
     failing: list[Tuple] = []  # the data tuple being executed when the task raised
     try:
         roots = _begin_state(job, spec, task)
+        set_up = time.perf_counter()
         executed, result = _execute(job, spec, context, collector, into, failing)
+        executed_at = time.perf_counter()
         if job.program.tracking:
             # Usually every tuple was acked once, and the ledger has nothing to report.
             left, exact = collector.ledger.settle()
@@ -175,9 +177,17 @@ def run_task(
         collector.ledger.forget()
         if gc_enabled:
             gc.enable()
-    seconds = time.perf_counter() - started
-    metrics = TaskMetrics(executed, collector.emitted, acked, collector.failed, seconds)
     changes = _end_state(job, roots)
+    seconds = time.perf_counter() - started
+    metrics = TaskMetrics(
+        executed,
+        collector.emitted,
+        acked,
+        collector.failed,
+        seconds,
+        set_up - started,
+        executed_at - set_up,
+    )
     errors = tuple(collector.errors)
     report = TaskReport(
         comp, task, metrics, errors, changes, result, task_attempt(), context.take_metric_values()

@@ -228,6 +228,97 @@ def test_interval_zero_still_needs_time_to_pass():
     assert h.n(1) == [(1, "PREPARE")]
 
 
+class Waiting:
+    """The runtime's ``waiting``: whether tuples wait; counts how often it was asked."""
+
+    def __init__(self) -> None:
+        self.now, self.asked = False, 0
+
+    def __call__(self) -> bool:
+        self.asked += 1
+        return self.now
+
+
+def _committed_at_0(back_to_back: bool, waiting: Waiting) -> tuple[Harness, ManualClock]:
+    """A spout (interval 1000 ms) that ran INITSTATE, PREPARE(0), COMMIT(0) at t = 0."""
+    clock = ManualClock(0)
+    h = Harness(clock=clock)
+    h.spout = CheckpointSpout(clock, waiting)
+    h.spout.open_with(h.out, 1000, h.state, back_to_back=back_to_back)
+    for expected in [(-1, "INITSTATE"), (0, "PREPARE"), (0, "COMMIT")]:
+        assert h.n(0) == [expected]
+        h.spout.ack(expected[0])
+    assert h.saved() == CheckPointState(0, TxPhase.COMMITTED)
+    return h, clock
+
+
+def test_back_to_back_prepares_as_soon_as_tuples_wait_after_the_commit():
+    waiting = Waiting()
+    h, clock = _committed_at_0(True, waiting)
+    assert h.n(0) == []  # nothing waits, the interval has not passed: nothing to do
+    waiting.now = True
+    assert h.spout.due() is True
+    assert h.n(0) == [(1, "PREPARE")]  # t = 0: no interval waited
+    assert clock.now_ms() == 0
+    # Still one transaction at a time: nothing while PREPARE(1) is out, then its COMMIT.
+    assert h.n(0) == []
+    assert h.spout.due() is False
+    h.spout.ack(1)
+    assert h.n(0) == [(1, "COMMIT")]
+    assert h.n(0) == []  # COMMIT(1) not acked yet: no PREPARE(2), tuples or not
+    h.spout.ack(1)
+    assert h.n(0) == [(2, "PREPARE")]
+    assert h.saved() == CheckPointState(2, TxPhase.PREPARING)
+
+
+def test_back_to_back_keeps_the_interval_when_nothing_waits():
+    waiting = Waiting()
+    h, _clock = _committed_at_0(True, waiting)
+    assert h.n(1000) == []  # t = 1000: not past the interval (strict >), nothing waits
+    assert h.n(1) == [(1, "PREPARE")]  # t = 1001: the interval's PREPARE, as Storm's
+    assert waiting.asked
+
+
+def test_back_to_back_recovery_goes_first_whatever_waits():
+    waiting = Waiting()
+    waiting.now = True
+    h, _clock = _committed_at_0(True, waiting)
+    assert h.n(0) == [(1, "PREPARE")]
+    h.spout.fail(1)
+    # PREPARING(1) failed: roll back, INITSTATE, then the next PREPARE reuses the txid.
+    assert h.n(0) == [(1, "ROLLBACK")]
+    h.spout.ack(1)
+    assert h.n(0) == [(0, "INITSTATE")]
+    h.spout.ack(0)
+    assert h.n(0) == [(1, "PREPARE")]
+
+
+def test_interval_cadence_ignores_waiting_tuples():
+    waiting = Waiting()
+    waiting.now = True
+    h, _clock = _committed_at_0(False, waiting)
+    assert h.spout.due() is False
+    assert h.n(1000) == []
+    assert h.n(1) == [(1, "PREPARE")]
+    assert waiting.asked == 0
+
+
+def test_open_reads_the_cadence(topology_name):
+    spout = CheckpointSpout(ManualClock())
+    spout.open({}, _spout_context(topology_name), RecordingSpoutCollector())
+    assert spout.back_to_back is True
+    conf = {"topology.state.checkpoint.cadence": "interval"}
+    spout = CheckpointSpout(ManualClock())
+    spout.open(conf, _spout_context(topology_name), RecordingSpoutCollector())
+    assert spout.back_to_back is False
+    with pytest.raises(ConfigError, match="topology.state.checkpoint.cadence"):
+        CheckpointSpout(ManualClock()).open(
+            {"topology.state.checkpoint.cadence": "eager"},
+            _spout_context(topology_name),
+            RecordingSpoutCollector(),
+        )
+
+
 def test_next_tuple_never_sleeps():
     clock = ManualClock(0)
     h = Harness(interval_ms=1000, clock=clock)

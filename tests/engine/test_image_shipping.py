@@ -76,12 +76,17 @@ def world(monkeypatch: pytest.MonkeyPatch) -> Any:
 
 
 class World:
-    def __init__(self, monkeypatch: pytest.MonkeyPatch, max_deltas: int = 256) -> None:
+    def __init__(
+        self, monkeypatch: pytest.MonkeyPatch, max_deltas: int = 256, inline_bytes: int = 0
+    ) -> None:
         self.mp = monkeypatch
         self.driver, self.w1, self.w2 = Process(), Process(), Process()
         self.sc = FakeContext()
         with inside(monkeypatch, self.driver) as p:
-            self.shipper = ImageShipper(self.sc, p, max_deltas=max_deltas)
+            # Nothing inline unless a test says so: these tests follow the broadcasts.
+            self.shipper = ImageShipper(
+                self.sc, p, max_deltas=max_deltas, inline_bytes=inline_bytes
+            )
             seed = p.new_state(NS, {})
             for i in range(50):
                 seed.put(f"seed-{i}", i)
@@ -275,7 +280,7 @@ def test_a_change_the_shipper_did_not_record_starts_a_new_token(world: World, ho
         elif how == "drop":
             InMemoryKeyValueStateProvider.drop(NS)
         else:  # a new run of the driver in the same process: a new shipper
-            world.shipper = ImageShipper(world.sc, p)
+            world.shipper = ImageShipper(world.sc, p, inline_bytes=0)
     shipped = world.ship()
     assert shipped[NS].token != token
     world.job(world.w1, count("b", 2))
@@ -405,3 +410,27 @@ def test_a_log_that_fails_to_apply_puts_the_image_in_doubt(world: World):
     with pytest.raises(StateTransactionError):
         world.apply({NS: msgpack.packb([["commit_writes", {}], ["explode"]])})
     assert world.ship()[NS].token != token
+
+
+def test_a_small_line_travels_inline_and_a_large_one_by_broadcast(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # The seeded image (50 keys) and a few deltas fit the budget: bytes in the descriptor, no
+    # broadcast made; warm and cold workers read them as they read broadcasts.
+    world = World(monkeypatch, inline_bytes=64 * 1024)
+    first = world.job(world.w1, count("a", 1))
+    world.job(world.w1, commit(1))
+    last = world.job(world.w2, count("b", 2))[NS]
+    assert world.sc.made == []
+    assert isinstance(first[NS].snapshot, bytes)
+    assert last.deltas and all(isinstance(d.changes, bytes) for d in last.deltas)
+    assert world.loads() == {"snapshot": 2, "current": 1}
+    world.job(world.w1, commit(2))
+    assert world.loads()["caught-up"] == 1
+    assert world.image(world.w1) == world.image(world.driver)
+
+    # Past the budget, what is new goes by broadcast; what went inline stays inline.
+    small = World(monkeypatch, inline_bytes=len(world.image(world.driver)) // 2)
+    shipped = small.job(small.w1, count("a", 1))[NS]
+    assert not isinstance(shipped.snapshot, bytes)
+    assert small.sc.made == [shipped.snapshot]

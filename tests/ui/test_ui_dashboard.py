@@ -124,8 +124,9 @@ def test_wordcount_page_in_chromium(cluster: Any, tmp_path: Path) -> None:
         # The last commit's key count comes at most one topology.state.size.interval.ms late.
         last = sentences // burst - 1
         wait_for(
-            lambda: (snapshot(url)["history"]["state_keys"].get("count") or [[0, -1]])[-1][1]
-            == last,
+            lambda: (
+                (snapshot(url)["history"]["state_keys"].get("count") or [[0, -1]])[-1][1] == last
+            ),
             TIMEOUT,
             "the state size after the last commit",
         )
@@ -177,6 +178,11 @@ def test_wordcount_page_in_chromium(cluster: Any, tmp_path: Path) -> None:
     transactions = _transaction_rows(page)
     assert transactions[0] == (str(last), "COMMIT", "ok")
     assert transactions.count((str(last), "PREPARE", "ok")) == 1
+    # Where the recent PREPAREs' time went: each phase named (docs/protocol/engine.md).
+    breakdown = page.text["tx-breakdown"]
+    assert breakdown.startswith("where a PREPARE's time went (mean of the last "), breakdown
+    for part in ("waited ", "build ", "engine ", "Spark ", "tasks: setup ", "execute ", "settle "):
+        assert part in breakdown, breakdown
     # The JSON the page drew from.
     assert (live["topology"], live["kind"], live["state"]) == (name, "checkpoint", "idle")
     assert (live["committed_txid"], live["committed"], live["pending_trees"]) == (last, last + 1, 0)

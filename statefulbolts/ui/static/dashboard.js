@@ -631,6 +631,23 @@ function renderTransactions(txs) {
       el("td", { class: "muted" }, fmtClock(t.at))));
   }
   setText("tx-note", txs.length ? `the last ${Math.min(txs.length, TIMELINE_BARS)}, oldest on the left` : "none yet");
+  setText("tx-breakdown", breakdownText(txs));
+}
+
+// Where the time of the recent PREPAREs went (their ``phases``, means; docs/protocol/engine.md):
+// waiting in the buffer, the driver, Spark, and inside Spark the tasks' own parts.
+const BREAKDOWN = [
+  ["waited", "waited"], ["build", "build"], ["engine", "engine"], ["spark", "Spark"],
+  ["task_setup", "tasks: setup"], ["task_execute", "execute"], ["task_output", "output"],
+  ["settle", "settle"],
+];
+
+function breakdownText(txs) {
+  const prepares = txs.filter((t) => t.action === "PREPARE" && t.ok && t.phases && "spark" in t.phases);
+  if (!prepares.length) return "";
+  const mean = (k) => prepares.reduce((sum, t) => sum + (t.phases[k] || 0), 0) / prepares.length;
+  const parts = BREAKDOWN.map(([k, label]) => `${label} ${fmtSeconds(mean(k))}`);
+  return `where a PREPARE's time went (mean of the last ${prepares.length}): ${parts.join(", ")}`;
 }
 
 function drawTimeline(txs) {
