@@ -276,11 +276,11 @@ def test_kafka_bench_counts_exactly_from_the_topic_and_from_files(
 ) -> None:
     report = _bench_json(
         "bench/kafka.py", "--bootstrap", kafka_broker.bootstrap, "--words", "20000",
-        "--rounds", "2", "--peers-python", "", "--no-ingest",
+        "--rounds", "1", "--peers-python", "", "--no-ingest",
     )  # fmt: skip
     wordcount = report["wordcount"]
     assert wordcount["wrong"] == [] and wordcount["words"] == 20000
-    assert [r["round"] for r in wordcount["rounds"]] == [1, 2]
+    assert [r["round"] for r in wordcount["rounds"]] == [1]
     for row in wordcount["rounds"]:
         assert row["files"]["exact"] is True and row["kafka"]["exact"] is True
         assert row["files"]["prepares"] >= 1 and row["kafka"]["prepares"] >= 1
