@@ -3,8 +3,8 @@
 Their figures are not asserted (speed belongs to the benchmark, not to tests); their shape and
 their exactness are. Each runs as its script (``python bench/NAME.py ...``): it builds and stops
 its own SparkSession. The ones that need no server of the tests' run one after the other in one
-interpreter (``shared_benches``), so Spark's JVM starts once for them; the Kafka ones, and the
-step timer (no Spark), each in an interpreter of its own.
+interpreter (``shared_benches``), so Spark's JVM starts once for them, and so do the two on the
+test's Kafka broker (``kafka_benches``); the step timer (no Spark) runs in one of its own.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ pytestmark = pytest.mark.spark
 
 ROOT = Path(__file__).resolve().parents[2]
 
-# The benches run in one interpreter: each test's command line ("{folder}": a folder of its own).
+# The benches that need no server of the tests', in one interpreter: each test's command line.
 SHARED = {
     "test_wordcount_bench_reports_exact_runs_and_their_ratios": [
         "bench/wordcount.py", "--words", "20000", "--repeat", "2", "--max-spout-pending", "500",
@@ -102,22 +102,25 @@ class BenchRun:
         return report
 
 
-@pytest.fixture(scope="module")
-def shared_benches(
-    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+def run_benches(
+    commands: dict[str, list[str]],
+    request: pytest.FixtureRequest,
+    tmp_path_factory: pytest.TempPathFactory,
+    **fill: str,
 ) -> dict[str, BenchRun]:
-    """The selected tests' benches of ``SHARED``, run one after the other in one interpreter.
+    """The selected tests' commands, run one after the other in one interpreter (``_RUNNER``).
 
     Spark's JVM starts once for all of them: a start is some 4 s on an idle two-core machine,
     about 10 s on a busy one, and a bench's own session in a warm JVM takes under a second.
+    ``{folder}`` in a command is a new folder of its run, ``{NAME}`` is ``fill[NAME]``.
     """
     selected = {getattr(item, "originalname", None) for item in request.session.items}
     runs, folders = [], {}
-    for name in [n for n in SHARED if n in selected]:
+    for name in [n for n in commands if n in selected]:
         run = tmp_path_factory.mktemp("bench")
         folder = folders[name] = run / "files"
         folder.mkdir()
-        argv = [arg.replace("{folder}", str(folder)) for arg in SHARED[name]]
+        argv = [arg.format(folder=folder, **fill) for arg in commands[name]]
         runs.append([argv[0], argv[1:], str(run / "stdout"), str(run / "stderr")])
     done = subprocess.run(
         [sys.executable, "-c", _RUNNER, json.dumps(runs)],
@@ -137,10 +140,45 @@ def shared_benches(
     }
 
 
+@pytest.fixture(scope="module")
+def shared_benches(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> dict[str, BenchRun]:
+    """The runs of ``SHARED``, in one interpreter."""
+    return run_benches(SHARED, request, tmp_path_factory)
+
+
 @pytest.fixture
 def bench(request: pytest.FixtureRequest, shared_benches: dict[str, BenchRun]) -> BenchRun:
     """This test's run of ``SHARED``."""
     return shared_benches[request.node.originalname]
+
+
+# The benches against the test's Kafka broker, in one interpreter of their own.
+WITH_KAFKA = {
+    "test_sink_bench_checks_every_run_s_output_and_reports_its_ratios_and_latency": [
+        "bench/sinks.py", "--quick", "--bootstrap", "{bootstrap}", "--plots", "{folder}",
+        "--json",
+    ],
+    "test_kafka_bench_counts_exactly_from_the_topic_and_from_files": [
+        "bench/kafka.py", "--bootstrap", "{bootstrap}", "--words", "20000", "--rounds", "1",
+        "--peers-python", "", "--no-ingest", "--json",
+    ],
+}  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def kafka_benches(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory, kafka_broker: Any
+) -> dict[str, BenchRun]:
+    """The runs of ``WITH_KAFKA``, in one interpreter."""
+    return run_benches(WITH_KAFKA, request, tmp_path_factory, bootstrap=kafka_broker.bootstrap)
+
+
+@pytest.fixture
+def kafka_bench(request: pytest.FixtureRequest, kafka_benches: dict[str, BenchRun]) -> BenchRun:
+    """This test's run of ``WITH_KAFKA``."""
+    return kafka_benches[request.node.originalname]
 
 
 def test_wordcount_bench_reports_exact_runs_and_their_ratios(bench: BenchRun) -> None:
@@ -233,21 +271,6 @@ def test_transactional_bench_reports_both_shapes_exact_with_their_ratios(bench: 
     )
 
 
-def _bench_json(*argv: str) -> dict[str, Any]:
-    """Run a bench script with ``--json``; its report."""
-    result = subprocess.run(
-        [sys.executable, *argv, "--json"],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=600,
-        check=False,
-    )
-    assert result.returncode == 0, result.stderr[-2000:]
-    report: dict[str, Any] = json.loads(result.stdout)
-    return report
-
-
 def test_scale_bench_sweeps_state_and_parallelism_exactly_and_draws_its_plots(
     bench: BenchRun,
 ) -> None:
@@ -307,12 +330,9 @@ def test_soak_bench_counts_exactly_and_samples_rss_into_a_plot(bench: BenchRun) 
 
 @pytest.mark.kafka
 def test_sink_bench_checks_every_run_s_output_and_reports_its_ratios_and_latency(
-    kafka_broker: Any, tmp_path: Path
+    kafka_bench: BenchRun,
 ) -> None:
-    report = _bench_json(
-        "bench/sinks.py", "--quick", "--bootstrap", kafka_broker.bootstrap,
-        "--plots", str(tmp_path),
-    )  # fmt: skip
+    report, tmp_path = kafka_bench.report(), kafka_bench.folder
     throughput = report["throughput"]
     assert throughput["wrong"] == [] and throughput["vocab"] > 1000  # the Zipf corpus
     (row,) = throughput["rounds"]
@@ -350,13 +370,8 @@ def test_sink_bench_checks_every_run_s_output_and_reports_its_ratios_and_latency
 
 
 @pytest.mark.kafka
-def test_kafka_bench_counts_exactly_from_the_topic_and_from_files(
-    kafka_broker: Any,
-) -> None:
-    report = _bench_json(
-        "bench/kafka.py", "--bootstrap", kafka_broker.bootstrap, "--words", "20000",
-        "--rounds", "1", "--peers-python", "", "--no-ingest",
-    )  # fmt: skip
+def test_kafka_bench_counts_exactly_from_the_topic_and_from_files(kafka_bench: BenchRun) -> None:
+    report = kafka_bench.report()
     wordcount = report["wordcount"]
     assert wordcount["wrong"] == [] and wordcount["words"] == 20000
     assert [r["round"] for r in wordcount["rounds"]] == [1]
