@@ -47,6 +47,10 @@ SHARED = {
         "bench/soak.py", "--minutes", "0.1", "--rate", "500", "--vocab", "20000",
         "--sample-secs", "0.5", "--out", "{folder}", "--json",
     ],
+    "test_soak_ttl_keeps_the_key_count_flat_with_a_ttl_and_growing_without": [
+        "bench/soak_ttl.py", "--minutes", "0.17", "--rate", "200", "--ttl", "3",
+        "--sample-secs", "0.5", "--providers", "memory", "--out", "{folder}", "--json",
+    ],
 }  # fmt: skip
 
 # Runs each script as ``python SCRIPT ARGS`` would (``runpy``, as ``__main__``, its folder first
@@ -382,3 +386,38 @@ def test_kafka_bench_counts_exactly_from_the_topic_and_from_files(kafka_bench: B
             "kafka_vs_files": round(row["files"]["seconds"] / row["kafka"]["seconds"], 3)
         }
     assert set(wordcount["ratios_median"]) == {"kafka_vs_files"}
+
+
+def test_soak_ttl_keeps_the_key_count_flat_with_a_ttl_and_growing_without(bench: BenchRun) -> None:
+    """The soak with expiring keys, tiny: bounded with a TTL, not without.
+
+    Two runs of 10 s each on the in-memory provider: 200 new keys a second under a 3 s TTL,
+    then without one. What it asserts are the figures it prints: with the TTL the committed
+    key count levels off near ``rate x ttl`` while without it every key emitted stays; the
+    driver's RSS (where the in-memory state lives) does not grow with the TTL.
+    """
+    report, tmp_path = bench.report(), bench.folder
+    assert report["exact"] is True and report["expected_plateau_keys"] == 600
+    ttl, none = report["providers"]["memory"]["ttl"], report["providers"]["memory"]["none"]
+    # Without a TTL every key emitted is in the state at the end, and the count kept rising.
+    assert none["final_keys"] == none["emitted"] == none["acked"] > 1000
+    assert none["keys"]["growth"] > 0.5 * none["emitted"]
+    assert none["keys"]["slope_second_half_per_min"] > 0.5 * 200 * 60
+    # With one, as many keys went in, but the count levelled off at the keys of the last TTL
+    # (a loaded machine lets a commit lag, hence the slack), and did not keep rising.
+    assert ttl["emitted"] > 1000
+    plateau = report["expected_plateau_keys"]
+    assert ttl["final_keys"] <= 2 * plateau and ttl["keys"]["last"] <= 2 * plateau
+    # Its peak stayed well below what went in (half on an idle machine; a busy one delays the
+    # commits that expire keys, so the bound leaves room).
+    assert ttl["keys"]["peak"] < 0.75 * ttl["emitted"]
+    assert (
+        ttl["keys"]["slope_second_half_per_min"] < 0.1 * none["keys"]["slope_second_half_per_min"]
+    )
+    assert ttl["driver_rss_mb"]["growth"] < 5
+    ratios = report["ratios_none_vs_ttl"]["memory"]
+    assert ratios["final_keys"] == round(none["final_keys"] / ttl["final_keys"], 2) > 2
+    assert ratios["state_memory"] == "driver_rss_mb"
+    saved = json.loads((tmp_path / "soak_ttl.json").read_text())
+    assert len(saved["providers"]["memory"]["ttl"]["samples"]) >= 10
+    assert (tmp_path / "soak_ttl.png").stat().st_size > 10_000
