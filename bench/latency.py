@@ -6,6 +6,7 @@
     python bench/latency.py --no-spark-ui                # skip Spark's per-job / stage figures
     python bench/latency.py --rates 1000,10000 --commit-location executors  # COMMIT as a job
     python bench/latency.py --rates 1000,10000 --cadence interval  # Storm's PREPARE cadence
+    python bench/latency.py --rates 1000,10000 --standalone  # a standalone master + 2 workers
 
 It takes about 2 to 3 minutes with the defaults on 2 cores (a rate the topology cannot keep up
 with drains its backlog before the next rate starts), about 70 s for ``--rates 1000,10000``.
@@ -50,6 +51,11 @@ driver do each COMMIT itself, no Spark job (``WordCount`` has no ``pre_commit``)
 runs every COMMIT as a job, as before that existed. A driver COMMIT is stamped like a job
 (submitted, started and done at the driver's call), so the breakdown keeps its five parts.
 
+``--standalone`` starts a Spark standalone master and two workers (one core, 1 GiB each) on
+127.0.0.1 (``tests/standalone_cluster.py``'s ``start_standalone``, as ``bench/ingest.py`` does)
+and runs the driver against it instead of ``--master``: tasks run in executors of their own,
+and state images and results cross a real block manager.
+
 The counts are checked against a plain Python count of what the spout emitted: they must be
 exact (exit status 1 otherwise).
 """
@@ -59,15 +65,17 @@ from __future__ import annotations
 import argparse
 import array
 import collections
+import contextlib
 import json
 import math
 import os
 import statistics
 import sys
+import tempfile
 import threading
 import time
 import urllib.request
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -786,6 +794,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--interval", type=int, default=100, help="checkpoint interval, ms")
     parser.add_argument("--parallelism", type=int, default=2)
     parser.add_argument("--master", default="local[2]")
+    parser.add_argument(
+        "--standalone",
+        action="store_true",
+        help="start a standalone master + 2 workers on 127.0.0.1 and run there (not --master)",
+    )
     parser.add_argument("--provider", choices=["memory", "redis"], default="memory")
     parser.add_argument("--vocab", type=int, default=10_000, help="Zipf vocabulary size")
     parser.add_argument("--sentences", type=int, default=100_000, help="corpus size, cycled")
@@ -808,6 +821,40 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)
+    with contextlib.ExitStack() as stack:
+        if args.standalone:
+            args.master = stack.enter_context(standalone_master())
+        return measure(args)
+
+
+@contextlib.contextmanager
+def standalone_master() -> Iterator[str]:
+    """A standalone master and two workers on 127.0.0.1 (``start_standalone``); its URL."""
+    tests = Path(__file__).resolve().parent.parent / "tests"
+    sys.path.insert(0, str(tests))
+    from standalone_cluster import start_standalone
+
+    base = Path(tempfile.mkdtemp(prefix="latency-cluster-"))
+    with start_standalone(base, workers=2) as standalone:
+        yield standalone.url
+
+
+def _cluster_conf(master: str) -> dict[str, str]:
+    """What a driver on a standalone master needs: loopback, and the checkout on executors."""
+    if not master.startswith("spark://"):
+        return {}
+    return {
+        "spark.driver.host": "127.0.0.1",
+        "spark.driver.bindAddress": "127.0.0.1",
+        "spark.executorEnv.PYTHONPATH": str(Path(__file__).resolve().parent.parent),
+        "spark.executorEnv.SPARK_LOCAL_IP": "127.0.0.1",
+        "spark.pyspark.python": sys.executable,
+        "spark.executor.memory": "512m",
+    }
+
+
+def measure(args: argparse.Namespace) -> int:
+    """Run every rate of ``args`` on ``args.master``; print the figures; the exit status."""
     rates = [int(r) for r in args.rates.split(",") if r.strip()]
 
     from statefulbolts.runtime import build_session
@@ -815,6 +862,7 @@ def main(argv: list[str] | None = None) -> int:
     spark_conf = {"spark.ui.enabled": "true", "spark.ui.port": "0"} if args.spark_ui else {}
     if args.spark_ui:  # keep every job of a run for the REST API
         spark_conf |= {"spark.ui.retainedJobs": "20000", "spark.ui.retainedStages": "40000"}
+    spark_conf |= _cluster_conf(args.master)
     spark = build_session(args.master, "statefulbolts-bench-latency", spark_conf)
     sc = spark.sparkContext
     corpus = CycledCorpus(zipf_sentences(args.sentences, args.vocab, args.seed))

@@ -7,6 +7,7 @@ are the mean latency.
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -75,3 +76,14 @@ def test_the_bench_breakdown_adds_up_to_the_latency() -> None:
     assert found["commit"]["mean"] == pytest.approx((20 + 20 + 20) / 3, abs=0.01)
     assert found["sum_of_means_ms"] == pytest.approx(found["mean_ms"], abs=0.05)
     assert sum(found[n]["share"] for n in BREAKDOWN) == pytest.approx(1.0, abs=0.01)
+
+
+def test_the_latency_bench_points_a_standalone_driver_at_loopback_and_the_checkout() -> None:
+    from bench.latency import _cluster_conf
+
+    assert _cluster_conf("local[2]") == {}
+    conf = _cluster_conf("spark://127.0.0.1:7077")
+    assert conf["spark.driver.host"] == conf["spark.driver.bindAddress"] == "127.0.0.1"
+    assert conf["spark.executorEnv.SPARK_LOCAL_IP"] == "127.0.0.1"
+    # The executors import the bench's bolts (``examples.wordcount``) from this checkout.
+    assert (Path(conf["spark.executorEnv.PYTHONPATH"]) / "examples" / "wordcount.py").is_file()
