@@ -38,6 +38,8 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from statefulbolts.connectors.sinks import StagedColumns
+
 __all__ = [
     "KEPT_AT_MOST",
     "LaneProducer",
@@ -58,6 +60,8 @@ ProducerKey = tuple[str, tuple[tuple[str, Any], ...]]
 KEPT_AT_MOST = 32
 # How long to wait for room when the producer's local queue is full.
 _FULL_WAIT_S = 0.005
+# A staged field that is not one value for every record (``_produce_columns``).
+_VARIES: Any = object()
 
 
 class LaneProducer:
@@ -147,6 +151,9 @@ def produce_all(
     Raises:
         ValueError: a record of no topic, and no ``own_topic``.
     """
+    if isinstance(records, StagedColumns):
+        _produce_columns(client, records, own_topic, extra, deadline, full)
+        return
     if own_topic is None and any(r[0] is None for r in records):
         msg = "a staged record names no topic, and the sink has none now"
         raise ValueError(msg)
@@ -174,6 +181,40 @@ def produce_all(
                     )
                 else:
                     produce(topic or own_topic, value, key, partition)
+                break
+            except BufferError:
+                _wait_for_room(client, deadline, full)
+
+
+def _produce_columns(
+    client: Any,
+    records: StagedColumns,
+    own_topic: str | None,
+    extra: list[tuple[str, bytes]],
+    deadline: float,
+    full: Callable[[], BaseException],
+) -> None:
+    """``produce_all`` of records staged as columns: the common shape reads two lists.
+
+    The common shape is one topic (a constant: the sink's own, or one named), one partition
+    (a constant) and no headers: each record is then its key and value, with no row made.
+    Any other shape goes through the rows.
+    """
+    constants = records.constants
+    topic = constants.get(0, _VARIES)
+    if topic is None:
+        if own_topic is None:
+            msg = "a staged record names no topic, and the sink has none now"
+            raise ValueError(msg)
+        topic = own_topic
+    if topic is _VARIES or 1 not in constants or constants.get(4, _VARIES) is not None or extra:
+        produce_all(client, list(records), own_topic, extra, deadline, full)
+        return
+    produce, partition = client.produce, constants[1]
+    for key, value in zip(records.column(2), records.column(3), strict=False):
+        while True:
+            try:
+                produce(topic, value, key, partition)
                 break
             except BufferError:
                 _wait_for_room(client, deadline, full)
