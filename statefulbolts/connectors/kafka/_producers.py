@@ -35,7 +35,7 @@ import collections
 import logging
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from statefulbolts.connectors.sinks import StagedColumns
@@ -151,15 +151,19 @@ def produce_all(
     Raises:
         ValueError: a record of no topic, and no ``own_topic``.
     """
+    rows: Iterable[Sequence[Any]] = records
+    topics: Iterable[Any] = (r[0] for r in records)
     if isinstance(records, StagedColumns):
-        _produce_columns(client, records, own_topic, extra, deadline, full)
-        return
-    if own_topic is None and any(r[0] is None for r in records):
+        if _produce_columns(client, records, own_topic, extra, deadline, full):
+            return
+        rows = zip(*(records.column(i) for i in range(records.width)), strict=False)
+        topics = records.column(0)
+    if own_topic is None and any(t is None for t in topics):
         msg = "a staged record names no topic, and the sink has none now"
         raise ValueError(msg)
     produce = client.produce
     if extra:
-        for topic, partition, key, value, headers in records:
+        for topic, partition, key, value, headers in rows:
             pairs = [(name, v) for name, v in headers or ()] + extra
             while True:
                 try:
@@ -168,7 +172,7 @@ def produce_all(
                 except BufferError:
                     _wait_for_room(client, deadline, full)
         return
-    for topic, partition, key, value, headers in records:
+    for topic, partition, key, value, headers in rows:
         while True:
             try:
                 if headers:
@@ -193,23 +197,25 @@ def _produce_columns(
     extra: list[tuple[str, bytes]],
     deadline: float,
     full: Callable[[], BaseException],
-) -> None:
-    """``produce_all`` of records staged as columns: the common shape reads two lists.
+) -> bool:
+    """Queue records staged as columns, when they have the common shape; whether they had.
 
-    The common shape is one topic (a constant: the sink's own, or one named), one partition
-    (a constant) and no headers: each record is then its key and value, with no row made.
-    Any other shape goes through the rows.
+    The common shape is one topic (the sink's own, or one named for all), one partition and
+    no headers: each record is then its key and value, and no row is made. Records of any
+    other shape are left to ``produce_all``'s loop over rows.
+
+    Raises:
+        ValueError: the records name no topic, and there is no ``own_topic``.
     """
     constants = records.constants
     topic = constants.get(0, _VARIES)
+    if topic is _VARIES or 1 not in constants or constants.get(4, _VARIES) is not None or extra:
+        return False
     if topic is None:
         if own_topic is None:
             msg = "a staged record names no topic, and the sink has none now"
             raise ValueError(msg)
         topic = own_topic
-    if topic is _VARIES or 1 not in constants or constants.get(4, _VARIES) is not None or extra:
-        produce_all(client, list(records), own_topic, extra, deadline, full)
-        return
     produce, partition = client.produce, constants[1]
     for key, value in zip(records.column(2), records.column(3), strict=False):
         while True:
@@ -218,6 +224,7 @@ def _produce_columns(
                 break
             except BufferError:
                 _wait_for_room(client, deadline, full)
+    return True
 
 
 def _wait_for_room(client: Any, deadline: float, full: Callable[[], BaseException]) -> None:
