@@ -468,8 +468,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:  # noqa: C901 - one linear 
     live.arm()
     thread.start()
     try:
-        while not live.closed:
-            time.sleep(1)
+        while not live.closed:  # the end of the paced input, seen within 50 ms
+            time.sleep(0.05)
         handle.await_idle(600)
         stop.set()
         thread.join()

@@ -335,8 +335,26 @@ class _PoisonOnes(tx.Ones):
         super().execute(tuple, collector)
 
 
+@pytest.fixture
+def quick_retries(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Failed transactions retried after 10 ms doubling to 50 ms, not 0.1 s doubling to 5 s.
+
+    The random failures come in runs (an empty txid after the data can fail nine times in a
+    row), and the driver's backoff made the test wait up to a minute of its own delays. The
+    budget (``topology.max.transaction.retries``) is the config's, as before; the policy's
+    delays are tested in ``tests/recovery/test_recovery_retry.py``.
+    """
+    from recovery import gate
+    from recovery.retry import RetryPolicy
+
+    def quick(max_retries: int) -> RetryPolicy:
+        return RetryPolicy(base_s=0.01, cap_s=0.05, max_retries=max_retries)
+
+    monkeypatch.setattr(gate, "transaction_retries", quick)
+
+
 def test_random_failures_in_both_phases_leave_the_storm_results_exact(
-    cluster: Any, tmp_path: Path
+    cluster: Any, tmp_path: Path, quick_retries: None
 ) -> None:
     log = tx.Log(tmp_path)
     chaos = tx.RandomFailures(tmp_path, seed=7, p=0.3)
