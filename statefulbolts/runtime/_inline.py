@@ -10,12 +10,16 @@ driver-owned provider's states are the driver's own, written in place), no Pytho
 the ``TaskFailedError`` a Spark task would raise, instead of arriving wrapped in Spark's
 exception.
 
-Two users:
+Three users:
 
 - ``SparkEngine.run_here``: some jobs are too small to be worth Spark's scheduling. A
   transactional batch's commit phase against state the driver holds (the in-memory provider)
   moves a few thousand per-key updates into maps that live in the driver anyway, and a Spark job
   of one Python stage costs 35-60 ms on a 2-core machine however little it carries.
+- ``SparkEngine.run`` of a job whose protocol lets the driver run its leading stages
+  (``JobSpec.driver_stages``, ``run_head``): a small checkpoint transaction's stateless bolts
+  run here and hand Spark what its first stage would have been fed, so a two-stage PREPARE
+  is one Spark stage (a stage boundary costs a Spark job 20-40 ms on 2 cores).
 - ``InlineEngine``: the whole topology's jobs, for protocol tests without a SparkSession.
 
 No pyspark here.
@@ -24,6 +28,7 @@ No pyspark here.
 from __future__ import annotations
 
 import concurrent.futures
+import dataclasses
 import pickle
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -41,7 +46,7 @@ from statefulbolts.runtime._sealing import seal_inputs
 from statefulbolts.runtime._task import run_task
 from statefulbolts.topology import StormTopology
 
-__all__ = ["InlineEngine", "freeze_topology", "run_inline"]
+__all__ = ["InlineEngine", "freeze_topology", "run_head", "run_inline"]
 
 
 def run_inline(job: TaskJob, topology: bytes, inputs: Sequence[Sequence[Any]]) -> JobResult:
@@ -52,21 +57,58 @@ def run_inline(job: TaskJob, topology: bytes, inputs: Sequence[Sequence[Any]]) -
         raise ValueError(msg)
     if layout.depth == 0:
         return JobResult()
+    return reduce_acks(_run_stages(job, topology, inputs, layout.depth))[0]
+
+
+def run_head(
+    job: TaskJob, topology: bytes, inputs: Sequence[Sequence[Any]], stages: int
+) -> list[list[Any]]:
+    """Run stages ``[0, stages)`` of ``job`` here; the records for each slot of stage ``stages``.
+
+    The rest of the job runs elsewhere (``SparkEngine.run``): slot ``s`` of stage ``stages``
+    is fed exactly ``records[s]``, which is what a ``partitionBy`` would have brought it
+    (tuples, carried records, acks, fails, the head tasks' reports), so the job's result is
+    the one it would have had. The head's tasks hold no state: their job ships them no images
+    (a driver-owned provider's images are for the stateful tasks after them).
+
+    Raises:
+        ValueError: ``stages`` leaves no stage to run elsewhere, or cuts a narrow boundary
+            (what crosses one is not sealed: it would not travel as Spark ships it).
+    """
+    layout = job.layout
+    if not 0 < stages < layout.depth or layout.narrow[stages - 1]:
+        msg = (
+            f"a job of {layout.depth} stages (narrow boundaries {list(layout.narrow)}) cannot "
+            f"run its first {stages} here: the head must end at a wide boundary before the last"
+        )
+        raise ValueError(msg)
+    out = _run_stages(dataclasses.replace(job, images=None), topology, inputs, stages)
+    records: list[list[Any]] = [[] for _ in layout.stages[stages]]
+    for key, part in out:
+        records[key].extend(part)
+    return records
+
+
+def _run_stages(
+    job: TaskJob, topology: bytes, inputs: Sequence[Sequence[Any]], stop: int
+) -> list[tuple[int, list[Any]]]:
+    """Stages ``[0, stop)`` of ``job``, here: stage ``stop - 1``'s keyed output."""
+    layout = job.layout
     n0 = len(layout.stages[0])
     sealed = seal_inputs(job.plan, job.txid, inputs)  # as a Spark job ships them
     fed: list[list[tuple[int, list[Any]]]] = [
         [(s, sealed[s] if s < len(sealed) else [])] for s in range(n0)
     ]
     out: list[tuple[int, list[Any]]] = []
-    for k in range(layout.depth):
+    for k in range(stop):
         out = []
         for slot, items in enumerate(fed):
             out.extend(run_task(job, topology, k, slot, items, in_worker=False))
-        if k + 1 < layout.depth:
+        if k + 1 < stop:
             fed = [[] for _ in layout.stages[k + 1]]
             for key, records in out:
                 fed[key].append((key, records))
-    return reduce_acks(out)[0]
+    return out
 
 
 def task_copy(obj: Any) -> Any:
@@ -128,6 +170,8 @@ class InlineEngine:
         >>> engine.image_shipper(None) is None
         True
     """
+
+    in_driver = True  # ``JobSpec.driver_stages`` changes nothing: every stage runs here
 
     def __init__(
         self,
