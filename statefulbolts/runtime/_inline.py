@@ -31,7 +31,7 @@ import concurrent.futures
 import dataclasses
 import pickle
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 from providers import DriverOwnedStateProvider
 from statefulbolts.errors import TopologyError
@@ -40,13 +40,18 @@ from statefulbolts.runtime._engine import JobSpec, task_job
 from statefulbolts.runtime._images import ImageShipper
 from statefulbolts.runtime._plan import ExecutionPlan
 from statefulbolts.runtime._program import TaskJob
-from statefulbolts.runtime._records import JobResult
+from statefulbolts.runtime._records import JobResult, ReportedError
 from statefulbolts.runtime._results import reduce_acks
 from statefulbolts.runtime._sealing import seal_inputs
+from statefulbolts.runtime._stats import format_traceback
 from statefulbolts.runtime._task import run_task
+from statefulbolts.runtime._task_errors import decode_task_error, exception_types
 from statefulbolts.topology import StormTopology
 
-__all__ = ["InlineEngine", "freeze_topology", "run_head", "run_inline"]
+__all__ = ["RETRIED_HERE", "Head", "InlineEngine", "freeze_topology", "run_head", "run_inline"]
+
+# What the text of each failed head attempt that the driver's retry survived ends with.
+RETRIED_HERE = "(a failed attempt: the driver ran the task again, as Spark would, and it succeeded)"
 
 
 def run_inline(job: TaskJob, topology: bytes, inputs: Sequence[Sequence[Any]]) -> JobResult:
@@ -60,16 +65,30 @@ def run_inline(job: TaskJob, topology: bytes, inputs: Sequence[Sequence[Any]]) -
     return reduce_acks(_run_stages(job, topology, inputs, layout.depth))[0]
 
 
+class Head(NamedTuple):
+    """What a job's head, run here, sends on (``run_head``)."""
+
+    records: list[list[Any]]  # for each slot of the stage after the head
+    retried: list[ReportedError]  # the failed attempts a retry survived (``JobResult.retried``)
+
+
 def run_head(
-    job: TaskJob, topology: bytes, inputs: Sequence[Sequence[Any]], stages: int
-) -> list[list[Any]]:
+    job: TaskJob,
+    topology: bytes,
+    inputs: Sequence[Sequence[Any]],
+    stages: int,
+    attempts: int = 1,
+) -> Head:
     """Run stages ``[0, stages)`` of ``job`` here; the records for each slot of stage ``stages``.
 
     The rest of the job runs elsewhere (``SparkEngine.run``): slot ``s`` of stage ``stages``
     is fed exactly ``records[s]``, which is what a ``partitionBy`` would have brought it
     (tuples, carried records, acks, fails, the head tasks' reports), so the job's result is
     the one it would have had. The head's tasks hold no state: their job ships them no images
-    (a driver-owned provider's images are for the stateful tasks after them).
+    (a driver-owned provider's images are for the stateful tasks after them). A task that
+    raises is run again from the same input, as Spark runs a failed task, up to ``attempts``
+    times in all (Spark's ``spark.task.maxFailures``): a failure a retry survives is an error
+    to count (``Head.retried``), and the last attempt's error fails the job.
 
     Raises:
         ValueError: ``stages`` leaves no stage to run elsewhere, or cuts a narrow boundary
@@ -82,15 +101,22 @@ def run_head(
             f"run its first {stages} here: the head must end at a wide boundary before the last"
         )
         raise ValueError(msg)
-    out = _run_stages(dataclasses.replace(job, images=None), topology, inputs, stages)
+    retried: list[ReportedError] = []
+    head = dataclasses.replace(job, images=None)
+    out = _run_stages(head, topology, inputs, stages, attempts, retried)
     records: list[list[Any]] = [[] for _ in layout.stages[stages]]
     for key, part in out:
         records[key].extend(part)
-    return records
+    return Head(records, retried)
 
 
 def _run_stages(
-    job: TaskJob, topology: bytes, inputs: Sequence[Sequence[Any]], stop: int
+    job: TaskJob,
+    topology: bytes,
+    inputs: Sequence[Sequence[Any]],
+    stop: int,
+    attempts: int = 1,
+    retried: list[ReportedError] | None = None,
 ) -> list[tuple[int, list[Any]]]:
     """Stages ``[0, stop)`` of ``job``, here: stage ``stop - 1``'s keyed output."""
     layout = job.layout
@@ -103,12 +129,42 @@ def _run_stages(
     for k in range(stop):
         out = []
         for slot, items in enumerate(fed):
-            out.extend(run_task(job, topology, k, slot, items, in_worker=False))
+            out.extend(_attempted(job, topology, k, slot, items, attempts, retried))
         if k + 1 < stop:
             fed = [[] for _ in layout.stages[k + 1]]
             for key, records in out:
                 fed[key].append((key, records))
     return out
+
+
+def _attempted(
+    job: TaskJob,
+    topology: bytes,
+    stage: int,
+    slot: int,
+    items: list[tuple[int, list[Any]]],
+    attempts: int,
+    retried: list[ReportedError] | None,
+) -> list[tuple[int, list[Any]]]:
+    """One task's keyed output, the task run up to ``attempts`` times until it succeeds.
+
+    Each failed attempt but the last goes to ``retried``, as Spark's retry tells of one
+    (``_retried``); the last one's error is raised.
+    """
+    attempt = 1
+    while True:
+        try:
+            return list(run_task(job, topology, stage, slot, items, in_worker=False))
+        except Exception as exc:
+            if attempt >= attempts or retried is None:
+                raise
+            comp, task = job.layout.stages[stage][slot]
+            error = decode_task_error(exc)
+            types = error.types if error is not None else exception_types(exc)
+            cause = error.cause if error is not None else f"{type(exc).__name__}: {exc}"
+            trace = format_traceback(exc.__cause__ or exc)
+            retried.append(ReportedError(comp, task, types, f"{cause} {RETRIED_HERE}", trace))
+            attempt += 1
 
 
 def task_copy(obj: Any) -> Any:

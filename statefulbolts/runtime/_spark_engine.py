@@ -30,12 +30,12 @@ from statefulbolts.runtime._images import ImageShipper
 from statefulbolts.runtime._inline import run_head, run_inline
 from statefulbolts.runtime._plan import ExecutionPlan
 from statefulbolts.runtime._program import TaskJob
-from statefulbolts.runtime._records import JobResult, JobTimings
+from statefulbolts.runtime._records import JobResult, JobTimings, ReportedError
 from statefulbolts.runtime._results import merge_results, reduce_acks
 from statefulbolts.runtime._retried import failed_attempts, retried_errors
 from statefulbolts.runtime._sealing import seal_inputs
 from statefulbolts.runtime._shipping import build_zip, code_to_ship, folder_source, sources, zip_dir
-from statefulbolts.runtime._spark import is_local
+from statefulbolts.runtime._spark import is_local, task_attempts
 from statefulbolts.runtime._task import run_task
 from statefulbolts.topology import StormTopology
 
@@ -95,6 +95,8 @@ class SparkEngine:
         self._pool = concurrent.futures.ThreadPoolExecutor(
             max_jobs, thread_name_prefix=f"sb-{name}-job"
         )
+        # Attempts per task, for the stages run here (``_inline.run_head``) as Spark gives them.
+        self._attempts = task_attempts(self.sc)
         # The file names of the extlib zips: every task looks in them (``_use_extlib``).
         self._extlib = _ship_extlib(self.sc, conf)
         if not is_local(self.sc.master):
@@ -143,11 +145,12 @@ class SparkEngine:
         labels = job_labels(self.name, spec)
         layout, first = spec.layout, spec.driver_stages
         head = 0.0
+        retried: list[ReportedError] = []
         if first:
             # A task error raised here fails the job as the same error from a Spark task
             # would: a ``TaskFailedError`` carrying its encoded facts (``_task_errors``).
             ran_head = time.perf_counter()
-            fed = run_head(job, self._topology, spec.inputs, first)
+            fed, retried = run_head(job, self._topology, spec.inputs, first, self._attempts)
             head = time.perf_counter() - ran_head
         else:
             # A spout tuple that does not pickle is that spout task's error.
@@ -187,6 +190,7 @@ class SparkEngine:
         if any(report.attempt for report in result.reports):  # Spark's retry survived a failure
             texts = failed_attempts(sc, labels.group)
             result.retried = retried_errors(self.plan, result.reports, texts)
+        result.retried = retried + result.retried  # the head's, then Spark's
         result.timings = JobTimings(
             submitted - began - head, ran - submitted, time.perf_counter() - ran, head, first
         )
