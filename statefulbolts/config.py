@@ -50,10 +50,14 @@ class TopologyConfig(BaseModel):
         "auto", alias="topology.state.commit.location"
     )
     # Whether the driver runs a checkpoint job's stateless head itself (``checkpoint._head``):
-    # ``auto`` when the head's measured cost for the batch fits the budget.
+    # ``auto`` when the head's measured cost for the batch fits the budget. On Spark the head
+    # costs a stage boundary (20-40 ms on two cores) plus its run split over its tasks; in the
+    # driver, its run: it pays to move up to twice the cheapest boundary. 10 and 20 ms left the
+    # word count's split on Spark at 10,000 tuples/s, where moving it halved the p50
+    # (docs/benchmarks.md).
     driver_head: Literal["auto", "always", "never"] = Field("auto", alias="topology.driver.head")
     driver_head_budget_ms: float = Field(
-        10, ge=0, allow_inf_nan=False, alias="topology.driver.head.budget.ms"
+        40, ge=0, allow_inf_nan=False, alias="topology.driver.head.budget.ms"
     )
     message_timeout_secs: float = Field(30, gt=0, alias="topology.message.timeout.secs")
     acker_executors: int | None = Field(None, ge=0, alias="topology.acker.executors")
