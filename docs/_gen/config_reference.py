@@ -77,8 +77,9 @@ TOPOLOGY_MEANINGS: dict[str, str] = {
     ),
     "topology.driver.head.budget.ms": (
         "Under `topology.driver.head` `auto`: the most time, in ms, the driver may spend "
-        "running a transaction's head (estimated before it runs; a Spark stage boundary costs "
-        "some 20-40 ms on 2 cores)."
+        "running a transaction's head, estimated before it runs. On Spark the head costs a "
+        "stage boundary (some 20-40 ms on 2 cores) plus its run split over its tasks; in the "
+        "driver, its run: the default is twice the cheapest boundary."
     ),
     "topology.message.timeout.secs": (
         "A spout tuple whose tree is still incomplete this long after its transaction ended is "
