@@ -1,15 +1,20 @@
-"""The word count benchmark runs end to end and reports what its docstring promises.
+"""The benchmarks run end to end, small, and report what their docstrings promise.
 
-Its figures are not asserted (speed belongs to the benchmark, not to tests); its shape and its
-exactness are. It runs in its own interpreter: it builds and stops its own SparkSession.
+Their figures are not asserted (speed belongs to the benchmark, not to tests); their shape and
+their exactness are. Each runs as its script (``python bench/NAME.py ...``): it builds and stops
+its own SparkSession. The ones that need no server of the tests' run one after the other in one
+interpreter (``shared_benches``), so Spark's JVM starts once for them, and so do the two on the
+test's Kafka broker (``kafka_benches``); the step timer (no Spark) runs in one of its own.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import statistics
 import subprocess
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -19,30 +24,165 @@ pytestmark = pytest.mark.spark
 
 ROOT = Path(__file__).resolve().parents[2]
 
+# The benches that need no server of the tests', in one interpreter: each test's command line.
+SHARED = {
+    "test_wordcount_bench_reports_exact_runs_and_their_ratios": [
+        "bench/wordcount.py", "--words", "20000", "--repeat", "2", "--max-spout-pending", "500",
+        "--interval", "100", "--json",
+    ],
+    "test_transactional_bench_reports_both_shapes_exact_with_their_ratios": [
+        "bench/transactional.py", "--words", "20000", "--take", "300", "--provider", "memory",
+        "--json",
+    ],
+    "test_scale_bench_sweeps_state_and_parallelism_exactly_and_draws_its_plots": [
+        "bench/scale.py", "--words", "20000", "--sizes", "1000,5000", "--parallelisms", "1,2",
+        "--rounds", "1", "--plots", "{folder}", "--json",
+    ],
+    # A 1 s warm-up (the bench's is 5 s at 2,000/s): its figures are not asserted, their shape is.
+    "test_latency_bench_reports_percentiles_the_stage_breakdown_and_its_floor": [
+        "bench/latency.py", "--rates", "500", "--seconds", "3", "--baseline-repeat", "3",
+        "--warm-seconds", "1", "--json",
+    ],
+    "test_soak_bench_counts_exactly_and_samples_rss_into_a_plot": [
+        "bench/soak.py", "--minutes", "0.1", "--rate", "500", "--vocab", "20000",
+        "--sample-secs", "0.5", "--out", "{folder}", "--json",
+    ],
+}  # fmt: skip
 
-def test_wordcount_bench_reports_exact_runs_and_their_ratios() -> None:
-    result = subprocess.run(
-        [
-            sys.executable,
-            "bench/wordcount.py",
-            "--words",
-            "20000",
-            "--repeat",
-            "2",
-            "--max-spout-pending",
-            "500",
-            "--interval",
-            "100",
-            "--json",
-        ],
+# Runs each script as ``python SCRIPT ARGS`` would (``runpy``, as ``__main__``, its folder first
+# on ``sys.path``), its stdout and stderr to files of its own; then undoes what it left in the
+# process: its Spark (a script that did not stop its session would hand it, with its settings,
+# to the next), the in-memory provider's store, the environment, ``sys.path``, the root logger.
+_RUNNER = """
+import contextlib, json, logging, os, runpy, sys, traceback
+
+for script, argv, out, err in json.loads(sys.argv[1]):
+    environ, root, path = dict(os.environ), logging.getLogger(), list(sys.path)
+    handlers, level = list(root.handlers), root.level
+    with open(out, "w") as o, open(err, "w") as e:
+        with contextlib.redirect_stdout(o), contextlib.redirect_stderr(e):
+            sys.argv, sys.path[0] = [script, *argv], os.path.dirname(os.path.abspath(script))
+            try:
+                runpy.run_path(script, run_name="__main__")
+                code = 0
+            except SystemExit as exc:
+                code = exc.code if isinstance(exc.code, int) else int(exc.code is not None)
+            except BaseException:
+                traceback.print_exc()
+                code = 1
+    if "pyspark" in sys.modules:
+        from pyspark import SparkContext
+
+        if SparkContext._active_spark_context is not None:
+            SparkContext._active_spark_context.stop()
+    memory = sys.modules.get("providers.memory")
+    if memory is not None:
+        memory.InMemoryKeyValueStateProvider._store.clear()
+    os.environ.clear()
+    os.environ.update(environ)
+    root.handlers[:], root.level = handlers, level
+    sys.path[:] = path
+    print(json.dumps({"script": script, "exit": code}), flush=True)
+"""
+
+
+@dataclass
+class BenchRun:
+    """One bench's run: its exit status, what it printed, its folder (for ``{folder}``)."""
+
+    exit: int
+    stdout: str
+    stderr: str
+    folder: Path
+
+    def report(self) -> dict[str, Any]:
+        """Its ``--json`` report; the run must have exited 0."""
+        assert self.exit == 0, self.stderr[-2000:]
+        report: dict[str, Any] = json.loads(self.stdout)
+        return report
+
+
+def run_benches(
+    commands: dict[str, list[str]],
+    request: pytest.FixtureRequest,
+    tmp_path_factory: pytest.TempPathFactory,
+    **fill: str,
+) -> dict[str, BenchRun]:
+    """The selected tests' commands, run one after the other in one interpreter (``_RUNNER``).
+
+    Spark's JVM starts once for all of them: a start is some 4 s on an idle two-core machine,
+    about 10 s on a busy one, and a bench's own session in a warm JVM takes under a second.
+    ``{folder}`` in a command is a new folder of its run, ``{NAME}`` is ``fill[NAME]``.
+    """
+    selected = {getattr(item, "originalname", None) for item in request.session.items}
+    runs, folders = [], {}
+    for name in [n for n in commands if n in selected]:
+        run = tmp_path_factory.mktemp("bench")
+        folder = folders[name] = run / "files"
+        folder.mkdir()
+        argv = [arg.format(folder=folder, **fill) for arg in commands[name]]
+        runs.append([argv[0], argv[1:], str(run / "stdout"), str(run / "stderr")])
+    done = subprocess.run(
+        [sys.executable, "-c", _RUNNER, json.dumps(runs)],
         cwd=ROOT,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
         capture_output=True,
         text=True,
-        timeout=600,
+        timeout=600 * max(len(runs), 1),
         check=False,
     )
-    assert result.returncode == 0, result.stderr[-2000:]
-    report = json.loads(result.stdout)
+    assert done.returncode == 0, done.stderr[-3000:]  # the runner itself failed
+    exits = [json.loads(line)["exit"] for line in done.stdout.splitlines()]
+    assert len(exits) == len(runs), done.stdout
+    return {
+        name: BenchRun(code, Path(out).read_text(), Path(err).read_text(), folders[name])
+        for name, code, (_, _, out, err) in zip(folders, exits, runs, strict=True)
+    }
+
+
+@pytest.fixture(scope="module")
+def shared_benches(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> dict[str, BenchRun]:
+    """The runs of ``SHARED``, in one interpreter."""
+    return run_benches(SHARED, request, tmp_path_factory)
+
+
+@pytest.fixture
+def bench(request: pytest.FixtureRequest, shared_benches: dict[str, BenchRun]) -> BenchRun:
+    """This test's run of ``SHARED``."""
+    return shared_benches[request.node.originalname]
+
+
+# The benches against the test's Kafka broker, in one interpreter of their own.
+WITH_KAFKA = {
+    "test_sink_bench_checks_every_run_s_output_and_reports_its_ratios_and_latency": [
+        "bench/sinks.py", "--quick", "--bootstrap", "{bootstrap}", "--plots", "{folder}",
+        "--json",
+    ],
+    "test_kafka_bench_counts_exactly_from_the_topic_and_from_files": [
+        "bench/kafka.py", "--bootstrap", "{bootstrap}", "--words", "20000", "--rounds", "1",
+        "--peers-python", "", "--no-ingest", "--json",
+    ],
+}  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def kafka_benches(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory, kafka_broker: Any
+) -> dict[str, BenchRun]:
+    """The runs of ``WITH_KAFKA``, in one interpreter."""
+    return run_benches(WITH_KAFKA, request, tmp_path_factory, bootstrap=kafka_broker.bootstrap)
+
+
+@pytest.fixture
+def kafka_bench(request: pytest.FixtureRequest, kafka_benches: dict[str, BenchRun]) -> BenchRun:
+    """This test's run of ``WITH_KAFKA``."""
+    return kafka_benches[request.node.originalname]
+
+
+def test_wordcount_bench_reports_exact_runs_and_their_ratios(bench: BenchRun) -> None:
+    report = bench.report()
     assert report["words"] >= 20000
     runs = report["runs"]
     assert set(runs) == {"baseline", "same_shape", "memory"}
@@ -105,27 +245,8 @@ def test_count_steps_bench_times_every_step_both_ways_and_checks_the_counts() ->
     assert [line.split()[0] for line in table] == [*steps, *(f"{s}_ref" for s in steps[:-1])]
 
 
-def test_transactional_bench_reports_both_shapes_exact_with_their_ratios() -> None:
-    result = subprocess.run(
-        [
-            sys.executable,
-            "bench/transactional.py",
-            "--words",
-            "20000",
-            "--take",
-            "300",
-            "--provider",
-            "memory",
-            "--json",
-        ],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=600,
-        check=False,
-    )
-    assert result.returncode == 0, result.stderr[-2000:]
-    report = json.loads(result.stdout)
+def test_transactional_bench_reports_both_shapes_exact_with_their_ratios(bench: BenchRun) -> None:
+    report = bench.report()
     runs = report["runs"]
     assert set(runs) == {
         "baseline",
@@ -150,26 +271,10 @@ def test_transactional_bench_reports_both_shapes_exact_with_their_ratios() -> No
     )
 
 
-def _bench_json(*argv: str) -> dict[str, Any]:
-    """Run a bench script with ``--json``; its report."""
-    result = subprocess.run(
-        [sys.executable, *argv, "--json"],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=600,
-        check=False,
-    )
-    assert result.returncode == 0, result.stderr[-2000:]
-    report: dict[str, Any] = json.loads(result.stdout)
-    return report
-
-
 def test_scale_bench_sweeps_state_and_parallelism_exactly_and_draws_its_plots(
-    tmp_path: Path,
+    bench: BenchRun,
 ) -> None:
-    args = ["--words", "20000", "--sizes", "1000,5000", "--parallelisms", "1,2", "--rounds", "1"]
-    report = _bench_json("bench/scale.py", *args, "--plots", str(tmp_path))
+    report, tmp_path = bench.report(), bench.folder
     assert report["exact"] is True and report["wrong"] == []
     runs = report["runs"]
     # Every provider at every state size (2 tasks per bolt), and every parallelism (first size).
@@ -189,12 +294,10 @@ def test_scale_bench_sweeps_state_and_parallelism_exactly_and_draws_its_plots(
     assert all((tmp_path / name).stat().st_size > 10_000 for name in pngs)
 
 
-def test_latency_bench_reports_percentiles_the_stage_breakdown_and_its_floor() -> None:
-    # A 1 s warm-up (the bench's is 5 s at 2,000/s): the figures are not asserted, their shape is.
-    report = _bench_json(
-        "bench/latency.py", "--rates", "500", "--seconds", "3", "--baseline-repeat", "3",
-        "--warm-seconds", "1",
-    )  # fmt: skip
+def test_latency_bench_reports_percentiles_the_stage_breakdown_and_its_floor(
+    bench: BenchRun,
+) -> None:
+    report = bench.report()
     assert report["interval_ms"] == 100
     assert report["baseline_ms"]["one_stage"] > 0 and report["baseline_ms"]["two_stage"] > 0
     (run,) = report["runs"]
@@ -211,11 +314,8 @@ def test_latency_bench_reports_percentiles_the_stage_breakdown_and_its_floor() -
     assert 0.9 < sum(s["share"] for s in stages.values() if isinstance(s, dict)) < 1.1
 
 
-def test_soak_bench_counts_exactly_and_samples_rss_into_a_plot(tmp_path: Path) -> None:
-    report = _bench_json(
-        "bench/soak.py", "--minutes", "0.1", "--rate", "500", "--vocab", "20000",
-        "--sample-secs", "0.5", "--out", str(tmp_path),
-    )  # fmt: skip
+def test_soak_bench_counts_exactly_and_samples_rss_into_a_plot(bench: BenchRun) -> None:
+    report, tmp_path = bench.report(), bench.folder
     assert report["exact"] is True and report["mismatched"] == []
     # The paced spout stops at the deadline: on a busy machine it may emit fewer than the
     # 0.1 min x 500/s it plans, and every one it emitted must be acked and counted. Six
@@ -230,12 +330,9 @@ def test_soak_bench_counts_exactly_and_samples_rss_into_a_plot(tmp_path: Path) -
 
 @pytest.mark.kafka
 def test_sink_bench_checks_every_run_s_output_and_reports_its_ratios_and_latency(
-    kafka_broker: Any, tmp_path: Path
+    kafka_bench: BenchRun,
 ) -> None:
-    report = _bench_json(
-        "bench/sinks.py", "--quick", "--bootstrap", kafka_broker.bootstrap,
-        "--plots", str(tmp_path),
-    )  # fmt: skip
+    report, tmp_path = kafka_bench.report(), kafka_bench.folder
     throughput = report["throughput"]
     assert throughput["wrong"] == [] and throughput["vocab"] > 1000  # the Zipf corpus
     (row,) = throughput["rounds"]
@@ -282,13 +379,8 @@ def test_sink_bench_checks_every_run_s_output_and_reports_its_ratios_and_latency
 
 
 @pytest.mark.kafka
-def test_kafka_bench_counts_exactly_from_the_topic_and_from_files(
-    kafka_broker: Any,
-) -> None:
-    report = _bench_json(
-        "bench/kafka.py", "--bootstrap", kafka_broker.bootstrap, "--words", "20000",
-        "--rounds", "1", "--peers-python", "", "--no-ingest",
-    )  # fmt: skip
+def test_kafka_bench_counts_exactly_from_the_topic_and_from_files(kafka_bench: BenchRun) -> None:
+    report = kafka_bench.report()
     wordcount = report["wordcount"]
     assert wordcount["wrong"] == [] and wordcount["words"] == 20000
     assert [r["round"] for r in wordcount["rounds"]] == [1]

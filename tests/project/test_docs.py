@@ -2,9 +2,12 @@
 
 How a block is checked depends on its info string (see docs/development.md, "The docs"):
 
-- ``python``: run in a fresh Python process, from a temporary folder, with the repository on
-  ``sys.path``. The blocks of one page share that process (Spark starts once per page), each with
-  its own globals, in page order, so each must stand alone as pasted.
+- ``python``: run in a Python process, from a temporary folder, with the repository on
+  ``sys.path``, each block with its own globals, in page order, so each must stand alone as
+  pasted. The pages share that process one after the other, what a page left in it undone
+  before the next (its files removed, its Spark stopped, the in-memory provider's store
+  emptied, the environment restored: ``python_pages_printed``), so the JVM starts once, not
+  once per page.
 - ``pycon``: a doctest.
 - ``bash`` / ``sh`` / ``shell`` / ``console``: run with bash when the line before the fence is
   ``<!-- docs-test: run -->``, in page order, in a temporary folder per page that stands for the
@@ -265,43 +268,120 @@ def test_pycon_block_passes_as_a_doctest(block: Block) -> None:
 # ----------------------------------------------------------------------------- running blocks
 
 _RUNNER = """
-import sys, traceback
-for where, path in {blocks!r}:
-    print(f"{MARK}{{where}}", flush=True)
-    code = compile(open(path, encoding="utf-8").read(), where, "exec")
-    try:
-        exec(code, {{"__name__": "__main__", "__file__": where}})
-    except BaseException:
-        traceback.print_exc()
-        print(f"{MARK}FAILED {{where}}", flush=True)
-        sys.exit(1)
+import logging, os, shutil, sys, traceback, warnings
+
+
+def reset(environ, filters, handlers, level):
+    # What a page left in this process, undone before the next page: its files, its Spark, the
+    # in-memory provider's store, the inline engine's held images and the SQLite provider's
+    # connections (module globals), the environment, the warning filters (a changed filter
+    # list also shows a warning again that was shown once) and the root logger.
+    for entry in os.scandir():
+        if entry.is_dir(follow_symlinks=False):
+            shutil.rmtree(entry.path)
+        else:
+            os.unlink(entry.path)
+    if "pyspark" in sys.modules:
+        from pyspark import SparkContext
+        from pyspark.sql import SparkSession
+
+        session = SparkSession.getActiveSession()
+        if session is not None:
+            session.stop()
+        if SparkContext._active_spark_context is not None:
+            SparkContext._active_spark_context.stop()
+    memory = sys.modules.get("providers.memory")
+    if memory is not None:
+        memory.InMemoryKeyValueStateProvider._store.clear()
+        memory.InMemoryKeyValueStateProvider._tasks.clear()
+    held = sys.modules.get("statefulbolts.runtime._held_images")
+    if held is not None:
+        held._held.clear()
+        held._loads.clear()
+    sqlite = sys.modules.get("sqlite_state")
+    if sqlite is not None:
+        sqlite.close_connections()
+    os.environ.clear()
+    os.environ.update(environ)
+    warnings.filters[:] = filters
+    warnings._filters_mutated()
+    root = logging.getLogger()
+    root.handlers[:] = handlers
+    root.setLevel(level)
+
+
+for blocks in {pages!r}:
+    root = logging.getLogger()
+    saved = dict(os.environ), list(warnings.filters), list(root.handlers), root.level
+    for where, path in blocks:
+        print(f"{MARK}{{where}}", flush=True)
+        code = compile(open(path, encoding="utf-8").read(), where, "exec")
+        try:
+            exec(code, {{"__name__": "__main__", "__file__": where}})
+        except BaseException:
+            traceback.print_exc()
+            print(f"{MARK}FAILED {{where}}", flush=True)
+            break
+    reset(*saved)
 """
 # The line the runner prints before each block: what follows is that block's output.
 MARK = "==== "
 
 
-@pytest.mark.spark
-@pytest.mark.parametrize("page", sorted(PYTHON_PAGES), ids=_page_id)
-def test_python_blocks_run_as_pasted(page: Path, tmp_path: Path) -> None:
-    blocks = []
-    for n, block in enumerate(PYTHON_PAGES[page]):
-        path = tmp_path / f"block{n}.py"
-        path.write_text(block.code, encoding="utf-8")
-        blocks.append((block.where, str(path)))
-    work = tmp_path / "work"
+@pytest.fixture(scope="module")
+def python_pages_printed(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> tuple[dict[str, str], str]:
+    """What each block of every selected page printed, by its place; and the whole output.
+
+    The pages run in one Python process, one after the other, with what the page before left
+    in the process undone (``reset`` in ``_RUNNER``): a page's Spark is stopped, so the next
+    starts its own, but in the JVM already up. A JVM start is most of a page's time (some
+    10 s of a 13 s page on a busy two-core machine, against 3 s for a second session in the
+    same process). Every page runs from one folder, emptied after each: Spark's Python
+    workers run in the folder their JVM started in, and a page's relative paths must name
+    the same files in the driver and in its tasks. A block that fails ends its page; the next
+    page runs.
+    """
+    selected = {
+        item.callspec.params["page"]
+        for item in request.session.items
+        if getattr(item, "originalname", None) == "test_python_blocks_run_as_pasted"
+    }
+    folder = tmp_path_factory.mktemp("python-pages")
+    pages = []
+    for p, page in enumerate(sorted(selected)):
+        blocks = []
+        for n, block in enumerate(PYTHON_PAGES[page]):
+            path = folder / f"page{p}-block{n}.py"
+            path.write_text(block.code, encoding="utf-8")
+            blocks.append((block.where, str(path)))
+        pages.append(blocks)
+    work = folder / "work"
     work.mkdir()
     done = subprocess.run(
-        [sys.executable, "-c", _RUNNER.replace("{MARK}", MARK).format(blocks=blocks)],
+        [sys.executable, "-c", _RUNNER.replace("{MARK}", MARK).format(pages=pages)],
         cwd=work,
         env={**_env(), "PYTHONUNBUFFERED": "1"},
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
-        timeout=BLOCK_TIMEOUT_S,
+        timeout=BLOCK_TIMEOUT_S * max(len(pages), 1),
     )
-    assert done.returncode == 0, done.stdout[-12000:]
-    printed = _printed_per_block(done.stdout)
-    assert list(printed) == [where for where, _ in blocks]
+    assert done.returncode == 0, done.stdout[-12000:]  # the runner itself failed
+    return _printed_per_block(done.stdout), done.stdout
+
+
+@pytest.mark.spark
+@pytest.mark.parametrize("page", sorted(PYTHON_PAGES), ids=_page_id)
+def test_python_blocks_run_as_pasted(
+    page: Path, python_pages_printed: tuple[dict[str, str], str]
+) -> None:
+    printed, stdout = python_pages_printed
+    wheres = [block.where for block in PYTHON_PAGES[page]]
+    ran = [where for where in wheres if where in printed]
+    failed = [where for where in ran if f"{MARK}FAILED {where}\n" in stdout]
+    assert ran == wheres and not failed, _page_output(stdout, wheres)[-12000:]
     differ = []
     for block in PYTHON_PAGES[page]:
         shown = block.output
@@ -313,6 +393,18 @@ def test_python_blocks_run_as_pasted(page: Path, tmp_path: Path) -> None:
             text = "".join(line for line in kept if not line.startswith(JVM_NOTICE))
             rewrite_block(page, "text", shown.code, text)
     assert not differ, "\n\n".join(differ)
+
+
+def _page_output(stdout: str, wheres: list[str]) -> str:
+    """What the runner printed for the page's blocks (all of it, if none of them ran)."""
+    ours = {*wheres, *(f"FAILED {where}" for where in wheres)}
+    kept, inside = [], False
+    for line in stdout.splitlines(keepends=True):
+        if line.startswith(MARK):
+            inside = line[len(MARK) :].strip() in ours
+        if inside:
+            kept.append(line)
+    return "".join(kept) or stdout
 
 
 def _printed_per_block(stdout: str) -> dict[str, str]:

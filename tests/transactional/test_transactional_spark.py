@@ -337,18 +337,21 @@ class _PoisonOnes(tx.Ones):
 
 @pytest.fixture
 def quick_retries(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Failed transactions retried after 10 ms doubling to 50 ms, not 0.1 s doubling to 5 s.
+    """Failed transactions retried after 0.1 s doubling to 0.4 s, not doubling on to 5 s.
 
     The random failures come in runs (an empty txid after the data can fail nine times in a
-    row), and the driver's backoff made the test wait up to a minute of its own delays. The
-    budget (``topology.max.transaction.retries``) is the config's, as before; the policy's
+    row, and every failure restarts the txids pipelined after it), and at the driver's 5 s
+    cap the test waited a minute or two of its own delays (28 s to 147 s a run). The first
+    delays are the driver's, so the topology is still idle in a backoff that the wait for idle
+    sees, as before; 10 ms delays left it no such pause and ran the tail of empty txids to its
+    end (40 s). The budget (``topology.max.transaction.retries``) is the config's; the policy's
     delays are tested in ``tests/recovery/test_recovery_retry.py``.
     """
     from recovery import gate
     from recovery.retry import RetryPolicy
 
     def quick(max_retries: int) -> RetryPolicy:
-        return RetryPolicy(base_s=0.01, cap_s=0.05, max_retries=max_retries)
+        return RetryPolicy(base_s=0.1, cap_s=0.4, max_retries=max_retries)
 
     monkeypatch.setattr(gate, "transaction_retries", quick)
 
