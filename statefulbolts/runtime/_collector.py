@@ -32,6 +32,26 @@ from statefulbolts.tuples import DEFAULT_STREAM, ColumnBatch, Tuple
 
 __all__ = ["TaskCollector", "Unsealed"]
 
+# Values a fields grouping remembers the route of: per task, the batch each went to (``_memo``);
+# per process, the hash each routes by (``_hash_of``).
+_MEMO_SIZE = 100_000
+# The ``stable_hash`` of each str a fields grouping routed in this process, kept from one job to
+# the next. A Python worker runs a topology's jobs one after another, and a transactional batch
+# bolt's ``finish_batch`` emits each distinct word of its batch once: within a job no word is
+# routed twice (the task's memo never hits), while from batch to batch the words repeat, and
+# hashing each again was half the cost of those emits.
+_HASHES: dict[str, int] = {}
+
+
+def _hash_of(value: str) -> int:
+    """``stable_hash((value,))``, remembered for the first ``_MEMO_SIZE`` values (see above)."""
+    h = _HASHES.get(value)
+    if h is None:
+        h = stable_hash((value,))
+        if len(_HASHES) < _MEMO_SIZE:
+            _HASHES[value] = h
+    return h
+
 
 class Unsealed(NamedTuple):
     """A batch whose values column did not pickle: its key and what pickling it raised."""
@@ -107,7 +127,7 @@ class TaskCollector(OutputCollector):
         # ``emit_to``'s fast paths: the fixed streams' task ids; the fields-grouped streams by
         # name, (width, field position, the memo's cache).
         self._fixed_ids: dict[str, int] = {}
-        self._memo_by_name: dict[str, tuple[int, int, dict[str, tuple[list[Any], str]]]] = {}
+        self._memo_by_name: dict[str, tuple[int, int, dict[str, tuple[list[Any], str]], int]] = {}
         if data_free is None:
             for name, s in self._streams.items():
                 target = self._router.single_target(s)
@@ -115,7 +135,8 @@ class TaskCollector(OutputCollector):
                     self._fixed[name] = [self._widths[s], None]
                     self._fixed_ids[name] = plan.task_ids[target[0]][target[1]]
                 if s in self._memo:
-                    self._memo_by_name[name] = (self._widths[s], self._memo[s][0], self._memo[s][1])
+                    memo = self._memo[s]
+                    self._memo_by_name[name] = (self._widths[s], memo[0], memo[1], s)
         # ``emit``'s two fast paths by stream name, in one lookup: (the fields-grouping cache
         # of a one-field stream, the fixed stream's entry), either ``None``.
         self._quick: dict[str, tuple[dict[str, tuple[list[Any], str]] | None, list[Any] | None]]
@@ -262,7 +283,7 @@ class TaskCollector(OutputCollector):
         ``root`` rides in the tuple's root column untracked: a transactional batch's lineage.
         """
         # The fast paths of ``emit`` (a batch bolt's and an emitter's every emit comes here):
-        # a stream into one task whose batch exists, and a fields-grouped value routed before.
+        # a stream into one task whose batch exists, and a str value of a fields grouping.
         if not self._anchored_only:
             fixed = self._fixed.get(stream)
             if fixed is not None:
@@ -274,8 +295,10 @@ class TaskCollector(OutputCollector):
             memo = self._memo_by_name.get(stream)
             if memo is not None and len(values) == memo[0]:
                 value = values[memo[1]]
-                entry = memo[2].get(value) if type(value) is str else None
-                if entry is not None:
+                if type(value) is str:
+                    # A first emit of this value routes it here: ``finish_batch`` emits each
+                    # distinct value once, so most of its emits are first ones.
+                    entry = memo[2].get(value) or self._route(memo[3], value)
                     batch = entry[0]
                     batch[0].append(entry[1] if memo[0] == 1 else list(values))
                     batch[1].append(root)
@@ -428,14 +451,7 @@ class TaskCollector(OutputCollector):
         memo = self._memo.get(s)
         value = values[memo[0]] if memo is not None else None
         if memo is not None and type(value) is str:
-            cache = memo[1]
-            entry = cache.get(value)
-            if entry is None:
-                owners = memo[3]
-                task = owners[stable_hash((value,)) % len(owners)]
-                entry = (self._batch(memo[2], task, s), value)
-                if len(cache) < 100_000:
-                    cache[value] = entry
+            entry = memo[1].get(value) or self._route(s, value)
             targets: Sequence[list[Any]] = (entry[0],)
         else:
             targets = [self._batch(d, t, s) for d, t in self._router.targets(self.comp, s, values)]
@@ -469,6 +485,17 @@ class TaskCollector(OutputCollector):
             batch[0].append(vals)
             batch[1].append(root)
         return targets
+
+    def _route(self, stream: int, value: str) -> tuple[list[Any], str]:
+        """The memo entry of ``value`` on fields-grouped ``stream``: its batch, and ``value``.
+
+        Remembered for the task's next emits of an equal value (the first ``_MEMO_SIZE``).
+        """
+        _pos, cache, dest, owners = self._memo[stream]
+        entry = (self._batch(dest, owners[_hash_of(value) % len(owners)], stream), value)
+        if len(cache) < _MEMO_SIZE:
+            cache[value] = entry
+        return entry
 
     def _batch(self, dest: int, dtask: int, stream: int) -> list[Any]:
         key = (dest, dtask, stream)

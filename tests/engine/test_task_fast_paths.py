@@ -454,3 +454,35 @@ def test_emit_to_fast_paths_give_the_ids_batches_and_counts_of_the_general_path(
         assert all(set(batch[1]) == {0} for batch in fast.batches.values())
         with pytest.raises(TopologyError, match=r"emitted \d values on stream 'default'"):
             fast.emit_to([*first, "extra"])
+
+
+def test_first_emits_of_many_values_route_as_the_plan_does_in_every_later_task(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A value's first emit routes by the process's remembered hash (``_collector._hash_of``).
+
+    Three tasks in a row, as a Python worker runs a transactional topology's jobs: every value
+    goes to the task ``Router.targets`` names, in the first task (hashes computed), in the next
+    (hashes remembered) and past the bound of what is remembered.
+    """
+    import statefulbolts.runtime._collector as collector_module
+
+    monkeypatch.setattr(collector_module, "_HASHES", {})
+    monkeypatch.setattr(collector_module, "_MEMO_SIZE", 150)
+    plan = count_plan()
+    comp, count = plan.index["split"], plan.index["count"]
+    words = [f"word-{i}" for i in range(200)]
+    router = Router(plan, comp, 0)
+    stream = plan.stream_index[comp]["default"]
+    want = [router.targets(comp, stream, [w]) for w in words]
+    assert {t for ((_, t),) in want} == {0, 1}
+    for _task in range(3):
+        collector = task_collector(plan, comp)
+        ids = [collector.emit_to([w]) for w in words]
+        assert ids == [[plan.task_ids[count][t]] for ((_, t),) in want]
+        by_task = {dtask: batch[0] for (_, dtask, _), batch in collector.batches.items()}
+        assert sorted(by_task) == [0, 1]
+        for dtask, column in by_task.items():
+            assert column == [w for w, ((_, t),) in zip(words, want, strict=True) if t == dtask]
+        assert collector.emitted == len(words)
+    assert len(collector_module._HASHES) == 150  # remembered up to the bound, no further
