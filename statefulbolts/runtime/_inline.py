@@ -24,6 +24,7 @@ No pyspark here.
 from __future__ import annotations
 
 import concurrent.futures
+import gc
 import pickle
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -53,20 +54,31 @@ def run_inline(job: TaskJob, topology: bytes, inputs: Sequence[Sequence[Any]]) -
     if layout.depth == 0:
         return JobResult()
     n0 = len(layout.stages[0])
-    sealed = seal_inputs(job.plan, job.txid, inputs)  # as a Spark job ships them
-    fed: list[list[tuple[int, list[Any]]]] = [
-        [(s, sealed[s] if s < len(sealed) else [])] for s in range(n0)
-    ]
-    out: list[tuple[int, list[Any]]] = []
-    for k in range(layout.depth):
-        out = []
-        for slot, items in enumerate(fed):
-            out.extend(run_task(job, topology, k, slot, items, in_worker=False))
-        if k + 1 < layout.depth:
-            fed = [[] for _ in layout.stages[k + 1]]
-            for key, records in out:
-                fed[key].append((key, records))
-    return reduce_acks(out)[0]
+    # The collector stays off for the whole job, unpickling the inputs included (a task turns
+    # it off only for its own steps): this is the driver, whose heap a worker's
+    # ``freeze_long_lived`` never froze, and a transactional commit unpickles tens of thousands
+    # of young objects, enough to start a full collection of that heap (30 ms, as much as the
+    # rest of the commit) in one commit of every run of the bench.
+    was_on = gc.isenabled()
+    gc.disable()
+    try:
+        sealed = seal_inputs(job.plan, job.txid, inputs)  # as a Spark job ships them
+        fed: list[list[tuple[int, list[Any]]]] = [
+            [(s, sealed[s] if s < len(sealed) else [])] for s in range(n0)
+        ]
+        out: list[tuple[int, list[Any]]] = []
+        for k in range(layout.depth):
+            out = []
+            for slot, items in enumerate(fed):
+                out.extend(run_task(job, topology, k, slot, items, in_worker=False))
+            if k + 1 < layout.depth:
+                fed = [[] for _ in layout.stages[k + 1]]
+                for key, records in out:
+                    fed[key].append((key, records))
+        return reduce_acks(out)[0]
+    finally:
+        if was_on:
+            gc.enable()
 
 
 def task_copy(obj: Any) -> Any:
