@@ -285,12 +285,15 @@ class StateBackingMap(BackingMap):
         _check_put(keys, values)
         state = self._state
         try:
-            put, delete = state.put, state.delete
-            for key, value in zip(keys, values, strict=True):
-                if value is None:
-                    delete((key,))
-                else:
-                    put((key,), value)
+            if any(value is None for value in values):
+                put, delete = state.put, state.delete
+                for key, value in zip(keys, values, strict=True):
+                    if value is None:
+                        delete((key,))
+                    else:
+                        put((key,), value)
+            else:  # no deletion: one call (a transactional map's every write)
+                state.put_many(zip([(key,) for key in keys], values, strict=True))
             if record is not None:
                 state.put(_RECORD_KEY, record)
             state.commit()
