@@ -276,11 +276,14 @@ class TaskCollector(OutputCollector):
         return self._fast
 
     def emit_to(
-        self, values: Sequence[Any], stream: str = DEFAULT_STREAM, root: int = 0
+        self, values: Sequence[Any], stream: str = DEFAULT_STREAM, root: int = 0, skip: int = 0
     ) -> list[int]:
         """Emit one unanchored tuple; return the global task ids it was sent to.
 
         ``root`` rides in the tuple's root column untracked: a transactional batch's lineage.
+        ``skip``: how many leading values ``values`` has that are the job's and not shipped
+        (``ExecutionPlan.lead``: a transactional tuple's attempt), left out here rather than
+        sliced off by the caller, so that an emit of several values makes one list, not two.
         """
         # The fast paths of ``emit`` (a batch bolt's and an emitter's every emit comes here):
         # a stream into one task whose batch exists, and a str value of a fields grouping.
@@ -288,25 +291,25 @@ class TaskCollector(OutputCollector):
             fixed = self._fixed.get(stream)
             if fixed is not None:
                 width, to = fixed
-                if to is not None and len(values) == width:
-                    to[0].append(values[0] if width == 1 else list(values))
+                if to is not None and len(values) == width + skip:
+                    to[0].append(values[skip] if width == 1 else _row(values, skip))
                     to[1].append(root)
                     return [self._fixed_ids[stream]]
             memo = self._memo_by_name.get(stream)
-            if memo is not None and len(values) == memo[0]:
-                value = values[memo[1]]
+            if memo is not None and len(values) == memo[0] + skip:
+                value = values[skip + memo[1]]
                 if type(value) is str:
                     # A first emit of this value routes it here: ``finish_batch`` emits each
                     # distinct value once, so most of its emits are first ones.
                     entry = memo[2].get(value) or self._route(memo[3], value)
                     batch = entry[0]
-                    batch[0].append(entry[1] if memo[0] == 1 else list(values))
+                    batch[0].append(entry[1] if memo[0] == 1 else _row(values, skip))
                     batch[1].append(root)
                     dest, task = self._dest_of[id(batch)]
                     return [self._task_ids[dest][task]]
         ids = self._task_ids
         dest_of = self._dest_of
-        batches = self._emit(values, None, stream, root)
+        batches = self._emit(values[skip:] if skip else values, None, stream, root)
         return [ids[d][t] for d, t in (dest_of[id(b)] for b in batches)]
 
     def emit_run(self, rows: Sequence[Sequence[Any]], stream: str, first_root: int) -> None:
@@ -589,6 +592,13 @@ class TaskCollector(OutputCollector):
         trace = format_traceback(error) if error.__traceback__ is not None else None
         types = exception_types(error)
         self.errors.append(ReportedError(self.comp, self.task, types, text, trace))
+
+
+def _row(values: Sequence[Any], skip: int) -> list[Any]:
+    """A new list of ``values`` without the first ``skip``: what a batch keeps of a tuple."""
+    if skip and type(values) is list:
+        return values[skip:]  # a slice of a list is a new list already
+    return list(values[skip:] if skip else values)
 
 
 class _TaskBasicCollector(BasicOutputCollector):

@@ -486,3 +486,27 @@ def test_first_emits_of_many_values_route_as_the_plan_does_in_every_later_task(
             assert column == [w for w, ((_, t),) in zip(words, want, strict=True) if t == dtask]
         assert collector.emitted == len(words)
     assert len(collector_module._HASHES) == 150  # remembered up to the bound, no further
+
+
+@pytest.mark.parametrize("shape", [list, tuple])
+def test_emit_to_leaves_out_the_leading_values_it_is_told_to_skip(shape: Any) -> None:
+    # A transactional batch bolt's emits lead with the attempt, which the job does not ship:
+    # ``skip=1`` gives what emitting the rest gives, on every path (fixed, fields, general),
+    # and each kept row is a list of its own.
+    plan = count_plan()
+    routes = [(plan.index["count"], ["w0", 1], ["w1", 2]), (plan.index["split"], ["w0"], ["w1"])]
+    for comp, first, second in routes:
+        led, bare, general = (task_collector(plan, comp) for _ in range(3))
+        general._fixed, general._memo_by_name = {}, {}
+        sent = [first, second, first] * 3
+        ids = [led.emit_to(shape(["attempt", *v]), skip=1) for v in sent]
+        assert ids == [bare.emit_to(list(v)) for v in sent]
+        assert ids == [general.emit_to(shape(["attempt", *v]), skip=1) for v in sent]
+        assert led.batches == bare.batches == general.batches
+        assert led.emitted == general.emitted == len(sent)
+        rows = [row for batch in led.batches.values() for row in batch[0]]
+        if len(first) > 1:
+            assert all(type(row) is list for row in rows)
+            assert len({id(row) for row in rows}) == len(rows)
+        with pytest.raises(TopologyError, match=r"emitted \d values on stream 'default'"):
+            led.emit_to(["attempt", *first, "extra"], skip=1)
