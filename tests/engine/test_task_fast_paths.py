@@ -441,7 +441,7 @@ def test_emit_to_fast_paths_give_the_ids_batches_and_counts_of_the_general_path(
     routes = [(plan.index["count"], ["w0", 1], ["w1", 2]), (plan.index["split"], ["w0"], ["w1"])]
     for comp, first, second in routes:
         fast, general = task_collector(plan, comp), task_collector(plan, comp)
-        general._fixed, general._memo_by_name = {}, {}  # every emit takes the general path
+        general._fixed, general._by_field = {}, {}  # every emit takes the general path
         ids = {}
         for collector in (fast, general):
             ids[id(collector)] = [
@@ -459,15 +459,16 @@ def test_emit_to_fast_paths_give_the_ids_batches_and_counts_of_the_general_path(
 def test_first_emits_of_many_values_route_as_the_plan_does_in_every_later_task(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """A value's first emit routes by the process's remembered hash (``_collector._hash_of``).
+    """``emit_to`` routes a value by the process's routes (``_collector._ROUTES``).
 
     Three tasks in a row, as a Python worker runs a transactional topology's jobs: every value
-    goes to the task ``Router.targets`` names, in the first task (hashes computed), in the next
-    (hashes remembered) and past the bound of what is remembered.
+    goes to the task ``Router.targets`` names, in the first task (routes computed), in the
+    next (routes remembered) and past the bound of what is remembered; and a task's ``emit``
+    (its memo, filled from the same routes) sends each value where ``emit_to`` did.
     """
     import statefulbolts.runtime._collector as collector_module
 
-    monkeypatch.setattr(collector_module, "_HASHES", {})
+    monkeypatch.setattr(collector_module, "_ROUTES", {})
     monkeypatch.setattr(collector_module, "_MEMO_SIZE", 150)
     plan = count_plan()
     comp, count = plan.index["split"], plan.index["count"]
@@ -485,7 +486,14 @@ def test_first_emits_of_many_values_route_as_the_plan_does_in_every_later_task(
         for dtask, column in by_task.items():
             assert column == [w for w, ((_, t),) in zip(words, want, strict=True) if t == dtask]
         assert collector.emitted == len(words)
-    assert len(collector_module._HASHES) == 150  # remembered up to the bound, no further
+        other = task_collector(plan, comp)
+        for word in words:
+            other.emit([word], parent())
+        assert {k: b[0] for k, b in other.batches.items()} == {
+            k: b[0] for k, b in collector.batches.items()
+        }
+    (routes,) = collector_module._ROUTES.values()
+    assert len(routes) == 150  # remembered up to the bound, no further
 
 
 @pytest.mark.parametrize("shape", [list, tuple])
@@ -497,7 +505,7 @@ def test_emit_to_leaves_out_the_leading_values_it_is_told_to_skip(shape: Any) ->
     routes = [(plan.index["count"], ["w0", 1], ["w1", 2]), (plan.index["split"], ["w0"], ["w1"])]
     for comp, first, second in routes:
         led, bare, general = (task_collector(plan, comp) for _ in range(3))
-        general._fixed, general._memo_by_name = {}, {}
+        general._fixed, general._by_field = {}, {}
         sent = [first, second, first] * 3
         ids = [led.emit_to(shape(["attempt", *v]), skip=1) for v in sent]
         assert ids == [bare.emit_to(list(v)) for v in sent]
