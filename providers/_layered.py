@@ -189,6 +189,21 @@ class LayeredKeyValueState(KeyValueState):
         fresh, pending, cache = self._fresh, self._pending, self._key_cache
         shared = self._shared_keys if self._shared_keys is not None else cache
         deserialize = self._values.deserialize
+        if not pending and not self._touch:
+            # Nothing written since the state was made (``_fresh`` is empty too: a fresh write
+            # holds its place in ``_pending``), the way a transactional committer's map reads
+            # before it writes: every key comes from the store, in one pass.
+            ekeys: list[bytes] = []
+            for key in keys:  # ``_encode_key`` with its caches written in
+                kind = type(key)
+                if kind is str or (kind is tuple and len(key) == 1 and type(key[0]) is str):
+                    ekeys.append(cache.get(key) or shared.get(key) or self._encode_key(key))
+                else:
+                    ekeys.append(self._encode_key(key))
+            return [
+                default if payload is None or (value := deserialize(payload)) is None else value
+                for payload in self._stored_many(ekeys)
+            ]
         found: list[Any] = [_MISSING] * len(keys)
         wanted: dict[bytes, int] = {}  # encoded key -> its first place in ``keys``
         again: list[tuple[int, int]] = []  # (place, first place) of a key given again

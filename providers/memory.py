@@ -148,6 +148,10 @@ class _Image:
     def _apply(self, writes: _Delta, expiry: int | None) -> None:
         """Write a delta into the committed map; a written key's expiry becomes ``expiry``."""
         committed, expiries = self.committed, self.expiry
+        if expiry is None and not expiries and None not in writes.values():
+            # No deletion, and no expiry to set or drop: the whole delta in one C call.
+            committed.update(writes)  # type: ignore[arg-type]  # no None in it
+            return
         for key, value in writes.items():
             if value is None:
                 committed.pop(key, None)

@@ -337,6 +337,9 @@ def test_get_many_and_put_many_read_and_write_what_get_and_put_do(
             state.commit(txid)
         many = backend.state()
         each = backend.state(f"{backend.namespace}-each")
+        # A state that wrote nothing yet reads every key from the store, repeated ones too.
+        twice = [*KEYS, *reversed(KEYS)]
+        assert many.get_many(twice, 0) == [each.get(k, 0) for k in twice]
         assert many.get_many(KEYS) == each.get_many(KEYS) == [each.get(k) for k in KEYS]
 
 
