@@ -335,6 +335,11 @@ def _checked(
             "give one updater per key"
         )
         raise ValueError(msg)
+    try:
+        if len(set(keys)) == len(keys) and all(map(callable, updaters)):
+            return keys, updaters  # the usual case, checked in C (a commit's thousands of keys)
+    except TypeError:
+        pass  # an unhashable key: the loop names it
     seen: set[Hashable] = set()
     repeated: list[Hashable] = []
     for key, updater in zip(keys, updaters, strict=True):
