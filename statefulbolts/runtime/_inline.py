@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import dataclasses
+import gc
 import pickle
 from collections.abc import Mapping, Sequence
 from typing import Any, NamedTuple
@@ -121,20 +122,31 @@ def _run_stages(
     """Stages ``[0, stop)`` of ``job``, here: stage ``stop - 1``'s keyed output."""
     layout = job.layout
     n0 = len(layout.stages[0])
-    sealed = seal_inputs(job.plan, job.txid, inputs)  # as a Spark job ships them
-    fed: list[list[tuple[int, list[Any]]]] = [
-        [(s, sealed[s] if s < len(sealed) else [])] for s in range(n0)
-    ]
-    out: list[tuple[int, list[Any]]] = []
-    for k in range(stop):
-        out = []
-        for slot, items in enumerate(fed):
-            out.extend(_attempted(job, topology, k, slot, items, attempts, retried))
-        if k + 1 < stop:
-            fed = [[] for _ in layout.stages[k + 1]]
-            for key, records in out:
-                fed[key].append((key, records))
-    return out
+    # The collector stays off for the whole job, unpickling the inputs included (a task turns
+    # it off only for its own steps): this is the driver, whose heap a worker's
+    # ``freeze_long_lived`` never froze, and a transactional commit unpickles tens of thousands
+    # of young objects, enough to start a full collection of that heap (30 ms, as much as the
+    # rest of the commit) in one commit of every run of the bench.
+    was_on = gc.isenabled()
+    gc.disable()
+    try:
+        sealed = seal_inputs(job.plan, job.txid, inputs)  # as a Spark job ships them
+        fed: list[list[tuple[int, list[Any]]]] = [
+            [(s, sealed[s] if s < len(sealed) else [])] for s in range(n0)
+        ]
+        out: list[tuple[int, list[Any]]] = []
+        for k in range(stop):
+            out = []
+            for slot, items in enumerate(fed):
+                out.extend(_attempted(job, topology, k, slot, items, attempts, retried))
+            if k + 1 < stop:
+                fed = [[] for _ in layout.stages[k + 1]]
+                for key, records in out:
+                    fed[key].append((key, records))
+        return out
+    finally:
+        if was_on:
+            gc.enable()
 
 
 def _attempted(
