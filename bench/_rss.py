@@ -58,19 +58,7 @@ class RssSampler:
     def _role(self, proc: psutil.Process) -> str | None:
         role = self._roles.get(proc.pid)
         if role is None:
-            name = proc.name()
-            if name.startswith("java"):
-                role = "jvm"
-            elif "redis-server" in name:
-                role = "redis"
-            elif any(m in (cmdline := " ".join(proc.cmdline())) for m in _WORKER_MARKERS):
-                # The daemon is the JVM's child; its forks (the workers) share its command line.
-                parent = proc.parent()
-                of_jvm = parent is not None and parent.name().startswith("java")
-                role = "python_daemon" if of_jvm and "daemon" in cmdline else "python_workers"
-            else:
-                role = "other"
-            self._roles[proc.pid] = role
+            role = self._roles[proc.pid] = role_of(proc)
         return role
 
     def sample(self) -> None:
@@ -136,6 +124,25 @@ class RssSampler:
         out["driver_growth_mb"] = _mb(self._peak["driver"] - self._start["driver"])
         out["samples"] = self.samples
         return out
+
+
+def role_of(proc: psutil.Process) -> str:
+    """What a descendant of the bench is (see the module docstring); "other" if none of those.
+
+    Raises:
+        psutil.Error: the process ended while being looked at.
+    """
+    name = proc.name()
+    if name.startswith("java"):
+        return "jvm"
+    if "redis-server" in name:
+        return "redis"
+    if any(m in (cmdline := " ".join(proc.cmdline())) for m in _WORKER_MARKERS):
+        # The daemon is the JVM's child; its forks (the workers) share its command line.
+        parent = proc.parent()
+        of_jvm = parent is not None and parent.name().startswith("java")
+        return "python_daemon" if of_jvm and "daemon" in cmdline else "python_workers"
+    return "other"
 
 
 def _mb(rss: int) -> float:

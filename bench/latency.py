@@ -6,6 +6,8 @@
     python bench/latency.py --no-spark-ui                # skip Spark's per-job / stage figures
     python bench/latency.py --rates 1000,10000 --commit-location executors  # COMMIT as a job
     python bench/latency.py --rates 1000,10000 --cadence interval  # Storm's PREPARE cadence
+    python bench/latency.py --rates 1000,10000 --driver-head never  # the split on Spark, always
+    python bench/latency.py --rates 1000,10000 --standalone  # a standalone master + 2 workers
 
 It takes about 2 to 3 minutes with the defaults on 2 cores (a rate the topology cannot keep up
 with drains its backlog before the next rate starts), about 70 s for ``--rates 1000,10000``.
@@ -49,6 +51,14 @@ two-stage PREPARE and a one-stage COMMIT).
 driver do each COMMIT itself, no Spark job (``WordCount`` has no ``pre_commit``); "executors"
 runs every COMMIT as a job, as before that existed. A driver COMMIT is stamped like a job
 (submitted, started and done at the driver's call), so the breakdown keeps its five parts.
+``--driver-head`` sets ``topology.driver.head``: "auto" (the default) lets the driver run a
+small PREPARE's split itself, so Spark runs the count alone, one stage; "never" keeps the
+split on Spark (two stages, as before that existed); "always" moves it whatever the batch.
+
+``--standalone`` starts a Spark standalone master and two workers (one core, 1 GiB each) on
+127.0.0.1 (``tests/standalone_cluster.py``'s ``start_standalone``, as ``bench/ingest.py`` does)
+and runs the driver against it instead of ``--master``: tasks run in executors of their own,
+and state images and results cross a real block manager.
 
 The counts are checked against a plain Python count of what the spout emitted: they must be
 exact (exit status 1 otherwise).
@@ -59,15 +69,17 @@ from __future__ import annotations
 import argparse
 import array
 import collections
+import contextlib
 import json
 import math
 import os
 import statistics
 import sys
+import tempfile
 import threading
 import time
 import urllib.request
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -272,8 +284,12 @@ class JobClock:
                 stamp.started = time.perf_counter()
             result = run(spec)
             if stamp is not None:
-                stamp.task_seconds = sum(r.metrics.seconds for r in result.reports)
-                stamp.tasks = len(result.reports)
+                # Spark's tasks only: a head the driver ran is not in Spark's figures.
+                here = result.timings.head_stages if result.timings is not None else 0
+                stage_of = spec.layout.stage_of
+                spark_run = [r for r in result.reports if (stage_of[r.comp] or 0) >= here]
+                stamp.task_seconds = sum(r.metrics.seconds for r in spark_run)
+                stamp.tasks = len(spark_run)
             return result
 
         if jobs is not None:
@@ -358,6 +374,7 @@ BREAKDOWN = (
     "wait_for_prepare",
     "driver_build",
     "driver_engine",
+    "driver_head",
     "spark_scheduling",
     "task_framework",
     "user_code",
@@ -373,8 +390,10 @@ def breakdown(record: FullRecord, n: int, stamps: list[JobStamp]) -> dict[str, A
 
     - ``wait_for_prepare``: emit -> the driver takes the buffer for the PREPARE that carries it;
     - ``driver_build``: taking the buffer, building the job (the runner's ``build``);
-    - ``driver_engine``: the PREPARE job's time outside Spark's run of it (the engine thread
-      building the RDD chain, sealing, merging; the thread hand-over);
+    - ``driver_engine``: the PREPARE job's time outside Spark's run of it and its head (the
+      engine thread building the RDD chain, sealing, merging; the thread hand-over);
+    - ``driver_head``: the job's stateless head, run by the driver itself (``head``: the
+      split, when ``topology.driver.head`` moved it; else 0);
     - ``spark_scheduling``: Spark's run of the job less the tasks' own time: scheduling,
       shuffles, the Python workers reading, unpickling and writing around our code;
     - ``task_framework``: the tasks' own time outside the executors' steps (setup: the
@@ -384,7 +403,7 @@ def breakdown(record: FullRecord, n: int, stamps: list[JobStamp]) -> dict[str, A
     - ``driver_settle``: PREPARE done -> its COMMIT submitted (settling, the commit decision);
     - ``commit``: the COMMIT, then the spout's ack.
 
-    The tasks' parts are means over a job's tasks times its stages. ``sum_of_means_ms`` and
+    The tasks' parts are means over the tasks Spark ran times its stages. ``sum_of_means_ms`` and
     ``mean_ms`` (of the latency) are given so the addition shows.
     """
     import numpy as np
@@ -406,6 +425,7 @@ def breakdown(record: FullRecord, n: int, stamps: list[JobStamp]) -> dict[str, A
     c_sub = col(lambda s: commits[s.txid].submitted if s.txid in commits else nan)
     c_done = col(lambda s: commits[s.txid].done if s.txid in commits else nan)
     build, spark = col(lambda s: s.phases["build"]), col(lambda s: s.phases["spark"])
+    head = col(lambda s: s.phases.get("head", 0.0))
     setup = col(lambda s: s.phases.get("task_setup", 0.0))
     execute = col(lambda s: s.phases.get("task_execute", 0.0))
     output = col(lambda s: s.phases.get("task_output", 0.0))
@@ -415,7 +435,8 @@ def breakdown(record: FullRecord, n: int, stamps: list[JobStamp]) -> dict[str, A
     parts = {
         "wait_for_prepare": p_sub[k] - build[k] - emit,
         "driver_build": build[k],
-        "driver_engine": (p_done[k] - p_sub[k]) - spark[k],
+        "driver_engine": (p_done[k] - p_sub[k]) - spark[k] - head[k],
+        "driver_head": head[k],
         "spark_scheduling": spark[k] - (setup[k] + execute[k] + output[k]),
         "task_framework": setup[k] + output[k],
         "user_code": execute[k],
@@ -693,7 +714,10 @@ def print_summary(result: dict[str, Any]) -> None:
         f"{result['interval_ms']} ms, provider {result['provider']}, vocab {result['vocab']}, "
         f"{result['seconds']} s per rate"
     )
-    print(f"COMMIT: topology.state.commit.location {result['commit_location']}")
+    print(
+        f"COMMIT: topology.state.commit.location {result['commit_location']}; "
+        f"topology.driver.head {result['driver_head']}"
+    )
     print(
         f"baseline (median of {result['baseline_repeat']} warm empty Python jobs): one stage "
         f"{floor['one_stage']:.1f} ms, two stages (shuffle) {floor['two_stage']:.1f} ms; "
@@ -788,6 +812,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--interval", type=int, default=100, help="checkpoint interval, ms")
     parser.add_argument("--parallelism", type=int, default=2)
     parser.add_argument("--master", default="local[2]")
+    parser.add_argument(
+        "--standalone",
+        action="store_true",
+        help="start a standalone master + 2 workers on 127.0.0.1 and run there (not --master)",
+    )
     parser.add_argument("--provider", choices=["memory", "redis"], default="memory")
     parser.add_argument("--vocab", type=int, default=10_000, help="Zipf vocabulary size")
     parser.add_argument("--sentences", type=int, default=100_000, help="corpus size, cycled")
@@ -814,8 +843,48 @@ def main(argv: list[str] | None = None) -> int:
         default="back-to-back",
         help="topology.state.checkpoint.cadence (default back-to-back)",
     )
+    parser.add_argument(
+        "--driver-head",
+        choices=["auto", "always", "never"],
+        default="auto",
+        help="topology.driver.head: auto (a small PREPARE's split in the driver), always, never",
+    )
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)
+    with contextlib.ExitStack() as stack:
+        if args.standalone:
+            args.master = stack.enter_context(standalone_master())
+        return measure(args)
+
+
+@contextlib.contextmanager
+def standalone_master() -> Iterator[str]:
+    """A standalone master and two workers on 127.0.0.1 (``start_standalone``); its URL."""
+    tests = Path(__file__).resolve().parent.parent / "tests"
+    sys.path.insert(0, str(tests))
+    from standalone_cluster import start_standalone
+
+    base = Path(tempfile.mkdtemp(prefix="latency-cluster-"))
+    with start_standalone(base, workers=2) as standalone:
+        yield standalone.url
+
+
+def _cluster_conf(master: str) -> dict[str, str]:
+    """What a driver on a standalone master needs: loopback, and the checkout on executors."""
+    if not master.startswith("spark://"):
+        return {}
+    return {
+        "spark.driver.host": "127.0.0.1",
+        "spark.driver.bindAddress": "127.0.0.1",
+        "spark.executorEnv.PYTHONPATH": str(Path(__file__).resolve().parent.parent),
+        "spark.executorEnv.SPARK_LOCAL_IP": "127.0.0.1",
+        "spark.pyspark.python": sys.executable,
+        "spark.executor.memory": "512m",
+    }
+
+
+def measure(args: argparse.Namespace) -> int:
+    """Run every rate of ``args`` on ``args.master``; print the figures; the exit status."""
     rates = [int(r) for r in args.rates.split(",") if r.strip()]
 
     from statefulbolts.runtime import build_session
@@ -823,6 +892,7 @@ def main(argv: list[str] | None = None) -> int:
     spark_conf = {"spark.ui.enabled": "true", "spark.ui.port": "0"} if args.spark_ui else {}
     if args.spark_ui:  # keep every job of a run for the REST API
         spark_conf |= {"spark.ui.retainedJobs": "20000", "spark.ui.retainedStages": "40000"}
+    spark_conf |= _cluster_conf(args.master)
     spark = build_session(args.master, "statefulbolts-bench-latency", spark_conf)
     sc = spark.sparkContext
     corpus = CycledCorpus(zipf_sentences(args.sentences, args.vocab, args.seed))
@@ -830,6 +900,7 @@ def main(argv: list[str] | None = None) -> int:
         "topology.state.checkpoint.interval.ms": args.interval,
         "topology.state.commit.location": args.commit_location,
         "topology.state.checkpoint.cadence": args.cadence,
+        "topology.driver.head": args.driver_head,
     }
     server = None
     if args.provider == "redis":
@@ -867,6 +938,7 @@ def main(argv: list[str] | None = None) -> int:
         "provider": args.provider,
         "commit_location": args.commit_location,
         "cadence": args.cadence,
+        "driver_head": args.driver_head,
         "vocab": args.vocab,
         "seconds": args.seconds,
         "baseline_repeat": args.baseline_repeat,

@@ -37,6 +37,12 @@ seconds over the exactly-once run's: the throughput kept; goal 0.8 or more) and
 ``exactly_once_vs_quix`` (goal 3 or more), with ``..._after_start`` leaving Quix's start-up
 (before its first counted word) out. Each round records the 1-minute load average.
 
+Each of our runs also records the CPU seconds its processes spent (``cpu_s``, ``bench/_cpu.py``:
+the driver, Spark's JVM, the Python workers, the broker, and a Redis of its own), and the round
+``cpu_exactly_once_vs_at_least_once``: at-least-once's CPU seconds over exactly-once's, the
+work exactly-once adds for the same input. It moves much less with the machine's load than the
+wall-clock ratio does: on 2 cores, where both runs keep both cores busy, the two ratios agree.
+
 **Visible latency.** For each offered load (``--rates``, records per second), checkpoint
 interval (``--intervals``) and sink, a fresh input and output topic and a running topology:
 ``KafkaSpout`` -> split -> count -> sink as above, with each record's send stamp carried from
@@ -73,6 +79,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from bench import _state  # noqa: E402
+from bench._cpu import CpuMeter  # noqa: E402
 from bench._sink_probe import STAMP_HEADER  # noqa: E402
 from bench.kafka import Broker, peer, say, split, wordcount_topology  # noqa: E402
 from bench.wordcount import BatchSplit, BatchWordCount  # noqa: E402
@@ -200,12 +207,15 @@ def ours(
     spout = KafkaSpout(topic, bootstrap_servers=broker.bootstrap, translator=SENTENCES)
     sink = sink_bolt(kind, out, broker.bootstrap)
     topology = wordcount_topology(spout, args.parallelism, sink)
+    meter = CpuMeter()
+    meter.start()
     started = time.perf_counter()
     with running(cluster, name, conf, topology, args.parallelism) as handle:
         handle.await_idle(3600)
         seconds = time.perf_counter() - started
+        cpu = meter.stop()
         metrics = handle.metrics()
-    run = {"seconds": seconds, **job_figures(metrics)}
+    run = {"seconds": seconds, "cpu_s": cpu, **job_figures(metrics)}
     run |= check_output(broker.bootstrap, out, expected)
     delete_topics(broker.bootstrap, [out])
     return run
@@ -304,6 +314,10 @@ def round_ratios(row: Mapping[str, Any]) -> dict[str, float]:
         if other is None or not other.get("ok", True) or not other["exact"]:
             continue
         ratios[f"exactly_once_vs_{name}"] = round(other["seconds"] / eo["seconds"], 3)
+        if "cpu_s" in other and "cpu_s" in eo:  # ours only: a peer runs in its own process
+            ratios[f"cpu_exactly_once_vs_{name}"] = round(
+                other["cpu_s"]["total"] / eo["cpu_s"]["total"], 3
+            )
         if other.get("first_s") is not None:
             after = other["seconds"] - other["first_s"]
             ratios[f"exactly_once_vs_{name}_after_start"] = round(after / eo["seconds"], 3)

@@ -11,6 +11,7 @@
                                                      # per-transaction cost over 10M keys
     python bench/wordcount.py --api both --repeat 5 --json
                                                      # per-tuple bolts against batch bolts
+    python bench/wordcount.py --api both --driver-head never  # the split always on Spark
 
 The input is ``examples/zipf.py``'s seeded Zipf corpus: 10-word sentences over ``--vocab``
 pseudo-words whose frequencies follow Zipf's law, as real text does. Two baselines run on the
@@ -418,6 +419,13 @@ def main(argv: list[str] | None = None) -> int:
         default=0,
         help="topology.max.spout.pending (0: unset); caps the sentences one transaction carries",
     )
+    parser.add_argument(
+        "--driver-head",
+        choices=["auto", "always", "never"],
+        default="auto",
+        help="topology.driver.head (auto: a small batch's split in the driver; this bench's "
+        "batches are large, so Spark runs it)",
+    )
     parser.add_argument("--json", action="store_true")
     parser.add_argument(
         "--repeat", type=int, default=1, help="framework runs per provider; the fastest counts"
@@ -446,7 +454,10 @@ def main(argv: list[str] | None = None) -> int:
     corpus = corpus_for(args.words, args.vocab, args.seed)
     expected = dict(collections.Counter(w for text in corpus for w in words(text)))
     total = sum(expected.values())
-    base_conf: dict[str, Any] = {"topology.state.checkpoint.interval.ms": args.interval}
+    base_conf: dict[str, Any] = {
+        "topology.state.checkpoint.interval.ms": args.interval,
+        "topology.driver.head": args.driver_head,
+    }
     if args.max_spout_pending:
         base_conf["topology.max.spout.pending"] = args.max_spout_pending
 

@@ -6,6 +6,9 @@
   own data, so each task sees the barrier from all of its inputs after all of their data.
 - Tick tuples (``checkpoint._ticks``) go with a job that carries data: every task of a ticking
   bolt gets the ticks the driver took for the job, before its data.
+- A small data job's stateless head (its leading stages of stateless bolts) may run in the
+  driver, the rest on Spark (``checkpoint._head``, ``topology.driver.head``): the word count's
+  PREPARE is then one Spark stage.
 - A data-free action (COMMIT, ROLLBACK, INITSTATE) is one stage over the stateful tasks, each
   fed the checkpoint tuple from every one of its checkpoint input tasks, as if forwarded down
   the DAG: forwarders have no state and no hooks, so skipping them changes nothing but the cost
@@ -25,10 +28,11 @@ a task would have returned (``commit_changes``), so the workers' kept images fol
 from __future__ import annotations
 
 import concurrent.futures
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
 from checkpoint._expected import check_stored_txids
+from checkpoint._head import HEAD_KEY, DriverHead, HeadMode, fed
 from checkpoint._ledger import RootLedger
 from checkpoint._partitioned import TaskReads
 from checkpoint._spouts import SpoutTask
@@ -80,6 +84,9 @@ class CheckpointJobs:
         provider: StateProvider | None = None,
         conf: Mapping[str, Any] | None = None,
         commit_location: str = "auto",
+        driver_head: HeadMode = "never",
+        head_budget_ms: float = 0.0,
+        ticking: Collection[str] = (),
     ) -> None:
         self._name, self._topology, self._plan, self._ledger = name, topology, plan, ledger
         self._prefix = topology_prefix(name)
@@ -105,6 +112,23 @@ class CheckpointJobs:
             for cid, spec in topology.components.items()
             if isinstance(spec.obj, WindowedBoltExecutor)
         )
+        # The bolts a data job's head may hold (``checkpoint._head``, rule 1).
+        movable = {
+            plan.index[cid]
+            for cid, spec in topology.components.items()
+            if not (spec.is_spout or spec.is_stateful)
+            and cid not in self._timed
+            and cid not in self._windowed
+            and cid not in ticking
+        }
+        self.head = DriverHead(
+            driver_head, head_budget_ms, plan.layout(plan.bolts(), chain=True), movable
+        )
+        if self.head.components:
+            # The head's tasks may run in the driver: a fault there that needs a Spark worker
+            # refuses the run, naming the setting that keeps them on Spark.
+            names = [plan.component_ids[c] for c in sorted(self.head.components)]
+            faults.on_driver_tasks(names, (TaskPoint.TUPLE,), HEAD_KEY, away="never")
 
     def job(
         self,
@@ -136,10 +160,12 @@ class CheckpointJobs:
             if action is not None and layout.depth:
                 cp_root = self._add_checkpoint(inputs, layout, txid, action)
             ackers = self._ackers
+            # The head moves only in the layout it was chosen for: no partitioned spout reads.
+            head = 0 if spouts else self.head.stages(fed(records))
         else:
             layout = plan.flat_layout(plan.stateful_tasks())
             inputs, cp_root = self._checkpoint_per_task(txid, action)
-            ackers = 0
+            ackers, head = 0, 0
         carries = action is None or action.carries_data
         program = CheckpointTaskProgram(
             action,
@@ -159,8 +185,13 @@ class CheckpointJobs:
             ackers=ackers,
             images=self._images(),
             action=action or "BATCH",  # an ``Action`` is the ``str`` the engine takes
+            driver_stages=head,
         )
         return spec, cp_root
+
+    def observe(self, result: JobResult, records: Sequence[TupleBatch]) -> None:
+        """A data job fed ``records`` succeeded: what its head cost (``DriverHead.observe``)."""
+        self.head.observe(result, records)
 
     def commit_here(self, txid: int) -> tuple[concurrent.futures.Future[JobResult], int]:
         """COMMIT(txid) done by the driver, no job (see the module docstring).

@@ -67,6 +67,7 @@ from statefulbolts.namespaces import TaskNamespace, topology_prefix
 from statefulbolts.protocol_runner import ProtocolRunner
 from statefulbolts.runtime import (
     HeldLease,
+    JobLayout,
     JobResult,
     Progress,
     Router,
@@ -101,7 +102,7 @@ class _Job:
     recovering: bool = False  # the checkpoint spout was recovering when the job started
     records: list[TupleBatch] = field(default_factory=list)  # the spout tuples it carries
     ticks: dict[str, int] = field(default_factory=dict)  # tick tuples per bolt (each task)
-    stages: int = 0  # its Spark stages (0: no job, a COMMIT done here)
+    layout: JobLayout | None = None  # its stages (None: no job, a COMMIT done here)
     # Seconds: how long the oldest tuple it took had waited in the buffer, and building it.
     waited: float = 0.0
     building: float = 0.0
@@ -184,6 +185,10 @@ class CheckpointRunner(ProtocolRunner):
                     "bolt to checkpoint; add one, or use a Spout"
                 )
                 raise TopologyError(msg)
+            # A stateless head moves to the driver only from Spark's tasks (the inline engine
+            # runs every task here), and only while the spouts are read here (a partitioned
+            # spout is read by the job's first stage).
+            moves = not self.engine.in_driver and not self.partitioned
             self.jobs = CheckpointJobs(
                 name,
                 topology,
@@ -195,6 +200,9 @@ class CheckpointRunner(ProtocolRunner):
                 provider=self.provider,
                 conf=self.conf,
                 commit_location=self.tc.state_commit_location,
+                driver_head=self.tc.driver_head if moves else "never",
+                head_budget_ms=self.tc.driver_head_budget_ms,
+                ticking=self._tick_rates,
             )
             self.spouts = SpoutTasks(
                 topology,
@@ -482,7 +490,7 @@ class CheckpointRunner(ProtocolRunner):
                 lambda: self.partitioned.orders(txid, self.ledger.reserve),
             )
         cp_root: int | None
-        stages = 0
+        layout = None
         if action is Action.COMMIT and self.jobs.commits_here:
             future, cp_root = self.jobs.commit_here(txid)
             built = started
@@ -496,11 +504,11 @@ class CheckpointRunner(ProtocolRunner):
                 started_ms=started_ms,
                 reads=reads,
             )
-            stages, built = spec.layout.depth, time.perf_counter()
+            layout, built = spec.layout, time.perf_counter()
             future = self.engine.submit(spec)
         recovering = self.cp is not None and self.cp.recovering
         job = _Job(txid, action, roots, started, future, cp_root, recovering, records, ticks)
-        job.stages, job.waited, job.building = stages, waited, built - started
+        job.layout, job.waited, job.building = layout, waited, built - started
         future.add_done_callback(lambda _f: setattr(job, "done_at", time.perf_counter()))
         self._job = job
 
@@ -513,6 +521,8 @@ class CheckpointRunner(ProtocolRunner):
             self._job_failed(job, exc, seconds)
             return
         result = job.future.result()
+        if job.action is None or job.action.carries_data:
+            self.jobs.observe(result, job.records)  # what its head cost, for the next ones
         errors = self.stats.take_reports(result, self.plan, job.txid, self.images, log)
         ok = job.cp_root is None or (
             job.cp_root not in result.fails and not result.acks.get(job.cp_root, 0)
@@ -696,21 +706,26 @@ def _phases(job: _Job, result: JobResult, finishing: float) -> dict[str, float]:
 
     ``waited``: the oldest tuple it carries, in the buffer before the job was built;
     ``build``: the driver taking the buffer and building the job; then on the engine's thread
-    ``engine`` (the job's description, sealing, the RDD chain, merging the results) and
+    ``head`` (the job's leading stages the driver ran itself, ``checkpoint._head``; only when
+    it did), ``engine`` (the job's description, sealing, the RDD chain, merging the results) and
     ``spark`` (Spark's run of the job), of which the tasks' own ``task_setup``,
     ``task_execute`` (the executors' steps: the user's code and the loops feeding it) and
-    ``task_output``, each a mean over the job's tasks times its stages (what one tuple
-    crossing every stage waits); ``noticed``: job done -> the driver's loop took it up;
+    ``task_output``, each a mean over the tasks Spark ran times its stages (what one tuple
+    crossing every Spark stage waits); ``noticed``: job done -> the driver's loop took it up;
     ``settle``: settling its roots and moving the checkpoint spout on.
     """
     phases = {"waited": job.waited, "build": job.building}
-    timings = result.timings
-    if timings is not None:
+    timings, layout = result.timings, job.layout
+    if timings is not None and layout is not None:
+        if timings.head_stages:
+            phases["head"] = timings.head
         phases["engine"] = timings.before + timings.after
         phases["spark"] = timings.spark
-        reports = result.reports
-        if reports and job.stages:
-            per = job.stages / len(reports)
+        here = timings.head_stages
+        reports = [r for r in result.reports if (layout.stage_of[r.comp] or 0) >= here]
+        stages = layout.depth - here
+        if reports and stages:
+            per = stages / len(reports)
             setup = sum(r.metrics.setup for r in reports) * per
             execute = sum(r.metrics.execute for r in reports) * per
             total = sum(r.metrics.seconds for r in reports) * per

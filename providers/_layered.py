@@ -59,6 +59,11 @@ _FRESH: Any = object()
 _MISSING: Any = object()
 # Encoded str keys kept per state object: hot keys are encoded once, not on every get and put.
 _KEY_CACHE_SIZE = 100_000
+# The same for every state of this process whose keys are plain msgpack (``MsgpackKeySerializer``,
+# no class: a str encodes the same in all of them), up to as many keys: a state made for one
+# transaction (a transactional committer's map, one per attempt) finds its keys already encoded
+# by the states before it.
+_SHARED_KEYS: dict[Any, bytes] = {}
 
 
 class LayeredKeyValueState(KeyValueState):
@@ -82,6 +87,8 @@ class LayeredKeyValueState(KeyValueState):
         self._pending: dict[bytes, bytes | None] = {}
         self._fresh: dict[str, Any] = {}
         self._key_cache: dict[Any, bytes] = {}
+        plain_keys = type(self._keys) is MsgpackKeySerializer and is_plain_msgpack(self._keys)
+        self._shared_keys = _SHARED_KEYS if plain_keys else None
         self._fast = is_plain_msgpack(self._keys) and is_plain_msgpack(self._values)
         # Time to live (``providers._ttl``): the transaction's timestamp reads are judged at
         # (``None``: nothing expires), the TTL of what this object writes, and whether a read
@@ -123,18 +130,26 @@ class LayeredKeyValueState(KeyValueState):
         """The key as stored; ``StateSerializationError`` names the state and the key."""
         # A str, or a one-str tuple (how a transactional map keys its entries), is cached.
         plain = type(key) is str or (type(key) is tuple and len(key) == 1 and type(key[0]) is str)
+        shared = self._shared_keys
         if plain:
             cached = self._key_cache.get(key)
             if cached is not None:
                 return cached
-        try:
-            ekey = self._keys.serialize(key)
-        except StateSerializationError as exc:
-            msg = f"state {self.namespace!r}: key {key!r} cannot be stored: {exc}"
-            raise StateSerializationError(msg) from exc
+            if shared is not None:
+                cached = shared.get(key)
+        else:
+            cached = None
+        if cached is None:
+            try:
+                cached = self._keys.serialize(key)
+            except StateSerializationError as exc:
+                msg = f"state {self.namespace!r}: key {key!r} cannot be stored: {exc}"
+                raise StateSerializationError(msg) from exc
+            if plain and shared is not None and len(shared) < _KEY_CACHE_SIZE:
+                shared[key] = cached
         if plain and len(self._key_cache) < _KEY_CACHE_SIZE:
-            self._key_cache[key] = ekey
-        return ekey
+            self._key_cache[key] = cached
+        return cached
 
     def get(self, key: Any, default: Any = None) -> Any:
         """Return the value of ``key``, or ``default`` when it is absent."""
@@ -164,33 +179,67 @@ class LayeredKeyValueState(KeyValueState):
         return default if value is None else value
 
     def get_many(self, keys: Iterable[Any], default: Any = None) -> list[Any]:
-        """``get`` of each key, in order; what the store holds is read in one ``_stored_many``."""
+        """``get`` of each key, in order; what the store holds is read in one ``_stored_many``.
+
+        A key given twice is read once, and both places get the value decoded once.
+        """
         keys = list(keys)
         if self._fresh and any(type(k) is not str for k in keys):
             self._flush()
-        fresh, pending = self._fresh, self._pending
+        fresh, pending, cache = self._fresh, self._pending, self._key_cache
+        shared = self._shared_keys if self._shared_keys is not None else cache
+        deserialize = self._values.deserialize
+        if not pending and not self._touch:
+            # Nothing written since the state was made (``_fresh`` is empty too: a fresh write
+            # holds its place in ``_pending``), the way a transactional committer's map reads
+            # before it writes: every key comes from the store, in one pass.
+            ekeys: list[bytes] = []
+            for key in keys:  # ``_encode_key`` with its caches written in
+                kind = type(key)
+                if kind is str or (kind is tuple and len(key) == 1 and type(key[0]) is str):
+                    ekeys.append(cache.get(key) or shared.get(key) or self._encode_key(key))
+                else:
+                    ekeys.append(self._encode_key(key))
+            return [
+                default if payload is None or (value := deserialize(payload)) is None else value
+                for payload in self._stored_many(ekeys)
+            ]
         found: list[Any] = [_MISSING] * len(keys)
-        wanted: dict[bytes, list[int]] = {}
+        wanted: dict[bytes, int] = {}  # encoded key -> its first place in ``keys``
+        again: list[tuple[int, int]] = []  # (place, first place) of a key given again
+        # One frame for every key (a committer's ``multi_get`` of thousands): ``get``'s fresh
+        # layer and ``_encode_key``'s caches written into the loop.
         for i, key in enumerate(keys):
-            if type(key) is str:
+            kind = type(key)
+            if kind is str:
                 value = fresh.get(key)
                 if value is not None:
                     found[i] = value
                     continue
-            ekey = self._encode_key(key)
+                ekey = cache.get(key) or shared.get(key)
+            elif kind is tuple and len(key) == 1 and type(key[0]) is str:
+                ekey = cache.get(key) or shared.get(key)
+            else:
+                ekey = None
+            if ekey is None:
+                ekey = self._encode_key(key)
             payload = pending.get(ekey, _MISSING)
             if payload is _MISSING:
-                wanted.setdefault(ekey, []).append(i)
-            else:
-                found[i] = payload if payload is None else self._values.deserialize(payload)
+                first = wanted.setdefault(ekey, i)
+                if first != i:
+                    again.append((i, first))
+            elif payload is not None:
+                found[i] = deserialize(payload)
         if wanted:
             touch = self._touch
-            for ekey, payload in zip(wanted, self._stored_many(list(wanted)), strict=True):
-                if touch and payload is not None:
-                    pending[ekey] = payload  # a read refreshes: rewritten at the prepare
-                value = None if payload is None else self._values.deserialize(payload)
-                for i in wanted[ekey]:
-                    found[i] = value
+            stored = self._stored_many(list(wanted))
+            for (ekey, i), payload in zip(wanted.items(), stored, strict=True):
+                if payload is not None:
+                    if touch:
+                        pending[ekey] = payload  # a read refreshes: rewritten at the prepare
+                    found[i] = deserialize(payload)
+            for i, first in again:
+                found[i] = found[first]
         return [default if v is None or v is _MISSING else v for v in found]
 
     def decode_key(self, encoded: bytes) -> Any:
@@ -243,15 +292,17 @@ class LayeredKeyValueState(KeyValueState):
         self._pending[ekey] = payload
 
     def put_many(self, items: Iterable[tuple[Any, Any]]) -> None:
-        """``put`` of each pair, in order, with ``put``'s fresh-layer test written into the loop.
+        """``put`` of each pair, in order, with ``put`` written into the loop.
 
-        One frame for all the pairs instead of one each: a batch bolt's writes. A pair the
-        fresh layer does not take goes through ``put``, so every rule of ``put`` holds.
+        One frame for all the pairs instead of one each: a batch bolt's writes, a committer's
+        ``multi_put``. A pair ``put`` would refuse goes through ``put``, which raises.
         """
         if not self._fast:
             super().put_many(items)
             return
         put, pending, encode_key = self.put, self._pending, self._encode_key
+        serialize, cache = self._values.serialize, self._key_cache
+        shared = self._shared_keys if self._shared_keys is not None else cache
         for key, value in items:
             kind = type(value)
             # ``put``'s test, in the same order (see the module docstring).
@@ -269,8 +320,27 @@ class LayeredKeyValueState(KeyValueState):
                 if key not in fresh:
                     pending[encode_key(key)] = _FRESH
                 fresh[key] = value
+                continue
+            if value is None:
+                put(key, value)  # refused, as ``put`` refuses it
+                continue
+            # The rest of ``put``: encode both before touching a layer.
+            try:
+                payload = serialize(value)
+            except StateSerializationError:
+                put(key, value)  # raises what ``put`` raises, naming the state and the key
+                raise
+            kind = type(key)
+            if kind is str or (kind is tuple and len(key) == 1 and type(key[0]) is str):
+                ekey = cache.get(key) or shared.get(key) or encode_key(key)
             else:
-                put(key, value)
+                ekey = encode_key(key)
+            if self._fresh:
+                if kind is str:
+                    self._fresh.pop(key, None)
+                else:
+                    self._flush()
+            pending[ekey] = payload
 
     def delete(self, key: Any) -> Any:
         """Remove ``key``; returns its previous value."""

@@ -36,8 +36,9 @@ A task fault that could never fire (in a spout's task, which takes no input tupl
 topology's emitter included; in a component or task the topology does not have) refuses the run
 (``on_topology``).
 A fault that needs a Spark worker (a crash, or one on the first attempt only) in a task step the
-driver runs itself (a commit done in the driver) refuses the run (``on_driver_tasks``), naming
-the setting that moves the step to the executors: faults never move it themselves.
+driver runs itself (a commit done in the driver, a small transaction's stateless head) refuses
+the run (``on_driver_tasks``), naming the setting that moves the step to the executors: faults
+never move it themselves.
 Driver kill points (``KillPoint``) name where in the protocol the driver dies. With
 ``once_file``, the kill fires only if it can create that file (``O_EXCL``), so a driver restarted
 with the same config (``statefulbolts run --supervise``) does not die again at the same point:
@@ -227,12 +228,17 @@ class FaultPlan:
             raise ConfigError(msg)
 
     def on_driver_tasks(
-        self, components: Collection[str], points: Collection[TaskPoint], setting: str
+        self,
+        components: Collection[str],
+        points: Collection[TaskPoint],
+        setting: str,
+        away: str = "executors",
     ) -> None:
         """Refuse the run when a fault of the driver's tasks needs a Spark worker.
 
         Raises:
-            ConfigError: naming the components and ``setting``, which moves their tasks.
+            ConfigError: naming the components, and ``setting`` with the value ``away``,
+                which moves their tasks to the executors.
         """
         needing = sorted(
             {
@@ -245,8 +251,8 @@ class FaultPlan:
             where = "|".join(sorted(p.value for p in points))
             msg = (
                 f"{FAULTS_KEY} crashes, or fails on the first attempt only, tasks of {needing} "
-                f"(at {where}), which the driver runs ({setting} 'auto'): such a fault needs a "
-                f"Spark worker and Spark's task retry; set {setting} to 'executors' for this run"
+                f"(at {where}), which the driver runs itself under {setting}: such a fault needs "
+                f"a Spark worker and Spark's task retry; set {setting} to {away!r} for this run"
             )
             raise ConfigError(msg)
 

@@ -49,6 +49,16 @@ class TopologyConfig(BaseModel):
     state_commit_location: Literal["auto", "executors"] = Field(
         "auto", alias="topology.state.commit.location"
     )
+    # Whether the driver runs a checkpoint job's stateless head itself (``checkpoint._head``):
+    # ``auto`` when the head's measured cost for the batch fits the budget. On Spark the head
+    # costs a stage boundary (20-40 ms on two cores) plus its run split over its tasks; in the
+    # driver, its run: it pays to move up to twice the cheapest boundary. 10 and 20 ms left the
+    # word count's split on Spark at 10,000 tuples/s, where moving it halved the p50
+    # (docs/benchmarks.md).
+    driver_head: Literal["auto", "always", "never"] = Field("auto", alias="topology.driver.head")
+    driver_head_budget_ms: float = Field(
+        40, ge=0, allow_inf_nan=False, alias="topology.driver.head.budget.ms"
+    )
     message_timeout_secs: float = Field(30, gt=0, alias="topology.message.timeout.secs")
     acker_executors: int | None = Field(None, ge=0, alias="topology.acker.executors")
     max_spout_pending: int | None = Field(None, ge=0, alias="topology.max.spout.pending")
@@ -197,6 +207,8 @@ class Config(dict[str, Any]):
     TOPOLOGY_STATE_CHECKPOINT_INTERVAL = "topology.state.checkpoint.interval.ms"
     TOPOLOGY_STATE_CHECKPOINT_CADENCE = "topology.state.checkpoint.cadence"
     TOPOLOGY_STATE_COMMIT_LOCATION = "topology.state.commit.location"
+    TOPOLOGY_DRIVER_HEAD = "topology.driver.head"
+    TOPOLOGY_DRIVER_HEAD_BUDGET_MS = "topology.driver.head.budget.ms"
     TOPOLOGY_MESSAGE_TIMEOUT_SECS = "topology.message.timeout.secs"
     TOPOLOGY_ACKER_EXECUTORS = "topology.acker.executors"
     TOPOLOGY_MAX_SPOUT_PENDING = "topology.max.spout.pending"

@@ -12,7 +12,8 @@ in one place: ``statefulbolts.protocol_runner.ProtocolRunner``). The points:
   a transaction (a committer's ``finish_batch`` in a commit phase is the latter):
   ``TaskPoint.PREPARED``, ``TaskPoint.COMMITTED``;
 - ``on_driver``: the driver reached one of a protocol's kill points (``KillPoint``);
-- ``on_driver_tasks``: the driver itself runs some tasks' steps (a commit done in the driver).
+- ``on_driver_tasks``: the driver itself runs some tasks' steps (a commit done in the driver,
+  a small transaction's stateless head).
   Where a protocol runs a task is never decided by the listener: one whose faults cannot fire
   there refuses the run, naming the setting that moves the tasks to the executors.
 
@@ -97,14 +98,18 @@ class FaultListener(Protocol):
         """The driver reached kill point ``point`` in transaction ``txid``."""
 
     def on_driver_tasks(
-        self, components: Collection[str], points: Collection[TaskPoint], setting: str
+        self,
+        components: Collection[str],
+        points: Collection[TaskPoint],
+        setting: str,
+        away: str = "executors",
     ) -> None:
-        """The driver itself runs ``components``' tasks through ``points``.
+        """The driver itself runs (or may run) ``components``' tasks through ``points``.
 
-        ``setting`` is the config that moves them to Spark's executors. A listener whose
-        faults need a Spark worker there (a crash is a Python worker's death; a fault on a
-        task's first attempt only expects Spark to run the task again) raises a
-        ``ConfigError`` naming ``setting``.
+        ``setting`` is the config that moves them to Spark's executors, with the value
+        ``away``. A listener whose faults need a Spark worker there (a crash is a Python
+        worker's death; a fault on a task's first attempt only expects Spark to run the task
+        again) raises a ``ConfigError`` naming ``setting`` and ``away``.
         """
 
 
@@ -137,7 +142,11 @@ class NoFaults:
         """Nothing."""
 
     def on_driver_tasks(
-        self, components: Collection[str], points: Collection[TaskPoint], setting: str
+        self,
+        components: Collection[str],
+        points: Collection[TaskPoint],
+        setting: str,
+        away: str = "executors",
     ) -> None:
         """Nothing: no fault, so nothing to refuse."""
 

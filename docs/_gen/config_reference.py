@@ -65,6 +65,22 @@ TOPOLOGY_MEANINGS: dict[str, str] = {
         "done by the driver through the provider, with no Spark job; `executors`: every COMMIT "
         "is a Spark job of the stateful tasks."
     ),
+    "topology.driver.head": (
+        "Whether the driver runs a checkpoint job's stateless head itself: the leading stages "
+        "whose bolts are all stateless (no state, timers, windows or tick tuples), before a "
+        "stage boundary, when the topology reads no partitioned spout. Spark runs the rest, so "
+        "the word count's PREPARE is one Spark stage instead of two. `auto`: when the head's "
+        "cost for the transaction (its tuples times the head's measured seconds per tuple) fits "
+        "`topology.driver.head.budget.ms`, so large batches keep the head on Spark's parallel "
+        "tasks; `always`; `never`. A `topology.faults` fault that needs a Spark worker in a "
+        "head bolt is refused unless `never`."
+    ),
+    "topology.driver.head.budget.ms": (
+        "Under `topology.driver.head` `auto`: the most time, in ms, the driver may spend "
+        "running a transaction's head, estimated before it runs. On Spark the head costs a "
+        "stage boundary (some 20-40 ms on 2 cores) plus its run split over its tasks; in the "
+        "driver, its run: the default is twice the cheapest boundary."
+    ),
     "topology.message.timeout.secs": (
         "A spout tuple whose tree is still incomplete this long after its transaction ended is "
         "failed (and replayed by its spout)."

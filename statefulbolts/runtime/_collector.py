@@ -32,6 +32,39 @@ from statefulbolts.tuples import DEFAULT_STREAM, ColumnBatch, Tuple
 
 __all__ = ["TaskCollector", "Unsealed"]
 
+# Values a fields grouping on one str field remembers the route of, the first ``_MEMO_SIZE`` of
+# them: per task, the batch each went to (``TaskCollector._memo``), and per process, per tuple
+# of key group owners, each value's owner and the first str object of that value (``_ROUTES``),
+# kept from one job to the next. A Python worker runs a topology's jobs one after another, and
+# a transactional batch bolt's ``finish_batch`` emits each distinct word of its batch once:
+# within a task no word is routed twice, while from batch to batch the words repeat, and hashing
+# each again and filling a task's memo was most of the cost of those emits.
+_MEMO_SIZE = 100_000
+_ROUTES: dict[tuple[int, ...], dict[str, tuple[int, str]]] = {}
+
+
+def _new_route(
+    routes: dict[str, tuple[int, str]], owners: tuple[int, ...], value: str
+) -> tuple[int, str]:
+    """``value``'s owner by ``stable_hash`` and ``value``, kept in ``routes`` (of ``owners``)."""
+    route = (owners[stable_hash((value,)) % len(owners)], value)
+    if len(routes) < _MEMO_SIZE:
+        routes[value] = route
+    return route
+
+
+class _ByField(NamedTuple):
+    """``emit_to``'s route of one stream fields-grouped on one field into one component."""
+
+    width: int  # the stream's values, without the job's leading ones
+    pos: int  # the grouped field's position among them
+    routes: dict[str, tuple[int, str]]  # the process's routes over ``owners`` (``_ROUTES``)
+    batches: list[list[Any] | None]  # this task's batch for each destination task, once made
+    ids: Sequence[int]  # the global id of each destination task
+    stream: int
+    dest: int
+    owners: tuple[int, ...]
+
 
 class Unsealed(NamedTuple):
     """A batch whose values column did not pickle: its key and what pickling it raised."""
@@ -82,15 +115,22 @@ class TaskCollector(OutputCollector):
         self._task_ids = plan.task_ids
         # Fields grouping on one str field: remember which batch a value goes to, with the first
         # str object of that value: (field position, {value: (batch, value)}, dest, the key
-        # group owners of dest's tasks).
+        # group owners of dest's tasks, the process's routes over those owners).
         self._memo: dict[
-            int, tuple[int, dict[str, tuple[list[Any], str]], int, tuple[int, ...]]
+            int,
+            tuple[
+                int,
+                dict[str, tuple[list[Any], str]],
+                int,
+                tuple[int, ...],
+                dict[str, tuple[int, str]],
+            ],
         ] = {}
         for stream in range(len(self._widths)):
             single = self._router.single_field_route(stream)
             if single is not None:
                 dest, pos, owners = single
-                self._memo[stream] = (pos, {}, dest, owners)
+                self._memo[stream] = (pos, {}, dest, owners, _ROUTES.setdefault(owners, {}))
         # The same caches by stream name, for the one-field data streams ``emit`` has a fast
         # path for (none in a data-free job, where a data emit is an error).
         self._fast: dict[str, dict[str, tuple[list[Any], str]]] = {}
@@ -105,9 +145,9 @@ class TaskCollector(OutputCollector):
         # appends to it.
         self._fixed: dict[str, list[Any]] = {}
         # ``emit_to``'s fast paths: the fixed streams' task ids; the fields-grouped streams by
-        # name, (width, field position, the memo's cache).
+        # name, ``_ByField``: routed by the process's routes alone, into a batch per task.
         self._fixed_ids: dict[str, int] = {}
-        self._memo_by_name: dict[str, tuple[int, int, dict[str, tuple[list[Any], str]]]] = {}
+        self._by_field: dict[str, _ByField] = {}
         if data_free is None:
             for name, s in self._streams.items():
                 target = self._router.single_target(s)
@@ -115,7 +155,12 @@ class TaskCollector(OutputCollector):
                     self._fixed[name] = [self._widths[s], None]
                     self._fixed_ids[name] = plan.task_ids[target[0]][target[1]]
                 if s in self._memo:
-                    self._memo_by_name[name] = (self._widths[s], self._memo[s][0], self._memo[s][1])
+                    pos, _cache, dest, owners, routes = self._memo[s]
+                    ids = plan.task_ids[dest]
+                    by_task: list[list[Any] | None] = [None] * len(ids)
+                    self._by_field[name] = _ByField(
+                        self._widths[s], pos, routes, by_task, ids, s, dest, owners
+                    )
         # ``emit``'s two fast paths by stream name, in one lookup: (the fields-grouping cache
         # of a one-field stream, the fixed stream's entry), either ``None``.
         self._quick: dict[str, tuple[dict[str, tuple[list[Any], str]] | None, list[Any] | None]]
@@ -255,35 +300,47 @@ class TaskCollector(OutputCollector):
         return self._fast
 
     def emit_to(
-        self, values: Sequence[Any], stream: str = DEFAULT_STREAM, root: int = 0
+        self, values: Sequence[Any], stream: str = DEFAULT_STREAM, root: int = 0, skip: int = 0
     ) -> list[int]:
         """Emit one unanchored tuple; return the global task ids it was sent to.
 
         ``root`` rides in the tuple's root column untracked: a transactional batch's lineage.
+        ``skip``: how many leading values ``values`` has that are the job's and not shipped
+        (``ExecutionPlan.lead``: a transactional tuple's attempt), left out here rather than
+        sliced off by the caller, so that an emit of several values makes one list, not two.
         """
         # The fast paths of ``emit`` (a batch bolt's and an emitter's every emit comes here):
-        # a stream into one task whose batch exists, and a fields-grouped value routed before.
+        # a stream into one task whose batch exists, and a str value of a fields grouping.
         if not self._anchored_only:
             fixed = self._fixed.get(stream)
             if fixed is not None:
                 width, to = fixed
-                if to is not None and len(values) == width:
-                    to[0].append(values[0] if width == 1 else list(values))
+                if to is not None and len(values) == width + skip:
+                    to[0].append(values[skip] if width == 1 else _row(values, skip))
                     to[1].append(root)
                     return [self._fixed_ids[stream]]
-            memo = self._memo_by_name.get(stream)
-            if memo is not None and len(values) == memo[0]:
-                value = values[memo[1]]
-                entry = memo[2].get(value) if type(value) is str else None
-                if entry is not None:
-                    batch = entry[0]
-                    batch[0].append(entry[1] if memo[0] == 1 else list(values))
+            by = self._by_field.get(stream)
+            if by is not None and len(values) == by.width + skip:
+                value = values[skip + by.pos]
+                if type(value) is str:
+                    # By the process's routes, not the task's memo: ``finish_batch`` emits each
+                    # distinct value once, so a task's memo would only be filled, never read.
+                    route = by.routes.get(value) or _new_route(by.routes, by.owners, value)
+                    task = route[0]
+                    batch = by.batches[task]
+                    if batch is None:
+                        batch = by.batches[task] = self._batch(by.dest, task, by.stream)
+                    if by.width == 1:
+                        batch[0].append(route[1])
+                    elif skip and type(values) is list:
+                        batch[0].append(values[skip:])  # a new list already (``_row``)
+                    else:
+                        batch[0].append(_row(values, skip))
                     batch[1].append(root)
-                    dest, task = self._dest_of[id(batch)]
-                    return [self._task_ids[dest][task]]
+                    return [by.ids[task]]
         ids = self._task_ids
         dest_of = self._dest_of
-        batches = self._emit(values, None, stream, root)
+        batches = self._emit(values[skip:] if skip else values, None, stream, root)
         return [ids[d][t] for d, t in (dest_of[id(b)] for b in batches)]
 
     def emit_run(self, rows: Sequence[Sequence[Any]], stream: str, first_root: int) -> None:
@@ -428,14 +485,7 @@ class TaskCollector(OutputCollector):
         memo = self._memo.get(s)
         value = values[memo[0]] if memo is not None else None
         if memo is not None and type(value) is str:
-            cache = memo[1]
-            entry = cache.get(value)
-            if entry is None:
-                owners = memo[3]
-                task = owners[stable_hash((value,)) % len(owners)]
-                entry = (self._batch(memo[2], task, s), value)
-                if len(cache) < 100_000:
-                    cache[value] = entry
+            entry = memo[1].get(value) or self._route(s, value)
             targets: Sequence[list[Any]] = (entry[0],)
         else:
             targets = [self._batch(d, t, s) for d, t in self._router.targets(self.comp, s, values)]
@@ -469,6 +519,18 @@ class TaskCollector(OutputCollector):
             batch[0].append(vals)
             batch[1].append(root)
         return targets
+
+    def _route(self, stream: int, value: str) -> tuple[list[Any], str]:
+        """The memo entry of ``value`` on fields-grouped ``stream``: its batch, and ``value``.
+
+        Remembered for the task's next emits of an equal value (the first ``_MEMO_SIZE``).
+        """
+        _pos, cache, dest, owners, routes = self._memo[stream]
+        task, value = routes.get(value) or _new_route(routes, owners, value)
+        entry = (self._batch(dest, task, stream), value)
+        if len(cache) < _MEMO_SIZE:
+            cache[value] = entry
+        return entry
 
     def _batch(self, dest: int, dtask: int, stream: int) -> list[Any]:
         key = (dest, dtask, stream)
@@ -532,8 +594,10 @@ class TaskCollector(OutputCollector):
         self.batches.clear()
         self._sealed.clear()
         self._dest_of.clear()
-        for _pos, cache, _dest, _n in self._memo.values():
+        for _pos, cache, _dest, _owners, _routes in self._memo.values():
             cache.clear()
+        for by in self._by_field.values():
+            by.batches[:] = [None] * len(by.batches)
         for fixed in self._fixed.values():
             fixed[1] = None
 
@@ -562,6 +626,13 @@ class TaskCollector(OutputCollector):
         trace = format_traceback(error) if error.__traceback__ is not None else None
         types = exception_types(error)
         self.errors.append(ReportedError(self.comp, self.task, types, text, trace))
+
+
+def _row(values: Sequence[Any], skip: int) -> list[Any]:
+    """A new list of ``values`` without the first ``skip``: what a batch keeps of a tuple."""
+    if skip and type(values) is list:
+        return values[skip:]  # a slice of a list is a new list already
+    return list(values[skip:] if skip else values)
 
 
 class _TaskBasicCollector(BasicOutputCollector):

@@ -62,6 +62,12 @@ class JobSpec:
     ``action`` is typed ``str`` because the engine imports no protocol: each protocol passes a
     member of its own ``StrEnum`` (``checkpoint.Action``, ``statefulbolts.transactional``'s
     ``BatchAction``), which is a ``str`` that formats as its value; the engine only shows it.
+
+    ``driver_stages`` > 0: the protocol lets the engine run that many leading stages in the
+    driver, with the same task code (``_inline.run_head``), and the rest as the job. The
+    protocol decides which jobs may (stateless tasks only, a small batch: the checkpoint
+    protocol's ``topology.driver.head``); the stages must end at a wide boundary before the
+    last (``JobLayout.narrow``). An engine that runs every task here anyway ignores it.
     """
 
     layout: JobLayout
@@ -77,6 +83,7 @@ class JobSpec:
     lead: tuple[Any, ...] = ()
     action: str = "JOB"
     attempt: int | None = None
+    driver_stages: int = 0
 
 
 class JobLabels(NamedTuple):
@@ -131,9 +138,12 @@ class Engine(Protocol):
 
     ``plan`` is the topology's ``ExecutionPlan``. A job's future holds its ``JobResult``, or
     the error that failed it (a task's fatal error as ``TaskFailedError``, or the engine's).
+    ``in_driver``: every task of every job runs in this process (the inline engine), so a
+    protocol has nothing to move here (``JobSpec.driver_stages``).
     """
 
     plan: ExecutionPlan
+    in_driver: bool
 
     def image_shipper(self, provider: DriverOwnedStateProvider) -> ImageShipper | None:
         """What ships ``provider``'s images to the tasks; ``None``: the tasks use them here."""

@@ -10,12 +10,16 @@ driver-owned provider's states are the driver's own, written in place), no Pytho
 the ``TaskFailedError`` a Spark task would raise, instead of arriving wrapped in Spark's
 exception.
 
-Two users:
+Three users:
 
 - ``SparkEngine.run_here``: some jobs are too small to be worth Spark's scheduling. A
   transactional batch's commit phase against state the driver holds (the in-memory provider)
   moves a few thousand per-key updates into maps that live in the driver anyway, and a Spark job
   of one Python stage costs 35-60 ms on a 2-core machine however little it carries.
+- ``SparkEngine.run`` of a job whose protocol lets the driver run its leading stages
+  (``JobSpec.driver_stages``, ``run_head``): a small checkpoint transaction's stateless bolts
+  run here and hand Spark what its first stage would have been fed, so a two-stage PREPARE
+  is one Spark stage (a stage boundary costs a Spark job 20-40 ms on 2 cores).
 - ``InlineEngine``: the whole topology's jobs, for protocol tests without a SparkSession.
 
 No pyspark here.
@@ -24,9 +28,11 @@ No pyspark here.
 from __future__ import annotations
 
 import concurrent.futures
+import dataclasses
+import gc
 import pickle
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 from providers import DriverOwnedStateProvider
 from statefulbolts.errors import TopologyError
@@ -35,13 +41,18 @@ from statefulbolts.runtime._engine import JobSpec, task_job
 from statefulbolts.runtime._images import ImageShipper
 from statefulbolts.runtime._plan import ExecutionPlan
 from statefulbolts.runtime._program import TaskJob
-from statefulbolts.runtime._records import JobResult
+from statefulbolts.runtime._records import JobResult, ReportedError
 from statefulbolts.runtime._results import reduce_acks
 from statefulbolts.runtime._sealing import seal_inputs
+from statefulbolts.runtime._stats import format_traceback
 from statefulbolts.runtime._task import run_task
+from statefulbolts.runtime._task_errors import decode_task_error, exception_types
 from statefulbolts.topology import StormTopology
 
-__all__ = ["InlineEngine", "freeze_topology", "run_inline"]
+__all__ = ["RETRIED_HERE", "Head", "InlineEngine", "freeze_topology", "run_head", "run_inline"]
+
+# What the text of each failed head attempt that the driver's retry survived ends with.
+RETRIED_HERE = "(a failed attempt: the driver ran the task again, as Spark would, and it succeeded)"
 
 
 def run_inline(job: TaskJob, topology: bytes, inputs: Sequence[Sequence[Any]]) -> JobResult:
@@ -52,21 +63,120 @@ def run_inline(job: TaskJob, topology: bytes, inputs: Sequence[Sequence[Any]]) -
         raise ValueError(msg)
     if layout.depth == 0:
         return JobResult()
+    return reduce_acks(_run_stages(job, topology, inputs, layout.depth))[0]
+
+
+class Head(NamedTuple):
+    """What a job's head, run here, sends on (``run_head``)."""
+
+    records: list[list[Any]]  # for each slot of the stage after the head
+    retried: list[ReportedError]  # the failed attempts a retry survived (``JobResult.retried``)
+
+
+def run_head(
+    job: TaskJob,
+    topology: bytes,
+    inputs: Sequence[Sequence[Any]],
+    stages: int,
+    attempts: int = 1,
+) -> Head:
+    """Run stages ``[0, stages)`` of ``job`` here; the records for each slot of stage ``stages``.
+
+    The rest of the job runs elsewhere (``SparkEngine.run``): slot ``s`` of stage ``stages``
+    is fed exactly ``records[s]``, which is what a ``partitionBy`` would have brought it
+    (tuples, carried records, acks, fails, the head tasks' reports), so the job's result is
+    the one it would have had. The head's tasks hold no state: their job ships them no images
+    (a driver-owned provider's images are for the stateful tasks after them). A task that
+    raises is run again from the same input, as Spark runs a failed task, up to ``attempts``
+    times in all (Spark's ``spark.task.maxFailures``): a failure a retry survives is an error
+    to count (``Head.retried``), and the last attempt's error fails the job.
+
+    Raises:
+        ValueError: ``stages`` leaves no stage to run elsewhere, or cuts a narrow boundary
+            (what crosses one is not sealed: it would not travel as Spark ships it).
+    """
+    layout = job.layout
+    if not 0 < stages < layout.depth or layout.narrow[stages - 1]:
+        msg = (
+            f"a job of {layout.depth} stages (narrow boundaries {list(layout.narrow)}) cannot "
+            f"run its first {stages} here: the head must end at a wide boundary before the last"
+        )
+        raise ValueError(msg)
+    retried: list[ReportedError] = []
+    head = dataclasses.replace(job, images=None)
+    out = _run_stages(head, topology, inputs, stages, attempts, retried)
+    records: list[list[Any]] = [[] for _ in layout.stages[stages]]
+    for key, part in out:
+        records[key].extend(part)
+    return Head(records, retried)
+
+
+def _run_stages(
+    job: TaskJob,
+    topology: bytes,
+    inputs: Sequence[Sequence[Any]],
+    stop: int,
+    attempts: int = 1,
+    retried: list[ReportedError] | None = None,
+) -> list[tuple[int, list[Any]]]:
+    """Stages ``[0, stop)`` of ``job``, here: stage ``stop - 1``'s keyed output."""
+    layout = job.layout
     n0 = len(layout.stages[0])
-    sealed = seal_inputs(job.plan, job.txid, inputs)  # as a Spark job ships them
-    fed: list[list[tuple[int, list[Any]]]] = [
-        [(s, sealed[s] if s < len(sealed) else [])] for s in range(n0)
-    ]
-    out: list[tuple[int, list[Any]]] = []
-    for k in range(layout.depth):
-        out = []
-        for slot, items in enumerate(fed):
-            out.extend(run_task(job, topology, k, slot, items, in_worker=False))
-        if k + 1 < layout.depth:
-            fed = [[] for _ in layout.stages[k + 1]]
-            for key, records in out:
-                fed[key].append((key, records))
-    return reduce_acks(out)[0]
+    # The collector stays off for the whole job, unpickling the inputs included (a task turns
+    # it off only for its own steps): this is the driver, whose heap a worker's
+    # ``freeze_long_lived`` never froze, and a transactional commit unpickles tens of thousands
+    # of young objects, enough to start a full collection of that heap (30 ms, as much as the
+    # rest of the commit) in one commit of every run of the bench.
+    was_on = gc.isenabled()
+    gc.disable()
+    try:
+        sealed = seal_inputs(job.plan, job.txid, inputs)  # as a Spark job ships them
+        fed: list[list[tuple[int, list[Any]]]] = [
+            [(s, sealed[s] if s < len(sealed) else [])] for s in range(n0)
+        ]
+        out: list[tuple[int, list[Any]]] = []
+        for k in range(stop):
+            out = []
+            for slot, items in enumerate(fed):
+                out.extend(_attempted(job, topology, k, slot, items, attempts, retried))
+            if k + 1 < stop:
+                fed = [[] for _ in layout.stages[k + 1]]
+                for key, records in out:
+                    fed[key].append((key, records))
+        return out
+    finally:
+        if was_on:
+            gc.enable()
+
+
+def _attempted(
+    job: TaskJob,
+    topology: bytes,
+    stage: int,
+    slot: int,
+    items: list[tuple[int, list[Any]]],
+    attempts: int,
+    retried: list[ReportedError] | None,
+) -> list[tuple[int, list[Any]]]:
+    """One task's keyed output, the task run up to ``attempts`` times until it succeeds.
+
+    Each failed attempt but the last goes to ``retried``, as Spark's retry tells of one
+    (``_retried``); the last one's error is raised.
+    """
+    attempt = 1
+    while True:
+        try:
+            return list(run_task(job, topology, stage, slot, items, in_worker=False))
+        except Exception as exc:
+            if attempt >= attempts or retried is None:
+                raise
+            comp, task = job.layout.stages[stage][slot]
+            error = decode_task_error(exc)
+            types = error.types if error is not None else exception_types(exc)
+            cause = error.cause if error is not None else f"{type(exc).__name__}: {exc}"
+            trace = format_traceback(exc.__cause__ or exc)
+            retried.append(ReportedError(comp, task, types, f"{cause} {RETRIED_HERE}", trace))
+            attempt += 1
 
 
 def task_copy(obj: Any) -> Any:
@@ -128,6 +238,8 @@ class InlineEngine:
         >>> engine.image_shipper(None) is None
         True
     """
+
+    in_driver = True  # ``JobSpec.driver_stages`` changes nothing: every stage runs here
 
     def __init__(
         self,

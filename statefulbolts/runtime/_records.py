@@ -156,12 +156,16 @@ class JobTimings(NamedTuple):
     ``before``: building the job (the tasks' shared description, sealing the spout tuples,
     the RDD chain and its pickled stage functions); ``spark``: Spark's run of it, from the
     submission to the last result collected (scheduling, shuffles, the Python workers, the
-    tasks); ``after``: merging the results.
+    tasks); ``after``: merging the results. ``head``: the job's first ``head_stages`` stages,
+    run by the driver itself before Spark's part (``JobSpec.driver_stages``): their tasks,
+    sealing the spout tuples for them and keying what they sent on (not in ``before``).
     """
 
     before: float
     spark: float
     after: float
+    head: float = 0.0
+    head_stages: int = 0
 
 
 @dataclass

@@ -44,6 +44,21 @@ def with_task_retries(master: str, max_failures: int) -> str:
     return f"local[{m.group('n') or 1},{max_failures}]"
 
 
+def task_attempts(sc: Any) -> int:
+    """How many attempts Spark gives a task of ``sc`` (``local[N,F]``: F; ``local[N]``: 1).
+
+    Example:
+        >>> class Context:
+        ...     master = "local[2,4]"
+        >>> task_attempts(Context())
+        4
+    """
+    m = _LOCAL.match(str(sc.master).strip())
+    if m:
+        return int(m.group("f") or 1)
+    return int(sc.getConf().get("spark.task.maxFailures", "4"))
+
+
 def loopback_settings(user_conf: Mapping[str, Any] | None = None) -> dict[str, str]:
     """Spark settings that keep a local run on 127.0.0.1, unless the user set them."""
     user_conf = user_conf or {}

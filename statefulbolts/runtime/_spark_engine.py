@@ -3,12 +3,15 @@
 ``SparkEngine`` turns a ``JobSpec`` (see ``_engine``, the seam) into one chain of Spark stages
 (``mapPartitionsWithIndex`` per stage, a ``partitionBy`` on the destination slot between two),
 runs it on a thread of its own, and hands back a ``JobResult``. Everything Spark-specific of
-running a topology lives here: the topology's broadcast, shipping code to the executors
+running a topology lives here: the topology's broadcast (a small topology travels inline with
+each job instead), shipping code to the executors
 (``extlib/`` folders always, as files beside the tasks and never on their ``sys.path``; on a
 non-local master also the framework and the user's modules, see ``_shipping``), job groups and
 their cancellation: a job's ``JobSpec.group`` is its Spark job *tag*, so ``cancel(group)``
 reaches every job started under it whatever its action; every job of the topology also carries
-``topology_tag``.
+``topology_tag``. A job whose protocol lets the driver run its first stages
+(``JobSpec.driver_stages``) runs them here first, with the same task code (``_inline``), and
+Spark's chain starts at the stage after them.
 """
 
 from __future__ import annotations
@@ -24,16 +27,16 @@ from providers import DriverOwnedStateProvider, add_extlib_dirs, extlib_dirs
 from statefulbolts.errors import TopologyError
 from statefulbolts.listeners import NO_FAULTS, FaultListener
 from statefulbolts.runtime._engine import JobSpec, job_labels, tag, task_job, topology_tag
-from statefulbolts.runtime._images import ImageShipper
-from statefulbolts.runtime._inline import run_inline
+from statefulbolts.runtime._images import INLINE_BYTES, ImageShipper
+from statefulbolts.runtime._inline import run_head, run_inline
 from statefulbolts.runtime._plan import ExecutionPlan
 from statefulbolts.runtime._program import TaskJob
-from statefulbolts.runtime._records import JobResult, JobTimings
+from statefulbolts.runtime._records import JobResult, JobTimings, ReportedError
 from statefulbolts.runtime._results import merge_results, reduce_acks
 from statefulbolts.runtime._retried import failed_attempts, retried_errors
 from statefulbolts.runtime._sealing import seal_inputs
 from statefulbolts.runtime._shipping import build_zip, code_to_ship, folder_source, sources, zip_dir
-from statefulbolts.runtime._spark import is_local
+from statefulbolts.runtime._spark import is_local, task_attempts
 from statefulbolts.runtime._task import run_task
 from statefulbolts.topology import StormTopology
 
@@ -53,9 +56,12 @@ def _identity(key: int) -> int:
 class SparkEngine:
     """Runs the jobs of one topology on a SparkContext, up to ``max_jobs`` at a time.
 
-    Tasks load the topology from a broadcast; with ``tasks_run_spouts`` False (spouts run in
-    the driver) it is shipped without its spouts' objects.
+    Tasks load the topology from a broadcast, or from the job itself when it is small; with
+    ``tasks_run_spouts`` False (spouts run in the driver) it is shipped without its spouts'
+    objects.
     """
+
+    in_driver = False
 
     def __init__(
         self,
@@ -84,13 +90,21 @@ class SparkEngine:
         except Exception as exc:
             msg = f"topology {name!r} cannot be serialized for Spark: {exc}"
             raise TopologyError(msg) from exc
-        self._blob = self.sc.broadcast(blob)
+        # A small topology travels inline, pickled with each job's stage functions, as a small
+        # image does (``_images``): a broadcast costs py4j calls to make (a few ms of every
+        # submit, before the first job can start) and to destroy, and each worker reads it
+        # from a file. A large one is broadcast, read once per worker.
+        self._blob: Any = blob if len(blob) <= INLINE_BYTES else self.sc.broadcast(blob)
         self._topology = blob  # for the jobs run in this process (``run_here``)
         self._released = False
         self._shippers: list[ImageShipper] = []
+        self._slots: dict[int, Any] = {}  # ``_empty_slots``
+        self._slots_lock = threading.Lock()
         self._pool = concurrent.futures.ThreadPoolExecutor(
             max_jobs, thread_name_prefix=f"sb-{name}-job"
         )
+        # Attempts per task, for the stages run here (``_inline.run_head``) as Spark gives them.
+        self._attempts = task_attempts(self.sc)
         # The file names of the extlib zips: every task looks in them (``_use_extlib``).
         self._extlib = _ship_extlib(self.sc, conf)
         if not is_local(self.sc.master):
@@ -126,12 +140,30 @@ class SparkEngine:
         return done
 
     def run(self, spec: JobSpec) -> JobResult:
-        """Run ``spec`` on the calling thread and return its ``JobResult``."""
+        """Run ``spec`` on the calling thread and return its ``JobResult``.
+
+        The first ``spec.driver_stages`` stages run here, before Spark's part
+        (``_inline.run_head``); Spark's job then starts at the stage after them, each of its
+        partitions fed what that stage's slot would have been fed by a ``partitionBy``.
+        """
         if spec.layout.depth == 0:
             return JobResult()
         began = time.perf_counter()
         job = self._job(spec)
         labels = job_labels(self.name, spec)
+        layout, first = spec.layout, spec.driver_stages
+        head = 0.0
+        retried: list[ReportedError] = []
+        if first:
+            # A task error raised here fails the job as the same error from a Spark task
+            # would: a ``TaskFailedError`` carrying its encoded facts (``_task_errors``).
+            ran_head = time.perf_counter()
+            fed, retried = run_head(job, self._topology, spec.inputs, first, self._attempts)
+            head = time.perf_counter() - ran_head
+        else:
+            # A spout tuple that does not pickle is that spout task's error.
+            sealed = seal_inputs(job.plan, job.txid, spec.inputs)
+            fed = [sealed[s] if s < len(sealed) else [] for s in range(len(layout.stages[0]))]
         sc, blob, extlib = self.sc, self._blob, self._extlib
         # Always set: a pool thread keeps its job group and tags from one job to the next.
         sc.setJobGroup(labels.group, labels.description, interruptOnCancel=True)
@@ -147,13 +179,13 @@ class SparkEngine:
 
             return fn
 
-        layout = spec.layout
-        n0 = len(layout.stages[0])
-        sealed = seal_inputs(job.plan, job.txid, spec.inputs)  # a spout tuple's error is its own
-        first = [sealed[s] if s < len(sealed) else [] for s in range(n0)]
-        rdd = sc.parallelize([(s, first[s]) for s in range(n0)], n0)
-        rdd = rdd.mapPartitionsWithIndex(stage(0), preservesPartitioning=False)
-        for k in range(1, layout.depth):
+        n = len(layout.stages[first])
+        if any(fed):
+            rdd = sc.parallelize([(s, fed[s]) for s in range(n)], n)
+        else:
+            rdd = self._empty_slots(n)
+        rdd = rdd.mapPartitionsWithIndex(stage(first), preservesPartitioning=False)
+        for k in range(first + 1, layout.depth):
             if not layout.narrow[k - 1]:  # a narrow boundary: Spark pipelines k - 1 and k
                 rdd = rdd.partitionBy(len(layout.stages[k]), _identity)
             rdd = rdd.mapPartitionsWithIndex(stage(k))
@@ -169,8 +201,24 @@ class SparkEngine:
         if any(report.attempt for report in result.reports):  # Spark's retry survived a failure
             texts = failed_attempts(sc, labels.group)
             result.retried = retried_errors(self.plan, result.reports, texts)
-        result.timings = JobTimings(submitted - began, ran - submitted, time.perf_counter() - ran)
+        result.retried = retried + result.retried  # the head's, then Spark's
+        result.timings = JobTimings(
+            submitted - began - head, ran - submitted, time.perf_counter() - ran, head, first
+        )
         return result
+
+    def _empty_slots(self, n: int) -> Any:
+        """``n`` first-stage slots fed nothing, as the RDD every such job starts from.
+
+        Made once per ``n``: ``parallelize`` writes a temporary file and has the JVM read it,
+        most of the driver's own work for a job whose tasks get no input (a transactional
+        batch whose emitters are its first stage; 2-4 ms of each).
+        """
+        with self._slots_lock:
+            rdd = self._slots.get(n)
+            if rdd is None:
+                rdd = self._slots[n] = self.sc.parallelize([(s, []) for s in range(n)], n)
+            return rdd
 
     def _job(self, spec: JobSpec) -> TaskJob:
         """What every task of ``spec`` needs."""
@@ -194,7 +242,8 @@ class SparkEngine:
             shipper.close()
         if self.sc._jsc is None:  # the SparkContext was stopped, and its broadcasts with it
             return
-        self._blob.destroy()
+        if not isinstance(self._blob, bytes):
+            self._blob.destroy()
 
 
 def _add_once(sc: Any, path: str, *, on_path: bool = True) -> None:

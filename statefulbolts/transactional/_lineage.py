@@ -62,10 +62,8 @@ def place_of(value: int) -> tuple[int, int]:
 class _Out(Protocol):
     """The emitter's collector (``_BatchCollector``), as a lineage sink uses it."""
 
-    lineage: int
-
-    def emit(self, values: Sequence[Any], stream: str = ...) -> list[int]:
-        """Emit one tuple."""
+    def emit_with_lineage(self, values: Sequence[Any], stream: str, lineage: int) -> list[int]:
+        """Emit one tuple, carrying ``lineage``."""
 
     def report_error(self, error: BaseException) -> None:
         """Keep an error."""
@@ -88,20 +86,17 @@ class LineageOut:
         dropped: dict[int, tuple[str, list[Any] | None]],
     ) -> None:
         self._out, self._slot, self._removed, self._dropped = out, slot, removed, dropped
-        self._index = 0
+        self._emit = out.emit_with_lineage
+        self._next = lineage(slot, 0)  # the lineage of the slot's next tuple (``lineage``)
 
     def emit(self, values: Sequence[Any], stream: str = DEFAULT_STREAM) -> list[int]:
         """Emit ``values`` with the next lineage of the slot, unless that place was removed."""
-        place = lineage(self._slot, self._index)
-        self._index += 1
+        place = self._next
+        self._next = place + 1
         if place in self._removed:
             self._dropped[place] = (stream, _kept(list(values[1:])))
             return []
-        self._out.lineage = place
-        try:
-            return self._out.emit(values, stream)
-        finally:
-            self._out.lineage = 0
+        return self._emit(values, stream, place)
 
     def report_error(self, error: BaseException) -> None:
         """Keep the error (it fails nothing)."""

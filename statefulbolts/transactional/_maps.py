@@ -285,12 +285,15 @@ class StateBackingMap(BackingMap):
         _check_put(keys, values)
         state = self._state
         try:
-            put, delete = state.put, state.delete
-            for key, value in zip(keys, values, strict=True):
-                if value is None:
-                    delete((key,))
-                else:
-                    put((key,), value)
+            if any(value is None for value in values):
+                put, delete = state.put, state.delete
+                for key, value in zip(keys, values, strict=True):
+                    if value is None:
+                        delete((key,))
+                    else:
+                        put((key,), value)
+            else:  # no deletion: one call (a transactional map's every write)
+                state.put_many(zip([(key,) for key in keys], values, strict=True))
             if record is not None:
                 state.put(_RECORD_KEY, record)
             state.commit()
@@ -332,6 +335,11 @@ def _checked(
             "give one updater per key"
         )
         raise ValueError(msg)
+    try:
+        if len(set(keys)) == len(keys) and all(map(callable, updaters)):
+            return keys, updaters  # the usual case, checked in C (a commit's thousands of keys)
+    except TypeError:
+        pass  # an unhashable key: the loop names it
     seen: set[Hashable] = set()
     repeated: list[Hashable] = []
     for key, updater in zip(keys, updaters, strict=True):

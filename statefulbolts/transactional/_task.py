@@ -66,8 +66,13 @@ class _Emits(Protocol):
     def emit(self, values: Sequence[Any], anchors: Anchors = None, stream: str = ...) -> None:
         """Route one tuple."""
 
-    def emit_to(self, values: Sequence[Any], stream: str = ..., root: int = ...) -> list[int]:
-        """Route one unanchored tuple (with ``root`` as its root); the task ids it went to."""
+    def emit_to(
+        self, values: Sequence[Any], stream: str = ..., root: int = ..., skip: int = ...
+    ) -> list[int]:
+        """Route one unanchored tuple without its first ``skip`` values; the task ids.
+
+        ``root`` goes in the tuple's root column.
+        """
 
     def fast_routes(self) -> dict[str, Any]:
         """The fast path's caches by stream name (``TaskCollector._emitter``)."""
@@ -280,7 +285,13 @@ class _BatchCollector(BatchOutputCollector):
         """Emit ``values`` (the attempt first) on ``stream``; the global task ids it went to."""
         if not values or values[0] is not self._attempt:
             _refuse(values, stream, self._attempt, self._where)
-        return self._out.emit_to(values[1:], stream, self.lineage)
+        return self._out.emit_to(values, stream, self.lineage, 1)
+
+    def emit_with_lineage(self, values: Sequence[Any], stream: str, lineage: int) -> list[int]:
+        """``emit``, carrying ``lineage`` (an emitter's place, ``LineageOut``) for this tuple."""
+        if not values or values[0] is not self._attempt:
+            _refuse(values, stream, self._attempt, self._where)
+        return self._out.emit_to(values, stream, lineage, 1)
 
     def report_error(self, error: BaseException) -> None:
         """Keep the error (it fails nothing)."""

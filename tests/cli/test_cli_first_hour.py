@@ -219,6 +219,11 @@ REDIS = "providers.redis.RedisKeyValueStateProvider"
             "greater than or equal to 0 (got -5)",
         ),
         (
+            {"topology.driver.head": "sometimes"},
+            "error: invalid topology config: topology.driver.head: Input should be 'auto', "
+            "'always' or 'never' (got 'sometimes')",
+        ),
+        (
             {
                 "topology.state.provider": REDIS,
                 "topology.state.provider.config": {"jedisPoolConfig": {"port": 70000}},
@@ -240,7 +245,7 @@ REDIS = "providers.redis.RedisKeyValueStateProvider"
             "error: valueClass 'no.such.Class': module 'no.such' could not be imported",
         ),
     ],
-    ids=["topology-key", "redis-config", "sqlite-config", "value-class"],
+    ids=["topology-key", "driver-head", "redis-config", "sqlite-config", "value-class"],
 )
 def test_a_bad_config_value_is_refused_before_spark_starts(
     script: Path, tmp_path: Path, conf: dict[str, object], error: str

@@ -151,14 +151,15 @@ def test_a_batch_is_staged_as_its_tuples_are(case: str, tmp_path: Any) -> None:
     sink = make(tmp_path)
     batch = ColumnBatch(rows, Fields(*fields), "count", 3)
     one_by_one = [sink.stage(t) for t in batch.tuples()]
-    assert sink.stage_batch(batch) == [r for r in one_by_one if r is not None]
+    # Rows, or columns (``StagedColumns``) that are a sequence of the same rows.
+    assert list(sink.stage_batch(batch)) == [r for r in one_by_one if r is not None]
 
 
 def test_a_one_field_batch_and_an_empty_one_are_staged_as_their_tuples_are() -> None:
     sink = KafkaSink("counts", value="word")
     single = ColumnBatch(WORDS, Fields("word"), "count", 3, single=True)
-    assert sink.stage_batch(single) == [sink.stage(t) for t in single.tuples()]
-    assert sink.stage_batch(ColumnBatch([], Fields("word"), "count", 3)) == []
+    assert list(sink.stage_batch(single)) == [sink.stage(t) for t in single.tuples()]
+    assert list(sink.stage_batch(ColumnBatch([], Fields("word"), "count", 3))) == []
 
 
 @pytest.mark.parametrize(

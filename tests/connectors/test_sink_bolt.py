@@ -25,9 +25,11 @@ from statefulbolts import Fields, Spout, TopologyBuilder
 from statefulbolts.connectors.sinks import (
     ExactlyOnceSinkBolt,
     SinkStageError,
+    StagedColumns,
     StagedKey,
     staged_holdings,
 )
+from statefulbolts.connectors.sinks._columns import staged_count
 from statefulbolts.context import TopologyContext
 from statefulbolts.errors import StateEvolutionError
 from statefulbolts.namespaces import checkpoint_namespace
@@ -215,6 +217,44 @@ def test_a_batch_is_staged_with_one_call_of_the_sink_s_stage_batch() -> None:
     run.task(Action.COMMIT, 0)
     assert calls == [3]
     assert run.published() == [("0of1", 0, "x!"), ("0of1", 0, "y!"), ("0of1", 0, "z!")]
+
+
+class ColumnSink(MemorySink):
+    """A ``MemorySink`` whose ``stage_batch`` gives columns, as ``KafkaSink``'s does."""
+
+    def stage_batch(self, batch: ColumnBatch) -> Any:
+        return StagedColumns(2, {0: list(batch.column(0))}, {1: "c"})
+
+    def stage(self, tuple_: Any) -> Any:
+        return [tuple_.values[0], "c"]
+
+
+def test_rows_and_columns_of_one_transaction_are_published_in_the_order_they_came() -> None:
+    builder = TopologyBuilder()
+    builder.set_spout("words", Words(), 1)
+    run = Run()
+    bolt = ExactlyOnceSinkBolt(ColumnSink(run.name), chunk_records=2)
+    builder.set_bolt("publish", bolt, 1).shuffle_grouping("words")
+    run.topology = builder.create_topology()
+    spec = run.topology.component("publish")
+    context = TopologyContext(run.topology, run.name, "publish", 0)
+    step = CheckpointTask(spec, Action.PREPARE, 0, Info("publish", 0))
+    target = step.prepare(run.conf, context, RecordingCollector())
+    assert step.batch_target is not None
+    target(make_tuple(["a"], fields=["value"], component="words"))
+    step.batch_target(ColumnBatch([["b"], ["c"], ["d"]], Fields("value"), "words", 1))
+    target(make_tuple(["e"], fields=["value"], component="words"))
+    for cp in checkpoint_barrier(context, "PREPARE", 0):
+        step.control(cp)
+    step.finish()
+    step.cleanup()
+    # Chunks of at most 2, in order: the row, the batch's columns cut in two, the row.
+    stored = [v for _, v in sorted(run.state(), key=lambda kv: str(kv[0]))]
+    assert [staged_count(v) for v in stored] == [1, 2, 1, 1]
+    assert [StagedColumns.is_stored(v) for v in stored] == [False, True, True, False]
+    run.task(Action.COMMIT, 0)
+    assert [v for _, _, v in run.published()] == ["a", "b", "c", "d", "e"]
+    assert [r[1] for _, _, r in run.target.records] == ["c"] * 5
 
 
 def test_records_are_kept_in_chunks_of_the_bolt_s_size() -> None:

@@ -1,12 +1,13 @@
 """The latency breakdown: where a checkpoint job's time went, as its ``TransactionInfo.phases``.
 
 Issue 36 measures each change by this breakdown, so its fields must exist and add up: the
-runner's phases of a PREPARE on Spark, and ``bench/latency.py``'s per-tuple parts, whose means
-are the mean latency.
+runner's phases of a PREPARE on Spark (the driver running its split, Spark its count), and
+``bench/latency.py``'s per-tuple parts, whose means are the mean latency.
 """
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -36,11 +37,13 @@ def test_a_prepare_on_spark_says_where_its_time_went(cluster: Any) -> None:
     assert prepares
     for info in prepares:
         phases = info.phases
-        assert RUNNER_PHASES <= set(phases), phases
+        # 20 sentences: the driver ran the split itself (``topology.driver.head`` auto).
+        assert RUNNER_PHASES | {"head"} <= set(phases), phases
         assert all(v >= 0 for v in phases.values()), phases
-        # The tasks run inside Spark's run of the job, and that inside the job.
+        # Spark's tasks run inside Spark's run of the job, and that and the head inside the job.
         tasks = phases["task_setup"] + phases["task_execute"] + phases["task_output"]
         assert tasks <= phases["spark"] <= info.seconds, phases
+        assert phases["head"] + phases["spark"] <= info.seconds, phases
     assert sum(i.tuples for i in prepares) == 20
 
 
@@ -60,7 +63,7 @@ def test_the_bench_breakdown_adds_up_to_the_latency() -> None:
     stamps = [
         _stamp("PREPARE", 0, 0.100, 0.170, task_output=0.003, **phases),
         _stamp("COMMIT", 0, 0.180, 0.190),
-        _stamp("PREPARE", 1, 0.240, 0.300, task_output=0.001, **phases),
+        _stamp("PREPARE", 1, 0.240, 0.300, task_output=0.001, head=0.004, **phases),
         _stamp("COMMIT", 1, 0.310, 0.320),
     ]
     found = breakdown(record, 3, stamps)
@@ -69,9 +72,22 @@ def test_the_bench_breakdown_adds_up_to_the_latency() -> None:
     # Tuple 0: waits 98 ms, build 2, engine 70 - 50 = 20, Spark 50 - 18 = 32, framework 13,
     # user 5, settle 10, commit and ack 20: 200 ms.
     assert found["wait_for_prepare"]["max"] == pytest.approx(128.0)
-    assert found["driver_engine"]["mean"] == pytest.approx((20 + 20 + 10) / 3, abs=0.01)
+    # Tuple 2's PREPARE ran its head in the driver: 4 of its 10 ms outside Spark.
+    assert found["driver_engine"]["mean"] == pytest.approx((20 + 20 + 6) / 3, abs=0.01)
+    assert found["driver_head"]["mean"] == pytest.approx(4 / 3, abs=0.01)
     assert found["task_framework"]["mean"] == pytest.approx((13 + 13 + 11) / 3, abs=0.01)
     assert found["user_code"]["mean"] == pytest.approx(5.0)
     assert found["commit"]["mean"] == pytest.approx((20 + 20 + 20) / 3, abs=0.01)
     assert found["sum_of_means_ms"] == pytest.approx(found["mean_ms"], abs=0.05)
     assert sum(found[n]["share"] for n in BREAKDOWN) == pytest.approx(1.0, abs=0.01)
+
+
+def test_the_latency_bench_points_a_standalone_driver_at_loopback_and_the_checkout() -> None:
+    from bench.latency import _cluster_conf
+
+    assert _cluster_conf("local[2]") == {}
+    conf = _cluster_conf("spark://127.0.0.1:7077")
+    assert conf["spark.driver.host"] == conf["spark.driver.bindAddress"] == "127.0.0.1"
+    assert conf["spark.executorEnv.SPARK_LOCAL_IP"] == "127.0.0.1"
+    # The executors import the bench's bolts (``examples.wordcount``) from this checkout.
+    assert (Path(conf["spark.executorEnv.PYTHONPATH"]) / "examples" / "wordcount.py").is_file()

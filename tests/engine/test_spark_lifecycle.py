@@ -10,10 +10,11 @@ import topologies as topo
 from redis_fixtures import free_port
 
 from checkpoint import MANIFEST_KEY
-from examples.wordcount import build
+from examples.wordcount import build, expected_counts
 from providers import InMemoryKeyValueStateProvider, StateBackendError
 from statefulbolts import TopologyBuilder
 from statefulbolts.errors import StatefulBoltsError
+from statefulbolts.runtime._images import INLINE_BYTES
 
 pytestmark = pytest.mark.spark
 
@@ -62,14 +63,29 @@ def test_a_submit_refused_for_its_store_opens_no_spout(cluster: Any) -> None:
 
 def test_a_killed_topology_releases_its_broadcast(cluster: Any) -> None:
     name = topo.new_key("release")
-    handle = cluster.submit_topology(name, {}, build(20, 1))
+    topology = build(20, 1)
+    # Past the inline budget (``_images.INLINE_BYTES``): the topology is a broadcast.
+    topology.component("count").obj.padding = os.urandom(INLINE_BYTES)
+    handle = cluster.submit_topology(name, {}, topology)
     blob = handle._runner.engine._blob
     path = blob._path
     handle.await_idle(60)
     assert os.path.exists(path)  # the tasks of every job read the topology from it
     handle.kill()
     assert not os.path.exists(path)
-    assert handle.read_state("count")  # reading committed state needs no broadcast
+    assert handle.read_state("count") == dict(expected_counts(20))
+
+
+def test_a_small_topology_travels_with_its_jobs_and_makes_no_broadcast(cluster: Any) -> None:
+    name = topo.new_key("inline-topology")
+    handle = cluster.submit_topology(name, {}, build(20, 1))
+    try:
+        handle.await_idle(60)
+        blob = handle._runner.engine._blob
+        assert type(blob) is bytes and len(blob) <= INLINE_BYTES
+        assert handle.read_state("count") == dict(expected_counts(20))
+    finally:
+        handle.kill()
 
 
 def test_in_memory_state_saves_no_transaction_manifest(cluster: Any) -> None:

@@ -441,7 +441,7 @@ def test_emit_to_fast_paths_give_the_ids_batches_and_counts_of_the_general_path(
     routes = [(plan.index["count"], ["w0", 1], ["w1", 2]), (plan.index["split"], ["w0"], ["w1"])]
     for comp, first, second in routes:
         fast, general = task_collector(plan, comp), task_collector(plan, comp)
-        general._fixed, general._memo_by_name = {}, {}  # every emit takes the general path
+        general._fixed, general._by_field = {}, {}  # every emit takes the general path
         ids = {}
         for collector in (fast, general):
             ids[id(collector)] = [
@@ -454,3 +454,67 @@ def test_emit_to_fast_paths_give_the_ids_batches_and_counts_of_the_general_path(
         assert all(set(batch[1]) == {0} for batch in fast.batches.values())
         with pytest.raises(TopologyError, match=r"emitted \d values on stream 'default'"):
             fast.emit_to([*first, "extra"])
+
+
+def test_first_emits_of_many_values_route_as_the_plan_does_in_every_later_task(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``emit_to`` routes a value by the process's routes (``_collector._ROUTES``).
+
+    Three tasks in a row, as a Python worker runs a transactional topology's jobs: every value
+    goes to the task ``Router.targets`` names, in the first task (routes computed), in the
+    next (routes remembered) and past the bound of what is remembered; and a task's ``emit``
+    (its memo, filled from the same routes) sends each value where ``emit_to`` did.
+    """
+    import statefulbolts.runtime._collector as collector_module
+
+    monkeypatch.setattr(collector_module, "_ROUTES", {})
+    monkeypatch.setattr(collector_module, "_MEMO_SIZE", 150)
+    plan = count_plan()
+    comp, count = plan.index["split"], plan.index["count"]
+    words = [f"word-{i}" for i in range(200)]
+    router = Router(plan, comp, 0)
+    stream = plan.stream_index[comp]["default"]
+    want = [router.targets(comp, stream, [w]) for w in words]
+    assert {t for ((_, t),) in want} == {0, 1}
+    for _task in range(3):
+        collector = task_collector(plan, comp)
+        ids = [collector.emit_to([w]) for w in words]
+        assert ids == [[plan.task_ids[count][t]] for ((_, t),) in want]
+        by_task = {dtask: batch[0] for (_, dtask, _), batch in collector.batches.items()}
+        assert sorted(by_task) == [0, 1]
+        for dtask, column in by_task.items():
+            assert column == [w for w, ((_, t),) in zip(words, want, strict=True) if t == dtask]
+        assert collector.emitted == len(words)
+        other = task_collector(plan, comp)
+        for word in words:
+            other.emit([word], parent())
+        assert {k: b[0] for k, b in other.batches.items()} == {
+            k: b[0] for k, b in collector.batches.items()
+        }
+    (routes,) = collector_module._ROUTES.values()
+    assert len(routes) == 150  # remembered up to the bound, no further
+
+
+@pytest.mark.parametrize("shape", [list, tuple])
+def test_emit_to_leaves_out_the_leading_values_it_is_told_to_skip(shape: Any) -> None:
+    # A transactional batch bolt's emits lead with the attempt, which the job does not ship:
+    # ``skip=1`` gives what emitting the rest gives, on every path (fixed, fields, general),
+    # and each kept row is a list of its own.
+    plan = count_plan()
+    routes = [(plan.index["count"], ["w0", 1], ["w1", 2]), (plan.index["split"], ["w0"], ["w1"])]
+    for comp, first, second in routes:
+        led, bare, general = (task_collector(plan, comp) for _ in range(3))
+        general._fixed, general._by_field = {}, {}
+        sent = [first, second, first] * 3
+        ids = [led.emit_to(shape(["attempt", *v]), skip=1) for v in sent]
+        assert ids == [bare.emit_to(list(v)) for v in sent]
+        assert ids == [general.emit_to(shape(["attempt", *v]), skip=1) for v in sent]
+        assert led.batches == bare.batches == general.batches
+        assert led.emitted == general.emitted == len(sent)
+        rows = [row for batch in led.batches.values() for row in batch[0]]
+        if len(first) > 1:
+            assert all(type(row) is list for row in rows)
+            assert len({id(row) for row in rows}) == len(rows)
+        with pytest.raises(TopologyError, match=r"emitted \d values on stream 'default'"):
+            led.emit_to(["attempt", *first, "extra"], skip=1)

@@ -142,3 +142,45 @@ def test_what_a_task_emitted_goes_with_its_output_not_with_the_collector(gc_off:
     emitted = [r for _, records in out for r in records if type(r) is TupleBatch]
     assert [ref() for ref in _KeepsContext.made] == [None] * 3
     assert [type(v[0]) for b in emitted for v in b.column()] == [_Marker] * 3
+
+
+_UNPICKLED_WITH_GC: list[bool] = []
+
+
+def _unpickled() -> str:
+    _UNPICKLED_WITH_GC.append(gc.isenabled())
+    return "line"
+
+
+class _Probe:
+    """A spout value that notes, when a task unpickles it, whether the collector was on."""
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (_unpickled, ())
+
+
+@pytest.mark.parametrize("on", [False, True])
+def test_an_inline_job_unpickles_its_input_with_the_collector_off(on: bool) -> None:
+    # In the driver (``run_inline``: a transactional commit): the driver's heap is not frozen,
+    # and with the collector on while a commit unpickled its inputs, one commit of every bench
+    # run paid a full collection of that heap. The collector is left as it was.
+    from statefulbolts.runtime._inline import run_inline
+
+    builder = TopologyBuilder()
+    builder.set_spout("lines", _Lines())
+    builder.set_bolt("keep", _KeepsContext()).shuffle_grouping("lines")
+    topology = builder.create_topology()
+    plan = ExecutionPlan(topology)
+    job = TaskJob(plan, plan.layout(plan.bolts()), CheckpointTaskProgram(None, 0), "t", {}, 0, 0)
+    lines, keep = plan.index["lines"], plan.index["keep"]
+    batch = TupleBatch(keep, 0, lines, 0, 0, [_Probe(), _Probe()], [5, 6], None)
+    _UNPICKLED_WITH_GC.clear()
+    was = gc.isenabled()
+    try:
+        _collector(on)
+        result = run_inline(job, cloudpickle.dumps(topology), [[batch]])
+        assert gc.isenabled() is on
+    finally:
+        _collector(was)
+    assert _UNPICKLED_WITH_GC == [False, False]
+    assert [r.metrics.executed for r in result.reports] == [2]

@@ -348,9 +348,18 @@ def test_sink_bench_checks_every_run_s_output_and_reports_its_ratios_and_latency
         assert run["output_records"] == throughput["words"]
         assert run["output_words"] == throughput["vocab"]
         assert run["prepares"] >= 1 and run["publish_steps"] >= 1
+        # The CPU its processes spent: the driver, Spark's JVM and the Python workers all work
+        # (the broker was given, not started: it is not the bench's to count).
+        cpu = run["cpu_s"]
+        assert cpu["driver"] > 0 and cpu["jvm"] > 0 and cpu["python_workers"] > 0
+        assert "broker" not in cpu
+        assert cpu["total"] == pytest.approx(sum(v for k, v in cpu.items() if k != "total"), 0.01)
     assert eo["commits"] >= 1 and eo["commit_s_median"] > 0
     assert row["ratios"] == {
-        "exactly_once_vs_at_least_once": round(alo["seconds"] / eo["seconds"], 3)
+        "exactly_once_vs_at_least_once": round(alo["seconds"] / eo["seconds"], 3),
+        "cpu_exactly_once_vs_at_least_once": round(
+            alo["cpu_s"]["total"] / eo["cpu_s"]["total"], 3
+        ),
     }
     goal = throughput["goals"]["exactly_once_vs_at_least_once"]
     assert (goal["target"], goal["rounds"]) == (0.8, 1)

@@ -8,9 +8,11 @@ in-memory state and the Redis state on fakeredis.
 from __future__ import annotations
 
 import enum
+import random
 from collections.abc import Iterator
 from typing import Any
 
+import msgpack
 import pytest
 from test_state_contract import Backend
 
@@ -289,6 +291,84 @@ def test_unhashable_keys_work_beside_fast_puts(backend: Backend) -> None:
     assert len(items) == 2
     assert ("a", 1) in items
     assert (["x", 2], 3) in items
+
+
+class PrefixedKeys:
+    """A key serializer of its own: msgpack behind a prefix (never a plain msgpack encoding)."""
+
+    def serialize(self, obj: Any) -> bytes:
+        return b"k:" + msgpack.packb(list(obj) if isinstance(obj, tuple) else obj)
+
+    def deserialize(self, data: bytes) -> Any:
+        return msgpack.unpackb(data[2:])
+
+
+KEYS: list[Any] = ["a", "b", ("a",), ("b",), ("c",), "c", "storm", Word.STORM]
+VALUES: list[Any] = [1, 2.5, "t", [1, 2], {"n": 1}, [3, "x"]]
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_get_many_and_put_many_read_and_write_what_get_and_put_do(
+    backend: Backend, seed: int
+) -> None:
+    """Random batches over str keys, one-str tuple keys (a transactional map's) and a key that
+    encodes like a str, scalars and lists, repeated keys, deletes and commits: the batch calls
+    against the calls one by one."""
+    rng = random.Random(seed)
+    many, each = backend.state(), backend.state(f"{backend.namespace}-each")
+    for txid in range(1, 4):
+        for _ in range(12):
+            op = rng.choice(["put_many", "get_many", "delete"])
+            keys = [rng.choice(KEYS) for _ in range(rng.randrange(1, 7))]
+            if op == "put_many":
+                pairs = [(k, rng.choice(VALUES)) for k in keys]
+                many.put_many(pairs)
+                for key, value in pairs:
+                    each.put(key, value)
+            elif op == "get_many":
+                got = many.get_many(keys, "none")
+                assert got == [each.get(k, "none") for k in keys]
+                assert got == each.get_many(keys, "none")
+            else:
+                assert many.delete(keys[0]) == each.delete(keys[0])
+            assert list(many) == list(each)  # the same values, in the order of first writes
+        for state in (many, each):
+            state.prepare_commit(txid)
+            state.commit(txid)
+        many = backend.state()
+        each = backend.state(f"{backend.namespace}-each")
+        # A state that wrote nothing yet reads every key from the store, repeated ones too.
+        twice = [*KEYS, *reversed(KEYS)]
+        assert many.get_many(twice, 0) == [each.get(k, 0) for k in twice]
+        assert many.get_many(KEYS) == each.get_many(KEYS) == [each.get(k) for k in KEYS]
+
+
+def test_put_many_names_the_state_and_the_key_of_a_refused_value(backend: Backend) -> None:
+    state = backend.state()
+    state.put("fresh", 1)
+    with pytest.raises(StateSerializationError, match=r"value for key \('w',\) cannot be stored"):
+        state.put_many([(("ok",), [1]), (("w",), [object()]), (("after",), [2])])
+    with pytest.raises(StateSerializationError, match="None"):
+        state.put_many([(("n",), None)])
+    keys = [("ok",), ("w",), ("after",), ("n",), "fresh"]
+    assert state.get_many(keys) == [[1], None, None, None, 1]
+
+
+def test_a_state_with_its_own_key_serializer_never_takes_a_shared_encoding(
+    backend: Backend,
+) -> None:
+    # Plain msgpack states share their keys' encodings (``_layered._SHARED_KEYS``); this one
+    # encodes its keys itself, even those another state encoded first.
+    plain = backend.state()
+    plain.put_many([(("w",), [1]), ("s", 1)])
+    assert plain.get_many([("w",), "s"]) == [[1], 1]
+    own = backend.state(f"{backend.namespace}-own", keySerializerClass=f"{__name__}.PrefixedKeys")
+    own.put_many([(("w",), [2]), ("s", 2)])
+    assert own.get_many([("w",), "s"]) == [[2], 2]
+    own.prepare_commit(1)
+    own.commit(1)
+    stored = {key for key, _ in own.scan_committed()}
+    assert stored == {PrefixedKeys().serialize(("w",)), PrefixedKeys().serialize("s")}
 
 
 def test_the_layers_are_read_and_written_in_one_place() -> None:

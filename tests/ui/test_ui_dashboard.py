@@ -181,7 +181,8 @@ def test_wordcount_page_in_chromium(cluster: Any, tmp_path: Path) -> None:
     # Where the recent PREPAREs' time went: each phase named (docs/protocol/engine.md).
     breakdown = page.text["tx-breakdown"]
     assert breakdown.startswith("where a PREPARE's time went (mean of the last "), breakdown
-    for part in ("waited ", "build ", "engine ", "Spark ", "tasks: setup ", "execute ", "settle "):
+    parts = ("waited ", "build ", "driver head ", "engine ", "Spark ", "tasks: setup ", "execute ")
+    for part in (*parts, "settle "):
         assert part in breakdown, breakdown
     # The JSON the page drew from.
     assert (live["topology"], live["kind"], live["state"]) == (name, "checkpoint", "idle")

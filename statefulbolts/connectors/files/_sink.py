@@ -337,7 +337,7 @@ class FileSink(Sink):
             msg = f"{_NAME}: format {fmt.name!r} cannot hold row {dict(row)!r:.120}: {exc}"
             raise SinkStageError(msg) from exc
 
-    def stage_batch(self, batch: ColumnBatch) -> list[Any]:
+    def stage_batch(self, batch: ColumnBatch) -> Sequence[Any]:
         """``stage`` of every tuple of ``batch``, from its columns (a mapper: tuple by tuple).
 
         The rows are made from the columns and staged by the format together

@@ -35,8 +35,10 @@ import collections
 import logging
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
+
+from statefulbolts.connectors.sinks import StagedColumns
 
 __all__ = [
     "KEPT_AT_MOST",
@@ -58,6 +60,8 @@ ProducerKey = tuple[str, tuple[tuple[str, Any], ...]]
 KEPT_AT_MOST = 32
 # How long to wait for room when the producer's local queue is full.
 _FULL_WAIT_S = 0.005
+# A staged field that is not one value for every record (``_produce_columns``).
+_VARIES: Any = object()
 
 
 class LaneProducer:
@@ -147,12 +151,19 @@ def produce_all(
     Raises:
         ValueError: a record of no topic, and no ``own_topic``.
     """
-    if own_topic is None and any(r[0] is None for r in records):
+    rows: Iterable[Sequence[Any]] = records
+    topics: Iterable[Any] = (r[0] for r in records)
+    if isinstance(records, StagedColumns):
+        if _produce_columns(client, records, own_topic, extra, deadline, full):
+            return
+        rows = zip(*(records.column(i) for i in range(records.width)), strict=False)
+        topics = records.column(0)
+    if own_topic is None and any(t is None for t in topics):
         msg = "a staged record names no topic, and the sink has none now"
         raise ValueError(msg)
     produce = client.produce
     if extra:
-        for topic, partition, key, value, headers in records:
+        for topic, partition, key, value, headers in rows:
             pairs = [(name, v) for name, v in headers or ()] + extra
             while True:
                 try:
@@ -161,7 +172,7 @@ def produce_all(
                 except BufferError:
                     _wait_for_room(client, deadline, full)
         return
-    for topic, partition, key, value, headers in records:
+    for topic, partition, key, value, headers in rows:
         while True:
             try:
                 if headers:
@@ -177,6 +188,43 @@ def produce_all(
                 break
             except BufferError:
                 _wait_for_room(client, deadline, full)
+
+
+def _produce_columns(
+    client: Any,
+    records: StagedColumns,
+    own_topic: str | None,
+    extra: list[tuple[str, bytes]],
+    deadline: float,
+    full: Callable[[], BaseException],
+) -> bool:
+    """Queue records staged as columns, when they have the common shape; whether they had.
+
+    The common shape is one topic (the sink's own, or one named for all), one partition and
+    no headers: each record is then its key and value, and no row is made. Records of any
+    other shape are left to ``produce_all``'s loop over rows.
+
+    Raises:
+        ValueError: the records name no topic, and there is no ``own_topic``.
+    """
+    constants = records.constants
+    topic = constants.get(0, _VARIES)
+    if topic is _VARIES or 1 not in constants or constants.get(4, _VARIES) is not None or extra:
+        return False
+    if topic is None:
+        if own_topic is None:
+            msg = "a staged record names no topic, and the sink has none now"
+            raise ValueError(msg)
+        topic = own_topic
+    produce, partition = client.produce, constants[1]
+    for key, value in zip(records.column(2), records.column(3), strict=False):
+        while True:
+            try:
+                produce(topic, value, key, partition)
+                break
+            except BufferError:
+                _wait_for_room(client, deadline, full)
+    return True
 
 
 def _wait_for_room(client: Any, deadline: float, full: Callable[[], BaseException]) -> None:

@@ -113,6 +113,7 @@ from statefulbolts.connectors.sinks import (
     SinkPublishError,
     SinkStageError,
     StagedBatch,
+    StagedColumns,
 )
 
 if TYPE_CHECKING:
@@ -796,12 +797,15 @@ class KafkaSink(Sink):
         headers = [[str(n), v.encode() if isinstance(v, str) else v] for n, v in record.headers]
         return [record.topic or None, partition, key, value, headers or None]
 
-    def stage_batch(self, batch: ColumnBatch) -> list[Any]:
+    def stage_batch(self, batch: ColumnBatch) -> Sequence[Any]:
         """``stage`` of every tuple of ``batch``, from its columns (a mapper: tuple by tuple).
 
-        The records are what ``stage`` makes of each tuple; a column's values are serialized
-        together (``Serializer.serialize_many``) and the records zipped from the columns, so a
-        record costs no Python call of its own when the sink takes its fields by name.
+        The records are what ``stage`` makes of each tuple, kept as columns
+        (``StagedColumns`` of ``[topic, partition, key, value, headers]``): a column's values
+        are serialized together (``Serializer.serialize_many``), and a field that is the same
+        for every record (the sink's own topic, a task's partition, no key, no headers) is kept
+        once, so a record costs no Python object of its own when the sink takes its fields by
+        name.
 
         Raises:
             SinkStageError, TypeError, ValueError: a tuple ``stage`` refuses; the runtime then
@@ -813,34 +817,37 @@ class KafkaSink(Sink):
             return super().stage_batch(batch)
         column = batch.column
         own = self.topic or (self._settings.topic if self._settings else None)
+        lists: dict[int, list[Any]] = {}
+        constants: dict[int, Any] = {}
         if self.topic_field is None:
             if own is None:
                 msg = f"{_NAME}: a record with no topic, and the sink has none ({SINK_TOPIC_KEY!r})"
                 raise SinkStageError(msg)
-            topics: Any = repeat(None, n)  # the sink's own (see ``stage``)
+            constants[0] = None  # the sink's own (see ``stage``)
         else:
             topics = [t or None for t in column(self.topic_field)]
             if own is None and None in topics:
                 return super().stage_batch(batch)
-        partitions: Any = repeat(-1, n)
-        if self._settings is not None and self._settings.partitioning == "task":
-            if self.topic_field is None and own is not None:  # its partitions listed once
-                partitions = repeat(self._task % self._partition_count(own), n)
-            else:
-                partitions = [self._task % self._partition_count(t or str(own)) for t in topics]
-        keys: Any = (
-            repeat(None, n) if self.key is None else _many(self.key_serializer, column(self.key))
-        )
-        values = _many(self.value_serializer, column(self.value))
-        if self.headers_field is None:
-            headers: Any = repeat(None, n)
+            lists[0] = topics
+        if self._settings is None or self._settings.partitioning != "task":
+            constants[1] = -1
+        elif self.topic_field is None and own is not None:  # its partitions listed once
+            constants[1] = self._task % self._partition_count(own)
         else:
-            headers = [
+            lists[1] = [self._task % self._partition_count(t or str(own)) for t in lists[0]]
+        if self.key is None:
+            constants[2] = None
+        else:
+            lists[2] = _many(self.key_serializer, column(self.key))
+        lists[3] = _many(self.value_serializer, column(self.value))
+        if self.headers_field is None:
+            constants[4] = None
+        else:
+            lists[4] = [
                 [[str(h), v.encode() if isinstance(v, str) else v] for h, v in pairs] or None
                 for pairs in column(self.headers_field)
             ]
-        # The constant columns are endless ``repeat``s: the batch's columns set the length.
-        return list(map(list, zip(topics, partitions, keys, values, headers, strict=False)))
+        return StagedColumns(5, lists, constants, n)
 
     def _partition_count(self, topic: str) -> int:
         """How many partitions ``topic`` has, listed once per task.

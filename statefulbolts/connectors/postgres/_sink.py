@@ -297,7 +297,7 @@ class PostgresSink(Sink):
             values = self._mapped(made)
         return [_plain(v, c) for v, c in zip(values, self.columns, strict=True)]
 
-    def stage_batch(self, batch: ColumnBatch) -> list[Any]:
+    def stage_batch(self, batch: ColumnBatch) -> Sequence[Any]:
         """``stage`` of every tuple of ``batch``, a column at a time (a mapper: tuple by tuple).
 
         A column of only str, float, bool, bytes or ``None`` values, or of ints a bigint

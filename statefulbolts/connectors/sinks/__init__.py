@@ -37,6 +37,7 @@ from statefulbolts.connectors.sinks._bolt import (
     ExactlyOnceSinkBolt,
     staged_holdings,
 )
+from statefulbolts.connectors.sinks._columns import StagedColumns
 from statefulbolts.connectors.sinks._metrics import SINK_METRICS
 from statefulbolts.connectors.sinks._staging import StagedKey, anchor_for
 from statefulbolts.connectors.sinks._status import (
@@ -63,6 +64,7 @@ __all__ = [
     "SinkStageError",
     "SinkTaskStatus",
     "StagedBatch",
+    "StagedColumns",
     "StagedKey",
     "anchor_for",
     "sink_bolts",

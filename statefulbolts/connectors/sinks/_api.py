@@ -16,8 +16,11 @@ bolt does the staging, the recovery and the rescaling; a sink implements four th
     out left out: exactly what ``stage`` gives tuple by tuple. The bolts call it for every batch
     the runtime hands them; the default calls ``stage`` per tuple. A sink overrides it to stage
     from the batch's columns, with a loop in C rather than a Python call per record (the
-    built-in sinks do). When it raises, the runtime runs the batch again a tuple at a time
-    through ``stage``, so the error names the tuple.
+    built-in sinks do). It may give the records as columns (``StagedColumns``: a list per
+    field, or one value for all) rather than a list of rows: the bolt then stores columns, and
+    ``publish`` and ``write`` get them back as a ``StagedColumns``, a sequence of the same rows
+    (``KafkaSink`` does, and reads the columns). When it raises, the runtime runs the batch
+    again a tuple at a time through ``stage``, so the error names the tuple.
 
 ``published(lane)``
     The *marker* of a lane: the last txid whose records the target holds for it, read from
@@ -225,12 +228,12 @@ class Sink(ABC):
             SinkStageError: the tuple lacks a field, or its value cannot be serialized.
         """
 
-    def stage_batch(self, batch: ColumnBatch) -> list[Any]:
+    def stage_batch(self, batch: ColumnBatch) -> Sequence[Any]:
         """The staged records of ``batch``'s tuples, in order; those ``stage`` leaves out left out.
 
-        The default stages tuple by tuple. An override must give what that gives; when it
-        raises, the runtime stages the batch again tuple by tuple, so the error names its
-        tuple.
+        The default stages tuple by tuple. An override must give what that gives (as a list
+        of rows, or as ``StagedColumns`` of the same rows); when it raises, the runtime stages
+        the batch again tuple by tuple, so the error names its tuple.
 
         Raises:
             SinkStageError: a tuple lacks a field, or its value cannot be serialized.

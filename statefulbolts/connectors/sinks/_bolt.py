@@ -4,10 +4,12 @@
 (``_staging``). Its part in the checkpoint protocol, per task:
 
 1. **execute**: each tuple becomes a record (``Sink.stage``), kept in memory and acked; the ack
-   is held until the transaction commits, as every stateful bolt's is.
+   is held until the transaction commits, as every stateful bolt's is. A column batch's records
+   come from ``Sink.stage_batch``, as rows or as columns (``StagedColumns``), and are kept so.
 2. **PREPARE(t)** (``pre_prepare``): first *clean*: records of earlier transactions that the
    target's marker covers are deleted (one marker read per lane held). Then *stage*: t's
-   records go into the state under keys of this task's lane and txid t, in chunks; the state's
+   records go into the state under keys of this task's lane and txid t, in chunks (of rows, or
+   of columns where the sink staged columns); the state's
    prepare makes them durable exactly when t is prepared. A replayed PREPARE(t) replaces them
    (the runtime supersedes a lost attempt's delta); a ROLLBACK(t) drops them with the rest.
 3. **COMMIT(t)** (``pre_commit``, on the executors, every sink task in parallel): *publish*:
@@ -42,7 +44,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from providers import fence_epoch
@@ -56,6 +58,7 @@ from statefulbolts.connectors.sinks._api import (
     SinkStageError,
     StagedBatch,
 )
+from statefulbolts.connectors.sinks._columns import StagedColumns, concat_staged
 from statefulbolts.connectors.sinks._metrics import SinkMetrics
 from statefulbolts.connectors.sinks._staging import StagedKey, lane_anchor
 
@@ -153,7 +156,9 @@ class ExactlyOnceSinkBolt(StatefulBolt):
         )
         self._anchor, self._arity = lane_anchor(spec, context.this_task_index, conf)
         self._epoch = fence_epoch(conf)
+        # This transaction's records so far, in order: runs of rows, and StagedColumns.
         self._records: list[Any] = []
+        self._segments: list[Sequence[Any]] = []
         self._state: KeyValueState | None = None
         self._metrics = SinkMetrics.registered(context)
         self.sink.open(conf, context)
@@ -188,7 +193,19 @@ class ExactlyOnceSinkBolt(StatefulBolt):
         A batch the sink cannot stage runs again tuple by tuple through ``execute`` (the
         runtime does that), whose error names the tuple.
         """
-        self._records += self.sink.stage_batch(batch)
+        staged = self.sink.stage_batch(batch)
+        if isinstance(staged, StagedColumns):
+            if staged:
+                self._cut_rows()
+                self._segments.append(staged)
+        else:
+            self._records += staged
+
+    def _cut_rows(self) -> None:
+        """End the run of rows kept so far (before columns, or at PREPARE)."""
+        if self._records:
+            self._segments.append(self._records)
+            self._records = []
 
     def _staged(self, tuple_: Tuple) -> Any:
         try:
@@ -221,13 +238,19 @@ class ExactlyOnceSinkBolt(StatefulBolt):
                         state.delete(str(key))
 
     def _stage(self, state: KeyValueState, txid: int) -> None:
-        records, self._records = self._records, []
+        self._cut_rows()
+        segments, self._segments = self._segments, []
         size = self.chunk_records
         lane = self._lane.name
-        for chunk, start in enumerate(range(0, len(records), size)):
-            key = StagedKey(self._anchor, self._arity, lane, txid, chunk)
-            state.put(str(key), records[start : start + size])
-        self._metrics.staged(len(records))
+        chunk = staged = 0
+        for records in segments:
+            for start in range(0, len(records), size):
+                key = StagedKey(self._anchor, self._arity, lane, txid, chunk)
+                part = records[start : start + size]
+                state.put(str(key), part.stored() if isinstance(part, StagedColumns) else part)
+                chunk += 1
+            staged += len(records)
+        self._metrics.staged(staged)
 
     # ---------------------------------------------------------------- step 3: COMMIT
     def pre_commit(self, txid: int) -> None:
@@ -240,7 +263,7 @@ class ExactlyOnceSinkBolt(StatefulBolt):
         for lane in sorted(holdings):
             per_txid = holdings[lane]
             batches = [
-                StagedBatch(t, [r for _, records in per_txid[t] for r in records])
+                StagedBatch(t, concat_staged([chunk for _, chunk in per_txid[t]]))
                 for t in sorted(per_txid)
             ]
             self._publish(self._lane_of(lane), txid, batches)
@@ -285,7 +308,7 @@ class ExactlyOnceSinkBolt(StatefulBolt):
     # ---------------------------------------------------------------- ROLLBACK
     def pre_rollback(self) -> None:
         """Drop the records kept for a transaction that will not commit."""
-        self._records = []
+        self._records, self._segments = [], []
 
     # ---------------------------------------------------------------- helpers
     def _ready(self) -> KeyValueState:
@@ -357,7 +380,7 @@ class AtLeastOnceSinkBolt(BasicBolt):
         """
         self._write(self.sink.stage_batch(batch))
 
-    def _write(self, records: list[Any]) -> None:
+    def _write(self, records: Sequence[Any]) -> None:
         if records:
             started = time.perf_counter()
             self.sink.write(records)

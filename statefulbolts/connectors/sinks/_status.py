@@ -32,6 +32,7 @@ import msgpack
 from providers import DriverOwnedStateProvider, KeyValueState, StateFactory, get_provider
 from statefulbolts.connectors.sinks._api import Lane, Sink, SinkError
 from statefulbolts.connectors.sinks._bolt import ExactlyOnceSinkBolt, staged_holdings
+from statefulbolts.connectors.sinks._columns import staged_count
 from statefulbolts.context import TopologyContext
 from statefulbolts.namespaces import TaskNamespace, topology_prefix
 from statefulbolts.topology import StormTopology
@@ -181,7 +182,7 @@ def _component_status(
             records = bytes_ = above = 0
             for txid, chunks in per_txid.items():
                 for _, value in chunks:
-                    n = len(value)
+                    n = staged_count(value)
                     records += n
                     bytes_ += len(msgpack.packb(value, use_bin_type=True))
                     if m is None or txid > m:

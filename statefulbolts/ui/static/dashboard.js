@@ -635,9 +635,11 @@ function renderTransactions(txs) {
 }
 
 // Where the time of the recent PREPAREs went (their ``phases``, means; docs/protocol/engine.md):
-// waiting in the buffer, the driver, Spark, and inside Spark the tasks' own parts.
+// waiting in the buffer, the driver (with the stateless head it ran itself), Spark, and inside
+// Spark the tasks' own parts.
 const BREAKDOWN = [
-  ["waited", "waited"], ["build", "build"], ["engine", "engine"], ["spark", "Spark"],
+  ["waited", "waited"], ["build", "build"], ["head", "driver head"], ["engine", "engine"],
+  ["spark", "Spark"],
   ["task_setup", "tasks: setup"], ["task_execute", "execute"], ["task_output", "output"],
   ["settle", "settle"],
 ];
