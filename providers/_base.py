@@ -13,12 +13,28 @@ and one call that replaces the whole image. See "The stored image" in ``KeyValue
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Collection, Hashable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import (
+    Callable,
+    Collection,
+    Hashable,
+    Iterable,
+    Iterator,
+    Mapping,
+    Sequence,
+)
 from typing import Any, ClassVar
 
 from providers._lease import LeaseStore
 from providers._ttl import StateTtl
 from providers.errors import ProviderConfigError
+
+
+def updated(keys: Sequence[Any], new: Sequence[Any]) -> Sequence[Any]:
+    """``new``, what an ``update_many`` update returned, once it is one value per key."""
+    if len(new) != len(keys):
+        msg = f"update_many's update returned {len(new)} values for {len(keys)} keys"
+        raise ValueError(msg)
+    return new
 
 
 def merge_layers(layers: Iterable[Iterable[tuple[bytes, Any]]]) -> Iterator[tuple[bytes, Any]]:
@@ -188,6 +204,30 @@ class KeyValueState(State):
         put = self.put
         for key, value in items:
             put(key, value)
+
+    def update_many(
+        self, keys: Iterable[Any], update: Callable[[list[Any]], Sequence[Any]]
+    ) -> None:
+        """Give ``update`` the value of each key (``None`` where absent); ``put`` what it returns.
+
+        ``update`` returns one value per key, in order; ``None`` leaves that key as it is. What
+        the state holds afterwards is what ``get_many``, then ``put_many`` of the other pairs,
+        leave (a value ``put`` refuses raises as ``put`` does, with the pairs before it
+        written); an exception out of ``update`` writes nothing. A store may do it in fewer
+        steps: a layered state that wrote nothing yet encodes each key once for both. For a
+        read-modify-write of many keys (a transactional committer's map).
+
+        Example:
+            >>> from providers.memory import InMemoryKeyValueState
+            >>> state = InMemoryKeyValueState("demo/counter-0")
+            >>> state.put("storm", 1)
+            >>> state.update_many(["storm", "spark"], lambda old: [(n or 0) + 1 for n in old])
+            >>> state.get_many(["storm", "spark"])
+            [2, 1]
+        """
+        keys = list(keys)
+        new = updated(keys, update(self.get_many(keys)))
+        self.put_many(pair for pair in zip(keys, new, strict=True) if pair[1] is not None)
 
     def prefetch(self, keys: Iterable[Any]) -> None:
         """A hint: ``get`` of many of ``keys`` is likely to follow, so read them ahead, together.

@@ -37,10 +37,10 @@ Why the fast path cannot change what a caller sees:
 from __future__ import annotations
 
 from abc import abstractmethod
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
-from providers._base import KeyValueState
+from providers._base import KeyValueState, updated
 from providers._serializers import (
     MsgpackKeySerializer,
     MsgpackSerializer,
@@ -193,16 +193,9 @@ class LayeredKeyValueState(KeyValueState):
             # Nothing written since the state was made (``_fresh`` is empty too: a fresh write
             # holds its place in ``_pending``), the way a transactional committer's map reads
             # before it writes: every key comes from the store, in one pass.
-            ekeys: list[bytes] = []
-            for key in keys:  # ``_encode_key`` with its caches written in
-                kind = type(key)
-                if kind is str or (kind is tuple and len(key) == 1 and type(key[0]) is str):
-                    ekeys.append(cache.get(key) or shared.get(key) or self._encode_key(key))
-                else:
-                    ekeys.append(self._encode_key(key))
             return [
                 default if payload is None or (value := deserialize(payload)) is None else value
-                for payload in self._stored_many(ekeys)
+                for payload in self._stored_many(self._encoded_keys(keys))
             ]
         found: list[Any] = [_MISSING] * len(keys)
         wanted: dict[bytes, int] = {}  # encoded key -> its first place in ``keys``
@@ -241,6 +234,55 @@ class LayeredKeyValueState(KeyValueState):
             for i, first in again:
                 found[i] = found[first]
         return [default if v is None or v is _MISSING else v for v in found]
+
+    def _encoded_keys(self, keys: list[Any]) -> list[bytes]:
+        """``_encode_key`` of each key, its caches looked up in the loop (one frame for all)."""
+        cache = self._key_cache
+        shared = self._shared_keys if self._shared_keys is not None else cache
+        ekeys: list[bytes] = []
+        for key in keys:
+            kind = type(key)
+            if kind is str or (kind is tuple and len(key) == 1 and type(key[0]) is str):
+                ekeys.append(cache.get(key) or shared.get(key) or self._encode_key(key))
+            else:
+                ekeys.append(self._encode_key(key))
+        return ekeys
+
+    def update_many(
+        self, keys: Iterable[Any], update: Callable[[list[Any]], Sequence[Any]]
+    ) -> None:
+        """``KeyValueState.update_many``; with nothing written yet, each key encoded once.
+
+        A state that wrote nothing since it was made (a transactional committer's map, one per
+        attempt) reads the keys from its store as ``get_many`` does and writes the new values
+        encoded, under the same encoded keys: no key is encoded, and no pair goes through
+        ``put``, twice. Otherwise ``get_many`` then ``put_many``.
+        """
+        keys = list(keys)
+        if self._pending or self._touch:
+            super().update_many(keys, update)
+            return
+        ekeys = self._encoded_keys(keys)
+        deserialize = self._values.deserialize
+        stored = self._stored_many(ekeys)
+        new = updated(
+            keys,
+            update(
+                [
+                    None if payload is None or (value := deserialize(payload)) is None else value
+                    for payload in stored
+                ]
+            ),
+        )
+        serialize, pending = self._values.serialize, self._pending
+        for key, ekey, value in zip(keys, ekeys, new, strict=True):
+            if value is None:
+                continue
+            try:
+                pending[ekey] = serialize(value)  # ``put``'s encoded path: no fresh write yet
+            except StateSerializationError:
+                self.put(key, value)  # raises what ``put`` raises, naming the state and key
+                raise
 
     def decode_key(self, encoded: bytes) -> Any:
         """A stored key decoded by this state's key serializer (see ``KeyValueState``)."""

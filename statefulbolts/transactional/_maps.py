@@ -45,7 +45,7 @@ from __future__ import annotations
 
 import threading
 from abc import ABC, abstractmethod
-from collections.abc import Hashable, Iterable, Sequence
+from collections.abc import Callable, Hashable, Iterable, Sequence
 from typing import Any, NamedTuple
 
 from providers import (
@@ -106,6 +106,24 @@ class BackingMap(ABC):
     @abstractmethod
     def get_record(self) -> Any:
         """The record last written with ``multi_put``, or ``None``."""
+
+    def update_forms(
+        self, keys: Sequence[Hashable], update: Callable[[list[Any]], Sequence[Any]]
+    ) -> None:
+        """Write what ``update`` makes of the stored values of ``keys``, as ONE ``multi_put``.
+
+        ``update`` gets ``multi_get(keys)`` and returns one value per key, ``None`` for a key
+        to leave as it is; no record is written, and nothing at all when ``update`` raises or
+        leaves every key. A backing map may read and write in fewer steps
+        (``StateBackingMap``: one pass over the keys for both).
+        """
+        new = update(self.multi_get(keys))
+        if len(new) != len(keys):
+            msg = f"update_forms' update returned {len(new)} values for {len(keys)} keys"
+            raise ValueError(msg)
+        put = [(key, value) for key, value in zip(keys, new, strict=True) if value is not None]
+        if put:
+            self.multi_put([key for key, _ in put], [value for _, value in put])
 
 
 def _check_put(keys: Sequence[Hashable], values: Sequence[Any]) -> None:
@@ -306,6 +324,37 @@ class StateBackingMap(BackingMap):
         self._check_usable()
         return self._state.get(_RECORD_KEY)
 
+    def update_forms(
+        self, keys: Sequence[Hashable], update: Callable[[list[Any]], Sequence[Any]]
+    ) -> None:
+        """``BackingMap.update_forms`` through ``state.update_many``, then one ``state.commit()``.
+
+        A layered state that wrote nothing yet (this map's, made for the attempt) encodes
+        each key once for the read and the write: a committer's thousands of keys.
+        """
+        self._check_usable()
+        state = self._state
+        wrote: list[bool] = []
+        failed_update: list[BaseException] = []
+
+        def staged(stored: list[Any]) -> Sequence[Any]:
+            try:
+                new = update(stored)
+            except BaseException as exc:
+                failed_update.append(exc)  # its own error: nothing was written
+                raise
+            wrote.append(any(value is not None for value in new))
+            return new
+
+        try:
+            state.update_many([(key,) for key in keys], staged)
+            if wrote and wrote[0]:
+                state.commit()
+        except Exception as exc:
+            if not failed_update:
+                self._failed = exc
+            raise
+
 
 def read_backing_state(stored: Iterable[tuple[Any, Any]]) -> dict[Any, Any]:
     """The current value of every key in a ``StateBackingMap``'s stored ``(key, form)`` pairs.
@@ -416,8 +465,8 @@ class TransactionalMap:
         """Apply ``updaters[i]`` to the value of ``keys[i]`` for batch ``txid``.
 
         ``txid`` is an int or a ``TransactionAttempt`` (its ``transaction_id`` is used). Keys
-        that ``txid`` already wrote are skipped; the others are written in ONE
-        ``backing.multi_put``. Returns the new value of each key.
+        that ``txid`` already wrote are skipped; the others are written in ONE atomic write
+        (``backing.update_forms``: one ``multi_put``). Returns the new value of each key.
 
         Raises:
             ValueError: a key appears twice, or keys and updaters differ in number.
@@ -425,31 +474,34 @@ class TransactionalMap:
         """
         t = txid_of(txid)
         keys, updaters = _checked(keys, updaters)
-        stored = self._backing.multi_get(keys)
         results: list[Any] = []
-        put_keys: list[Hashable] = []
-        put_values: list[Any] = []
-        # ``TransactionalValue.apply`` on the stored forms, without making the objects.
-        for key, plain, updater in zip(keys, stored, updaters, strict=True):
-            if plain is None:
-                value = updater(None)
-            else:
-                if type(plain) is list and len(plain) == 2 and type(plain[0]) is int:
-                    written, value = plain
-                else:  # anything else is read the careful way (and refused if malformed)
-                    old = TransactionalValue.from_plain(plain)
-                    written, value = old.txid, old.value
-                if written > t:
-                    raise _ahead(repr(self), key, written, t)
-                if written == t:  # a replay of t: skipped
-                    results.append(value)
-                    continue
-                value = updater(value)
-            put_keys.append(key)
-            put_values.append([t, value])
-            results.append(value)
-        if put_keys:
-            self._backing.multi_put(put_keys, put_values)
+
+        def apply(stored: list[Any]) -> list[Any]:
+            """``TransactionalValue.apply`` on the stored forms, without making the objects."""
+            forms: list[Any] = []
+            for key, plain, updater in zip(keys, stored, updaters, strict=True):
+                if plain is None:
+                    value = updater(None)
+                else:
+                    if type(plain) is list and len(plain) == 2 and type(plain[0]) is int:
+                        written, value = plain
+                    else:  # anything else is read the careful way (and refused if malformed)
+                        old = TransactionalValue.from_plain(plain)
+                        written, value = old.txid, old.value
+                    if written > t:
+                        raise _ahead(repr(self), key, written, t)
+                    if written == t:  # a replay of t: skipped
+                        results.append(value)
+                        forms.append(None)
+                        continue
+                    value = updater(value)
+                forms.append([t, value])
+                results.append(value)
+            return forms
+
+        # Read, apply and write in one call: a backing map over a state reads and writes each
+        # key with one encoding of it (``StateBackingMap.update_forms``).
+        self._backing.update_forms(keys, apply)
         return results
 
 

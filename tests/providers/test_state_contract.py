@@ -200,6 +200,51 @@ def test_put_many_stops_at_a_refused_pair_with_the_pairs_before_it_written(
     assert state.get("n") is None
 
 
+def test_update_many_reads_as_get_many_and_writes_as_put_many(backend: Backend) -> None:
+    base = backend.state()
+    base.put("committed", 1)
+    base.put(("tuple",), [1])
+    base.put("kept", 5)
+    base.prepare_commit(1)
+    base.commit(1)
+    base.put("prepared", 2)
+    base.prepare_commit(2)
+    for pending in (False, True):  # a state that wrote nothing yet, and one that did
+        state = backend.state()
+        if pending:
+            state.put("pending", {"n": 3})
+        keys = ["committed", ("tuple",), "kept", "prepared", "absent", "pending", "committed"]
+        seen: list[Any] = []
+
+        def bump(old: list[Any], seen: list[Any] = seen, keys: list[Any] = keys) -> list[Any]:
+            seen.extend(old)
+            pairs = zip(keys, old, strict=True)
+            return [None if key == "kept" else [key, value] for key, value in pairs]
+
+        state.update_many(iter(keys), bump)  # any iterable, read once
+        before = [1, [1], 5, 2, None, {"n": 3} if pending else None, 1]
+        assert seen == before
+        assert state.get_many(keys) == [
+            [key, value] if key != "kept" else 5 for key, value in zip(keys, before, strict=True)
+        ]
+        with pytest.raises(ZeroDivisionError):  # update's own error: nothing written
+            state.update_many(["absent", "kept"], lambda old: [1, 1 / 0])
+        with pytest.raises(ValueError, match="returned 1 values for 2 keys"):
+            state.update_many(["absent", "kept"], lambda old: [7])
+        assert state.get_many(["absent", "kept"]) == [["absent", None], 5]
+        with pytest.raises(StateSerializationError, match="value for key 'kept'"):
+            state.update_many(["new", "kept", "after"], lambda old: [1, object(), 2])
+        assert state.get_many(["new", "kept", "after"]) == [1, 5, None]
+    state.prepare_commit(2)  # the prepared txid, with this state's writes added
+    state.commit(2)
+    assert backend.state().get_many(["committed", ("tuple",), "kept", "new"]) == [
+        ["committed", 1],
+        [("tuple",), [1]],
+        5,
+        1,
+    ]
+
+
 def test_stored_value_is_a_copy(backend: Backend) -> None:
     state = backend.state()
     value = [1, 2]

@@ -313,14 +313,21 @@ def test_get_many_and_put_many_read_and_write_what_get_and_put_do(
 ) -> None:
     """Random batches over str keys, one-str tuple keys (a transactional map's) and a key that
     encodes like a str, scalars and lists, repeated keys, deletes and commits: the batch calls
-    against the calls one by one."""
+    (``update_many`` too) against the calls one by one."""
     rng = random.Random(seed)
     many, each = backend.state(), backend.state(f"{backend.namespace}-each")
     for txid in range(1, 4):
         for _ in range(12):
-            op = rng.choice(["put_many", "get_many", "delete"])
+            op = rng.choice(["put_many", "get_many", "delete", "update_many"])
             keys = [rng.choice(KEYS) for _ in range(rng.randrange(1, 7))]
-            if op == "put_many":
+            if op == "update_many":
+                new = [rng.choice([*VALUES, None]) for _ in keys]
+                old = [each.get(k) for k in keys]
+                many.update_many(keys, lambda got, old=old, new=new: got == old and new or [])
+                for key, value in zip(keys, new, strict=True):
+                    if value is not None:
+                        each.put(key, value)
+            elif op == "put_many":
                 pairs = [(k, rng.choice(VALUES)) for k in keys]
                 many.put_many(pairs)
                 for key, value in pairs:

@@ -477,6 +477,27 @@ def test_state_backing_map_refuses_work_after_a_failed_write() -> None:
     InMemoryKeyValueStateProvider.drop(namespace.split("/")[0])
 
 
+def test_state_backing_map_refuses_work_after_a_failed_update_write_not_after_its_own_error():
+    namespace = f"txmap-{uuid.uuid4().hex[:8]}/count-0"
+    state = StateFactory.get_state(namespace, {})
+    assert isinstance(state, KeyValueState)
+    counts = TransactionalMap(StateBackingMap(state))
+    assert counts.multi_update(3, ["a"], [add(1)]) == [1]
+    ahead = TransactionalMap(StateBackingMap(StateFactory.get_state(namespace, {})))
+    with pytest.raises(StateTransactionError, match="written by txid 3, after txid 2"):
+        ahead.multi_update(2, ["a", "b"], [add(1), add(1)])
+    assert ahead.multi_update(4, ["a", "b"], [add(1), add(1)]) == [2, 1]  # still usable
+    broken = StateBackingMap(_fail_commits(StateFactory.get_state(namespace, {})))
+    with pytest.raises(StateBackendError, match="store down"):
+        TransactionalMap(broken).multi_update(5, ["a"], [add(1)])
+    with pytest.raises(StateTransactionError, match="an earlier multi_put failed"):
+        broken.multi_get(["a"])
+    nothing = StateBackingMap(_fail_commits(StateFactory.get_state(namespace, {})))
+    assert TransactionalMap(nothing).multi_update(4, ["a"], [add(1)]) == [2]  # a replay
+    assert nothing.multi_get(["a", "b"]) == [[4, 2], [4, 1]]  # no write, no commit to fail
+    InMemoryKeyValueStateProvider.drop(namespace.split("/")[0])
+
+
 def test_state_backing_map_needs_a_key_value_state() -> None:
     with pytest.raises(TypeError, match="needs a providers.KeyValueState; got builtins.dict"):
         StateBackingMap({})  # type: ignore[arg-type]
