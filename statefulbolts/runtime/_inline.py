@@ -44,6 +44,7 @@ from statefulbolts.runtime._program import TaskJob
 from statefulbolts.runtime._records import JobResult, ReportedError
 from statefulbolts.runtime._results import reduce_acks
 from statefulbolts.runtime._sealing import seal_inputs
+from statefulbolts.runtime._spark import driver_attempt
 from statefulbolts.runtime._stats import format_traceback
 from statefulbolts.runtime._task import run_task
 from statefulbolts.runtime._task_errors import decode_task_error, exception_types
@@ -166,7 +167,8 @@ def _attempted(
     attempt = 1
     while True:
         try:
-            return list(run_task(job, topology, stage, slot, items, in_worker=False))
+            with driver_attempt(attempt - 1):  # what ``task_attempt`` says in the task
+                return list(run_task(job, topology, stage, slot, items, in_worker=False))
         except Exception as exc:
             if attempt >= attempts or retried is None:
                 raise

@@ -6,11 +6,13 @@ application that ``spark-submit`` launched.
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import logging
 import os
 import re
 import sys
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 from statefulbolts.errors import ConfigError
@@ -298,8 +300,26 @@ def _started(builder: Any) -> Any:
 
 
 def task_attempt() -> int:
-    """The attempt number of the Spark task running this code (0 outside Spark)."""
+    """The attempt number of the task running this code (0 outside a task).
+
+    A Spark task's is Spark's; a task the driver runs itself (a job's head, ``_inline``) has
+    the attempt the driver gives it (``driver_attempt``), counted as Spark counts.
+    """
     from pyspark import TaskContext
 
     ctx = TaskContext.get()
-    return 0 if ctx is None else ctx.attemptNumber()
+    return _DRIVER_ATTEMPT.get() if ctx is None else ctx.attemptNumber()
+
+
+# The attempt of the task this thread runs in the driver (``driver_attempt``).
+_DRIVER_ATTEMPT: contextvars.ContextVar[int] = contextvars.ContextVar("attempt", default=0)
+
+
+@contextlib.contextmanager
+def driver_attempt(attempt: int) -> Iterator[None]:
+    """Run a task in the driver as its attempt ``attempt`` (0 first), as ``task_attempt`` says."""
+    token = _DRIVER_ATTEMPT.set(attempt)
+    try:
+        yield
+    finally:
+        _DRIVER_ATTEMPT.reset(token)

@@ -198,9 +198,11 @@ class SparkEngine:
         collected = rdd.collect()
         ran = time.perf_counter()
         result = merge_results(collected if spec.ackers > 0 else reduce_acks(collected))
-        if any(report.attempt for report in result.reports):  # Spark's retry survived a failure
+        # The tasks Spark ran (the head's retries are the head's own, in ``retried``).
+        spark_ran = [r for r in result.reports if (layout.stage_of[r.comp] or 0) >= first]
+        if any(report.attempt for report in spark_ran):  # Spark's retry survived a failure
             texts = failed_attempts(sc, labels.group)
-            result.retried = retried_errors(self.plan, result.reports, texts)
+            result.retried = retried_errors(self.plan, spark_ran, texts)
         result.retried = retried + result.retried  # the head's, then Spark's
         result.timings = JobTimings(
             submitted - began - head, ran - submitted, time.perf_counter() - ran, head, first
