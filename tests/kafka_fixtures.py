@@ -35,6 +35,7 @@ from __future__ import annotations
 import contextlib
 import itertools
 import os
+import signal
 import socket
 import subprocess
 import time
@@ -179,10 +180,13 @@ class KafkaBroker:
         return Producer({"bootstrap.servers": self.bootstrap, **SINGLE, **settings})
 
     def stop(self) -> None:
-        """Stop the broker (SIGTERM, then SIGKILL); its topics are gone."""
+        """Stop the broker (SIGINT, then SIGKILL); its topics are gone.
+
+        SIGINT, as Ctrl-C: Tansu exits at once (status 0), where on SIGTERM it waits 5 s first.
+        """
         process, self.process = self.process, None
         if process is not None and process.poll() is None:
-            process.terminate()
+            process.send_signal(signal.SIGINT)
             try:
                 process.wait(timeout=10)
             except subprocess.TimeoutExpired:
