@@ -72,8 +72,34 @@ def test_a_reader_reads_from_an_exact_offset_up_to_the_listed_end(
     # The next listing has the later record; has_more and the lags say so.
     later = spout.ends(CONF, [f"{topic}/0"])[f"{topic}/0"]
     assert later.end == 6 and spout.has_more(CONF, f"{topic}/0", 5)
-    assert spout.lags({f"{topic}/0": 5}) == {f"{topic}/0": 1}
+    assert spout.lags({f"{topic}/0": 5})[f"{topic}/0"] == 1
     assert _values(_read(spout, f"{topic}/0", 5, 10, later)[0]) == ["a5-later"]
+
+
+def test_has_more_after_a_commit_sees_what_was_written_during_the_transactions_reads(
+    kafka_broker: KafkaBroker, kafka_topic: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A PREPARE lists the ends, its task reads up to them, records arrive meanwhile, and the
+    # commit lands within the listing's half second: the idle check must not trust that listing.
+    topic = kafka_topic()
+    partition = f"{topic}/0"
+    produce(kafka_broker, topic, [f"w{i}".encode() for i in range(3)], partition=0)
+    spout = KafkaSpout(topic, bootstrap_servers=kafka_broker.bootstrap)
+    listings: list[int] = []
+    real = spout._offsets
+    monkeypatch.setattr(spout, "_offsets", lambda *a: listings.append(1) or real(*a))
+    end = spout.ends(CONF, [partition])[partition]
+    batch, _ = _read(spout, partition, None, 100, end)
+    produce(kafka_broker, topic, [b"during"], partition=0)  # while the transaction ran
+    spout.committed(CONF, {partition: batch.position})
+    assert batch.position == 3 and spout.has_more(CONF, partition, 3)
+    # The next PREPARE's ends reuse that fresh listing: one broker round trip per transaction.
+    assert spout.ends(CONF, [partition])[partition].end == 4
+    assert len(listings) == 2
+    # After that commit, nothing more was written: "no", and asking again costs no listing.
+    spout.committed(CONF, {partition: 4})
+    assert not spout.has_more(CONF, partition, 4) and not spout.has_more(CONF, partition, 4)
+    assert len(listings) == 3
 
 
 def test_a_commit_marker_before_the_end_still_brings_the_position_to_the_end(

@@ -253,11 +253,15 @@ class KafkaSpout(PartitionedSpout):
         # The last listings, each with the topology config it was made for: a driver started
         # again in the same process (another config object) lists afresh.
         self._listed: tuple[Mapping[str, Any], float, list[str]] | None = None
+        # The last offsets listing, and whether it was taken since the last commit: only such a
+        # listing may tell has_more that a partition holds nothing after its committed position.
         self._seen: tuple[Mapping[str, Any] | None, float, dict[str, KafkaEnd]] = (None, 0.0, {})
+        self._seen_since_commit = False
         self._firsts: dict[KafkaPartition, int] = {}
 
     def __getstate__(self) -> dict[str, Any]:
-        keep = ("_lock", "_cluster", "_resolved", "_listed", "_seen", "_firsts")
+        keep = ("_lock", "_cluster", "_resolved", "_listed", "_seen", "_seen_since_commit")
+        keep += ("_firsts",)
         return {k: v for k, v in vars(self).items() if k not in keep}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
@@ -395,10 +399,24 @@ class KafkaSpout(PartitionedSpout):
         return sorted(str(KafkaPartition(t, n)) for t in chosen for n in range(topics[t]))
 
     def ends(self, conf: Mapping[str, Any], partitions: Sequence[str]) -> dict[str, KafkaEnd]:
-        """Each partition's ``KafkaEnd`` now (once per PREPARE; see the module docstring)."""
-        found = self._offsets(conf, partitions)
-        self._seen = (conf, time.monotonic(), found)
-        return found
+        """Each partition's ``KafkaEnd`` now (once per PREPARE; see the module docstring).
+
+        The listing ``has_more`` took since the last commit (a moment ago, as a PREPARE follows
+        its "yes") serves, if it is fresh and lists every partition: one broker round trip per
+        transaction, not two.
+        """
+        made_for, at, seen = self._seen
+        if not (
+            self._seen_since_commit
+            and made_for is conf
+            and time.monotonic() - at < _OFFSETS_TTL_S
+            and all(p in seen for p in partitions)
+        ):
+            seen = self._offsets(conf, partitions)
+            self._seen = (conf, time.monotonic(), seen)
+        # Taken before this transaction's reads: records written during them are not in it.
+        self._seen_since_commit = False
+        return {p: seen[p] for p in partitions}
 
     def _offsets(self, conf: Mapping[str, Any], partitions: Sequence[str]) -> dict[str, KafkaEnd]:
         settings = self.settings(conf)
@@ -439,12 +457,16 @@ class KafkaSpout(PartitionedSpout):
         """Whether ``partition`` holds records after ``position``, or a jump to report.
 
         Answered from the offsets listed at most half a second ago (for every partition at
-        once): an idle topology asks at every step of its driver loop.
+        once): an idle topology asks at every step of its driver loop. The listing must have
+        been taken since the last commit: one taken before a transaction's reads (its PREPARE's
+        ``ends``) misses what was written while they ran, and a "no" from it would let the
+        topology go idle with records unread.
         """
         made_for, at, seen = self._seen
-        if made_for is not conf or time.monotonic() - at >= _OFFSETS_TTL_S:
+        stale = made_for is not conf or time.monotonic() - at >= _OFFSETS_TTL_S
+        if stale or not self._seen_since_commit:
             seen = self._offsets(conf, self.partitions(conf))
-            self._seen = (conf, time.monotonic(), seen)
+            self._seen, self._seen_since_commit = (conf, time.monotonic(), seen), True
         end = seen.get(partition)
         if end is None:
             return True  # new since the listing: a transaction will list it
@@ -463,7 +485,11 @@ class KafkaSpout(PartitionedSpout):
         return out
 
     def committed(self, conf: Mapping[str, Any], positions: Mapping[str, Any]) -> None:
-        """Commit ``positions`` to the consumer group (for monitoring only), without waiting."""
+        """Commit ``positions`` to the consumer group (for monitoring only), without waiting.
+
+        The offsets listed so far predate this commit's reads: ``has_more`` lists afresh.
+        """
+        self._seen_since_commit = False
         settings = self.settings(conf)
         if not settings.commit:
             return
