@@ -111,6 +111,10 @@ _CONSUME_BATCH = 1000
 _WAIT_S = 0.1
 _FETCH_WAIT_MS = 10
 _STARTS = ("earliest", "latest", "committed")
+# What _reset makes: the driver's caches, never pickled with the spout.
+_DRIVER_CACHES = frozenset(
+    ("_lock", "_cluster", "_resolved", "_listed", "_seen", "_seen_since_commit", "_firsts")
+)
 
 
 class KafkaPartition(NamedTuple):
@@ -260,9 +264,7 @@ class KafkaSpout(PartitionedSpout):
         self._firsts: dict[KafkaPartition, int] = {}
 
     def __getstate__(self) -> dict[str, Any]:
-        keep = ("_lock", "_cluster", "_resolved", "_listed", "_seen", "_seen_since_commit")
-        keep += ("_firsts",)
-        return {k: v for k, v in vars(self).items() if k not in keep}
+        return {k: v for k, v in vars(self).items() if k not in _DRIVER_CACHES}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         vars(self).update(state)
