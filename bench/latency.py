@@ -849,8 +849,18 @@ def main(argv: list[str] | None = None) -> int:
         default="auto",
         help="topology.driver.head: auto (a small PREPARE's split in the driver), always, never",
     )
+    parser.add_argument(
+        "--spark-conf",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a Spark setting for the bench's session (repeatable; wins over the bench's own)",
+    )
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)
+    for item in args.spark_conf:
+        if "=" not in item:
+            parser.error(f"--spark-conf {item!r}: expected KEY=VALUE")
     with contextlib.ExitStack() as stack:
         if args.standalone:
             args.master = stack.enter_context(standalone_master())
@@ -893,6 +903,7 @@ def measure(args: argparse.Namespace) -> int:
     if args.spark_ui:  # keep every job of a run for the REST API
         spark_conf |= {"spark.ui.retainedJobs": "20000", "spark.ui.retainedStages": "40000"}
     spark_conf |= _cluster_conf(args.master)
+    spark_conf |= dict(item.split("=", 1) for item in args.spark_conf)
     spark = build_session(args.master, "statefulbolts-bench-latency", spark_conf)
     sc = spark.sparkContext
     corpus = CycledCorpus(zipf_sentences(args.sentences, args.vocab, args.seed))
@@ -933,6 +944,7 @@ def measure(args: argparse.Namespace) -> int:
             server.stop()
     result = {
         "master": sc.master,
+        "spark_conf": list(args.spark_conf),
         "parallelism": args.parallelism,
         "interval_ms": args.interval,
         "provider": args.provider,

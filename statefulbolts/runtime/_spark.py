@@ -77,7 +77,9 @@ def loopback_settings(user_conf: Mapping[str, Any] | None = None) -> dict[str, s
 # The driver JVM of a local master mostly moves pickled bytes between the Python workers, which
 # do the real work. Its C2 JIT compiler, busy for tens of seconds after start, took most of a
 # core from them (on 2 cores the word count bench ran 1.5x slower); C1 alone compiles cheaply
-# and is fast enough for moving bytes.
+# and is fast enough for moving bytes. The same holds for the executors of a standalone cluster
+# on this machine (a loopback master), which share its cores with the driver: there C1 took the
+# latency bench's p50 at 1,000 tuples/s from 98 to 62 ms (docs/benchmarks.md).
 LOCAL_JVM_OPTIONS = "-XX:TieredStopAtLevel=1"
 
 
@@ -130,11 +132,17 @@ def with_log_options(java_options: str | None, level: str) -> str | None:
     return f"{ours} {java_options}" if java_options else ours
 
 
-def local_jvm_settings(user_conf: Mapping[str, Any] | None = None) -> dict[str, str]:
-    """JVM options for a local master's driver (which is also its executor), unless set."""
-    if "spark.driver.extraJavaOptions" in (user_conf or {}):
-        return {}
-    return {"spark.driver.extraJavaOptions": LOCAL_JVM_OPTIONS}
+def local_jvm_settings(
+    user_conf: Mapping[str, Any] | None = None, *, executors: bool = False
+) -> dict[str, str]:
+    """JVM options for JVMs on this machine, unless set: the driver's, and ``executors``'.
+
+    A local master's driver is also its executor; a loopback standalone master's executors run
+    here too.
+    """
+    user_conf = user_conf or {}
+    keys = ["spark.driver.extraJavaOptions"] + (["spark.executor.extraJavaOptions"] * executors)
+    return {key: LOCAL_JVM_OPTIONS for key in keys if key not in user_conf}
 
 
 # Python workers talk to their JVM over a socket per task. Over TCP each small task paid about
@@ -176,15 +184,17 @@ def _session_settings(
 ) -> dict[str, str]:
     """What the runtime sets for ``master`` before a SparkContext starts (``spark_conf`` wins).
 
-    Local and loopback standalone masters: loopback binding and the Python worker transport.
-    Local masters only: the quiet worker daemon, and executors that import what the driver
-    can (``spark.executorEnv.PYTHONPATH`` from ``sys.path``). Other masters:
+    Local and loopback standalone masters: loopback binding, the Python worker transport and
+    the C1 JIT for the JVMs on this machine (``LOCAL_JVM_OPTIONS``). Local masters only: the
+    quiet worker daemon, and executors that import what the driver can
+    (``spark.executorEnv.PYTHONPATH`` from ``sys.path``). Other masters:
     ``spark.task.maxFailures``; their executors get this project from ``_shipping``.
     """
     settings: dict[str, str] = {}
     if is_local(master) or is_loopback_master(master):
         settings.update(loopback_settings(spark_conf))
         settings.update(python_worker_settings(spark_conf))
+        settings.update(local_jvm_settings(spark_conf, executors=is_loopback_master(master)))
     if is_local(master):
         settings.update(python_daemon_settings(spark_conf))
         if "spark.executorEnv.PYTHONPATH" not in spark_conf:
@@ -207,10 +217,11 @@ def build_session(
     Local masters, and standalone masters on 127.0.0.1 / localhost, get loopback binding (unless
     ``spark_conf`` says otherwise): a driver that talks to executors on this machine only has no
     reason to listen on any other interface; their Python workers talk to the JVM over Unix
-    domain sockets where PySpark supports them (``UDS_KEY``). Local masters' workers run
-    through a daemon whose workers end quietly when the JVM stops first (``DAEMON_MODULE``), and
-    their JVM gets ``LOCAL_JVM_OPTIONS`` (C1 JIT only) unless ``spark_conf`` sets
-    ``spark.driver.extraJavaOptions``. Other masters keep Spark's defaults, except that
+    domain sockets where PySpark supports them (``UDS_KEY``), and their JVMs (the driver's, and a
+    loopback master's executors) get ``LOCAL_JVM_OPTIONS`` (C1 JIT only) unless ``spark_conf``
+    sets their ``extraJavaOptions``. Local masters' workers run through a daemon whose workers
+    end quietly when the JVM stops first (``DAEMON_MODULE``). Other masters keep Spark's
+    defaults, except that
     ``spark.task.maxFailures`` is ``task_max_failures`` unless ``spark_conf`` sets it. The
     driver JVM of every master logs at ``spark_log_level()`` from its start
     (``LOG4J2_CONFIG``), unless ``spark.driver.extraJavaOptions`` names a log4j2 config.
@@ -223,7 +234,6 @@ def build_session(
     builder = SparkSession.builder.appName(app_name)
     settings = _session_settings(master, spark_conf, task_max_failures)
     if is_local(master):
-        settings.update(local_jvm_settings(spark_conf))
         master = with_task_retries(master, task_max_failures)
     options = {**settings, **spark_conf}
     java = with_log_options(options.get(_DRIVER_JAVA_OPTIONS), spark_log_level())

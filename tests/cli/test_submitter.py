@@ -216,13 +216,26 @@ def test_what_a_session_gets_for_each_kind_of_master() -> None:
         "spark.ui.enabled": "false",
         "spark.ui.showConsoleProgress": "false",
     }
+    c1 = "-XX:TieredStopAtLevel=1"
     local = _session_settings("local[2]", {}, 4)
     assert local.pop("spark.executorEnv.PYTHONPATH").split(os.pathsep)[0]  # this sys.path
-    assert local == {**loopback, **uds, DAEMON_KEY: "statefulbolts.runtime._daemon"}
+    assert local == {
+        **loopback,
+        **uds,
+        DAEMON_KEY: "statefulbolts.runtime._daemon",
+        "spark.driver.extraJavaOptions": c1,
+    }
     # A standalone master here: loopback, but executors get the project only by shipping, and
-    # start PySpark's own daemon (ours is not on their path before the first task).
+    # start PySpark's own daemon (ours is not on their path before the first task); its
+    # executors share this machine's cores, so they get the C1 JIT as the driver does.
     here = _session_settings("spark://127.0.0.1:7077", {}, 6)
-    assert here == {**loopback, **uds, "spark.task.maxFailures": "6"}
+    assert here == {
+        **loopback,
+        **uds,
+        "spark.task.maxFailures": "6",
+        "spark.driver.extraJavaOptions": c1,
+        "spark.executor.extraJavaOptions": c1,
+    }
     assert _session_settings("spark://10.0.0.5:7077", {}, 4) == {"spark.task.maxFailures": "4"}
     assert _session_settings("yarn", {"spark.task.maxFailures": "9"}, 4) == {}
     # What the user (or spark-submit's --conf) set is never overridden.

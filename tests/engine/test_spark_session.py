@@ -35,6 +35,15 @@ def test_local_jvm_runs_c1_only_unless_the_user_chose_options():
     assert local_jvm_settings() == {"spark.driver.extraJavaOptions": "-XX:TieredStopAtLevel=1"}
     assert local_jvm_settings({"spark.driver.extraJavaOptions": "-Xss4m"}) == {}
     assert local_jvm_settings({"spark.driver.extraJavaOptions": ""}) == {}
+    # A standalone cluster on this machine: its executors too.
+    assert local_jvm_settings(executors=True) == {
+        "spark.driver.extraJavaOptions": "-XX:TieredStopAtLevel=1",
+        "spark.executor.extraJavaOptions": "-XX:TieredStopAtLevel=1",
+    }
+    mine = {"spark.executor.extraJavaOptions": "-Xss4m"}
+    assert local_jvm_settings(mine, executors=True) == {
+        "spark.driver.extraJavaOptions": "-XX:TieredStopAtLevel=1"
+    }
 
 
 def test_loopback_settings_keep_what_the_user_set():
