@@ -77,9 +77,10 @@ def loopback_settings(user_conf: Mapping[str, Any] | None = None) -> dict[str, s
 # The driver JVM of a local master mostly moves pickled bytes between the Python workers, which
 # do the real work. Its C2 JIT compiler, busy for tens of seconds after start, took most of a
 # core from them (on 2 cores the word count bench ran 1.5x slower); C1 alone compiles cheaply
-# and is fast enough for moving bytes. The same holds for the executors of a standalone cluster
-# on this machine (a loopback master), which share its cores with the driver: there C1 took the
-# latency bench's p50 at 1,000 tuples/s from 98 to 62 ms (docs/benchmarks.md).
+# and is fast enough for moving bytes. The executors of a standalone cluster on this machine (a
+# loopback master) share its cores with the driver too: there C1 took the latency bench's p50
+# at 1,000 tuples/s from 98 to 62 ms in runs of 10 s, where C2's compiling after start weighs
+# most; over 20 s the two were within noise (docs/benchmarks.md).
 LOCAL_JVM_OPTIONS = "-XX:TieredStopAtLevel=1"
 
 
@@ -141,7 +142,9 @@ def local_jvm_settings(
     here too.
     """
     user_conf = user_conf or {}
-    keys = ["spark.driver.extraJavaOptions"] + (["spark.executor.extraJavaOptions"] * executors)
+    keys = ["spark.driver.extraJavaOptions"]
+    if executors:
+        keys.append("spark.executor.extraJavaOptions")
     return {key: LOCAL_JVM_OPTIONS for key in keys if key not in user_conf}
 
 
