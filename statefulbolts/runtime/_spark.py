@@ -224,10 +224,10 @@ def build_session(
     loopback master's executors) get ``LOCAL_JVM_OPTIONS`` (C1 JIT only) unless ``spark_conf``
     sets their ``extraJavaOptions``. Local masters' workers run through a daemon whose workers
     end quietly when the JVM stops first (``DAEMON_MODULE``). Other masters keep Spark's
-    defaults, except that
-    ``spark.task.maxFailures`` is ``task_max_failures`` unless ``spark_conf`` sets it. The
-    driver JVM of every master logs at ``spark_log_level()`` from its start
-    (``LOG4J2_CONFIG``), unless ``spark.driver.extraJavaOptions`` names a log4j2 config.
+    defaults, except that ``spark.task.maxFailures`` is ``task_max_failures`` unless
+    ``spark_conf`` sets it. The driver JVM of every master logs at ``spark_log_level()`` from
+    its start (``LOG4J2_CONFIG``), unless ``spark.driver.extraJavaOptions`` names a log4j2
+    config.
     """
     from pyspark.sql import SparkSession
 

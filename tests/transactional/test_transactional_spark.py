@@ -341,11 +341,11 @@ def quick_retries(monkeypatch: pytest.MonkeyPatch) -> None:
 
     The random failures come in runs (a txid can fail nine times in a row, and every failure
     restarts the txids pipelined after it), and at the driver's 5 s cap the test waited a
-    minute or two of its own delays (28 s to 147 s a run). The first
-    delays are the driver's, so the topology is still idle in a backoff that the wait for idle
-    sees, as before; 10 ms delays left it no such pause and ran the tail of empty txids to its
-    end (40 s). The budget (``topology.max.transaction.retries``) is the config's; the policy's
-    delays are tested in ``tests/recovery/test_recovery_retry.py``.
+    minute or two of its own delays (28 s to 147 s a run). The first delays are the driver's,
+    so the topology is still idle in a backoff that the wait for idle sees, as before; 10 ms
+    delays left it no such pause and ran the tail of empty txids to its end (40 s). The budget
+    (``topology.max.transaction.retries``) is the config's; the policy's delays are tested in
+    ``tests/recovery/test_recovery_retry.py``.
     """
     from recovery import gate
     from recovery.retry import RetryPolicy
