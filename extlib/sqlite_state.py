@@ -683,17 +683,26 @@ class SqliteKeyValueState(KeyValueState):
 
         Keys expired at the transaction's timestamp are skipped.
         """
+        for ekey, raw in self._live_encoded():
+            yield self._keys.deserialize(ekey), self._values.deserialize(raw)
+
+    def iter_keys(self) -> Iterator[Any]:
+        """The keys of ``iter(self)``, in its order; no value is decoded."""
+        for ekey, _ in self._live_encoded():
+            yield self._keys.deserialize(ekey)
+
+    def _live_encoded(self) -> Iterator[tuple[bytes, bytes]]:
+        """``(encoded key, payload)`` of every live key, pending and prepared first."""
         prepared: Iterable[tuple[bytes, bytes | None]] = (
             iter(()) if self._superseding else self._pages("prepared")
         )
         if not self._superseding and is_expired(self._ttl_times(self._query)[1], self._now):
             prepared = ((key, None) for key, _ in prepared)  # gone, and hiding what is below
         layers = (list(self._pending.items()), prepared, self._live_committed())
-        for ekey, raw in merge_layers(layers):
-            yield self._keys.deserialize(ekey), self._values.deserialize(raw)
+        yield from merge_layers(layers)
 
     def __len__(self) -> int:
-        return sum(1 for _ in self)
+        return sum(1 for _ in self.iter_keys())
 
     # -- the stored image (optional; see providers.KeyValueState): for offline tools
     def stored_txids(self) -> tuple[int | None, int | None]:

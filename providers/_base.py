@@ -251,6 +251,15 @@ class KeyValueState(State):
         """Same as iterating the state."""
         return iter(self)
 
+    def iter_keys(self) -> Iterator[Any]:
+        """Yield every live key once: the keys iterating the state yields, in the same order.
+
+        For callers that need the keys alone (to find what to delete, say). The default takes
+        them from ``iter(self)``; a provider whose values cost something to decode overrides
+        it to skip them (the built-in providers do).
+        """
+        return (key for key, _ in self)
+
     # -- time to live (optional; the rules are in ``providers._ttl``)
     @property
     def supports_ttl(self) -> bool:

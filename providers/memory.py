@@ -277,6 +277,16 @@ class InMemoryKeyValueState(LayeredKeyValueState):
 
         Keys expired at the transaction's timestamp are skipped.
         """
+        for ekey, raw in self._live_encoded():
+            yield self._keys.deserialize(ekey), self._values.deserialize(raw)
+
+    def iter_keys(self) -> Iterator[Any]:
+        """The keys of ``iter(self)``, in its order; no value is decoded."""
+        for ekey, _ in self._live_encoded():
+            yield self._keys.deserialize(ekey)
+
+    def _live_encoded(self) -> Iterator[tuple[bytes, bytes]]:
+        """``(encoded key, payload)`` of every live key, the layers as they are at the start."""
         self._flush()
         image, now = self._image, self._now
         prepared = list((image.prepared or {}).items())
@@ -284,11 +294,10 @@ class InMemoryKeyValueState(LayeredKeyValueState):
             prepared = [(ekey, None) for ekey, _ in prepared]  # gone, and hiding what is below
         committed = [(k, v) for k, v in image.committed.items() if not image.expired(k, now)]
         layers = (list(self._pending.items()), prepared, committed)
-        for ekey, raw in merge_layers(layers):
-            yield self._keys.deserialize(ekey), self._values.deserialize(raw)
+        yield from merge_layers(layers)
 
     def __len__(self) -> int:
-        return sum(1 for _ in self)
+        return sum(1 for _ in self.iter_keys())
 
     def prepare_commit(self, txid: int) -> None:
         """Move pending writes into the prepared delta of ``txid``.

@@ -379,6 +379,10 @@ class RecordingState(KeyValueState):
         """Pass through."""
         return iter(self.inner)
 
+    def iter_keys(self) -> Iterator[Any]:
+        """Pass through."""
+        return self.inner.iter_keys()
+
 
 def checkpoint_barrier(context: TopologyContext, action: Any, txid: int) -> list[Tuple]:
     """A complete barrier: one ``$checkpoint`` tuple ``(txid, action)`` per input task.

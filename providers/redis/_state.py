@@ -257,6 +257,16 @@ class RedisKeyValueState(StoredImageReads, LayeredKeyValueState):
         may return a field twice if the hash is written while the scan runs; nothing writes a
         namespace's committed hash but its one task's commit, which never overlaps its reads.
         """
+        for ekey, payload in self._live_encoded():
+            yield self._keys.deserialize(ekey), self._decode(payload)
+
+    def iter_keys(self) -> Iterator[Any]:
+        """The keys of ``iter(self)``, in its order; no value is decoded."""
+        for ekey, _ in self._live_encoded():
+            yield self._keys.deserialize(ekey)
+
+    def _live_encoded(self) -> Iterator[tuple[bytes, bytes]]:
+        """``(encoded key, payload)`` of every live key (``__iter__`` says in what order)."""
         self._flush()
         seen: set[bytes] = set()
         prepared = dict(self._prepared)
@@ -267,7 +277,7 @@ class RedisKeyValueState(StoredImageReads, LayeredKeyValueState):
                 if ekey not in seen:
                     seen.add(ekey)
                     if payload is not None:
-                        yield self._keys.deserialize(ekey), self._decode(payload)
+                        yield ekey, payload
         cache = self._cache
         scan = scan_hash(
             self._client,
@@ -283,7 +293,7 @@ class RedisKeyValueState(StoredImageReads, LayeredKeyValueState):
             if ekey not in seen and payload is not None:
                 if len(cache) < _ITER_CACHE_LIMIT:
                     cache.setdefault(ekey, payload)
-                yield self._keys.deserialize(ekey), self._decode(payload)
+                yield ekey, payload
 
     def _unexpired(
         self, scan: Iterator[tuple[bytes, bytes | None]]
@@ -306,7 +316,7 @@ class RedisKeyValueState(StoredImageReads, LayeredKeyValueState):
         return [item for item, at in zip(page, scores, strict=True) if not is_expired(at, now)]
 
     def __len__(self) -> int:
-        return sum(1 for _ in self)
+        return sum(1 for _ in self.iter_keys())
 
     # -- the lease fence (providers._lease)
     def fence(self, epoch: int) -> None:

@@ -135,7 +135,7 @@ class DeadLetterStore:
 
     def count(self) -> int:
         """How many records are held."""
-        return sum(1 for key, _ in self._state() if key != CHANGES_KEY)
+        return sum(1 for key in self._state().iter_keys() if key != CHANGES_KEY)
 
     def changes(self) -> int:
         """The change counter the command line moves (one read): compare it with the last."""

@@ -165,7 +165,7 @@ def stored_timers(state: KeyValueState, domain: TimeDomain | None = None) -> lis
     Processing-time timers come before event-time ones; within a domain, rule 3's order.
     """
     found: dict[TimeDomain, list[StoredTimer]] = {d: [] for d in TimeDomain}
-    for stored_key, _ in state:
+    for stored_key in state.iter_keys():
         timer = _as_timer(stored_key)
         if timer is not None and (domain is None or timer[0] is domain):
             found[timer[0]].append(timer)
@@ -315,7 +315,7 @@ class TimerService:
             return 0
         due: list[StoredTimer] = []
         later: Number | None = None
-        for stored_key, _ in state:
+        for stored_key in state.iter_keys():
             timer = _as_timer(stored_key)
             if timer is None or timer[0] is not domain:
                 continue

@@ -499,6 +499,41 @@ def test_iteration_layers_each_key_once_tombstones_hidden(backend: Backend) -> N
     assert dict(state.items()) == dict(items)
 
 
+class Counted:
+    """A value class that counts how many values were decoded into it (``made``)."""
+
+    made = 0
+
+    def __init__(self, n: int) -> None:
+        type(self).made += 1
+        self.n = n
+
+
+def test_iter_keys_gives_the_keys_of_iteration_in_its_order_decoding_no_value(
+    backend: Backend,
+) -> None:
+    state = backend.state(valueClass=f"{__name__}.Counted")
+    for i in range(300):  # more than a page of every paged scan
+        state.put(f"k{i}", i)
+    state.prepare_commit(1)
+    state.commit(1)
+    state.put("k1", 10)
+    state.delete("k2")
+    state.put("new", 5)
+    state.prepare_commit(2)
+    state.put("k3", 30)
+    state.delete("new")
+    state.put("newer", 6)
+    expected = [key for key, _ in state]
+    assert len(expected) == 300 - 1 - 1 + 1 + 1 and "k2" not in expected
+    Counted.made = 0
+    assert list(state.iter_keys()) == expected
+    assert Counted.made == 0
+    assert len(state) == 300 and Counted.made == 0
+    state.rollback()
+    assert list(state.iter_keys()) == [key for key, _ in state] and len(state) == 300
+
+
 def test_iteration_pages_through_many_committed_keys(backend: Backend) -> None:
     state = backend.state()
     for i in range(250):

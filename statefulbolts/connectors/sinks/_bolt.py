@@ -227,8 +227,12 @@ class ExactlyOnceSinkBolt(StatefulBolt):
         self._stage(state, txid)
 
     def _clean(self, state: KeyValueState, txid: int) -> None:
-        """Delete records of earlier transactions that their lane's marker covers."""
-        for lane, per_txid in staged_holdings(iter(state), below=txid - 1).items():
+        """Delete records of earlier transactions that their lane's marker covers.
+
+        The keys say all it needs (lane and txid): no staged chunk is read for it.
+        """
+        keys = ((key, None) for key in state.iter_keys())
+        for lane, per_txid in staged_holdings(keys, below=txid - 1).items():
             marker = self.sink.published(self._lane_of(lane))
             if marker is None:
                 continue
