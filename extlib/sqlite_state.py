@@ -238,11 +238,25 @@ _EXPIRY_INDEX = (
 
 
 def _add_expiry_column(conn: sqlite3.Connection) -> None:
-    """Give a file made before TTL its ``committed.expiry`` column, then the index."""
-    columns = {row[1] for row in conn.execute("PRAGMA table_info(committed)").fetchall()}
-    if "expiry" not in columns:
-        conn.execute("ALTER TABLE committed ADD COLUMN expiry INTEGER")
+    """Give a file made before TTL its ``committed.expiry`` column, then the index.
+
+    Checked again under the write lock: two processes opening an old file at once would
+    otherwise both add the column, and the second fail.
+    """
+    if "expiry" not in _columns(conn, "committed"):
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            if "expiry" not in _columns(conn, "committed"):
+                conn.execute("ALTER TABLE committed ADD COLUMN expiry INTEGER")
+            conn.execute("COMMIT")
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
     conn.execute(_EXPIRY_INDEX)
+
+
+def _columns(conn: sqlite3.Connection, table: str) -> set[str]:
+    return {row[1] for row in conn.execute(f"PRAGMA table_info({table})").fetchall()}
 
 _Delta = dict[bytes, bytes | None]
 
@@ -362,15 +376,43 @@ def _connect(path: Path, timeout_ms: int) -> tuple[sqlite3.Connection, threading
             conn = sqlite3.connect(
                 path, timeout=timeout_ms / 1000, isolation_level=None, check_same_thread=False
             )
-            conn.execute("PRAGMA journal_mode=WAL")
-            conn.execute("PRAGMA synchronous=FULL")
-            conn.executescript(_SCHEMA)
-            _add_expiry_column(conn)
+            _set_up(conn, time.monotonic() + timeout_ms / 1000)
         except (sqlite3.Error, OSError) as exc:
             raise _failure(path, "opening", exc) from exc
         log.info("opened SQLite state file %s for process %s", path, key[0])
         _connections[key] = (conn, threading.RLock())
         return _connections[key]
+
+
+def _set_up(conn: sqlite3.Connection, deadline: float) -> None:
+    """WAL, full sync and the schema, retried on "database is locked" until ``deadline``.
+
+    Switching a file to WAL fails at once, without the busy timeout's wait, while another
+    connection holds a write lock on it in rollback mode: what a second process meets when
+    it opens a new file while the first is still setting it up. Every step is idempotent.
+    """
+    delay = 0.005
+    while True:
+        try:
+            mode = conn.execute("PRAGMA journal_mode=WAL").fetchone()[0]
+            if str(mode).lower() != "wal":
+                msg = f"the file stayed in journal mode {mode!r}, not WAL"
+                raise sqlite3.OperationalError(msg)
+            conn.execute("PRAGMA synchronous=FULL")
+            conn.executescript(_SCHEMA)
+            _add_expiry_column(conn)
+            return
+        except sqlite3.OperationalError as exc:
+            if not _locked(exc) or time.monotonic() + delay > deadline:
+                raise
+        time.sleep(delay)
+        delay = min(2 * delay, 0.1)
+
+
+def _locked(exc: sqlite3.Error) -> bool:
+    """Whether ``exc`` is SQLITE_BUSY or SQLITE_LOCKED: another connection holds the file."""
+    code = getattr(exc, "sqlite_errorcode", None)
+    return code is not None and code & 0xFF in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED)
 
 
 def close_connections() -> None:

@@ -9,6 +9,7 @@ import sqlite3
 import subprocess
 import sys
 import textwrap
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -186,6 +187,45 @@ def test_several_processes_write_one_file(tmp_path: Path) -> None:
         assert state.get("n") == 29
         assert len(state) == 31
     assert rows(db, "PRAGMA journal_mode") == [("wal",)]
+
+
+def test_opening_a_file_another_process_is_still_setting_up_waits_for_it(tmp_path: Path) -> None:
+    """A file still in rollback mode, write-locked by another connection: the open waits.
+
+    SQLite refuses the switch to WAL at once in that case ("database is locked", without the
+    busy timeout's wait): what a process meets when it opens a new file a moment after another
+    one began setting it up. The open retries until the lock goes, within ``timeout``.
+    """
+    db = tmp_path / "state.sqlite3"
+    holder = sqlite3.connect(db, isolation_level=None, check_same_thread=False)
+    holder.execute("BEGIN IMMEDIATE")
+    holder.execute("CREATE TABLE other (x)")
+    released = threading.Timer(0.3, holder.execute, ("COMMIT",))
+    released.start()
+    try:
+        state = StateFactory.get_state("topo/count-0", path_conf(db, timeout=10_000))
+        state.put("a", 1)
+        state.prepare_commit(1)
+        state.commit(1)
+    finally:
+        released.join()
+        holder.close()
+    assert rows(db, "PRAGMA journal_mode") == [("wal",)]
+    assert dict(StateFactory.get_state("topo/count-0", path_conf(db))) == {"a": 1}
+
+
+def test_a_file_locked_past_the_timeout_fails_its_open_naming_the_file(tmp_path: Path) -> None:
+    db = tmp_path / "state.sqlite3"
+    holder = sqlite3.connect(db, isolation_level=None)
+    holder.execute("BEGIN IMMEDIATE")
+    holder.execute("CREATE TABLE other (x)")
+    try:
+        with pytest.raises(StateBackendError, match="database is locked") as info:
+            StateFactory.get_state("topo/count-0", path_conf(db, timeout=200))
+    finally:
+        holder.execute("ROLLBACK")
+        holder.close()
+    assert str(db) in str(info.value) and "opening" in str(info.value)
 
 
 def test_commit_is_one_transaction(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
