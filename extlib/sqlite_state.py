@@ -18,7 +18,8 @@ Config (``topology.state.provider.config``, a JSON string or a dict; every field
     against the working directory of each process that opens it; Spark executors may run
     elsewhere, so give an absolute path on a real cluster.
 ``timeout``
-    How long, in milliseconds, a write waits for another process's write lock (default 5000).
+    How long, in milliseconds, a write waits for another process's write lock (default 5000),
+    and an open for another process setting up a new file.
 ``keyClass``, ``valueClass``, ``keySerializerClass``, ``valueSerializerClass``
     As for every provider (``providers.resolve_serializers``): a serializer class (dotted name,
     made with no arguments, with ``serialize`` and ``deserialize``), or msgpack rebuilding the
