@@ -259,6 +259,7 @@ def _add_expiry_column(conn: sqlite3.Connection) -> None:
 def _columns(conn: sqlite3.Connection, table: str) -> set[str]:
     return {row[1] for row in conn.execute(f"PRAGMA table_info({table})").fetchall()}
 
+
 _Delta = dict[bytes, bytes | None]
 
 # The SQLite failures that waiting does not cure, by primary result code: the cause, the fix.

@@ -37,7 +37,7 @@ Why the fast path cannot change what a caller sees:
 from __future__ import annotations
 
 from abc import abstractmethod
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
 from providers._base import KeyValueState, updated
@@ -70,9 +70,10 @@ class LayeredKeyValueState(KeyValueState):
     """A key-value state whose reads and pending writes live in this object.
 
     A subclass provides ``_stored(ekey)``, the payload of an encoded key in its store (the
-    prepared delta, then committed; ``None`` when absent or deleted there). It calls
-    ``_flush()`` before anything that reads ``_pending`` as a whole, and resets ``_fresh`` with
-    ``_pending`` on rollback.
+    prepared delta, then committed; ``None`` when absent or deleted there), and
+    ``_live_encoded()``, every live key with its payload (iteration, ``iter_keys`` and
+    ``len`` come from it). It calls ``_flush()`` before anything that reads ``_pending`` as a
+    whole, and resets ``_fresh`` with ``_pending`` on rollback.
     """
 
     def __init__(
@@ -125,6 +126,23 @@ class LayeredKeyValueState(KeyValueState):
     @abstractmethod
     def _stored(self, ekey: bytes) -> bytes | None:
         """The payload of ``ekey`` below this object's writes; ``None`` when absent or deleted."""
+
+    @abstractmethod
+    def _live_encoded(self) -> Iterator[tuple[bytes, bytes]]:
+        """``(encoded key, payload)`` of every live key once: pending, prepared, committed."""
+
+    def __iter__(self) -> Iterator[tuple[Any, Any]]:
+        """``_live_encoded``, each key and value decoded (the subclass says in what order)."""
+        for ekey, payload in self._live_encoded():
+            yield self._keys.deserialize(ekey), self._values.deserialize(payload)
+
+    def iter_keys(self) -> Iterator[Any]:
+        """The keys of ``iter(self)``, in its order; no value is decoded."""
+        for ekey, _ in self._live_encoded():
+            yield self._keys.deserialize(ekey)
+
+    def __len__(self) -> int:
+        return sum(1 for _ in self.iter_keys())
 
     def _encode_key(self, key: Any) -> bytes:
         """The key as stored; ``StateSerializationError`` names the state and the key."""

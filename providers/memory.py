@@ -272,21 +272,12 @@ class InMemoryKeyValueState(LayeredKeyValueState):
             return list(map(image.committed.get, ekeys))
         return [self._stored(ekey) for ekey in ekeys]
 
-    def __iter__(self) -> Iterator[tuple[Any, Any]]:
+    def _live_encoded(self) -> Iterator[tuple[bytes, bytes]]:
         """Pending writes first, then the prepared delta, then committed; each key once.
 
-        Keys expired at the transaction's timestamp are skipped.
+        The layers as they are at the start; keys expired at the transaction's timestamp are
+        skipped.
         """
-        for ekey, raw in self._live_encoded():
-            yield self._keys.deserialize(ekey), self._values.deserialize(raw)
-
-    def iter_keys(self) -> Iterator[Any]:
-        """The keys of ``iter(self)``, in its order; no value is decoded."""
-        for ekey, _ in self._live_encoded():
-            yield self._keys.deserialize(ekey)
-
-    def _live_encoded(self) -> Iterator[tuple[bytes, bytes]]:
-        """``(encoded key, payload)`` of every live key, the layers as they are at the start."""
         self._flush()
         image, now = self._image, self._now
         prepared = list((image.prepared or {}).items())
@@ -295,9 +286,6 @@ class InMemoryKeyValueState(LayeredKeyValueState):
         committed = [(k, v) for k, v in image.committed.items() if not image.expired(k, now)]
         layers = (list(self._pending.items()), prepared, committed)
         yield from merge_layers(layers)
-
-    def __len__(self) -> int:
-        return sum(1 for _ in self.iter_keys())
 
     def prepare_commit(self, txid: int) -> None:
         """Move pending writes into the prepared delta of ``txid``.

@@ -171,9 +171,6 @@ class RedisKeyValueState(StoredImageReads, LayeredKeyValueState):
             }
 
     # -- reading (get, put and delete: LayeredKeyValueState)
-    def _decode(self, payload: bytes | None) -> Any:
-        return None if payload is None else self._values.deserialize(payload)
-
     def _stored(self, ekey: bytes) -> bytes | None:
         """The payload in the prepared delta, else committed (cached: one HGET per key).
 
@@ -248,7 +245,7 @@ class RedisKeyValueState(StoredImageReads, LayeredKeyValueState):
             self._read_committed(list(wanted), "prefetch")
             log.debug("state %s: prefetched %s keys", self.namespace, len(wanted))
 
-    def __iter__(self) -> Iterator[tuple[Any, Any]]:
+    def _live_encoded(self) -> Iterator[tuple[bytes, bytes]]:
         """Pending writes, then the prepared delta, then ``HSCAN`` of committed; each key once.
 
         Memory stays bounded whatever the size of the committed hash: only the keys of the
@@ -257,16 +254,6 @@ class RedisKeyValueState(StoredImageReads, LayeredKeyValueState):
         may return a field twice if the hash is written while the scan runs; nothing writes a
         namespace's committed hash but its one task's commit, which never overlaps its reads.
         """
-        for ekey, payload in self._live_encoded():
-            yield self._keys.deserialize(ekey), self._decode(payload)
-
-    def iter_keys(self) -> Iterator[Any]:
-        """The keys of ``iter(self)``, in its order; no value is decoded."""
-        for ekey, _ in self._live_encoded():
-            yield self._keys.deserialize(ekey)
-
-    def _live_encoded(self) -> Iterator[tuple[bytes, bytes]]:
-        """``(encoded key, payload)`` of every live key (``__iter__`` says in what order)."""
         self._flush()
         seen: set[bytes] = set()
         prepared = dict(self._prepared)
@@ -314,9 +301,6 @@ class RedisKeyValueState(StoredImageReads, LayeredKeyValueState):
             scores = self._client.zmscore(self.ttl_key, [ekey for ekey, _ in page])
         now = self._now
         return [item for item, at in zip(page, scores, strict=True) if not is_expired(at, now)]
-
-    def __len__(self) -> int:
-        return sum(1 for _ in self.iter_keys())
 
     # -- the lease fence (providers._lease)
     def fence(self, epoch: int) -> None:
