@@ -30,8 +30,11 @@ A small line travels inline: while its snapshot and deltas weigh at most ``inlin
 together (64 KiB by default), they are bytes in the descriptor, pickled with the job, and no
 broadcast is made. A Spark broadcast costs the driver several py4j calls to make and again to
 destroy (some 8 ms each on 2 busy cores): three of them per transaction were a third of the
-driver's own time in a PREPARE of the latency bench (issue 36). Past the budget, each new delta,
-and the next snapshot, is a broadcast as above, so a large state still travels by reference.
+driver's own time in a PREPARE of the latency bench (issue 36). When a small line's new deltas
+would not fit what its inline snapshot leaves of the budget, the image is exported again (a
+snapshot that fits inline is cheaper to make than a broadcast), so a state just under the
+budget does not broadcast every delta. Past the budget, the snapshot is a broadcast, and so is
+each new delta that does not fit, so a large state still travels by reference.
 
 Broadcasts a refresh or a new token replaces are destroyed at the next ``ship``, one job later:
 jobs that carry images run one at a time, so no job that could read them is still running.
@@ -201,7 +204,7 @@ class ImageShipper:
         if line is not None and line.mark != mark:  # changed by something else: a new token
             self._retired += line.broadcasts()
             line = None
-        if line is None or line.snapshot is None or self._outgrown(line):
+        if line is None or line.snapshot is None or self._outgrown(line) or self._spills(line):
             image, mark = self._export(namespace, mark)
             if image is None:
                 if line is not None:
@@ -227,6 +230,21 @@ class ImageShipper:
 
     def _outgrown(self, line: _Line) -> bool:
         return len(line.deltas) > self._max_deltas or line.delta_bytes > line.snapshot_bytes
+
+    def _spills(self, line: _Line) -> bool:
+        """Whether new deltas would be broadcast, though the image may still travel inline.
+
+        A small line's inline snapshot leaves little of the budget to its deltas: a state of
+        some 60 KiB made nearly every delta a broadcast (a py4j call to make it, another to
+        destroy it, several ms of the driver's critical path each job). Exporting the small
+        image again costs a fraction of that, and its deltas start from an empty budget. A line
+        whose snapshot is already a broadcast (a large image) keeps broadcasting its deltas:
+        exporting it each time would cost as much as the state is large.
+        """
+        if not isinstance(line.snapshot, bytes):
+            return False
+        new = sum(len(d.changes) for d in line.deltas[line.shipped :])
+        return new > 0 and line.inline + new > self._inline_bytes
 
     def _export(self, namespace: str, mark: Any) -> tuple[bytes | None, Any]:
         """The image and the mark it is at: a mark read before and after an unchanged export.

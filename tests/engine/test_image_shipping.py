@@ -429,8 +429,32 @@ def test_a_small_line_travels_inline_and_a_large_one_by_broadcast(
     assert world.loads()["caught-up"] == 1
     assert world.image(world.w1) == world.image(world.driver)
 
-    # Past the budget, what is new goes by broadcast; what went inline stays inline.
+    # An image too large for the budget goes by broadcast.
     small = World(monkeypatch, inline_bytes=len(world.image(world.driver)) // 2)
     shipped = small.job(small.w1, count("a", 1))[NS]
     assert not isinstance(shipped.snapshot, bytes)
     assert small.sc.made == [shipped.snapshot]
+
+
+def test_a_small_line_that_fills_its_budget_is_snapshotted_again_not_broadcast(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # The seeded image leaves the budget room for about one delta: every later delta would be a
+    # broadcast. The line exports its small image again instead, so jobs carry bytes only, and
+    # workers warm, behind or cold still end at the driver's image.
+    probe = World(monkeypatch)
+    budget = len(probe.image(probe.driver)) + 80  # the image grows 8 bytes a txid here
+    world = World(monkeypatch, inline_bytes=budget)
+    shipped = []
+    for txid in range(1, 5):
+        shipped.append(world.job(world.w1, count(f"k{txid}", txid))[NS])
+        shipped.append(world.job(world.w1, commit(txid))[NS])
+    world.job(world.w2, count("late", 5))  # w2 held nothing: it loads the newest snapshot
+    assert world.image(world.w2) == world.image(world.driver)
+    world.job(world.w1, commit(5))  # w1 is behind by w2's log: it catches up or reloads
+    assert world.image(world.w1) == world.image(world.driver)
+    assert world.sc.made == []
+    assert all(isinstance(s.snapshot, bytes) for s in shipped)
+    assert world.shipper.snapshots >= 3
+    last = world.ship()[NS]
+    assert sum(len(d.changes) for d in last.deltas) + len(last.snapshot) <= budget
