@@ -458,3 +458,63 @@ def test_a_small_line_that_fills_its_budget_is_snapshotted_again_not_broadcast(
     assert world.shipper.snapshots >= 3
     last = world.ship()[NS]
     assert sum(len(d.changes) for d in last.deltas) + len(last.snapshot) <= budget
+
+
+def _seeds() -> list[int]:
+    """``STATEFULBOLTS_IMAGE_SEEDS`` (``"0-199"``, ``"3,7"``); 30 seeds by default."""
+    import os
+
+    spec = os.environ.get("STATEFULBOLTS_IMAGE_SEEDS", "0-29")
+    seeds: list[int] = []
+    for part in spec.split(","):
+        first, _, last = part.partition("-")
+        seeds += list(range(int(first), int(last or first) + 1))
+    return seeds
+
+
+@pytest.mark.parametrize("seed", _seeds())
+def test_random_jobs_failures_and_budgets_leave_every_worker_at_the_drivers_image(
+    monkeypatch: pytest.MonkeyPatch, seed: int
+) -> None:
+    # Any budget (nothing inline, about the seeded image, everything inline), any cap on the
+    # deltas; each step a job on either worker that the driver applies, one it does not (failed
+    # elsewhere), a task that raises, or a retry on the other worker. A worker that ran the last
+    # applied job holds the driver's image; in the end each, given one more job, holds it too.
+    import random
+
+    rng = random.Random(seed)
+    probe = World(monkeypatch)
+    seeded = len(probe.image(probe.driver))
+    budget = rng.choice([0, seeded // 2, seeded + 40, seeded + 200, 64 * 1024])
+    world = World(monkeypatch, max_deltas=rng.choice([1, 3, 256]), inline_bytes=budget)
+    workers = [world.w1, world.w2]
+    txid = 0
+    for step in range(40):
+        worker, other = rng.sample(workers, 2)
+        txid += 1
+        write = count(f"k{rng.randrange(30)}", txid)
+        how = rng.random()
+        if how < 0.15:  # failed elsewhere: the task ended cleanly, the driver applies nothing
+            world.task(worker, world.ship(), write)
+        elif how < 0.25:  # the task raises after writing: its worker's copy is in doubt
+            with inside(world.mp, worker) as p, pytest.raises(RuntimeError):
+                install_images(p, ROOT, world.ship())
+                write(p.new_state(NS, {}))
+                raise RuntimeError(f"step {step}")
+        elif how < 0.35:  # a lost attempt, then the retry the driver takes, elsewhere
+            shipped = world.ship()
+            world.task(worker, shipped, count("lost", txid))
+            world.apply(world.task(other, shipped, write))
+            assert world.image(other) == world.image(world.driver), (seed, step)
+            world.job(other, commit(txid))
+        else:
+            world.job(worker, write)
+            assert world.image(worker) == world.image(world.driver), (seed, step)
+            world.job(rng.choice(workers), commit(txid))
+            continue
+        txid -= 1 if how < 0.25 else 0  # nothing of a failed txid was applied
+    for worker in workers:
+        world.job(worker, nothing)
+        assert world.image(worker) == world.image(world.driver), seed
+    if budget >= 64 * 1024:
+        assert world.sc.made == []  # everything fit inline: not one broadcast
