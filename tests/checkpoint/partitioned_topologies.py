@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from seed_lists import env_seeds
 
 from checkpoint.runner import CheckpointRunner
 from providers import STATE_PROVIDER_CONFIG_KEY, STATE_PROVIDER_KEY
@@ -229,9 +230,7 @@ def seeds(default: str = "0-3") -> list[int]:
 
     ``default`` when it is unset (the Spark tests run one seed by default).
     """
-    raw = os.environ.get("STATEFULBOLTS_PARTITIONED_SEEDS", default)
-    low, _, high = raw.partition("-")
-    return list(range(int(low), int(high or low) + 1))
+    return env_seeds("STATEFULBOLTS_PARTITIONED_SEEDS", default)
 
 
 class DriverDies(NoFaults):

@@ -21,11 +21,11 @@ tests loop over: a seed picks the crashing tuple and transaction.
 from __future__ import annotations
 
 import json
-import os
 from typing import Any
 
 import pytest
 import topologies as topo
+from seed_lists import env_seeds
 from windowed_topologies import STEP_MS, CountingWindows, event_time_topology, expected_windows
 
 from providers import StateFactory
@@ -42,9 +42,7 @@ END_MS = 6_000
 
 def seeds() -> list[int]:
     """The seeds of ``STATEFULBOLTS_WIN_SEEDS``: ``"a-b"`` (inclusive) or one int."""
-    raw = os.environ.get("STATEFULBOLTS_WIN_SEEDS", "3")
-    low, _, high = raw.partition("-")
-    return list(range(int(low), int(high or low) + 1))
+    return env_seeds("STATEFULBOLTS_WIN_SEEDS", "3")
 
 
 class _Advance:

@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from seed_lists import env_seeds
 
 from examples import kafka_to_kafka
 from examples.kafka_to_kafka_crash import POINTS
@@ -42,16 +43,7 @@ ROOT = Path(__file__).resolve().parents[2]
 RUN_TIMEOUT = 900
 
 
-def _seeds(text: str) -> list[int]:
-    """``"7"``, ``"1-25"`` or ``"3,5,8"`` as seeds."""
-    out: list[int] = []
-    for part in text.split(","):
-        first, _, last = part.strip().partition("-")
-        out.extend(range(int(first), int(last or first) + 1))
-    return out
-
-
-SEEDS = _seeds(os.environ.get("STATEFULBOLTS_SINK_SEEDS", "7"))
+SEEDS = env_seeds("STATEFULBOLTS_SINK_SEEDS", "7")
 # The engines the PostgreSQL demo's random kills run on: Spark too when seeds are looped.
 PG_ENGINES = [
     "inline",

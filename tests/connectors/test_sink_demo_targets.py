@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from seed_lists import parse_seeds
 
 from examples import _sink_targets, kafka_to_kafka
 from examples.kafka_to_kafka_crash import POINTS
@@ -46,19 +47,10 @@ SINKS = ["redis", "files"]
 SENTENCES = 400  # per crash demo, as the Kafka demo's: transactions left after every kill
 
 
-def _seeds(text: str) -> list[int]:
-    """``"7"``, ``"1-25"`` or ``"3,5,8"`` as seeds."""
-    out: list[int] = []
-    for part in text.split(","):
-        first, _, last = part.strip().partition("-")
-        out.extend(range(int(first), int(last or first) + 1))
-    return out
-
-
 # Unlike the Kafka demo's test, none by default: each run is some 15 s, over the default
 # suite's budget for these two sinks; their kill points are covered by the test before.
 _seed_text = os.environ.get("STATEFULBOLTS_SINK_SEEDS", "")
-SEEDS = _seeds(_seed_text) if _seed_text else []
+SEEDS = parse_seeds(_seed_text) if _seed_text else []
 _spark_points = os.environ.get("STATEFULBOLTS_SINK_SPARK_POINTS", "")
 SPARK_POINTS = POINTS if _spark_points == "all" else [p for p in _spark_points.split(",") if p]
 # What each kill point leaves saved, and what the next driver's recovery runs first.

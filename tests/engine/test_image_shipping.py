@@ -14,6 +14,7 @@ from contextlib import contextmanager
 from typing import Any
 
 import pytest
+from seed_lists import env_seeds
 
 from providers import DriverOwnedStateProvider, InMemoryKeyValueStateProvider
 from statefulbolts.runtime import _held_images
@@ -460,19 +461,7 @@ def test_a_small_line_that_fills_its_budget_is_snapshotted_again_not_broadcast(
     assert sum(len(d.changes) for d in last.deltas) + len(last.snapshot) <= budget
 
 
-def _seeds() -> list[int]:
-    """``STATEFULBOLTS_IMAGE_SEEDS`` (``"0-199"``, ``"3,7"``); 30 seeds by default."""
-    import os
-
-    spec = os.environ.get("STATEFULBOLTS_IMAGE_SEEDS", "0-29")
-    seeds: list[int] = []
-    for part in spec.split(","):
-        first, _, last = part.partition("-")
-        seeds += list(range(int(first), int(last or first) + 1))
-    return seeds
-
-
-@pytest.mark.parametrize("seed", _seeds())
+@pytest.mark.parametrize("seed", env_seeds("STATEFULBOLTS_IMAGE_SEEDS", "0-29"))
 def test_random_jobs_failures_and_budgets_leave_every_worker_at_the_drivers_image(
     monkeypatch: pytest.MonkeyPatch, seed: int
 ) -> None:

@@ -39,6 +39,7 @@ from typing import Any
 import pytest
 from lease_topologies import DELAY_KEY, INPUT_DIR_ENV, committed, corpus, expected
 from recovery_topologies import child_env
+from seed_lists import env_seeds
 
 from providers import LeaseHolder
 from recovery.lease import read_lease
@@ -50,12 +51,7 @@ RUN_TIMEOUT = 240
 
 
 def _seeds(default: str) -> list[int]:
-    spec = os.environ.get("STATEFULBOLTS_LEASE_SEEDS", default)
-    seeds: list[int] = []
-    for part in spec.split(","):
-        first, _, last = part.partition("-")
-        seeds += list(range(int(first), int(last or first) + 1))
-    return seeds
+    return env_seeds("STATEFULBOLTS_LEASE_SEEDS", default)
 
 
 # --- the stores --------------------------------------------------------------------------------
