@@ -310,8 +310,8 @@ def _failure(
     It names the namespace's state, or ``subject`` (``the lease of 'wc/'``) when given.
     """
     if isinstance(exc, sqlite3.Error):
-        code = getattr(exc, "sqlite_errorcode", None)
-        refused = None if code is None else _REFUSED_CODES.get(code & 0xFF)
+        code = _primary_code(exc)
+        refused = None if code is None else _REFUSED_CODES.get(code)
     else:
         refused = _REFUSED_ERRNOS.get(exc.errno or 0)
     of = "" if namespace is None else f" of state {namespace!r}"
@@ -413,8 +413,13 @@ def _set_up(conn: sqlite3.Connection, deadline: float) -> None:
 
 def _locked(exc: sqlite3.Error) -> bool:
     """Whether ``exc`` is SQLITE_BUSY or SQLITE_LOCKED: another connection holds the file."""
+    return _primary_code(exc) in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED)
+
+
+def _primary_code(exc: sqlite3.Error) -> int | None:
+    """The primary result code of ``exc`` (its extended code's low byte); ``None``: none."""
     code = getattr(exc, "sqlite_errorcode", None)
-    return code is not None and code & 0xFF in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED)
+    return None if code is None else code & 0xFF
 
 
 def close_connections() -> None:
