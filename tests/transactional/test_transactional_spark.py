@@ -193,10 +193,11 @@ def test_the_docs_a_b_c_d_topology_completes_in_phases(cluster: Any, tmp_path: P
         }
         # B, C and D finish only in the commit phase, in that order (§8 item 12).
         assert done["A"] < done["B"] < done["C"] < done["D"]
-    # Processing never waits for C: A finished txid 2 before C finished txid 1.
-    a2 = min(e["t"] for e in tx.events(tmp_path, kind="finish", component="A", txid=2))
-    c1 = max(e["t"] for e in tx.events(tmp_path, kind="finish", component="C", txid=1))
-    assert a2 < c1
+    # That processing never waits for C (txid 2's batch starts before commit(1)) is the
+    # coordinator's contract, checked step by step without timing in
+    # test_transactional_coordinator.py::test_storms_coordinator_sequence. Here whether A's
+    # txid 2 ends before C's txid 1 depends on the machine's load: it is not asserted.
+    assert tx.events(tmp_path, kind="finish", component="A", txid=2)
 
 
 def test_a_tuple_without_the_attempt_first_is_refused_naming_the_component(
