@@ -36,8 +36,13 @@ snapshot that fits inline is cheaper to make than a broadcast), so a state just 
 budget does not broadcast every delta. Past the budget, the snapshot is a broadcast, and so is
 each new delta that does not fit, so a large state still travels by reference.
 
-Broadcasts a refresh or a new token replaces are destroyed at the next ``ship``, one job later:
-jobs that carry images run one at a time, so no job that could read them is still running.
+On a local master (``local``, ``local[N]``) the driver and every Python worker share this
+machine's files, so a large snapshot or delta goes as a file instead (``_local_files``): the
+job carries its path, and a worker reads it as it would a broadcast's file.
+
+Broadcasts and files a refresh or a new token replaces are destroyed at the next ``ship``, one
+job later: jobs that carry images run one at a time, so no job that could read them is still
+running.
 
 A provider without ``image_version`` (or returning ``None`` for a namespace) ships that image
 whole with each job, as before.
@@ -51,6 +56,8 @@ import threading
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, NamedTuple
+
+from statefulbolts.runtime._local_files import LocalFile, LocalFiles
 
 if TYPE_CHECKING:
     from providers import DriverOwnedStateProvider
@@ -139,9 +146,12 @@ class ImageShipper:
         *,
         max_deltas: int = MAX_DELTAS,
         inline_bytes: int = INLINE_BYTES,
+        files: LocalFiles | None = None,
     ) -> None:
         self.provider = provider
         self._sc = sc
+        # What carries a large snapshot or delta: Spark broadcasts, or files on a local master.
+        self._share: Any = files if files is not None else sc
         self._max_deltas = max_deltas
         self._inline_bytes = inline_bytes
         self._lines: dict[str, _Line] = {}
@@ -222,7 +232,7 @@ class ImageShipper:
             if line.inline + len(d.changes) <= self._inline_bytes:
                 line.inline += len(d.changes)
             else:
-                line.deltas[i] = d._replace(changes=self._sc.broadcast(d.changes))
+                line.deltas[i] = d._replace(changes=self._share.broadcast(d.changes))
         line.shipped = len(line.deltas)
         return ShippedImage(
             line.token, line.version, line.base, line.base_digest, line.snapshot, tuple(line.deltas)
@@ -268,12 +278,12 @@ class ImageShipper:
             line.base_digest = line.deltas[-1].digest
         line.base, line.deltas, line.delta_bytes, line.shipped = line.version, [], 0, 0
         inline = len(image) <= self._inline_bytes
-        line.snapshot = image if inline else self._sc.broadcast(image)
+        line.snapshot = image if inline else self._share.broadcast(image)
         line.snapshot_bytes, line.inline = len(image), len(image) if inline else 0
         self.snapshots += 1
 
     def _destroy(self, broadcasts: list[Any]) -> None:
-        if not broadcasts or self._sc._jsc is None:  # a stopped context took them along
-            return
+        stopped = self._sc is None or self._sc._jsc is None  # it took its broadcasts along
         for b in broadcasts:
-            b.destroy(blocking=False)
+            if isinstance(b, LocalFile) or not stopped:
+                b.destroy(blocking=False)

@@ -21,6 +21,7 @@ from statefulbolts.context import TopologyContext
 from statefulbolts.listeners import NO_FAULTS, FaultListener
 from statefulbolts.runtime._collector import TaskCollector
 from statefulbolts.runtime._images import ShippedImage
+from statefulbolts.runtime._local_files import LocalFiles
 from statefulbolts.runtime._plan import ExecutionPlan, JobLayout
 from statefulbolts.topology import ComponentSpec
 from statefulbolts.tuples import Tuple
@@ -114,3 +115,6 @@ class TaskJob:
     lead: tuple[Any, ...] = ()
     # Where the tasks' state lives: a task's namespaces are ``<root>/<component>-<task>[/...]``.
     state_root: str = ""
+    # On a local master, where a task writes a change log too large to send back in its
+    # result (``_local_files``); ``None``: every log goes in the result.
+    spill: LocalFiles | None = None

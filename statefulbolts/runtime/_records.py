@@ -131,7 +131,9 @@ class TaskReport(NamedTuple):
     task: int
     metrics: TaskMetrics
     errors: tuple[ReportedError, ...] = ()
-    # (namespace, change log) per namespace of a driver-owned provider this task changed.
+    # (namespace, change log) per namespace of a driver-owned provider this task changed. A
+    # large log may travel as a ``LocalFile`` (``_local_files``): the engine reads it back
+    # before anything else sees the report.
     changes: tuple[tuple[str, bytes], ...] = ()
     # What the protocol's task executor returned from ``finish`` (None for most).
     result: Any = None

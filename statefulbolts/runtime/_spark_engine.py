@@ -29,6 +29,7 @@ from statefulbolts.listeners import NO_FAULTS, FaultListener
 from statefulbolts.runtime._engine import JobSpec, job_labels, tag, task_job, topology_tag
 from statefulbolts.runtime._images import INLINE_BYTES, ImageShipper
 from statefulbolts.runtime._inline import run_head, run_inline
+from statefulbolts.runtime._local_files import LocalFiles, take_spilled
 from statefulbolts.runtime._plan import ExecutionPlan
 from statefulbolts.runtime._program import TaskJob
 from statefulbolts.runtime._records import JobResult, JobTimings, ReportedError
@@ -107,15 +108,18 @@ class SparkEngine:
         self._attempts = task_attempts(self.sc)
         # The file names of the extlib zips: every task looks in them (``_use_extlib``).
         self._extlib = _ship_extlib(self.sc, conf)
+        # On a local master, large images and change logs go as files (``_local_files``).
+        self._files = LocalFiles(self.sc._temp_dir) if is_local(self.sc.master) else None
         if not is_local(self.sc.master):
             _ship_code(self.sc, blob, conf)
 
     def image_shipper(self, provider: DriverOwnedStateProvider) -> ImageShipper:
         """A new ``ImageShipper`` of ``provider``'s images for this topology's jobs.
 
-        Its broadcasts go when the engine closes.
+        Its broadcasts go when the engine closes. On a local master, whose workers share this
+        machine's files, large images go as files instead of broadcasts (``LocalFiles``).
         """
-        shipper = ImageShipper(self.sc, provider)
+        shipper = ImageShipper(self.sc, provider, files=self._files)
         self._shippers.append(shipper)
         return shipper
 
@@ -198,6 +202,7 @@ class SparkEngine:
         collected = rdd.collect()
         ran = time.perf_counter()
         result = merge_results(collected if spec.ackers > 0 else reduce_acks(collected))
+        take_spilled(result.reports)
         # The tasks Spark ran (the head's retries are the head's own, in ``retried``).
         spark_ran = [r for r in result.reports if (layout.stage_of[r.comp] or 0) >= first]
         if any(report.attempt for report in spark_ran):  # Spark's retry survived a failure
@@ -224,7 +229,9 @@ class SparkEngine:
 
     def _job(self, spec: JobSpec) -> TaskJob:
         """What every task of ``spec`` needs."""
-        return task_job(self.name, self.conf, self.plan, spec, self.faults)
+        job = task_job(self.name, self.conf, self.plan, spec, self.faults)
+        job.spill = self._files
+        return job
 
     def cancel(self, group: str) -> None:
         """Cancel the running jobs started under ``JobSpec.group`` ``group`` (their futures fail).
@@ -242,6 +249,8 @@ class SparkEngine:
         self._released = True
         for shipper in self._shippers:
             shipper.close()
+        if self._files is not None:  # what failed attempts wrote and nobody read
+            self._files.sweep()
         if self.sc._jsc is None:  # the SparkContext was stopped, and its broadcasts with it
             return
         if not isinstance(self._blob, bytes):

@@ -36,6 +36,7 @@ from statefulbolts.runtime._collector import TaskCollector
 from statefulbolts.runtime._columns import feed_columns
 from statefulbolts.runtime._held_images import finish_images, install_images
 from statefulbolts.runtime._images import ShippedImage
+from statefulbolts.runtime._local_files import spill_changes
 from statefulbolts.runtime._program import TaskInfo, TaskJob
 from statefulbolts.runtime._records import (
     Aborted,
@@ -278,7 +279,7 @@ def _end_state(job: TaskJob, roots: Sequence[str]) -> tuple[tuple[str, bytes], .
         taken = provider.end_task(root, list(shipped))
         finish_images(provider, shipped, taken)
         changes.update(taken)
-    return tuple(sorted(changes.items()))
+    return spill_changes(sorted(changes.items()), job.spill)
 
 
 def _shipped(job: TaskJob, root: str) -> dict[str, bytes | ShippedImage]:

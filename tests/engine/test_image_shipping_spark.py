@@ -22,8 +22,10 @@ from statefulbolts import (
     TopologyBuilder,
     TransactionalTopologyBuilder,
 )
+from statefulbolts.runtime import _spark_engine
 from statefulbolts.runtime._held_images import loads
 from statefulbolts.runtime._images import INLINE_BYTES, ShippedImage
+from statefulbolts.runtime._local_files import LocalFile
 from statefulbolts.runtime._spark_engine import SparkEngine as Engine
 
 pytestmark = pytest.mark.spark
@@ -142,6 +144,68 @@ def test_jobs_carry_descriptors_not_images_whatever_the_state_size(
     assert len(lines) >= 10
     pids = {line["pid"] for line in lines}
     assert _snapshot_loads(lines) <= 2 * len(pids), lines
+
+
+class PaddedCount(WordCount):
+    """The word count's bolt with a 10 KB pad beside each word: every task's log is large."""
+
+    def execute(self, tuple: Any) -> None:  # noqa: A002
+        self.counts.put(f"pad-{tuple.get_value(0)}", "x" * 10_000)
+        super().execute(tuple)
+
+
+def test_on_a_local_master_large_images_and_logs_go_as_files(
+    cluster: Any, monkeypatch: Any
+) -> None:
+    """No Spark broadcast and no large log in a task's result: the driver and its workers share
+    the machine's files. Every file is read back, and none is left once the topology ends."""
+    name = topo.new_key("imgfiles")
+    _seed(name, 100_000)  # a snapshot of some 1.5 MB a task
+    shipped: list[Any] = []
+    spilled: list[LocalFile] = []
+    submit, take = Engine.submit, _spark_engine.take_spilled
+
+    def recording(engine: Engine, spec: Any) -> Any:
+        if engine.name == name and spec.images is not None:
+            shipped.append(dict(spec.images))
+        return submit(engine, spec)
+
+    def taking(reports: list[Any]) -> None:
+        spilled.extend(c for r in reports for _, c in r.changes if isinstance(c, LocalFile))
+        take(reports)
+
+    monkeypatch.setattr(Engine, "submit", recording)
+    monkeypatch.setattr(_spark_engine, "take_spilled", taking)
+    builder = TopologyBuilder()
+    builder.set_spout("sentences", SentenceSpout(SENTENCES), 1)
+    builder.set_bolt("split", SplitSentence(), 2).shuffle_grouping("sentences")
+    builder.set_bolt("count", PaddedCount(), 2).fields_grouping("split", Fields("word"))
+    conf = {"topology.state.checkpoint.interval.ms": 50, "topology.max.spout.pending": 40}
+    handle = cluster.submit_topology(name, conf, builder.create_topology())
+    handle.await_idle(TIMEOUT)
+    counts = handle.read_state("count")
+    handle.kill()
+    InMemoryKeyValueStateProvider.drop(f"{name}/")
+    expected = expected_counts(SENTENCES)
+    assert {w: counts[w] for w in expected} == dict(expected)
+    assert all(counts[f"pad-{w}"] == "x" * 10_000 for w in expected)
+    assert all(counts[f"seed-{i}"] == i for i in range(0, 100_000, 997))
+    # The snapshots and the deltas past the inline budget went as files...
+    refs = [
+        ref
+        for job in shipped
+        for image in job.values()
+        for ref in (image.snapshot, *(d.changes for d in image.deltas))
+        if not isinstance(ref, bytes)
+    ]
+    assert refs and all(isinstance(ref, LocalFile) for ref in refs), refs
+    # ... and so did the tasks' large logs, each read back and deleted by the driver.
+    assert spilled
+    assert not [f.path for f in spilled if os.path.exists(f.path)]
+    # Nothing of the run is left in PySpark's folder once it ended.
+    prefixes = {os.path.basename(f.path).rsplit("-", 2)[0] for f in [*refs, *spilled]}
+    folder = Path(spilled[0].path).parent
+    assert not [p for p in folder.iterdir() if any(p.name.startswith(x) for x in prefixes)]
 
 
 FAILING = (3, 4, 5, 6, 7)
