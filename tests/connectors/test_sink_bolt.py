@@ -29,6 +29,7 @@ from statefulbolts.connectors.sinks import (
     StagedKey,
     staged_holdings,
 )
+from statefulbolts.connectors.sinks import _bolt
 from statefulbolts.connectors.sinks._columns import staged_count
 from statefulbolts.context import TopologyContext
 from statefulbolts.errors import StateEvolutionError
@@ -127,6 +128,7 @@ class Run:
 def _forget_memory_state() -> Any:
     yield
     InMemoryKeyValueStateProvider.drop("sinkbolt-")
+    _bolt._kept.clear()
 
 
 def test_records_are_published_when_their_transaction_commits_not_before() -> None:
@@ -255,6 +257,73 @@ def test_rows_and_columns_of_one_transaction_are_published_in_the_order_they_cam
     run.task(Action.COMMIT, 0)
     assert [v for _, _, v in run.published()] == ["a", "b", "c", "d", "e"]
     assert [r[1] for _, _, r in run.target.records] == ["c"] * 5
+
+
+def column_run() -> Run:
+    """A run whose sink stages columns (as ``KafkaSink`` does), in chunks of 2."""
+    run = Run()
+    builder = TopologyBuilder()
+    builder.set_spout("words", Words(), 1)
+    bolt = ExactlyOnceSinkBolt(ColumnSink(run.name), chunk_records=2)
+    builder.set_bolt("publish", bolt, 1).shuffle_grouping("words")
+    run.topology = builder.create_topology()
+    return run
+
+
+def _decoding(monkeypatch: pytest.MonkeyPatch) -> list[Any]:
+    """Record every chunk of columns decoded from the state from now on."""
+    decoded: list[Any] = []
+    real = StagedColumns.from_stored.__func__  # type: ignore[attr-defined]
+
+    def recording(cls: type[StagedColumns], value: Any) -> StagedColumns:
+        decoded.append(value)
+        return real(cls, value)  # type: ignore[no-any-return]
+
+    monkeypatch.setattr(StagedColumns, "from_stored", classmethod(recording))
+    return decoded
+
+
+def test_a_commit_on_the_worker_that_prepared_publishes_the_columns_it_kept(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    run = column_run()
+    run.task(Action.PREPARE, 0, ["a", "b", "c"], batch=True)
+    stored = [v for _, v in sorted(run.state(), key=lambda kv: str(kv[0]))]
+    assert all(isinstance(v, bytes) for v in stored) and len(stored) == 2  # packed chunks
+    decoded = _decoding(monkeypatch)
+    run.task(Action.COMMIT, 0)
+    assert [v for _, _, v in run.published()] == ["a", "b", "c"]
+    assert decoded == []  # the records its PREPARE kept: the state holds the same bytes
+    assert _bolt._kept == {}  # dropped once published
+
+
+def test_columns_kept_from_an_attempt_the_driver_did_not_apply_are_not_published(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """This worker ran the first attempt of PREPARE(0); a retry elsewhere staged other records
+    (a replay's tuples may come in another order), and the driver applied the retry's. The
+    COMMIT here must publish what the state holds, not what this worker kept."""
+    run = column_run()
+    run.task(Action.PREPARE, 0, ["a", "b", "c"], batch=True)
+    first = dict(_bolt._kept)
+    run.task(Action.PREPARE, 0, ["c", "a", "b"], batch=True, attempt=1)
+    _bolt._kept.clear()
+    _bolt._kept.update(first)
+    decoded = _decoding(monkeypatch)
+    run.task(Action.COMMIT, 0)
+    assert [v for _, _, v in run.published()] == ["c", "a", "b"]
+    assert len(decoded) == 2  # both chunks read from the state
+
+
+def test_a_rolled_back_transaction_leaves_nothing_kept() -> None:
+    run = column_run()
+    run.task(Action.PREPARE, 0, ["a", "b", "c"], batch=True)
+    assert _bolt._kept
+    run.task(Action.ROLLBACK, 0)
+    assert _bolt._kept == {}
+    run.task(Action.PREPARE, 0, ["d"], batch=True)
+    run.task(Action.COMMIT, 0)
+    assert [v for _, _, v in run.published()] == ["d"]
 
 
 def test_records_are_kept_in_chunks_of_the_bolt_s_size() -> None:

@@ -19,7 +19,10 @@
    died mid-commit, a Spark retry) finds the records still staged and the marker at t:
    nothing is published twice. A transaction committed without this hook (a start that
    changes the topology's shape settles a half-finished one) leaves committed records above
-   the marker: the next COMMIT publishes them first, under their own txids.
+   the marker: the next COMMIT publishes them first, under their own txids. Chunks of columns
+   are stored packed (bytes): a COMMIT in the process that staged them, whose state holds
+   exactly the bytes it stored, publishes the columns it kept (``_kept``) instead of decoding
+   them again.
 4. **Fence**: before publishing, a task whose state was written by a newer driver (a higher
    lease epoch, ``State.stored_fence``) refuses to publish (``SinkFencedError``): its driver
    was taken over. The lease epoch also goes to ``Sink.publish`` for targets that can compare
@@ -45,7 +48,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Iterator, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from providers import fence_epoch
 from statefulbolts.components import BasicBolt, StatefulBolt
@@ -77,6 +80,20 @@ __all__ = ["AtLeastOnceSinkBolt", "ExactlyOnceSinkBolt", "staged_holdings"]
 log = logging.getLogger(__name__)
 
 DEFAULT_CHUNK_RECORDS = 1000
+
+
+class _Kept(NamedTuple):
+    """A lane's last PREPARE in this process: its chunks as stored, and their records."""
+
+    txid: int
+    stored: list[bytes]
+    parts: list[Any]
+
+
+# Lane -> what this process last staged for it (Python workers outlive their tasks): its
+# COMMIT, most often on the same worker, publishes these instead of decoding the chunks again
+# (``ExactlyOnceSinkBolt._kept_or_stored``). One transaction per lane, dropped once published.
+_kept: dict[Lane, _Kept] = {}
 
 
 def staged_holdings(
@@ -247,14 +264,33 @@ class ExactlyOnceSinkBolt(StatefulBolt):
         size = self.chunk_records
         lane = self._lane.name
         chunk = staged = 0
+        stored: list[Any] = []
+        parts: list[Any] = []
         for records in segments:
             for start in range(0, len(records), size):
                 key = StagedKey(self._anchor, self._arity, lane, txid, chunk)
                 part = records[start : start + size]
-                state.put(str(key), part.stored() if isinstance(part, StagedColumns) else part)
+                value = self._packed(part, txid) if isinstance(part, StagedColumns) else part
+                state.put(str(key), value)
+                stored.append(value)
+                parts.append(part)
                 chunk += 1
             staged += len(records)
+        if parts and all(isinstance(v, bytes) for v in stored):
+            _kept[self._lane] = _Kept(txid, stored, parts)
+        else:
+            _kept.pop(self._lane, None)
         self._metrics.staged(staged)
+
+    def _packed(self, part: StagedColumns, txid: int) -> bytes:
+        try:
+            return part.packed()
+        except (TypeError, ValueError, OverflowError) as exc:
+            msg = (
+                f"{self._who}: {self.sink.name} staged a record of txid {txid} that the state "
+                f"cannot store: {type(exc).__name__}: {exc}"
+            )
+            raise SinkStageError(msg) from exc
 
     # ---------------------------------------------------------------- step 3: COMMIT
     def pre_commit(self, txid: int) -> None:
@@ -264,13 +300,32 @@ class ExactlyOnceSinkBolt(StatefulBolt):
         if not holdings:
             return
         self._check_fence(state)
-        for lane in sorted(holdings):
-            per_txid = holdings[lane]
+        for name in sorted(holdings):
+            per_txid, lane = holdings[name], self._lane_of(name)
             batches = [
-                StagedBatch(t, concat_staged([chunk for _, chunk in per_txid[t]]))
+                StagedBatch(t, self._kept_or_stored(lane, t, [chunk for _, chunk in per_txid[t]]))
                 for t in sorted(per_txid)
             ]
-            self._publish(self._lane_of(lane), txid, batches)
+            self._publish(lane, txid, batches)
+            _kept.pop(lane, None)
+
+    @staticmethod
+    def _kept_or_stored(lane: Lane, txid: int, stored: list[Any]) -> Sequence[Any]:
+        """The records of a lane's chunks of ``txid``: kept from its PREPARE here, if the same.
+
+        The chunks this process staged are used when the state holds exactly the bytes it
+        stored for them (this worker's PREPARE is the one the driver applied); otherwise, or
+        for chunks of rows, they are decoded from the state.
+        """
+        kept = _kept.get(lane)
+        if (
+            kept is not None
+            and kept.txid == txid
+            and len(kept.stored) == len(stored)
+            and all(a == b for a, b in zip(stored, kept.stored, strict=True))
+        ):
+            return concat_staged(kept.parts)
+        return concat_staged(stored)
 
     def _publish(self, lane: Lane, txid: int, batches: list[StagedBatch]) -> None:
         marker = self.sink.published(lane)
@@ -313,6 +368,7 @@ class ExactlyOnceSinkBolt(StatefulBolt):
     def pre_rollback(self) -> None:
         """Drop the records kept for a transaction that will not commit."""
         self._records, self._segments = [], []
+        _kept.pop(self._lane, None)
 
     # ---------------------------------------------------------------- helpers
     def _ready(self) -> KeyValueState:

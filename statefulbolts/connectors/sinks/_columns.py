@@ -8,6 +8,11 @@ back at COMMIT: for a million small records, a third of what exactly-once adds t
 for every record (the sink's own topic, no headers) as that one value: stored as one map per
 chunk, read back as a handful of lists.
 
+In a sink bolt's state a chunk of columns is that map packed once more into bytes (``packed``):
+the state stores bytes as they are, and the bolt that staged them can tell, by comparing
+bytes, that what its state holds at COMMIT is exactly what it staged (``ExactlyOnceSinkBolt``
+then publishes the columns it kept instead of decoding them again).
+
 To everything that reads rows it is a sequence of rows: ``len``, iteration and indexing give
 each record as the list ``stage`` would have made, so a sink's ``publish`` or ``write`` that
 loops over records works unchanged; one that knows columns (``KafkaSink``) reads ``column(i)``
@@ -29,6 +34,8 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping, Sequence
 from itertools import repeat
 from typing import Any, overload
+
+from providers import pack_plain, unpack_plain
 
 __all__ = ["StagedColumns", "concat_staged", "staged_count"]
 
@@ -123,31 +130,48 @@ class StagedColumns(Sequence[list[Any]]):
             "constants": {str(i): v for i, v in self.constants.items()},
         }
 
+    def packed(self) -> bytes:
+        """``stored`` in the state's codec, as bytes: how a sink bolt keeps a chunk.
+
+        Raises:
+            TypeError, ValueError, OverflowError: a value the codec cannot encode.
+        """
+        return pack_plain(self.stored())
+
     @staticmethod
     def is_stored(value: Any) -> bool:
-        """Whether ``value`` is what ``stored`` makes (and not a chunk of rows)."""
-        return isinstance(value, dict) and _TAG in value
+        """Whether ``value`` is what ``stored`` or ``packed`` makes (and not a chunk of rows)."""
+        return isinstance(value, bytes) or (isinstance(value, dict) and _TAG in value)
 
     @classmethod
-    def from_stored(cls, value: Mapping[str, Any]) -> StagedColumns:
-        """The columns ``stored`` gave ``value`` of."""
-        lists = {int(i): v for i, v in value["lists"].items()}
-        constants = {int(i): v for i, v in value["constants"].items()}
-        return cls(int(value["width"]), lists, constants, int(value[_TAG]))
+    def from_stored(cls, value: Mapping[str, Any] | bytes) -> StagedColumns:
+        """The columns ``stored`` (or ``packed``) gave ``value`` of."""
+        fields: Mapping[str, Any] = unpack_plain(value) if isinstance(value, bytes) else value
+        lists = {int(i): v for i, v in fields["lists"].items()}
+        constants = {int(i): v for i, v in fields["constants"].items()}
+        return cls(int(fields["width"]), lists, constants, int(fields[_TAG]))
 
 
 def staged_count(value: Any) -> int:
-    """How many records a stored chunk holds: rows (a list), or columns (``stored``)."""
+    """How many records a stored chunk holds: rows (a list), or columns (``stored``, ``packed``)."""
+    if isinstance(value, bytes):
+        value = unpack_plain(value)
     return int(value[_TAG]) if StagedColumns.is_stored(value) else len(value)
 
 
 def concat_staged(chunks: Sequence[Any]) -> Sequence[Any]:
-    """The records of stored chunks, in order: columns when they all are, with equal constants.
+    """The records of chunks, in order: columns when they all are, with equal constants.
 
-    A chunk of rows (the form every sink staged in before columns, and a sink that stages
-    rows) or columns of another shape make the whole a list of rows.
+    A chunk is as stored (rows, or columns ``stored`` or ``packed``) or already
+    ``StagedColumns``. A chunk of rows (the form every sink staged in before columns, and a
+    sink that stages rows) or columns of another shape make the whole a list of rows.
     """
-    parts = [StagedColumns.from_stored(c) if StagedColumns.is_stored(c) else c for c in chunks]
+    parts = [
+        StagedColumns.from_stored(c)
+        if not isinstance(c, StagedColumns) and StagedColumns.is_stored(c)
+        else c
+        for c in chunks
+    ]
     first = parts[0] if parts else None
     if isinstance(first, StagedColumns) and all(
         isinstance(p, StagedColumns)
