@@ -82,9 +82,14 @@ class _Recording:
 
     def __init__(self) -> None:
         self.calls: list[tuple[Any, ...]] = []
+        self.polled_after: list[int] = []  # how many records were produced at each poll
 
     def produce(self, *args: Any, **kwargs: Any) -> None:
         self.calls.append((*args, tuple(sorted(kwargs.items()))))
+
+    def poll(self, timeout: float) -> int:
+        self.polled_after.append(len(self.calls))
+        return 0
 
 
 SHAPES = {
@@ -113,6 +118,24 @@ def test_columns_are_produced_as_their_rows_are(shape: str, extra: list[Any]) ->
 
     cols = SHAPES[shape]
     assert produced(cols) == produced(list(cols)) and len(produced(cols)) == len(cols)
+
+
+@pytest.mark.parametrize("shape", sorted(SHAPES))
+def test_the_produce_loop_serves_the_client_every_so_many_records(
+    shape: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Events served as records are queued, not all at the final flush (``POLL_EVERY``)."""
+    from statefulbolts.connectors.kafka import _producers
+
+    monkeypatch.setattr(_producers, "POLL_EVERY", 2)
+    base = SHAPES[shape]
+    cols = concat_staged([base.stored(), base.stored(), base[:1].stored()])  # an odd count
+    n = len(cols)
+    for records in (cols, list(cols)):
+        client = _Recording()
+        _producers.produce_all(client, records, "own", [], float("inf"), RuntimeError)
+        assert len(client.calls) == n
+        assert client.polled_after == [min(i + 2, n) for i in range(0, n, 2)]
 
 
 def test_columns_of_no_topic_are_refused_when_the_sink_has_none() -> None:

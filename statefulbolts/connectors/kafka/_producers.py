@@ -26,7 +26,10 @@ What makes that safe:
 **The produce loop** (``produce_all``) is the one per-record Python loop of a publish: a
 positional ``produce`` call per record, no callback object and no headers list unless a
 record has headers. Delivery reports come only for records the cluster refused
-(``delivery.report.only.error``), to the producer's one ``delivered`` callback.
+(``delivery.report.only.error``), to the producer's one ``delivered`` callback. The loop
+serves the client's events (``poll(0)``) every ``POLL_EVERY`` records: left to the final
+``flush``, half a million queued records cost a transaction 0.33-0.35 s and 0.40-0.42 s of
+CPU on the test broker, served every 20,000 0.26-0.29 s and 0.31-0.33 s.
 """
 
 from __future__ import annotations
@@ -36,6 +39,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
+from itertools import islice
 from typing import Any
 
 from statefulbolts.connectors.sinks import StagedColumns
@@ -60,6 +64,8 @@ ProducerKey = tuple[str, tuple[tuple[str, Any], ...]]
 KEPT_AT_MOST = 32
 # How long to wait for room when the producer's local queue is full.
 _FULL_WAIT_S = 0.005
+# The produce loop serves the client's events after this many records (see the docstring).
+POLL_EVERY = 20_000
 # A staged field that is not one value for every record (``_produce_columns``).
 _VARIES: Any = object()
 
@@ -162,32 +168,35 @@ def produce_all(
         msg = "a staged record names no topic, and the sink has none now"
         raise ValueError(msg)
     produce = client.produce
-    if extra:
-        for topic, partition, key, value, headers in rows:
-            pairs = [(name, v) for name, v in headers or ()] + extra
-            while True:
-                try:
-                    produce(topic or own_topic, value, key, partition, headers=pairs)
-                    break
-                except BufferError:
-                    _wait_for_room(client, deadline, full)
-        return
-    for topic, partition, key, value, headers in rows:
-        while True:
-            try:
-                if headers:
-                    produce(
-                        topic or own_topic,
-                        value,
-                        key,
-                        partition,
-                        headers=[tuple(h) for h in headers],
-                    )
-                else:
-                    produce(topic or own_topic, value, key, partition)
-                break
-            except BufferError:
-                _wait_for_room(client, deadline, full)
+    left = iter(rows)
+    for _ in range(0, len(records), POLL_EVERY):
+        if extra:
+            for topic, partition, key, value, headers in islice(left, POLL_EVERY):
+                pairs = [(name, v) for name, v in headers or ()] + extra
+                while True:
+                    try:
+                        produce(topic or own_topic, value, key, partition, headers=pairs)
+                        break
+                    except BufferError:
+                        _wait_for_room(client, deadline, full)
+        else:
+            for topic, partition, key, value, headers in islice(left, POLL_EVERY):
+                while True:
+                    try:
+                        if headers:
+                            produce(
+                                topic or own_topic,
+                                value,
+                                key,
+                                partition,
+                                headers=[tuple(h) for h in headers],
+                            )
+                        else:
+                            produce(topic or own_topic, value, key, partition)
+                        break
+                    except BufferError:
+                        _wait_for_room(client, deadline, full)
+        client.poll(0)
 
 
 def _produce_columns(
@@ -217,13 +226,16 @@ def _produce_columns(
             raise ValueError(msg)
         topic = own_topic
     produce, partition = client.produce, constants[1]
-    for key, value in zip(records.column(2), records.column(3), strict=False):
-        while True:
-            try:
-                produce(topic, value, key, partition)
-                break
-            except BufferError:
-                _wait_for_room(client, deadline, full)
+    left = zip(records.column(2), records.column(3), strict=False)
+    for _ in range(0, len(records), POLL_EVERY):
+        for key, value in islice(left, POLL_EVERY):
+            while True:
+                try:
+                    produce(topic, value, key, partition)
+                    break
+                except BufferError:
+                    _wait_for_room(client, deadline, full)
+        client.poll(0)
     return True
 
 
