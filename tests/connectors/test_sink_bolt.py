@@ -27,9 +27,9 @@ from statefulbolts.connectors.sinks import (
     SinkStageError,
     StagedColumns,
     StagedKey,
+    _bolt,
     staged_holdings,
 )
-from statefulbolts.connectors.sinks import _bolt
 from statefulbolts.connectors.sinks._columns import staged_count
 from statefulbolts.context import TopologyContext
 from statefulbolts.errors import StateEvolutionError
@@ -313,6 +313,18 @@ def test_columns_kept_from_an_attempt_the_driver_did_not_apply_are_not_published
     run.task(Action.COMMIT, 0)
     assert [v for _, _, v in run.published()] == ["c", "a", "b"]
     assert len(decoded) == 2  # both chunks read from the state
+
+
+def test_a_worker_keeps_the_last_transaction_of_a_few_lanes_only() -> None:
+    runs = [column_run() for _ in range(_bolt.KEPT_LANES + 2)]
+    for run in runs:
+        run.task(Action.PREPARE, 0, ["a", "b", "c"], batch=True)
+    # The oldest two lanes were forgotten: their COMMIT reads the state, and is as exact.
+    assert [lane.topology for lane in _bolt._kept] == [r.name for r in runs[2:]]
+    for run in runs:
+        run.task(Action.COMMIT, 0)
+        assert [v for _, _, v in run.published()] == ["a", "b", "c"]
+    assert _bolt._kept == {}
 
 
 def test_a_rolled_back_transaction_leaves_nothing_kept() -> None:

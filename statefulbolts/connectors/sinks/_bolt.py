@@ -92,8 +92,18 @@ class _Kept(NamedTuple):
 
 # Lane -> what this process last staged for it (Python workers outlive their tasks): its
 # COMMIT, most often on the same worker, publishes these instead of decoding the chunks again
-# (``ExactlyOnceSinkBolt._kept_or_stored``). One transaction per lane, dropped once published.
+# (``ExactlyOnceSinkBolt._kept_or_stored``). One transaction per lane, dropped once published;
+# at most ``KEPT_LANES`` lanes, the oldest forgotten first (a lane whose COMMIT ran elsewhere,
+# a topology that ended), so a worker shared by many topologies holds no more.
 _kept: dict[Lane, _Kept] = {}
+KEPT_LANES = 8
+
+
+def _keep(lane: Lane, kept: _Kept) -> None:
+    _kept.pop(lane, None)
+    _kept[lane] = kept
+    while len(_kept) > KEPT_LANES:
+        del _kept[next(iter(_kept))]
 
 
 def staged_holdings(
@@ -277,7 +287,7 @@ class ExactlyOnceSinkBolt(StatefulBolt):
                 chunk += 1
             staged += len(records)
         if parts and all(isinstance(v, bytes) for v in stored):
-            _kept[self._lane] = _Kept(txid, stored, parts)
+            _keep(self._lane, _Kept(txid, stored, parts))
         else:
             _kept.pop(self._lane, None)
         self._metrics.staged(staged)
