@@ -224,15 +224,29 @@ def ours(
 def quix(
     args: argparse.Namespace, broker: Broker, topic: str, expected: Mapping[str, int]
 ) -> dict[str, Any]:
-    """One run of Quix Streams writing the counts to a fresh topic; its output checked."""
+    """One run of Quix Streams writing the counts to a fresh topic; its output checked.
+
+    The topics it made for itself (changelog, repartition) go with its output topic, so each
+    run, ours or its, starts from the same broker.
+    """
     out = f"{new_name('quix')}-out"
     broker.create(out, args.parallelism)
+    before = set(topic_names(broker.bootstrap))
     run = peer(args, "quix", broker.bootstrap, topic, ["--out-topic", out])
     if run.get("ok"):
         run["state_exact"] = run.pop("exact")  # its own counts, checked in its process
         run |= check_output(broker.bootstrap, out, expected)
-    delete_topics(broker.bootstrap, [out])
+    made = [t for t in topic_names(broker.bootstrap) if t not in before and t != topic]
+    delete_topics(broker.bootstrap, [out, *made])
     return run
+
+
+def topic_names(bootstrap: str) -> list[str]:
+    """The broker's topics but its own (``__consumer_offsets``, ...)."""
+    from confluent_kafka.admin import AdminClient
+
+    listed = AdminClient({"bootstrap.servers": bootstrap}).list_topics(timeout=30).topics
+    return [t for t in listed if not t.startswith("__")]
 
 
 def throughput(args: argparse.Namespace, broker: Broker, cluster: Any) -> dict[str, Any]:
