@@ -38,7 +38,7 @@ import collections
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from itertools import islice
 from typing import Any
 
@@ -168,10 +168,9 @@ def produce_all(
         msg = "a staged record names no topic, and the sink has none now"
         raise ValueError(msg)
     produce = client.produce
-    left = iter(rows)
-    for _ in range(0, len(records), POLL_EVERY):
-        if extra:
-            for topic, partition, key, value, headers in islice(left, POLL_EVERY):
+    if extra:
+        for run in _runs(client, rows, len(records)):
+            for topic, partition, key, value, headers in run:
                 pairs = [(name, v) for name, v in headers or ()] + extra
                 while True:
                     try:
@@ -179,24 +178,24 @@ def produce_all(
                         break
                     except BufferError:
                         _wait_for_room(client, deadline, full)
-        else:
-            for topic, partition, key, value, headers in islice(left, POLL_EVERY):
-                while True:
-                    try:
-                        if headers:
-                            produce(
-                                topic or own_topic,
-                                value,
-                                key,
-                                partition,
-                                headers=[tuple(h) for h in headers],
-                            )
-                        else:
-                            produce(topic or own_topic, value, key, partition)
-                        break
-                    except BufferError:
-                        _wait_for_room(client, deadline, full)
-        client.poll(0)
+        return
+    for run in _runs(client, rows, len(records)):
+        for topic, partition, key, value, headers in run:
+            while True:
+                try:
+                    if headers:
+                        produce(
+                            topic or own_topic,
+                            value,
+                            key,
+                            partition,
+                            headers=[tuple(h) for h in headers],
+                        )
+                    else:
+                        produce(topic or own_topic, value, key, partition)
+                    break
+                except BufferError:
+                    _wait_for_room(client, deadline, full)
 
 
 def _produce_columns(
@@ -226,17 +225,24 @@ def _produce_columns(
             raise ValueError(msg)
         topic = own_topic
     produce, partition = client.produce, constants[1]
-    left = zip(records.column(2), records.column(3), strict=False)
-    for _ in range(0, len(records), POLL_EVERY):
-        for key, value in islice(left, POLL_EVERY):
+    pairs = zip(records.column(2), records.column(3), strict=False)
+    for run in _runs(client, pairs, len(records)):
+        for key, value in run:
             while True:
                 try:
                     produce(topic, value, key, partition)
                     break
                 except BufferError:
                     _wait_for_room(client, deadline, full)
-        client.poll(0)
     return True
+
+
+def _runs(client: Any, items: Iterable[Any], n: int) -> Iterator[Iterator[Any]]:
+    """The ``n`` items in runs of ``POLL_EVERY``; the client's events served after each run."""
+    left = iter(items)
+    for _ in range(0, n, POLL_EVERY):
+        yield islice(left, POLL_EVERY)
+        client.poll(0)
 
 
 def _wait_for_room(client: Any, deadline: float, full: Callable[[], BaseException]) -> None:
