@@ -41,6 +41,8 @@ class MemoryTarget:
     markers: dict[str, tuple[int, int | None]] = field(default_factory=dict)
     lock: threading.Lock = field(default_factory=threading.Lock)
     fail_next: bool = False
+    # The lanes ``Sink.warm`` was called for, in order, with what was published then.
+    warmed: list[tuple[str, int]] = field(default_factory=list)
 
     def values(self) -> list[Any]:
         """The records, in the order they became visible."""
@@ -70,6 +72,10 @@ class MemorySink(Sink):
 
     def stage(self, tuple_: Tuple) -> Any:
         return list(tuple_.values)
+
+    def warm(self, lane: Lane) -> None:
+        target = self._t()
+        target.warmed.append((lane.name, len(target.records)))
 
     def published(self, lane: Lane) -> int | None:
         marker = self._t().markers.get(lane.qualified())

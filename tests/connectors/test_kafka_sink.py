@@ -9,6 +9,7 @@ record to pass.
 from __future__ import annotations
 
 import json
+import threading
 import time
 from typing import Any
 
@@ -21,6 +22,7 @@ from statefulbolts.connectors.kafka import (
     PUBLISH_HEADER,
     TXID_HEADER,
     KafkaSink,
+    KafkaSinkFenceError,
     KafkaUnavailableError,
     ProducerRecord,
     _producers,
@@ -535,6 +537,83 @@ def test_a_failed_publish_keeps_no_producer_and_the_next_one_publishes(
     assert sink.publish(lane, 2, [StagedBatch(2, _staged(sink, ("k", "b")))], None).records == 1
     assert _kept(sink, lane) not in (None, kept)
     assert _values(kafka_broker.bootstrap, topic) == ["a", "b"]
+
+
+@pytest.mark.kafka
+def test_a_producer_warmed_during_the_prepare_is_the_one_its_commit_publishes_with(
+    kafka_broker: Any, kafka_topic: Any
+) -> None:
+    topic = kafka_topic()
+    sink = _opened(KafkaSink(topic, bootstrap_servers=kafka_broker.bootstrap))
+    lane = LANE._replace(component=f"warmed-{topic}")
+    key = sink._producer_key(sink._current(), lane)
+    sink.warm(lane)
+    warmed = _kept(sink, lane)  # waits for it to be made
+    assert warmed is not None
+    assert not _producers.warm_producer(key, _unused)  # one is kept: nothing more is made
+    assert sink.publish(lane, 1, [StagedBatch(1, _staged(sink, ("k", "a")))], None).records == 1
+    assert _kept(sink, lane) is warmed  # the COMMIT made no producer of its own
+    assert _values(kafka_broker.bootstrap, topic) == ["a"]
+    assert sink.published(lane) == 1
+
+
+def _unused() -> Any:
+    raise AssertionError("no producer should be made")
+
+
+@pytest.mark.kafka
+def test_a_commit_waits_for_the_producer_on_its_way_instead_of_fencing_it(
+    kafka_broker: Any, kafka_topic: Any
+) -> None:
+    """A warm-up still making its producer when the COMMIT starts: the COMMIT takes that one.
+
+    Made beside it, a producer of its own would be fenced by the warmed one's
+    ``init_transactions`` if that ended later, failing the COMMIT.
+    """
+    topic = kafka_topic()
+    sink = _opened(KafkaSink(topic, bootstrap_servers=kafka_broker.bootstrap))
+    lane = LANE._replace(component=f"coming-{topic}")
+    key = sink._producer_key(sink._current(), lane)
+    release, made = threading.Event(), []
+
+    def slow() -> Any:
+        assert release.wait(60)
+        made.append(sink._new_producer(sink._current(), lane, time.monotonic() + 30))
+        return made[0]
+
+    assert _producers.warm_producer(key, slow)
+    results: list[Any] = []
+    commit = threading.Thread(
+        target=lambda: results.append(
+            sink.publish(lane, 1, [StagedBatch(1, _staged(sink, ("k", "a")))], None)
+        )
+    )
+    commit.start()
+    commit.join(0.5)
+    assert results == []  # waiting for the producer on its way
+    release.set()
+    commit.join(60)
+    assert [r.records for r in results] == [1]
+    assert _kept(sink, lane) is made[0].client
+    assert _values(kafka_broker.bootstrap, topic) == ["a"]
+
+
+@pytest.mark.kafka
+def test_a_warm_up_that_fails_leaves_the_commit_to_make_its_own_producer(
+    kafka_broker: Any, kafka_topic: Any
+) -> None:
+    topic = kafka_topic()
+    sink = _opened(KafkaSink(topic, bootstrap_servers=kafka_broker.bootstrap))
+    lane = LANE._replace(component=f"unmade-{topic}")
+
+    def broken() -> Any:
+        raise KafkaSinkFenceError("injected: the warm-up could not fence")
+
+    assert _producers.warm_producer(sink._producer_key(sink._current(), lane), broken)
+    assert sink.publish(lane, 1, [StagedBatch(1, _staged(sink, ("k", "a")))], None).records == 1
+    assert _kept(sink, lane) is not None
+    assert _values(kafka_broker.bootstrap, topic) == ["a"]
+    assert sink.published(lane) == 1
 
 
 def test_the_txid_headers_are_off_unless_asked_for() -> None:

@@ -141,6 +141,18 @@ def test_records_are_published_when_their_transaction_commits_not_before() -> No
     assert run.target.markers[f"{run.name}.publish.0of1"] == (0, None)
 
 
+@pytest.mark.parametrize("batch", [False, True], ids=["tuples", "batch"])
+def test_a_transaction_s_first_record_has_the_sink_get_ready_before_its_commit(batch: bool) -> None:
+    run = Run(parallelism=2)
+    run.task(Action.PREPARE, 0, ["a", "b", "c"], batch=batch)
+    run.task(Action.PREPARE, 0, [], task=1)  # nothing to publish: nothing to get ready
+    assert run.target.warmed == [("0of2", 0)]  # once, and before anything was published
+    run.task(Action.COMMIT, 0)
+    run.task(Action.PREPARE, 1, ["d"], batch=batch)
+    assert run.target.warmed == [("0of2", 0), ("0of2", 3)]
+    assert run.published() == [("0of2", 0, "a"), ("0of2", 0, "b"), ("0of2", 0, "c")]
+
+
 def test_a_commit_run_again_publishes_nothing_twice() -> None:
     run = Run()
     run.task(Action.PREPARE, 0, ["a"])

@@ -23,6 +23,17 @@ What makes that safe:
 4. **Nothing kept outlives its settings**: the key is the ``transactional.id`` with every
    client setting, so a config with other brokers or credentials gets a producer of its own.
 
+**Warmed producers.** A lane whose process keeps no producer gets one made ahead, while its
+PREPARE runs (``warm_producer``, on a thread of its own): the COMMIT that follows finds it kept
+and pays no ``init_transactions`` (some 60 ms; 0.5 s when the coordinator has the id retried,
+as Tansu does to one of two producers made at once after a busy spell). Until it is made, the
+keeping holds its future: ``take_producer`` waits for it (its ``init_transactions`` keeps to
+its own time limit), so a step never makes a second producer that the warmed one would fence.
+Making it early is safe because a lane's PREPARE starts only after its last COMMIT ended (one
+transaction at a time): it fences only what a new producer at the COMMIT would have fenced.
+A warmed producer is a kept one from then on: rule 3 checks it, and one that failed to be
+made is forgotten (the step makes its own, and says why if that fails too).
+
 **The produce loop** (``produce_all``) is the one per-record Python loop of a publish: a
 positional ``produce`` call per record, no callback object and no headers list unless a
 record has headers. Delivery reports come only for records the cluster refused
@@ -39,6 +50,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
+from concurrent.futures import Future
 from itertools import islice
 from typing import Any
 
@@ -52,6 +64,7 @@ __all__ = [
     "keep_producer",
     "produce_all",
     "take_producer",
+    "warm_producer",
 ]
 
 log = logging.getLogger(__name__)
@@ -98,14 +111,27 @@ class LaneProducer:
         self.refused.clear()
 
 
-_KEPT: collections.OrderedDict[ProducerKey, LaneProducer] = collections.OrderedDict()
+# A kept producer, or the future of one being made (``warm_producer``).
+_Entry = LaneProducer | Future[LaneProducer]
+
+_KEPT: collections.OrderedDict[ProducerKey, _Entry] = collections.OrderedDict()
 _KEPT_LOCK = threading.Lock()
 
 
 def take_producer(key: ProducerKey) -> LaneProducer | None:
-    """The producer kept for ``key``, taken out of the keeping (``None``: none kept)."""
+    """The producer kept for ``key``, taken out of the keeping (``None``: none kept).
+
+    One being made (``warm_producer``) is waited for; one that could not be made is ``None``.
+    """
     with _KEPT_LOCK:
-        return _KEPT.pop(key, None)
+        entry = _KEPT.pop(key, None)
+    if not isinstance(entry, Future):
+        return entry
+    try:
+        return entry.result()
+    except Exception as exc:  # noqa: BLE001 - the step makes its own, and says why if it fails
+        log.debug("a warmed Kafka sink producer was not made: %s: %s", type(exc).__name__, exc)
+        return None
 
 
 def keep_producer(key: ProducerKey, producer: LaneProducer) -> None:
@@ -113,9 +139,52 @@ def keep_producer(key: ProducerKey, producer: LaneProducer) -> None:
     with _KEPT_LOCK:
         old = _KEPT.pop(key, None)
         _KEPT[key] = producer
-        evicted = [_KEPT.popitem(last=False)[1] for _ in range(len(_KEPT) - KEPT_AT_MOST)]
-    for gone in [*([old] if old is not None else []), *evicted]:
-        close(gone.client)
+        gone = _over_the_bound()
+    for entry in [*([old] if old is not None else []), *gone]:
+        _close_entry(entry)
+
+
+def warm_producer(key: ProducerKey, make: Callable[[], LaneProducer]) -> bool:
+    """Make ``key``'s producer now, on a thread, kept when made; whether one is on its way.
+
+    Nothing is made when one is kept or on its way already (see the module docstring).
+    """
+    with _KEPT_LOCK:
+        if key in _KEPT:
+            _KEPT.move_to_end(key)
+            return False
+        coming: Future[LaneProducer] = Future()
+        _KEPT[key] = coming
+        gone = _over_the_bound()
+    for entry in gone:
+        _close_entry(entry)
+
+    def run() -> None:
+        try:
+            coming.set_result(make())
+        except BaseException as exc:  # noqa: BLE001 - handed to whoever takes it
+            coming.set_exception(exc)
+
+    threading.Thread(target=run, name="kafka-sink-warm", daemon=True).start()
+    return True
+
+
+def _over_the_bound() -> list[_Entry]:
+    """Take out the entries used least recently past ``KEPT_AT_MOST`` (under ``_KEPT_LOCK``)."""
+    return [_KEPT.popitem(last=False)[1] for _ in range(len(_KEPT) - KEPT_AT_MOST)]
+
+
+def _close_entry(entry: _Entry) -> None:
+    """Close a kept producer, or the one a future gives once it is made."""
+    if not isinstance(entry, Future):
+        close(entry.client)
+        return
+
+    def made(future: Future[LaneProducer]) -> None:
+        if future.exception() is None:
+            close(future.result().client)
+
+    entry.add_done_callback(made)
 
 
 def close(client: Any, *, wait: bool = True) -> None:

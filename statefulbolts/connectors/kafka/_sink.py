@@ -101,6 +101,7 @@ from statefulbolts.connectors.kafka._producers import (
     keep_producer,
     produce_all,
     take_producer,
+    warm_producer,
 )
 from statefulbolts.connectors.kafka._producers import close as _close
 from statefulbolts.connectors.sinks import (
@@ -984,6 +985,22 @@ class KafkaSink(Sink):
                 )
         producer = self._new_producer(settings, lane, deadline)
         return self._step(producer, key, settings, lane, txid, batches, deadline, kept=False)
+
+    def warm(self, lane: Lane) -> None:
+        """Make the lane's producer on a thread while the PREPARE runs (``_producers``).
+
+        The COMMIT's publish step then takes it made (step 1 done); nothing is made when this
+        process keeps one for the lane already. It fences what a new producer at the COMMIT
+        would: a lane's PREPARE starts only after its last COMMIT ended.
+        """
+        settings = self._current()
+
+        def make() -> LaneProducer:
+            return self._new_producer(
+                settings, lane, time.monotonic() + settings.publish_timeout_s
+            )
+
+        warm_producer(self._producer_key(settings, lane), make)
 
     def _step(
         self,

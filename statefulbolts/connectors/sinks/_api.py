@@ -241,6 +241,14 @@ class Sink(ABC):
         staged = map(self.stage, batch.tuples())
         return [record for record in staged if record is not None]
 
+    def warm(self, lane: Lane) -> None:  # noqa: B027
+        """Get ready to publish ``lane`` soon, without waiting: called as a PREPARE stages.
+
+        For a client whose making is slow (the Kafka sink's transactional producer), so the
+        COMMIT after the PREPARE finds it made. It must not block, publish or fence anything
+        a COMMIT of the lane may still be using; by default it does nothing.
+        """
+
     @abstractmethod
     def published(self, lane: Lane) -> int | None:
         """The lane's marker in the target: the last txid published (``None``: none yet)."""

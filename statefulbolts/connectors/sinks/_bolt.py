@@ -6,6 +6,8 @@
 1. **execute**: each tuple becomes a record (``Sink.stage``), kept in memory and acked; the ack
    is held until the transaction commits, as every stateful bolt's is. A column batch's records
    come from ``Sink.stage_batch``, as rows or as columns (``StagedColumns``), and are kept so.
+   A transaction's first record also asks the sink to get ready for its COMMIT
+   (``Sink.warm``: the Kafka sink makes its lane's producer meanwhile).
 2. **PREPARE(t)** (``pre_prepare``): first *clean*: records of earlier transactions that the
    target's marker covers are deleted (one marker read per lane held). Then *stage*: t's
    records go into the state under keys of this task's lane and txid t, in chunks (of rows, or
@@ -187,6 +189,8 @@ class ExactlyOnceSinkBolt(StatefulBolt):
         self._records: list[Any] = []
         self._segments: list[Sequence[Any]] = []
         self._state: KeyValueState | None = None
+        # Whether this transaction asked the sink to get ready to publish (``Sink.warm``).
+        self._warmed = False
         self._metrics = SinkMetrics.registered(context)
         self.sink.open(conf, context)
 
@@ -212,6 +216,8 @@ class ExactlyOnceSinkBolt(StatefulBolt):
         record = self._staged(tuple)
         if record is not None:
             self._records.append(record)
+            if not self._warmed:
+                self._warm()
         self._collector.ack(tuple)
 
     def execute_batch(self, batch: ColumnBatch, collector: ColumnOutputCollector) -> None:
@@ -221,12 +227,19 @@ class ExactlyOnceSinkBolt(StatefulBolt):
         runtime does that), whose error names the tuple.
         """
         staged = self.sink.stage_batch(batch)
+        if staged and not self._warmed:
+            self._warm()
         if isinstance(staged, StagedColumns):
             if staged:
                 self._cut_rows()
                 self._segments.append(staged)
         else:
             self._records += staged
+
+    def _warm(self) -> None:
+        """The first record of a transaction: the sink gets ready for its COMMIT meanwhile."""
+        self._warmed = True
+        self.sink.warm(self._lane)
 
     def _cut_rows(self) -> None:
         """End the run of rows kept so far (before columns, or at PREPARE)."""
@@ -252,6 +265,7 @@ class ExactlyOnceSinkBolt(StatefulBolt):
         state = self._ready()
         self._clean(state, txid)
         self._stage(state, txid)
+        self._warmed = False
 
     def _clean(self, state: KeyValueState, txid: int) -> None:
         """Delete records of earlier transactions that their lane's marker covers.
@@ -378,6 +392,7 @@ class ExactlyOnceSinkBolt(StatefulBolt):
     def pre_rollback(self) -> None:
         """Drop the records kept for a transaction that will not commit."""
         self._records, self._segments = [], []
+        self._warmed = False
         _kept.pop(self._lane, None)
 
     # ---------------------------------------------------------------- helpers
