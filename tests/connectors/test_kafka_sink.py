@@ -468,6 +468,12 @@ def _kept(sink: KafkaSink, lane: Lane) -> Any:
     return kept.client
 
 
+def _sink_and_lane(kafka_broker: Any, topic: str, name: str) -> tuple[KafkaSink, Lane]:
+    """An opened sink writing to ``topic``, and a lane of its own (``name``) for the test."""
+    sink = _opened(KafkaSink(topic, bootstrap_servers=kafka_broker.bootstrap))
+    return sink, LANE._replace(component=f"{name}-{topic}")
+
+
 def _values(bootstrap: str, topic: str) -> list[str]:
     return [m.value().decode() for m in read_topic(bootstrap, topic)]
 
@@ -477,8 +483,7 @@ def test_a_lane_s_next_publish_reuses_its_producer_and_a_replayed_commit_writes_
     kafka_broker: Any, kafka_topic: Any
 ) -> None:
     topic = kafka_topic()
-    sink = _opened(KafkaSink(topic, bootstrap_servers=kafka_broker.bootstrap))
-    lane = LANE._replace(component=f"reuse-{topic}")
+    sink, lane = _sink_and_lane(kafka_broker, topic, "reuse")
     assert sink.publish(lane, 1, [StagedBatch(1, _staged(sink, ("k", "a")))], None).records == 1
     first = _kept(sink, lane)
     assert first is not None
@@ -503,8 +508,7 @@ def test_a_kept_producer_a_newer_one_fenced_publishes_nothing_stale_and_is_repla
     producer refused before any record goes out and publishes with a new one, once.
     """
     topic = kafka_topic()
-    sink = _opened(KafkaSink(topic, bootstrap_servers=kafka_broker.bootstrap))
-    lane = LANE._replace(component=f"fenced-{topic}")
+    sink, lane = _sink_and_lane(kafka_broker, topic, "fenced")
     key = sink._producer_key(sink._current(), lane)
     sink.publish(lane, 1, [StagedBatch(1, _staged(sink, ("k", "a")))], None)
     in_a = _producers.take_producer(key)  # process A's keeping
@@ -526,8 +530,7 @@ def test_a_failed_publish_keeps_no_producer_and_the_next_one_publishes(
     kafka_broker: Any, kafka_topic: Any
 ) -> None:
     topic = kafka_topic()
-    sink = _opened(KafkaSink(topic, bootstrap_servers=kafka_broker.bootstrap))
-    lane = LANE._replace(component=f"failed-{topic}")
+    sink, lane = _sink_and_lane(kafka_broker, topic, "failed")
     sink.publish(lane, 1, [StagedBatch(1, _staged(sink, ("k", "a")))], None)
     kept = _kept(sink, lane)
     bad = [topic, 7, None, b"to a partition the topic lacks", None]
@@ -544,8 +547,7 @@ def test_a_producer_warmed_during_the_prepare_is_the_one_its_commit_publishes_wi
     kafka_broker: Any, kafka_topic: Any
 ) -> None:
     topic = kafka_topic()
-    sink = _opened(KafkaSink(topic, bootstrap_servers=kafka_broker.bootstrap))
-    lane = LANE._replace(component=f"warmed-{topic}")
+    sink, lane = _sink_and_lane(kafka_broker, topic, "warmed")
     key = sink._producer_key(sink._current(), lane)
     sink.warm(lane)
     warmed = _kept(sink, lane)  # waits for it to be made
@@ -571,8 +573,7 @@ def test_a_commit_waits_for_the_producer_on_its_way_instead_of_fencing_it(
     ``init_transactions`` if that ended later, failing the COMMIT.
     """
     topic = kafka_topic()
-    sink = _opened(KafkaSink(topic, bootstrap_servers=kafka_broker.bootstrap))
-    lane = LANE._replace(component=f"coming-{topic}")
+    sink, lane = _sink_and_lane(kafka_broker, topic, "coming")
     key = sink._producer_key(sink._current(), lane)
     release, made = threading.Event(), []
 
@@ -603,8 +604,7 @@ def test_a_warm_up_that_fails_leaves_the_commit_to_make_its_own_producer(
     kafka_broker: Any, kafka_topic: Any
 ) -> None:
     topic = kafka_topic()
-    sink = _opened(KafkaSink(topic, bootstrap_servers=kafka_broker.bootstrap))
-    lane = LANE._replace(component=f"unmade-{topic}")
+    sink, lane = _sink_and_lane(kafka_broker, topic, "unmade")
 
     def broken() -> Any:
         raise KafkaSinkFenceError("injected: the warm-up could not fence")
