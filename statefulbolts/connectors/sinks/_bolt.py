@@ -227,12 +227,13 @@ class ExactlyOnceSinkBolt(StatefulBolt):
         runtime does that), whose error names the tuple.
         """
         staged = self.sink.stage_batch(batch)
-        if staged and not self._warmed:
+        if not staged:
+            return
+        if not self._warmed:
             self._warm()
         if isinstance(staged, StagedColumns):
-            if staged:
-                self._cut_rows()
-                self._segments.append(staged)
+            self._cut_rows()
+            self._segments.append(staged)
         else:
             self._records += staged
 
