@@ -13,6 +13,7 @@ import threading
 import time
 from typing import Any
 
+import confluent_kafka
 import pytest
 from confluent_kafka import ConsumerGroupTopicPartitions, IsolationLevel, TopicPartition
 from confluent_kafka.admin import OffsetSpec
@@ -476,6 +477,43 @@ def _sink_and_lane(kafka_broker: Any, topic: str, name: str) -> tuple[KafkaSink,
 
 def _values(bootstrap: str, topic: str) -> list[str]:
     return [m.value().decode() for m in read_topic(bootstrap, topic)]
+
+
+@pytest.mark.kafka
+@pytest.mark.parametrize(
+    ("given", "sparse"),
+    [({}, False), ({"sink.kafka.producer.enable.sparse.connections": True}, True)],
+    ids=["default", "the-config-s-own"],
+)
+def test_the_sink_s_producers_connect_to_every_broker_unless_the_config_says_otherwise(
+    kafka_broker: Any,
+    kafka_topic: Any,
+    monkeypatch: pytest.MonkeyPatch,
+    given: dict[str, Any],
+    sparse: bool,
+) -> None:
+    # Sparse connections make a new producer's first coordinator query wait for a 500 ms timer
+    # when no broker is connected yet (``_EAGER``): both producers connect eagerly by default.
+    made: list[dict[str, Any]] = []
+
+    class Recorded(confluent_kafka.Producer):  # type: ignore[misc]
+        def __init__(self, config: dict[str, Any]) -> None:
+            made.append(dict(config))
+            super().__init__(config)
+
+    monkeypatch.setattr(confluent_kafka, "Producer", Recorded)
+    topic = kafka_topic()
+    # A client id of its own: the process's at-least-once writer is made for these settings.
+    conf = {**CONF, **given, "sink.kafka.producer.client.id": f"eager-{topic}"}
+    sink = _opened(KafkaSink(topic, bootstrap_servers=kafka_broker.bootstrap), conf)
+    lane = LANE._replace(component=f"eager-{topic}")
+    assert sink.publish(lane, 1, [StagedBatch(1, _staged(sink, ("k", "a")))], None).records == 1
+    sink.write(_staged(sink, ("k", "b")))
+    assert sorted(("transactional.id" in c, c["enable.sparse.connections"]) for c in made) == [
+        (False, sparse),
+        (True, sparse),
+    ]
+    assert sorted(_values(kafka_broker.bootstrap, topic)) == ["a", "b"]
 
 
 @pytest.mark.kafka
