@@ -1004,9 +1004,7 @@ class KafkaSink(Sink):
         settings = self._current()
 
         def make() -> LaneProducer:
-            return self._new_producer(
-                settings, lane, time.monotonic() + settings.publish_timeout_s
-            )
+            return self._new_producer(settings, lane, time.monotonic() + settings.publish_timeout_s)
 
         warm_producer(self._producer_key(settings, lane), make)
 
