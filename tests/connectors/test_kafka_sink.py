@@ -28,6 +28,7 @@ from statefulbolts.connectors.kafka import (
     ProducerRecord,
     _producers,
 )
+from statefulbolts.connectors.kafka import _sink as sink_module
 from statefulbolts.connectors.kafka._sink import _close
 from statefulbolts.connectors.sinks import (
     Lane,
@@ -477,6 +478,57 @@ def _sink_and_lane(kafka_broker: Any, topic: str, name: str) -> tuple[KafkaSink,
 
 def _values(bootstrap: str, topic: str) -> list[str]:
     return [m.value().decode() for m in read_topic(bootstrap, topic)]
+
+
+@pytest.mark.kafka
+def test_clients_a_process_keeps_are_closed_once_idle_and_made_again_when_needed(
+    kafka_broker: Any, kafka_topic: Any
+) -> None:
+    # A worker outlives its topologies: a client of a cluster gone for good would retry for ever.
+    topic = kafka_topic()
+    sink, lane = _sink_and_lane(kafka_broker, topic, "idle")
+    assert sink.publish(lane, 1, [StagedBatch(1, _staged(sink, ("k", "a")))], None).records == 1
+    sink.write(_staged(sink, ("k", "b")))
+    client = sink._current().client
+    kept, writer = _kept(sink, lane), sink_module._WRITERS[client]
+    assert client in sink_module._ADMINS  # the marker was read through it
+    assert any(t.name == "kafka-sink-idle" and t.daemon for t in threading.enumerate())
+
+    now = time.monotonic()
+    _producers.close_idle(now)
+    sink_module._close_idle_clients(now)
+    assert _kept(sink, lane) is kept  # used just now: kept (and used again)
+    assert sink_module._WRITERS[client] is writer
+
+    later = time.monotonic() + _producers.KEPT_IDLE_S
+    assert _producers.close_idle(later) >= 1
+    assert sink_module._close_idle_clients(later) >= 2
+    assert _kept(sink, lane) is None
+    assert client not in sink_module._WRITERS and client not in sink_module._ADMINS
+    for closed in (kept, writer.client):
+        with pytest.raises(RuntimeError, match="closed"):
+            closed.flush(0)
+    # The next publish and write make their clients again; every record is there once.
+    assert sink.publish(lane, 2, [StagedBatch(2, _staged(sink, ("k", "c")))], None).records == 1
+    sink.write(_staged(sink, ("k", "d")))
+    assert sorted(_values(kafka_broker.bootstrap, topic)) == ["a", "b", "c", "d"]
+
+
+def test_a_producer_still_being_made_is_not_closed_as_idle() -> None:
+    started, release = threading.Event(), threading.Event()
+    made = _producers.LaneProducer()  # no client: nothing to connect or close
+
+    def make() -> _producers.LaneProducer:
+        started.set()
+        release.wait(30)
+        return made
+
+    key: _producers.ProducerKey = ("idle-test-transactional-id", ())
+    assert _producers.warm_producer(key, make)
+    assert started.wait(30)
+    _producers.close_idle(time.monotonic() + 10 * _producers.KEPT_IDLE_S)
+    release.set()
+    assert _producers.take_producer(key) is made
 
 
 @pytest.mark.kafka

@@ -1,8 +1,9 @@
 """The Kafka sink's producers in one process: kept per lane between publish steps, and fed fast.
 
 **Kept producers.** A publish step (``KafkaSink.publish``) needs a transactional producer of
-its lane's ``transactional.id``. Making one runs ``init_transactions``: some 60 ms alone, 0.3 s
-on a loaded machine, for every sink task at every COMMIT. So a process keeps the producer a
+its lane's ``transactional.id``. Making one runs ``init_transactions``: 3-5 ms with the sink's
+eager connections on a near broker, more on a loaded machine or a far cluster, for every sink
+task at every COMMIT; it also connects to the cluster. So a process keeps the producer a
 step ended with, clean, for the lane's next step in the same process (a Spark Python worker
 is reused from job to job): ``take_producer`` hands it out, ``keep_producer`` puts it back.
 What makes that safe:
@@ -24,15 +25,21 @@ What makes that safe:
    client setting, so a config with other brokers or credentials gets a producer of its own.
 
 **Warmed producers.** A lane whose process keeps no producer gets one made ahead, while its
-PREPARE runs (``warm_producer``, on a thread of its own): the COMMIT that follows finds it kept
-and pays no ``init_transactions`` (some 60 ms; on the test broker after a busy spell, 0.5 s for
-one of two producers made at the same moment). Until it is made, the keeping holds its future:
+PREPARE runs (``warm_producer``, on a thread of its own): the COMMIT that follows, when it runs
+in the same process, finds it kept and pays no ``init_transactions``. Until it is made, the
+keeping holds its future:
 ``take_producer`` waits for it (its ``init_transactions`` keeps to its own time limit), so a
 step never makes a second producer that the warmed one would fence.
 Making it early is safe because a lane's PREPARE starts only after its last COMMIT ended (one
 transaction at a time): it fences only what a new producer at the COMMIT would have fenced.
 A warmed producer is a kept one from then on: rule 3 checks it, and one that failed to be
 made is forgotten (the step makes its own, and says why if that fails too).
+
+**Idle clients closed.** A process outlives its topologies (a Spark Python worker serves every
+job of the application), and a client of a cluster that went away tries to reconnect, and
+logs each failure, for as long as it lives. So a kept producer unused for ``KEPT_IDLE_S`` is
+closed (``close_idle``), and so are the sink's other clients kept per process: a daemon thread
+runs the checks registered with ``on_idle_check``, started with the first client kept.
 
 **The produce loop** (``produce_all``) is the one per-record Python loop of a publish: a
 positional ``produce`` call per record, no callback object and no headers list unless a
@@ -58,10 +65,13 @@ from statefulbolts.connectors.sinks import StagedColumns
 
 __all__ = [
     "KEPT_AT_MOST",
+    "KEPT_IDLE_S",
     "LaneProducer",
     "ProducerKey",
     "close",
+    "close_idle",
     "keep_producer",
+    "on_idle_check",
     "produce_all",
     "take_producer",
     "warm_producer",
@@ -75,6 +85,8 @@ ProducerKey = tuple[str, tuple[tuple[str, Any], ...]]
 # Lanes a process keeps a producer for, at most: a worker runs few sink tasks; past this the
 # producer used least recently is closed (a lane of a parallelism given up, say).
 KEPT_AT_MOST = 32
+# A kept client unused this long is closed (see the docstring); checked four times as often.
+KEPT_IDLE_S = 600.0
 # How long to wait for room when the producer's local queue is full.
 _FULL_WAIT_S = 0.005
 # The produce loop serves the client's events after this many records (see the docstring).
@@ -116,6 +128,8 @@ _Entry = LaneProducer | Future[LaneProducer]
 
 _KEPT: collections.OrderedDict[ProducerKey, _Entry] = collections.OrderedDict()
 _KEPT_LOCK = threading.Lock()
+# When each entry of ``_KEPT`` was last kept or asked for (``time.monotonic``; under the lock).
+_USED: dict[ProducerKey, float] = {}
 
 
 def take_producer(key: ProducerKey) -> LaneProducer | None:
@@ -125,6 +139,7 @@ def take_producer(key: ProducerKey) -> LaneProducer | None:
     """
     with _KEPT_LOCK:
         entry = _KEPT.pop(key, None)
+        _USED.pop(key, None)
     if not isinstance(entry, Future):
         return entry
     try:
@@ -139,9 +154,11 @@ def keep_producer(key: ProducerKey, producer: LaneProducer) -> None:
     with _KEPT_LOCK:
         old = _KEPT.pop(key, None)
         _KEPT[key] = producer
+        _USED[key] = time.monotonic()
         gone = _over_the_bound()
     for entry in [*([old] if old is not None else []), *gone]:
         _close_entry(entry)
+    on_idle_check(close_idle)
 
 
 def warm_producer(key: ProducerKey, make: Callable[[], LaneProducer]) -> bool:
@@ -150,6 +167,7 @@ def warm_producer(key: ProducerKey, make: Callable[[], LaneProducer]) -> bool:
     Nothing is made when one is kept or on its way already (see the module docstring).
     """
     with _KEPT_LOCK:
+        _USED[key] = time.monotonic()
         if key in _KEPT:
             _KEPT.move_to_end(key)
             return False
@@ -158,6 +176,7 @@ def warm_producer(key: ProducerKey, make: Callable[[], LaneProducer]) -> bool:
         gone = _over_the_bound()
     for entry in gone:
         _close_entry(entry)
+    on_idle_check(close_idle)
 
     def run() -> None:
         try:
@@ -171,7 +190,65 @@ def warm_producer(key: ProducerKey, make: Callable[[], LaneProducer]) -> bool:
 
 def _over_the_bound() -> list[_Entry]:
     """Take out the entries used least recently past ``KEPT_AT_MOST`` (under ``_KEPT_LOCK``)."""
-    return [_KEPT.popitem(last=False)[1] for _ in range(len(_KEPT) - KEPT_AT_MOST)]
+    gone = [_KEPT.popitem(last=False) for _ in range(len(_KEPT) - KEPT_AT_MOST)]
+    for key, _ in gone:
+        _USED.pop(key, None)
+    return [entry for _, entry in gone]
+
+
+def close_idle(now: float | None = None, idle_s: float = KEPT_IDLE_S) -> int:
+    """Close the kept producers unused for ``idle_s`` seconds by ``now``; how many.
+
+    ``now`` is ``time.monotonic()`` unless given. One still being made is left to its step.
+    """
+    now = time.monotonic() if now is None else now
+    with _KEPT_LOCK:
+        idle = [
+            key
+            for key, entry in _KEPT.items()
+            if now - _USED.get(key, now) >= idle_s
+            and not (isinstance(entry, Future) and not entry.done())
+        ]
+        gone = [_KEPT.pop(key) for key in idle]
+        for key in idle:
+            _USED.pop(key, None)
+    for entry in gone:
+        _close_entry(entry)
+    if gone:
+        log.debug("KafkaSink: closed %s producers unused for %s s", len(gone), idle_s)
+    return len(gone)
+
+
+_CHECKS: list[Callable[[float], object]] = []
+_CHECKS_LOCK = threading.Lock()
+
+
+def on_idle_check(check: Callable[[float], object]) -> None:
+    """Have ``check(time.monotonic())`` run every ``KEPT_IDLE_S / 4`` s on the checks' thread.
+
+    The thread starts with the first check (a daemon: it never holds a process open); a
+    check given again is not added twice. A check that raises is logged, and runs again next
+    time.
+    """
+    with _CHECKS_LOCK:
+        if check in _CHECKS:
+            return
+        _CHECKS.append(check)
+        if len(_CHECKS) > 1:
+            return
+    threading.Thread(target=_run_checks, name="kafka-sink-idle", daemon=True).start()
+
+
+def _run_checks() -> None:
+    while True:
+        time.sleep(KEPT_IDLE_S / 4)
+        with _CHECKS_LOCK:
+            checks = list(_CHECKS)
+        for check in checks:
+            try:
+                check(time.monotonic())
+            except Exception:
+                log.warning("KafkaSink: closing idle clients failed", exc_info=True)
 
 
 def _close_entry(entry: _Entry) -> None:

@@ -96,9 +96,11 @@ from statefulbolts.connectors.kafka._config import (
     require_kafka,
 )
 from statefulbolts.connectors.kafka._producers import (
+    KEPT_IDLE_S,
     LaneProducer,
     ProducerKey,
     keep_producer,
+    on_idle_check,
     produce_all,
     take_producer,
     warm_producer,
@@ -506,6 +508,9 @@ def producer_settings(conf: Mapping[str, Any] | None, *, who: str = _NAME) -> di
 # ------------------------------------------------------------------ the process's clients
 _ADMINS: dict[tuple[tuple[str, Any], ...], Any] = {}
 _WRITERS: dict[tuple[tuple[str, Any], ...], LaneProducer] = {}
+# When each admin client and writer was last asked for (``time.monotonic``; under the lock).
+_ADMINS_USED: dict[tuple[tuple[str, Any], ...], float] = {}
+_WRITERS_USED: dict[tuple[tuple[str, Any], ...], float] = {}
 _CLIENTS_LOCK = threading.Lock()
 
 
@@ -517,7 +522,33 @@ def _admin(client: tuple[tuple[str, Any], ...]) -> Any:
             from confluent_kafka.admin import AdminClient
 
             admin = _ADMINS[client] = AdminClient(dict(client))
-        return admin
+        _ADMINS_USED[client] = time.monotonic()
+    on_idle_check(_close_idle_clients)
+    return admin
+
+
+def _close_idle_clients(now: float | None = None, idle_s: float = KEPT_IDLE_S) -> int:
+    """Drop the admin clients and close the writers unused for ``idle_s`` s by ``now``; how many.
+
+    As ``_producers.close_idle`` does for the lanes' producers. A writer is closed under its
+    lock, after a write that took it before it was dropped; an admin client has no ``close``,
+    and goes with its last reference.
+    """
+    now = time.monotonic() if now is None else now
+    with _CLIENTS_LOCK:
+        admins = [k for k, used in _ADMINS_USED.items() if now - used >= idle_s]
+        writers = [k for k, used in _WRITERS_USED.items() if now - used >= idle_s]
+        for key in admins:
+            _ADMINS_USED.pop(key)
+            _ADMINS.pop(key, None)
+        closing = [_WRITERS.pop(key, None) for key in writers]
+        for key in writers:
+            _WRITERS_USED.pop(key)
+    for writer in closing:
+        if writer is not None:
+            with writer.lock:
+                _close(writer.client)
+    return len(admins) + len(writers)
 
 
 # ------------------------------------------------------------------ the sink
@@ -1235,6 +1266,8 @@ class KafkaSink(Sink):
                     }
                 )
                 _WRITERS[settings.client] = producer
+            _WRITERS_USED[settings.client] = time.monotonic()
+        on_idle_check(_close_idle_clients)
         deadline = time.monotonic() + settings.publish_timeout_s
 
         def full() -> KafkaSinkProduceError:
