@@ -27,9 +27,8 @@ What makes that safe:
 **Warmed producers.** A lane whose process keeps no producer gets one made ahead, while its
 PREPARE runs (``warm_producer``, on a thread of its own): the COMMIT that follows, when it runs
 in the same process, finds it kept and pays no ``init_transactions``. Until it is made, the
-keeping holds its future:
-``take_producer`` waits for it (its ``init_transactions`` keeps to its own time limit), so a
-step never makes a second producer that the warmed one would fence.
+keeping holds its future: ``take_producer`` waits for it (its ``init_transactions`` keeps to
+its own time limit), so a step never makes a second producer that the warmed one would fence.
 Making it early is safe because a lane's PREPARE starts only after its last COMMIT ended (one
 transaction at a time): it fences only what a new producer at the COMMIT would have fenced.
 A warmed producer is a kept one from then on: rule 3 checks it, and one that failed to be

@@ -522,8 +522,8 @@ def _admin(client: tuple[tuple[str, Any], ...]) -> Any:
             from confluent_kafka.admin import AdminClient
 
             admin = _ADMINS[client] = AdminClient(dict(client))
+            on_idle_check(_close_idle_clients)
         _ADMINS_USED[client] = time.monotonic()
-    on_idle_check(_close_idle_clients)
     return admin
 
 
@@ -1266,8 +1266,8 @@ class KafkaSink(Sink):
                     }
                 )
                 _WRITERS[settings.client] = producer
+                on_idle_check(_close_idle_clients)
             _WRITERS_USED[settings.client] = time.monotonic()
-        on_idle_check(_close_idle_clients)
         deadline = time.monotonic() + settings.publish_timeout_s
 
         def full() -> KafkaSinkProduceError:
