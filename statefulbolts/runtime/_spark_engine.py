@@ -195,9 +195,10 @@ class SparkEngine:
             rdd = rdd.mapPartitionsWithIndex(stage(k))
         if spec.ackers > 0:
             rdd = rdd.partitionBy(spec.ackers, _identity).mapPartitions(reduce_acks)
-        # Asking for the partitions builds the Java RDDs, pickling each stage's function: the
+        # Asking for the id builds the last stage's Java RDD (a pipelined stage's is built only
+        # when asked for: its partitions are its parent's), pickling its function: the
         # driver's work, timed apart from Spark's run of the job.
-        rdd.getNumPartitions()
+        rdd.id()
         submitted = time.perf_counter()
         collected = rdd.collect()
         ran = time.perf_counter()

@@ -7,6 +7,7 @@ seam directly, with programs of their own, as a second protocol would.
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -181,3 +182,28 @@ def test_acks_reduce_over_acker_partitions_and_merge(engine: Engine) -> None:
     result = engine.submit(spec).result(120)
     assert result.acks == {} and result.fails == set()
     assert sum(r.metrics.acked for r in result.reports) == 2
+
+
+@dataclass(frozen=True)
+class SlowToPickle:
+    """The plain program, whose pickling (with the job's stage functions) takes ``seconds``."""
+
+    inner: CheckpointTaskProgram
+    seconds: float
+
+    def __reduce__(self) -> Any:
+        time.sleep(self.seconds)
+        return (SlowToPickle, (self.inner, self.seconds))
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+
+def test_pickling_a_job_s_stage_functions_counts_as_the_driver_s_time(engine: Engine) -> None:
+    # A one-stage job: its stage's function is pickled when its Java RDD is built, which
+    # ``JobTimings.before`` (the driver's work) must hold, not Spark's part.
+    slow = SlowToPickle(CheckpointTaskProgram(None, 1), 0.3)
+    result = run(engine, ["a"], ["x"], slow)
+    assert result.timings is not None
+    assert result.timings.before >= 0.3
+    assert [v for o in result.outputs for v in o.column()] == ["X"]
