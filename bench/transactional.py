@@ -18,7 +18,11 @@ shuffle. In both a committer applies the counts to a ``TransactionalMap`` in the
 shuffle / count as a plain RDD ``reduceByKey`` job, warm, in the same session. Figures: words
 per second of each configuration, its ratio to the baseline, Redis against memory, and
 ``topology.max.spout.pending`` 4 against 1; per configuration, the seconds its batches spent
-in each job (emit, process, commit, summed over batches: with pipelining they overlap).
+in each job (emit, process, commit, summed over batches: with pipelining they overlap); and
+per configuration the CPU seconds of each process role (the driver, Spark's JVM, the Python
+workers: ``bench._cpu``), median over the rounds, with each round's total against its
+baseline's (``cpu_vs_baseline``): on two cores a run that needs more CPU than its baseline
+cannot keep up with it by overlapping its jobs, whatever the pipelining.
 """
 
 from __future__ import annotations
@@ -34,6 +38,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from bench._cpu import CpuMeter  # noqa: E402
 from bench.wordcount import baseline, corpus_for  # noqa: E402
 from examples.corpus import sentence, words  # noqa: E402
 from examples.zipf import cached_corpus  # noqa: E402
@@ -239,10 +244,13 @@ def run(
     tid = f"bench-{tag}-{time.time_ns()}"
     topology = build(n, args.parallelism, args.take, tid, shape, args.zipf, args.wait_ms)
     cluster = LocalCluster(spark=spark)
+    meter = CpuMeter()
+    meter.start()
     started = time.perf_counter()
     handle = cluster.submit_topology(tid, conf, topology, on_transaction=show)
     handle.await_idle(3600)
     idle = time.perf_counter() - started
+    cpu = meter.stop()
     # Throughput is words committed per second: until the last batch with data committed. A
     # finite input then needs one empty batch (or max.spout.pending of them) to go idle; that
     # tail is reported apart (``idle_seconds``).
@@ -260,6 +268,7 @@ def run(
         "counts": counts,
         "batches": len(busy),
         "phase_seconds": {k: round(v, 3) for k, v in phases.items()},
+        "cpu_seconds": cpu,
     }
 
 
@@ -332,9 +341,13 @@ def main(argv: list[str] | None = None) -> int:
 
     runs: dict[str, Any] = {}
     rounds: list[dict[str, float]] = []
+    cpu_rounds: list[dict[str, dict[str, float]]] = []
     for i in range(args.repeat):
+        meter = CpuMeter()
+        meter.start()
         base = baseline(sc, sentences, args.parallelism)
         this_round = {"baseline": base["seconds"]}
+        cpu_round = {"baseline": meter.stop()}
         _keep(runs, "baseline", {"seconds": base["seconds"], "exact": base["counts"] == expected})
         configs = [(s, p, q) for s in shapes for p in providers for q in pendings]
         for shape, provider, pending in configs if i % 2 == 0 else configs[::-1]:
@@ -342,6 +355,7 @@ def main(argv: list[str] | None = None) -> int:
             conf = {**confs[provider], "topology.max.spout.pending": pending}
             res = run(spark, n, args, conf, f"{name}-{i}", shape)
             this_round[name] = res["seconds"]
+            cpu_round[name] = res["cpu_seconds"]
             _keep(
                 runs,
                 name,
@@ -351,10 +365,12 @@ def main(argv: list[str] | None = None) -> int:
                 },
             )
         rounds.append(this_round)
+        cpu_rounds.append(cpu_round)
     if server is not None:
         server.stop()
     spark.stop()
     result = _summary(runs, rounds, total, n, args, sc)
+    result["cpu"] = _cpu_summary(cpu_rounds)
     if args.json:
         print(json.dumps(result, indent=2))
     else:
@@ -426,6 +442,30 @@ def _summary(
     return result
 
 
+def _cpu_summary(cpu_rounds: list[dict[str, dict[str, float]]]) -> dict[str, Any]:
+    """Per configuration: the median CPU seconds of each role, and total against baseline.
+
+    A topology run's CPU is from its submit to idle (its trailing empty batch included);
+    the baseline's is its job's.
+    """
+    out: dict[str, Any] = {}
+    for name in cpu_rounds[0]:
+        roles = sorted({role for rd in cpu_rounds for role in rd[name]})
+        entry: dict[str, Any] = {
+            "median_seconds": {
+                role: round(statistics.median(rd[name].get(role, 0.0) for rd in cpu_rounds), 3)
+                for role in roles
+            }
+        }
+        if name != "baseline":
+            entry["cpu_vs_baseline"] = [
+                round(rd[name]["total"] / max(rd["baseline"]["total"], 1e-9), 3)
+                for rd in cpu_rounds
+            ]
+        out[name] = entry
+    return out
+
+
 def _print(result: dict[str, Any]) -> None:
     for name, run in result["runs"].items():
         phases = " ".join(f"{k} {v:.2f}s" for k, v in run.get("phase_seconds", {}).items())
@@ -438,6 +478,11 @@ def _print(result: dict[str, Any]) -> None:
             print(f"{key}: {value}")
     for key, value in result["ratios"].items():
         print(f"{key}: {value} (rounds: {result['ratios_per_round'][key]})")
+    for name, cpu in result["cpu"].items():
+        roles = " ".join(f"{k} {v:.2f}" for k, v in cpu["median_seconds"].items())
+        rounds = cpu.get("cpu_vs_baseline")
+        against = f", total vs baseline {rounds}" if rounds else ""
+        print(f"CPU s {name}: {roles}{against}")
 
 
 if __name__ == "__main__":

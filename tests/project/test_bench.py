@@ -273,6 +273,18 @@ def test_transactional_bench_reports_both_shapes_exact_with_their_ratios(bench: 
         / runs["combine-memory-pending1"]["words_per_sec"],
         3,
     )
+    # CPU seconds by process role: every configuration's driver, JVM and Python workers did
+    # work, and each round's total is set against that round's baseline.
+    cpu = report["cpu"]
+    assert set(cpu) == set(runs)
+    for name, entry in cpu.items():
+        spent = entry["median_seconds"]
+        assert spent["driver"] > 0 and spent["jvm"] > 0 and spent["python_workers"] > 0
+        assert spent["total"] >= spent["driver"] + spent["jvm"] + spent["python_workers"] - 0.003
+        if name == "baseline":
+            assert "cpu_vs_baseline" not in entry
+        else:
+            assert len(entry["cpu_vs_baseline"]) == 1 and entry["cpu_vs_baseline"][0] > 0
 
 
 def test_scale_bench_sweeps_state_and_parallelism_exactly_and_draws_its_plots(
