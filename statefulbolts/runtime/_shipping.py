@@ -26,7 +26,8 @@ of the user's own code. The driver sends the rest as zips that Spark puts on eac
    out with a warning and must be installed on the executors.
 
 Each zip is built once per version, named by a digest of its files' paths, sizes and mtimes,
-in one temporary directory per process that is removed when the process exits; the engine adds
+in one temporary directory per process that is removed when the process exits (or, when it was
+killed, by the next process that makes one: ``sweep_zip_dirs``); the engine adds
 each zip once per Spark application. A module edited while an application runs is shipped again
 under a new name, but Python workers that already imported the old one keep it: a changed
 topology module needs a new application.
@@ -51,7 +52,7 @@ import sysconfig
 import tempfile
 import threading
 import zipfile
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -70,6 +71,7 @@ __all__ = [
     "referenced_modules",
     "source_of",
     "sources",
+    "sweep_zip_dirs",
     "zip_dir",
 ]
 
@@ -94,6 +96,7 @@ _PUT_OPS = frozenset({"PUT", "BINPUT", "LONG_BINPUT"})
 _SILENT_OPS = frozenset({"PROTO", "FRAME", "STOP", "MEMOIZE", *_PUT_OPS})
 _ZIP_DIR: list[Path] = []
 _ZIP_LOCK = threading.Lock()
+_ZIP_DIR_PREFIX = "statefulbolts-ship-"
 
 
 class Placement(enum.Enum):
@@ -311,13 +314,60 @@ def imported_modules(source: Source) -> set[str]:
 
 
 def zip_dir() -> Path:
-    """One temporary directory per process for shipped zips, removed when the process exits."""
+    """One temporary directory per process for shipped zips, removed when the process exits.
+
+    It is named after the process (``statefulbolts-ship-<pid>-<random>``): a process killed
+    before it could remove it (a driver ended by ``SIGKILL``, as crash tests and chaos demos
+    do) leaves it behind, and the next process to make one removes those of every process that
+    is gone (``sweep_zip_dirs``).
+    """
     with _ZIP_LOCK:
         if not _ZIP_DIR:
-            path = Path(tempfile.mkdtemp(prefix="statefulbolts-ship-"))
+            base = Path(tempfile.gettempdir())
+            sweep_zip_dirs(base)
+            path = Path(tempfile.mkdtemp(prefix=f"{_ZIP_DIR_PREFIX}{os.getpid()}-", dir=base))
             atexit.register(shutil.rmtree, path, True)
             _ZIP_DIR.append(path)
         return _ZIP_DIR[0]
+
+
+def sweep_zip_dirs(base: Path, alive: Callable[[int], bool] | None = None) -> list[Path]:
+    """Remove the zip directories in ``base`` whose process is gone; the ones removed.
+
+    A directory's process is the pid in its name; ``alive`` (default: signal 0 to it) says
+    whether it still runs. This process's own, those of live processes, and directories named
+    otherwise (made before names carried the pid) are left alone. A pid reused by a new process
+    keeps its dead owner's directory until that process ends too.
+    """
+    alive = alive or _process_alive
+    removed: list[Path] = []
+    for path in base.glob(f"{_ZIP_DIR_PREFIX}*"):
+        owner = _zip_dir_owner(path.name)
+        if owner is None or owner == os.getpid() or alive(owner) or not path.is_dir():
+            continue
+        shutil.rmtree(path, ignore_errors=True)
+        if not path.exists():
+            removed.append(path)
+    if removed:
+        log.info("removed %d zip directories of ended processes in %s", len(removed), base)
+    return removed
+
+
+def _zip_dir_owner(name: str) -> int | None:
+    """The pid in a zip directory's name (``statefulbolts-ship-<pid>-<random>``), or ``None``."""
+    head, sep, _ = name[len(_ZIP_DIR_PREFIX) :].partition("-")
+    return int(head) if sep and head.isdigit() else None
+
+
+def _process_alive(pid: int) -> bool:
+    """Whether process ``pid`` exists (another user's counts: it cannot be signalled)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 def build_zip(source: Source, directory: Path, label: str | None = None) -> Path:

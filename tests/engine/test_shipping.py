@@ -33,6 +33,7 @@ from statefulbolts.runtime._shipping import (
     placement,
     referenced_modules,
     source_of,
+    sweep_zip_dirs,
 )
 
 FRAMEWORK = list(FRAMEWORK_PACKAGES)
@@ -311,3 +312,66 @@ def test_a_provider_from_an_extlib_folder_goes_with_the_folder_not_as_user_code(
     with caplog.at_level(logging.WARNING, logger="statefulbolts.runtime._shipping"):
         assert code_to_ship(cloudpickle.dumps(build(1)), conf) == [*FRAMEWORK, "examples"]
     assert caplog.messages == []
+
+
+# A child that makes its zip directory (under ``TMPDIR``), prints it, and ends as told: "kill"
+# (``SIGKILL``: its ``atexit`` never runs) or "exit".
+_ZIP_DIR_CHILD = """
+import os, signal, sys
+from statefulbolts.runtime._shipping import zip_dir
+print(zip_dir(), flush=True)
+if sys.argv[1] == "kill":
+    os.kill(os.getpid(), signal.SIGKILL)
+"""
+
+
+def _child_zip_dir(tmp_path: Path, how: str) -> tuple[Path, int]:
+    env = {**os.environ, "TMPDIR": str(tmp_path), "PYTHONPATH": str(ROOT)}
+    done = subprocess.run(
+        [sys.executable, "-c", _ZIP_DIR_CHILD, how],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    return Path(done.stdout.strip()), done.returncode
+
+
+def test_a_killed_process_s_zip_directory_goes_when_the_next_one_is_made(tmp_path: Path) -> None:
+    killed, code = _child_zip_dir(tmp_path, "kill")
+    assert code == -9 and killed.parent == tmp_path
+    assert killed.is_dir()  # left behind: nothing ran at its exit
+    assert killed.name.startswith("statefulbolts-ship-")
+    ended, code = _child_zip_dir(tmp_path, "exit")
+    assert code == 0 and ended != killed
+    # The second process removed the first's, and its own at its exit.
+    assert not killed.exists() and not ended.exists()
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_the_sweep_leaves_live_processes_and_unknown_names_alone(tmp_path: Path) -> None:
+    sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    ended = subprocess.Popen([sys.executable, "-c", "pass"])
+    ended.wait()
+    try:
+        names = {
+            "dead": f"statefulbolts-ship-{ended.pid}-a1b2",
+            "live": f"statefulbolts-ship-{sleeper.pid}-c3d4",
+            "mine": f"statefulbolts-ship-{os.getpid()}-e5f6",
+            "old": "statefulbolts-ship-q7r8s9t0",  # named before names carried the pid
+            "other": f"unrelated-{ended.pid}-x",
+        }
+        for name in names.values():
+            (tmp_path / name).mkdir()
+            (tmp_path / name / "framework-0123.zip").write_bytes(b"zip")
+        removed = sweep_zip_dirs(tmp_path)
+        assert removed == [tmp_path / names["dead"]]
+        left = sorted(p.name for p in tmp_path.iterdir())
+        assert left == sorted(n for k, n in names.items() if k != "dead")
+        # ``alive`` decides: told every process is gone, it still keeps this process's own.
+        removed = sweep_zip_dirs(tmp_path, alive=lambda pid: False)
+        assert removed == [tmp_path / names["live"]]
+    finally:
+        sleeper.kill()
+        sleeper.wait()
