@@ -32,6 +32,7 @@ from statefulbolts.runtime._inline import run_head, run_inline
 from statefulbolts.runtime._local_files import LocalFiles, take_spilled
 from statefulbolts.runtime._plan import ExecutionPlan
 from statefulbolts.runtime._program import TaskJob
+from statefulbolts.runtime._pyrdd import LastStage, chain
 from statefulbolts.runtime._records import JobResult, JobTimings, ReportedError
 from statefulbolts.runtime._results import merge_results, reduce_acks
 from statefulbolts.runtime._retried import failed_attempts, retried_errors
@@ -52,6 +53,11 @@ _SHIPPED_LOCK = threading.Lock()
 
 def _identity(key: int) -> int:
     return key
+
+
+def _reduce_acks(split: int, results: Any) -> Any:
+    """The last stage of a job with ackers: each acker slot's results reduced."""
+    return reduce_acks(results)
 
 
 class SparkEngine:
@@ -101,6 +107,7 @@ class SparkEngine:
         self._shippers: list[ImageShipper] = []
         self._slots: dict[int, Any] = {}  # ``_empty_slots``
         self._slots_lock = threading.Lock()
+        self._last_stage = LastStage(self.sc)
         self._pool = concurrent.futures.ThreadPoolExecutor(
             max_jobs, thread_name_prefix=f"sb-{name}-job"
         )
@@ -185,22 +192,24 @@ class SparkEngine:
 
         n = len(layout.stages[first])
         if any(fed):
-            rdd = sc.parallelize([(s, fed[s]) for s in range(n)], n)
+            source = sc.parallelize([(s, fed[s]) for s in range(n)], n)
         else:
-            rdd = self._empty_slots(n)
-        rdd = rdd.mapPartitionsWithIndex(stage(first), preservesPartitioning=False)
+            source = self._empty_slots(n)
+        # The stages since the last shuffle, run one after the other in each partition.
+        functions = [stage(first)]
         for k in range(first + 1, layout.depth):
             if not layout.narrow[k - 1]:  # a narrow boundary: Spark pipelines k - 1 and k
-                rdd = rdd.partitionBy(len(layout.stages[k]), _identity)
-            rdd = rdd.mapPartitionsWithIndex(stage(k))
+                shuffled = source.mapPartitionsWithIndex(chain(functions))
+                source, functions = shuffled.partitionBy(len(layout.stages[k]), _identity), []
+            functions.append(stage(k))
         if spec.ackers > 0:
-            rdd = rdd.partitionBy(spec.ackers, _identity).mapPartitions(reduce_acks)
-        # Asking for the id builds the last stage's Java RDD (a pipelined stage's is built only
-        # when asked for: its partitions are its parent's), pickling its function: the
-        # driver's work, timed apart from Spark's run of the job.
-        rdd.id()
+            shuffled = source.mapPartitionsWithIndex(chain(functions))
+            source, functions = shuffled.partitionBy(spec.ackers, _identity), [_reduce_acks]
+        # The last stage is made in the JVM here, its functions pickled: the driver's work,
+        # timed apart from Spark's run of the job.
+        last = self._last_stage.build(source, chain(functions))
         submitted = time.perf_counter()
-        collected = rdd.collect()
+        collected = self._last_stage.collect(last)
         ran = time.perf_counter()
         result = merge_results(collected if spec.ackers > 0 else reduce_acks(collected))
         take_spilled(result.reports)
