@@ -255,16 +255,33 @@ class LayeredKeyValueState(KeyValueState):
 
     def _encoded_keys(self, keys: list[Any]) -> list[bytes]:
         """``_encode_key`` of each key, its caches looked up in the loop (one frame for all)."""
+        shared = self._shared_keys
+        if shared is not None:
+            # The process's cache first, in one C loop: a committer's map is new every attempt,
+            # so its own cache is empty, and its thousands of keys were all seen before. Only
+            # str and one-str tuples are in it; a key equal to one of them (a subclass) encodes
+            # to the same bytes with msgpack.
+            try:
+                ekeys: list[bytes | None] = list(map(shared.get, keys))
+            except TypeError:
+                pass  # an unhashable key: the loop below names it
+            else:
+                if None not in ekeys:
+                    return ekeys  # type: ignore[return-value]
+                encode = self._encode_key
+                return [
+                    encode(key) if ekey is None else ekey
+                    for key, ekey in zip(keys, ekeys, strict=True)
+                ]
         cache = self._key_cache
-        shared = self._shared_keys if self._shared_keys is not None else cache
-        ekeys: list[bytes] = []
+        encoded: list[bytes] = []
         for key in keys:
             kind = type(key)
             if kind is str or (kind is tuple and len(key) == 1 and type(key[0]) is str):
-                ekeys.append(cache.get(key) or shared.get(key) or self._encode_key(key))
+                encoded.append(cache.get(key) or self._encode_key(key))
             else:
-                ekeys.append(self._encode_key(key))
-        return ekeys
+                encoded.append(self._encode_key(key))
+        return encoded
 
     def update_many(
         self, keys: Iterable[Any], update: Callable[[list[Any]], Sequence[Any]]

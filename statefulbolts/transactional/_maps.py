@@ -479,6 +479,7 @@ class TransactionalMap:
         def apply(stored: list[Any]) -> list[Any]:
             """``TransactionalValue.apply`` on the stored forms, without making the objects."""
             forms: list[Any] = []
+            form, result = forms.append, results.append  # thousands of keys: bound once
             for key, plain, updater in zip(keys, stored, updaters, strict=True):
                 if plain is None:
                     value = updater(None)
@@ -488,15 +489,15 @@ class TransactionalMap:
                     else:  # anything else is read the careful way (and refused if malformed)
                         old = TransactionalValue.from_plain(plain)
                         written, value = old.txid, old.value
-                    if written > t:
-                        raise _ahead(repr(self), key, written, t)
-                    if written == t:  # a replay of t: skipped
-                        results.append(value)
-                        forms.append(None)
+                    if written >= t:
+                        if written > t:
+                            raise _ahead(repr(self), key, written, t)
+                        result(value)  # a replay of t: skipped
+                        form(None)
                         continue
                     value = updater(value)
-                forms.append([t, value])
-                results.append(value)
+                form([t, value])
+                result(value)
             return forms
 
         # Read, apply and write in one call: a backing map over a state reads and writes each

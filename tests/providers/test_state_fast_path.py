@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import enum
 import random
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -303,7 +304,10 @@ class PrefixedKeys:
         return msgpack.unpackb(data[2:])
 
 
-KEYS: list[Any] = ["a", "b", ("a",), ("b",), ("c",), "c", "storm", Word.STORM]
+KEYS: list[Any] = [
+    *["a", "b", ("a",), ("b",), ("c",), "c", "storm", Word.STORM],
+    *[7, ["x", 1], ("x", "y")],
+]
 VALUES: list[Any] = [1, 2.5, "t", [1, 2], {"n": 1}, [3, "x"]]
 
 
@@ -312,14 +316,17 @@ def test_get_many_and_put_many_read_and_write_what_get_and_put_do(
     backend: Backend, seed: int
 ) -> None:
     """Random batches over str keys, one-str tuple keys (a transactional map's) and a key that
-    encodes like a str, scalars and lists, repeated keys, deletes and commits: the batch calls
+    encodes like a str, an int, a list and a two-str tuple key, a key no state of the process
+    encoded before, scalars and lists, repeated keys, deletes and commits: the batch calls
     (``update_many`` too) against the calls one by one."""
     rng = random.Random(seed)
     many, each = backend.state(), backend.state(f"{backend.namespace}-each")
     for txid in range(1, 4):
-        for _ in range(12):
+        for step in range(12):
             op = rng.choice(["put_many", "get_many", "delete", "update_many"])
             keys = [rng.choice(KEYS) for _ in range(rng.randrange(1, 7))]
+            if step % 3 == 0:  # not in the process's cache of encoded keys yet
+                keys.insert(rng.randrange(len(keys) + 1), (f"{time.time_ns()}-{seed}",))
             if op == "update_many":
                 new = [rng.choice([*VALUES, None]) for _ in keys]
                 old = [each.get(k) for k in keys]
