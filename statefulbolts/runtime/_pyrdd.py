@@ -9,7 +9,10 @@ of a one-stage job's 30-35 (``docs/benchmarks.md``), and JVM and driver CPU on a
 has little. ``LastStage`` makes the same JVM objects with what does not change between jobs
 kept: the classes, the threshold, the Java copies of the environment and of the include list
 (made again when PySpark's change). A job then costs one call for its function, one for its
-``PythonRDD`` and one to collect it, besides reading the result.
+``PythonRDD``, one for that RDD's ``JavaRDD`` and one to run it, besides reading the result.
+It runs through ``PythonRDD.runJob``, as ``SparkContext.runJob`` does, not ``collectAndServe``:
+Spark's closure cleaner reads the class file of the function a job applies at every job, and
+``collectAndServe``'s is defined in ``RDD``, a large class (2 ms of a job, mostly JVM CPU).
 
 A command above the broadcast threshold, or one that pickled a broadcast variable, takes
 PySpark's own path (``mapPartitionsWithIndex`` and ``collect``), which broadcasts what it must.
@@ -54,7 +57,10 @@ class LastStage:
         self._sc = sc
         self._function_class = jvm.SimplePythonFunction
         self._rdd_class = jvm.PythonRDD
-        self._collect_and_serve = jvm.PythonRDD.collectAndServe  # one lookup, not one a job
+        # Each looked up once, not once a job (``runJob``: see the module docstring).
+        self._run_job = jvm.PythonRDD.runJob
+        self._java_sc = sc._jsc.sc()
+        self._partitions: dict[int, Any] = {}  # n -> the Java list 0 .. n-1
         self._threshold = (
             int(jvm.PythonUtils.getBroadcastThreshold(sc._jsc)) if threshold is None else threshold
         )
@@ -66,12 +72,13 @@ class LastStage:
         self._no_broadcasts: Any = None  # an empty Java list
         self.shortcuts = 0  # jobs that took this path (for tests and benches)
 
-    def build(self, source: Any, function: StageFunction) -> Any:
+    def build(self, source: Any, partitions: int, function: StageFunction) -> Any:
         """``source.mapPartitionsWithIndex(function)``, made in the JVM now, for ``collect``.
 
-        ``source`` is a PySpark RDD that is not pipelined (``parallelize``'s, ``partitionBy``'s):
-        ``function`` gets the index of each of its partitions and the partition's items. The
-        function is pickled here, so the driver's share of a job is done before ``collect``.
+        ``source`` is a PySpark RDD of ``partitions`` partitions that is not pipelined
+        (``parallelize``'s, ``partitionBy``'s): ``function`` gets the index of each partition
+        and its items. The function is pickled here, so the driver's share of a job is done
+        before ``collect``.
         """
         sc = self._sc
         out = sc.serializer
@@ -92,7 +99,8 @@ class LastStage:
             none,
             sc._javaAccumulator,
         )
-        return _Built(self._rdd_class(_scala_rdd(source), wrapped, False, False))
+        rdd = self._rdd_class(_scala_rdd(source), wrapped, False, False)
+        return _Built(rdd.asJavaRDD(), self._partition_list(partitions))
 
     def collect(self, built: Any) -> list[Any]:
         """Run ``build``'s RDD as one Spark job; every partition's results, in order."""
@@ -100,13 +108,24 @@ class LastStage:
             return built.collect()
         from pyspark.rdd import _load_from_socket
 
-        sock_info = self._collect_and_serve(built.rdd)
+        sock_info = self._run_job(self._java_sc, built.rdd, built.partitions)
         self.shortcuts += 1
         loaded = _load_from_socket(sock_info, self._sc.serializer)
         if not hasattr(loaded, "__enter__"):  # pyspark 3.5: the stream itself
             return list(loaded)
         with loaded as stream:  # pyspark 4: closes the socket
             return list(stream)
+
+    def _partition_list(self, n: int) -> Any:
+        """The Java list ``0 .. n-1``: every partition of a job over ``n``, made once per ``n``."""
+        from py4j.java_collections import ListConverter
+
+        with self._lock:
+            java = self._partitions.get(n)
+            if java is None:
+                client = self._sc._gateway._gateway_client
+                java = self._partitions[n] = ListConverter().convert(list(range(n)), client)
+            return java
 
     def _java_env(self) -> tuple[Any, Any, Any]:
         """Java copies of PySpark's environment and include list, and an empty Java list.
@@ -130,12 +149,12 @@ class LastStage:
 
 
 class _Built:
-    """A ``PythonRDD`` made by ``LastStage.build`` (a Java object)."""
+    """What ``LastStage.build`` made: a ``PythonRDD``'s ``JavaRDD`` and its partitions (Java)."""
 
-    __slots__ = ("rdd",)
+    __slots__ = ("partitions", "rdd")
 
-    def __init__(self, rdd: Any) -> None:
-        self.rdd = rdd
+    def __init__(self, rdd: Any, partitions: Any) -> None:
+        self.rdd, self.partitions = rdd, partitions
 
 
 def _scala_rdd(source: Any) -> Any:

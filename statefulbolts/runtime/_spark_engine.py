@@ -199,15 +199,17 @@ class SparkEngine:
         functions = [stage(first)]
         for k in range(first + 1, layout.depth):
             if not layout.narrow[k - 1]:  # a narrow boundary: Spark pipelines k - 1 and k
+                n = len(layout.stages[k])
                 shuffled = source.mapPartitionsWithIndex(chain(functions))
-                source, functions = shuffled.partitionBy(len(layout.stages[k]), _identity), []
+                source, functions = shuffled.partitionBy(n, _identity), []
             functions.append(stage(k))
         if spec.ackers > 0:
+            n = spec.ackers
             shuffled = source.mapPartitionsWithIndex(chain(functions))
-            source, functions = shuffled.partitionBy(spec.ackers, _identity), [_reduce_acks]
+            source, functions = shuffled.partitionBy(n, _identity), [_reduce_acks]
         # The last stage is made in the JVM here, its functions pickled: the driver's work,
         # timed apart from Spark's run of the job.
-        last = self._last_stage.build(source, chain(functions))
+        last = self._last_stage.build(source, n, chain(functions))
         submitted = time.perf_counter()
         collected = self._last_stage.collect(last)
         ran = time.perf_counter()

@@ -55,7 +55,7 @@ def test_it_gives_what_pyspark_s_collect_gives(spark: Any) -> None:
     source = sc.parallelize(range(20), 4)
     stage = LastStage(sc)
     fn = chain([_tagged, _doubled])
-    got = stage.collect(stage.build(source, fn))
+    got = stage.collect(stage.build(source, 4, fn))
     assert got == source.mapPartitionsWithIndex(fn).collect()
     assert got[:2] == [(0, 0), (0, 2)] and len(got) == 20
     assert stage.shortcuts == 1
@@ -68,9 +68,9 @@ def test_a_job_makes_less_than_half_of_pyspark_s_calls_into_the_jvm(
     source = sc.parallelize([(s, []) for s in range(2)], 2)
     stage = LastStage(sc)
     for _ in range(2):  # the first build makes the Java copies of the environment
-        stage.collect(stage.build(source, _tagged))
+        stage.collect(stage.build(source, 2, _tagged))
     calls.kinds.clear()
-    ours = stage.collect(stage.build(source, _tagged))
+    ours = stage.collect(stage.build(source, 2, _tagged))
     our_calls = len(calls.kinds)
     calls.kinds.clear()
     theirs = source.mapPartitionsWithIndex(_tagged).collect()
@@ -87,7 +87,7 @@ def test_a_command_above_the_broadcast_threshold_takes_pyspark_s_path(spark: Any
 
     stage = LastStage(sc, threshold=1000)
     source = sc.parallelize(range(4), 2)
-    assert stage.collect(stage.build(source, sized)) == [
+    assert stage.collect(stage.build(source, 2, sized)) == [
         (0, 4000, 0),
         (0, 4000, 1),
         (1, 4000, 2),
@@ -105,7 +105,7 @@ def test_a_function_that_reads_a_broadcast_takes_pyspark_s_path(spark: Any) -> N
 
     stage = LastStage(sc)
     try:
-        got = stage.collect(stage.build(sc.parallelize(["a", "b", "a"], 2), looked_up))
+        got = stage.collect(stage.build(sc.parallelize(["a", "b", "a"], 2), 2, looked_up))
     finally:
         table.destroy()
     assert got == [1, 2, 1]
