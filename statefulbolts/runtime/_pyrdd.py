@@ -1,30 +1,35 @@
-"""The last stage of a job as one Python RDD, built and collected with few calls into the JVM.
+"""A job's Python stages made in Spark's JVM with few calls, and the job run.
 
-PySpark's ``mapPartitionsWithIndex(...).collect()`` makes some twenty py4j round trips for a
-job's last stage, each a socket exchange with the JVM and some of them a class lookup there:
-the broadcast threshold, the class of the Python function, the environment and the include
-list copied into new Java collections, the ``PythonRDD``, its ``JavaRDD`` and back, the call
-site set and cleared, the class of ``PythonRDD`` again for the collect. Per job that is 5-7 ms
-of a one-stage job's 30-35 (``docs/benchmarks.md``), and JVM and driver CPU on a machine that
-has little. ``LastStage`` makes the same JVM objects with what does not change between jobs
-kept: the classes, the threshold, the Java copies of the environment and of the include list
-(made again when PySpark's change). A job then costs one call for its function, one for its
-``PythonRDD``, one for that RDD's ``JavaRDD`` and one to run it, besides reading the result.
-It runs through ``PythonRDD.runJob``, as ``SparkContext.runJob`` does, not ``collectAndServe``:
-Spark's closure cleaner reads the class file of the function a job applies at every job, and
-``collectAndServe``'s is defined in ``RDD``, a large class (2 ms of a job, mostly JVM CPU).
+Every call from the driver into the JVM is a py4j round trip over a socket, some of them a class
+lookup there. PySpark's ``mapPartitionsWithIndex``, ``partitionBy`` and ``collect`` make about
+twenty for each stage of a job, every job: the broadcast threshold, the classes, the
+environment and the include list copied into new Java collections, the ``PythonRDD`` and its
+``JavaRDD``, the ``PairwiseRDD`` and the partitioner of a shuffle, the call site set and
+cleared. That is 5-7 ms of a one-stage job's 30-35 (``docs/benchmarks.md``), and JVM and
+driver CPU on a machine that has little. ``PythonStages`` makes the same JVM objects with what
+does not change between jobs kept: the classes, the threshold, the Java copies of the
+environment and of the include list (made again when PySpark's change), a partitioner per
+width. A last stage then costs four calls (its function, its ``PythonRDD``, that RDD's
+``JavaRDD``, the run), a shuffle seven, besides reading the result.
+
+The job runs through ``PythonRDD.runJob``, as ``SparkContext.runJob`` does, not
+``collectAndServe``: Spark's closure cleaner reads the class file of the function a job applies
+at every job, and ``collectAndServe``'s is defined in ``RDD``, a large class (2 ms of a job,
+mostly JVM CPU). A shuffle writes what PySpark's ``partitionBy`` writes: frames of a
+partition's number and a pickled list of pairs, read by Spark's ``PairwiseRDD``.
 
 A command above the broadcast threshold, or one that pickled a broadcast variable, takes
-PySpark's own path (``mapPartitionsWithIndex`` and ``collect``), which broadcasts what it must.
+PySpark's own path (``mapPartitionsWithIndex``, ``partitionBy``, ``collect``), which broadcasts
+what it must.
 """
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
-__all__ = ["LastStage", "chain"]
+__all__ = ["PythonStages", "chain"]
 
 StageFunction = Callable[[int, Iterable[Any]], Iterable[Any]]
 
@@ -44,14 +49,14 @@ def chain(functions: Sequence[StageFunction]) -> StageFunction:
     return piped
 
 
-class LastStage:
+class PythonStages:
     """Runs ``function`` over a PySpark RDD's partitions as one Spark job; its results, in order.
 
     One per SparkContext user (an engine); safe to call from several threads.
     """
 
     def __init__(self, sc: Any, threshold: int | None = None) -> None:
-        from pyspark.serializers import CloudPickleSerializer
+        from pyspark.serializers import BatchedSerializer, CloudPickleSerializer
 
         jvm = sc._jvm
         self._sc = sc
@@ -59,12 +64,18 @@ class LastStage:
         self._rdd_class = jvm.PythonRDD
         # Each looked up once, not once a job (``runJob``: see the module docstring).
         self._run_job = jvm.PythonRDD.runJob
+        self._value_of_pair = jvm.PythonRDD.valueOfPair
+        self._pairwise_class = jvm.PairwiseRDD
+        self._partitioner_class = jvm.PythonPartitioner
+        self._partitioners: dict[int, Any] = {}  # n -> a PythonPartitioner of n
         self._java_sc = sc._jsc.sc()
         self._partitions: dict[int, Any] = {}  # n -> the Java list 0 .. n-1
         self._threshold = (
             int(jvm.PythonUtils.getBroadcastThreshold(sc._jsc)) if threshold is None else threshold
         )
         self._pickler = CloudPickleSerializer()
+        # What a shuffle's frames are read with on its other side, as PySpark's ``partitionBy``.
+        self._shuffled_deserializer = BatchedSerializer(sc._unbatched_serializer)
         self._lock = threading.Lock()
         # PySpark's environment and include list, and the Java copies made of them.
         self._env: tuple[dict[str, str], Any] | None = None
@@ -80,17 +91,60 @@ class LastStage:
         and its items. The function is pickled here, so the driver's share of a job is done
         before ``collect``.
         """
-        sc = self._sc
-        out = sc.serializer
-        command = self._pickler.dumps((function, None, source._jrdd_deserializer, out))
-        broadcasts = sc._pickled_broadcast_vars
-        if len(command) > self._threshold or next(iter(broadcasts), None) is not None:
-            broadcasts.clear()  # pickled again, and broadcast, by PySpark's path
-            rdd = source.mapPartitionsWithIndex(function)
+        wrapped = self._wrapped(function, source._jrdd_deserializer, self._sc.serializer)
+        if wrapped is None:  # PySpark's path
+            rdd = _pyspark_rdd(self._sc, source).mapPartitionsWithIndex(function)
             rdd.id()  # builds its Java RDD: pickles the function
             return rdd
+        rdd = self._rdd_class(_scala_rdd(source), wrapped, False, False)
+        return _Built(rdd.asJavaRDD(), self._partition_list(partitions))
+
+    def shuffle(self, source: Any, function: StageFunction, partitions: int) -> Any:
+        """``source.mapPartitionsWithIndex(function).partitionBy(partitions)``, made in the JVM.
+
+        ``function`` yields ``(key, value)`` pairs; each goes to partition ``key % partitions``
+        of the RDD returned, a source for ``build`` or another ``shuffle``. As PySpark's
+        ``partitionBy`` does, the pairs are pickled in the Python worker and sent in frames
+        of the partition's number (``pack_long``) and a pickled list of pairs, which Spark's
+        ``PairwiseRDD`` reads; seven calls instead of PySpark's twenty.
+        """
+        from pyspark.serializers import NoOpSerializer, pack_long
+
+        dumps = self._sc._unbatched_serializer.dumps
+
+        def keyed(split: int, items: Iterable[Any]) -> Iterator[bytes]:
+            for key, value in function(split, items):
+                yield pack_long(key % partitions)
+                yield dumps([(key, value)])
+
+        wrapped = self._wrapped(keyed, source._jrdd_deserializer, NoOpSerializer())
+        if wrapped is None:  # PySpark's path
+            mapped = _pyspark_rdd(self._sc, source).mapPartitionsWithIndex(function)
+            return mapped.partitionBy(partitions, _slot)
+        # Not preserving the source's partitioning: after an earlier shuffle of as many
+        # partitions, Spark would take this one's pairs as partitioned already (equal
+        # partitioners) and move none. PySpark's ``partitionBy`` after a stage is the same
+        # (the stage's ``preservesPartitioning`` is False, and the pipelined key function's
+        # True does not survive it).
+        rdd = self._rdd_class(_scala_rdd(source), wrapped, False, False)
+        pairs = self._pairwise_class(rdd).asJavaPairRDD()
+        java = self._value_of_pair(pairs.partitionBy(self._partitioner(partitions)))
+        return _Shuffled(java, self._shuffled_deserializer)
+
+    def _wrapped(self, function: Callable[..., Any], deserializer: Any, serializer: Any) -> Any:
+        """The Java ``SimplePythonFunction`` of ``function``; ``None`` for PySpark's path.
+
+        ``None`` when the pickled command is above the broadcast threshold, or refers to a
+        broadcast variable: PySpark's own path pickles it again and broadcasts what it must.
+        """
+        sc = self._sc
+        command = self._pickler.dumps((function, None, deserializer, serializer))
+        broadcasts = sc._pickled_broadcast_vars
+        if len(command) > self._threshold or next(iter(broadcasts), None) is not None:
+            broadcasts.clear()
+            return None
         env, includes, none = self._java_env()
-        wrapped = self._function_class(
+        return self._function_class(
             bytearray(command),
             env,
             includes,
@@ -99,8 +153,14 @@ class LastStage:
             none,
             sc._javaAccumulator,
         )
-        rdd = self._rdd_class(_scala_rdd(source), wrapped, False, False)
-        return _Built(rdd.asJavaRDD(), self._partition_list(partitions))
+
+    def _partitioner(self, n: int) -> Any:
+        """The ``PythonPartitioner`` of ``n`` partitions, made once per ``n``."""
+        with self._lock:
+            java = self._partitioners.get(n)
+            if java is None:
+                java = self._partitioners[n] = self._partitioner_class(n, id(_slot))
+            return java
 
     def collect(self, built: Any) -> list[Any]:
         """Run ``build``'s RDD as one Spark job; every partition's results, in order."""
@@ -149,12 +209,36 @@ class LastStage:
 
 
 class _Built:
-    """What ``LastStage.build`` made: a ``PythonRDD``'s ``JavaRDD`` and its partitions (Java)."""
+    """What ``PythonStages.build`` made: a ``PythonRDD``'s ``JavaRDD`` and its partitions (Java)."""
 
     __slots__ = ("partitions", "rdd")
 
     def __init__(self, rdd: Any, partitions: Any) -> None:
         self.rdd, self.partitions = rdd, partitions
+
+
+class _Shuffled:
+    """What ``PythonStages.shuffle`` made: a shuffled ``JavaRDD`` and how its frames are read."""
+
+    __slots__ = ("_jrdd", "_jrdd_deserializer", "_sb_scala_rdd")
+
+    def __init__(self, java: Any, deserializer: Any) -> None:
+        self._jrdd, self._jrdd_deserializer = java, deserializer
+        self._sb_scala_rdd: Any = None
+
+
+def _slot(key: int) -> int:
+    """The partition function of a shuffle: the key is the destination slot."""
+    return key
+
+
+def _pyspark_rdd(sc: Any, source: Any) -> Any:
+    """``source`` as a PySpark RDD, for PySpark's path."""
+    if isinstance(source, _Shuffled):
+        from pyspark.rdd import RDD
+
+        return RDD(source._jrdd, sc, source._jrdd_deserializer)
+    return source
 
 
 def _scala_rdd(source: Any) -> Any:

@@ -32,7 +32,7 @@ from statefulbolts.runtime._inline import run_head, run_inline
 from statefulbolts.runtime._local_files import LocalFiles, take_spilled
 from statefulbolts.runtime._plan import ExecutionPlan
 from statefulbolts.runtime._program import TaskJob
-from statefulbolts.runtime._pyrdd import LastStage, chain
+from statefulbolts.runtime._pyrdd import PythonStages, chain
 from statefulbolts.runtime._records import JobResult, JobTimings, ReportedError
 from statefulbolts.runtime._results import merge_results, reduce_acks
 from statefulbolts.runtime._retried import failed_attempts, retried_errors
@@ -49,10 +49,6 @@ log = logging.getLogger(__name__)
 # The zips already added, per Spark application (its id): each is added once.
 _SHIPPED: dict[str, set[str]] = {}
 _SHIPPED_LOCK = threading.Lock()
-
-
-def _identity(key: int) -> int:
-    return key
 
 
 def _reduce_acks(split: int, results: Any) -> Any:
@@ -107,7 +103,7 @@ class SparkEngine:
         self._shippers: list[ImageShipper] = []
         self._slots: dict[int, Any] = {}  # ``_empty_slots``
         self._slots_lock = threading.Lock()
-        self._last_stage = LastStage(self.sc)
+        self._stages = PythonStages(self.sc)
         self._pool = concurrent.futures.ThreadPoolExecutor(
             max_jobs, thread_name_prefix=f"sb-{name}-job"
         )
@@ -200,18 +196,16 @@ class SparkEngine:
         for k in range(first + 1, layout.depth):
             if not layout.narrow[k - 1]:  # a narrow boundary: Spark pipelines k - 1 and k
                 n = len(layout.stages[k])
-                shuffled = source.mapPartitionsWithIndex(chain(functions))
-                source, functions = shuffled.partitionBy(n, _identity), []
+                source, functions = self._stages.shuffle(source, chain(functions), n), []
             functions.append(stage(k))
         if spec.ackers > 0:
             n = spec.ackers
-            shuffled = source.mapPartitionsWithIndex(chain(functions))
-            source, functions = shuffled.partitionBy(n, _identity), [_reduce_acks]
-        # The last stage is made in the JVM here, its functions pickled: the driver's work,
-        # timed apart from Spark's run of the job.
-        last = self._last_stage.build(source, n, chain(functions))
+            source, functions = self._stages.shuffle(source, chain(functions), n), [_reduce_acks]
+        # The job is made in the JVM here, its functions pickled: the driver's work, timed
+        # apart from Spark's run of the job.
+        last = self._stages.build(source, n, chain(functions))
         submitted = time.perf_counter()
-        collected = self._last_stage.collect(last)
+        collected = self._stages.collect(last)
         ran = time.perf_counter()
         result = merge_results(collected if spec.ackers > 0 else reduce_acks(collected))
         take_spilled(result.reports)

@@ -1,8 +1,9 @@
-"""A job's last stage made and collected with few calls into the JVM (``_pyrdd.LastStage``).
+"""A job's stages made in the JVM with few calls, and the job run (``_pyrdd.PythonStages``).
 
-It must give what PySpark's ``mapPartitionsWithIndex(...).collect()`` gives, fall back to it
-where PySpark has more to do (a command to broadcast, a broadcast variable), and pay fewer
-py4j round trips per job than it: the calls are counted, not timed.
+They must give what PySpark's ``mapPartitionsWithIndex``, ``partitionBy`` and ``collect``
+give, fall back to them where PySpark has more to do (a command to broadcast, a broadcast
+variable), and pay fewer py4j round trips per job than they do: the calls are counted, not
+timed.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from statefulbolts.runtime._pyrdd import LastStage, chain
+from statefulbolts.runtime._pyrdd import PythonStages, chain
 
 pytestmark = pytest.mark.spark
 
@@ -24,6 +25,18 @@ def _tagged(split: int, items: Any) -> list[Any]:
 
 def _doubled(split: int, items: Any) -> list[Any]:
     return [(split, item * 2) for _, item in items]
+
+
+def _by_three(split: int, items: Any) -> list[Any]:
+    return [(item % 3, (split, item)) for item in items]
+
+
+def _gathered(split: int, pairs: Any) -> list[Any]:
+    return [(split, sorted(value for _, value in pairs))]
+
+
+def _slot(key: int) -> int:
+    return key
 
 
 class _Calls:
@@ -53,7 +66,7 @@ def calls(monkeypatch: pytest.MonkeyPatch) -> Iterator[_Calls]:
 def test_it_gives_what_pyspark_s_collect_gives(spark: Any) -> None:
     sc = spark.sparkContext
     source = sc.parallelize(range(20), 4)
-    stage = LastStage(sc)
+    stage = PythonStages(sc)
     fn = chain([_tagged, _doubled])
     got = stage.collect(stage.build(source, 4, fn))
     assert got == source.mapPartitionsWithIndex(fn).collect()
@@ -66,7 +79,7 @@ def test_a_job_makes_less_than_half_of_pyspark_s_calls_into_the_jvm(
 ) -> None:
     sc = spark.sparkContext
     source = sc.parallelize([(s, []) for s in range(2)], 2)
-    stage = LastStage(sc)
+    stage = PythonStages(sc)
     for _ in range(2):  # the first build makes the Java copies of the environment
         stage.collect(stage.build(source, 2, _tagged))
     calls.kinds.clear()
@@ -85,7 +98,7 @@ def test_a_command_above_the_broadcast_threshold_takes_pyspark_s_path(spark: Any
     def sized(split: int, items: Any) -> list[Any]:
         return [(split, len(big), item) for item in items]
 
-    stage = LastStage(sc, threshold=1000)
+    stage = PythonStages(sc, threshold=1000)
     source = sc.parallelize(range(4), 2)
     assert stage.collect(stage.build(source, 2, sized)) == [
         (0, 4000, 0),
@@ -103,7 +116,7 @@ def test_a_function_that_reads_a_broadcast_takes_pyspark_s_path(spark: Any) -> N
     def looked_up(split: int, items: Any) -> list[Any]:
         return [table.value[item] for item in items]
 
-    stage = LastStage(sc)
+    stage = PythonStages(sc)
     try:
         got = stage.collect(stage.build(sc.parallelize(["a", "b", "a"], 2), 2, looked_up))
     finally:
@@ -114,7 +127,7 @@ def test_a_function_that_reads_a_broadcast_takes_pyspark_s_path(spark: Any) -> N
 
 def test_the_java_copy_of_the_environment_follows_pyspark_s(spark: Any) -> None:
     sc = spark.sparkContext
-    stage = LastStage(sc)
+    stage = PythonStages(sc)
     env, includes, _ = stage._java_env()
     assert stage._java_env()[0] is env  # kept from job to job
     sc.environment["SB_LAST_STAGE_TEST"] = "1"
@@ -126,3 +139,76 @@ def test_the_java_copy_of_the_environment_follows_pyspark_s(spark: Any) -> None:
         del sc.environment["SB_LAST_STAGE_TEST"]
     assert stage._java_env()[0].get("SB_LAST_STAGE_TEST") is None
     assert stage._java_env()[1] is includes
+
+
+def test_a_shuffle_gives_what_pyspark_s_partition_by_gives(spark: Any) -> None:
+    sc = spark.sparkContext
+    source = sc.parallelize(range(20), 4)
+    stages = PythonStages(sc)
+    got = stages.collect(stages.build(stages.shuffle(source, _by_three, 3), 3, _gathered))
+    theirs = source.mapPartitionsWithIndex(_by_three).partitionBy(3, _slot)
+    assert got == theirs.mapPartitionsWithIndex(_gathered).collect()
+    assert [split for split, _ in got] == [0, 1, 2]
+    assert sorted(item for _, values in got for _, item in values) == list(range(20))
+    assert all(item % 3 == split for split, values in got for _, item in values)
+    # Twice over, as a job with two shuffles (and an acker's) has them; the second of as many
+    # partitions as the first must move its pairs all the same.
+    again = stages.shuffle(stages.shuffle(source, _by_three, 3), _rekeyed, 2)
+    assert stages.collect(stages.build(again, 2, _gathered)) == [(0, [0, 2]), (1, [1])]
+    rotated = stages.shuffle(stages.shuffle(source, _by_three, 3), _rotated, 3)
+    assert stages.collect(stages.build(rotated, 3, _gathered)) == [(0, [2]), (1, [0]), (2, [1])]
+    assert stages.shortcuts == 3
+
+
+def _rotated(split: int, pairs: Any) -> list[Any]:
+    """Partition ``split``'s pairs, counted, to the next partition of three."""
+    return [((split + 1) % 3, split)] if list(pairs) else []
+
+
+def _rekeyed(split: int, pairs: Any) -> list[Any]:
+    return [(split % 2, split)] if list(pairs) else []
+
+
+def test_a_shuffle_or_a_stage_after_it_too_large_to_send_inline_takes_pyspark_s_path(
+    spark: Any,
+) -> None:
+    sc = spark.sparkContext
+    big = "x" * 4000
+
+    def sized_keys(split: int, items: Any) -> list[Any]:
+        return [(item % 2, len(big) + item) for item in items]
+
+    def sized_gather(split: int, pairs: Any) -> list[Any]:
+        return [(split, len(big), sorted(value for _, value in pairs))]
+
+    stages = PythonStages(sc, threshold=2000)
+    source = sc.parallelize(range(6), 2)
+    # A small shuffle made here and a large last stage by PySpark over it; then the other way.
+    # Only the second's last stage runs here (``shortcuts`` counts the jobs run here).
+    for keys, gather, shortcuts in ((_by_three, sized_gather, 0), (sized_keys, _gathered, 1)):
+        ours = stages.collect(stages.build(stages.shuffle(source, keys, 2), 2, gather))
+        theirs = source.mapPartitionsWithIndex(keys).partitionBy(2, _slot)
+        assert ours == theirs.mapPartitionsWithIndex(gather).collect()
+        assert len(ours) == 2 and ours[0][0] == 0
+        assert stages.shortcuts == shortcuts
+
+
+def test_a_two_stage_job_makes_less_than_half_of_pyspark_s_calls_into_the_jvm(
+    spark: Any, calls: _Calls
+) -> None:
+    sc = spark.sparkContext
+    source = sc.parallelize(range(8), 2)
+    stages = PythonStages(sc)
+
+    def ours() -> list[Any]:
+        return stages.collect(stages.build(stages.shuffle(source, _by_three, 3), 3, _gathered))
+
+    for _ in range(2):  # the first job makes the Java copies and the partitioner
+        ours()
+    calls.kinds.clear()
+    got = ours()
+    our_calls = len(calls.kinds)
+    calls.kinds.clear()
+    theirs = source.mapPartitionsWithIndex(_by_three).partitionBy(3, _slot)
+    assert got == theirs.mapPartitionsWithIndex(_gathered).collect()
+    assert our_calls * 2 < len(calls.kinds), (calls.kinds, our_calls)
