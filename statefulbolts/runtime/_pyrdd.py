@@ -50,9 +50,11 @@ def chain(functions: Sequence[StageFunction]) -> StageFunction:
 
 
 class PythonStages:
-    """Runs ``function`` over a PySpark RDD's partitions as one Spark job; its results, in order.
+    """Makes a job's stages in Spark's JVM (``shuffle``, ``build``) and runs it (``collect``).
 
-    One per SparkContext user (an engine); safe to call from several threads.
+    One per SparkContext user (an engine); safe to call from several threads. With Spark's
+    Python profiler on (``spark.python.profile``) every stage takes PySpark's path, which
+    attaches the profiler.
     """
 
     def __init__(self, sc: Any, threshold: int | None = None) -> None:
@@ -81,7 +83,11 @@ class PythonStages:
         self._env: tuple[dict[str, str], Any] | None = None
         self._includes: tuple[list[str], Any] | None = None
         self._no_broadcasts: Any = None  # an empty Java list
-        self.shortcuts = 0  # jobs that took this path (for tests and benches)
+        self._profiled = (
+            sc.profiler_collector is not None
+            and sc._conf.get("spark.python.profile", "false") == "true"
+        )
+        self.shortcuts = 0  # jobs run here rather than by PySpark's path (for tests)
 
     def build(self, source: Any, partitions: int, function: StageFunction) -> Any:
         """``source.mapPartitionsWithIndex(function)``, made in the JVM now, for ``collect``.
@@ -131,13 +137,30 @@ class PythonStages:
         java = self._value_of_pair(pairs.partitionBy(self._partitioner(partitions)))
         return _Shuffled(java, self._shuffled_deserializer)
 
+    def collect(self, built: Any) -> list[Any]:
+        """Run ``build``'s RDD as one Spark job; every partition's results, in order."""
+        if not isinstance(built, _Built):
+            return built.collect()
+        from pyspark.rdd import _load_from_socket
+
+        sock_info = self._run_job(self._java_sc, built.rdd, built.partitions)
+        self.shortcuts += 1
+        loaded = _load_from_socket(sock_info, self._sc.serializer)
+        if not hasattr(loaded, "__enter__"):  # pyspark 3.5: the stream itself
+            return list(loaded)
+        with loaded as stream:  # pyspark 4: closes the socket
+            return list(stream)
+
     def _wrapped(self, function: Callable[..., Any], deserializer: Any, serializer: Any) -> Any:
         """The Java ``SimplePythonFunction`` of ``function``; ``None`` for PySpark's path.
 
         ``None`` when the pickled command is above the broadcast threshold, or refers to a
-        broadcast variable: PySpark's own path pickles it again and broadcasts what it must.
+        broadcast variable: PySpark's own path pickles it again and broadcasts what it must;
+        and when Spark's Python profiler is on.
         """
         sc = self._sc
+        if self._profiled:
+            return None
         command = self._pickler.dumps((function, None, deserializer, serializer))
         broadcasts = sc._pickled_broadcast_vars
         if len(command) > self._threshold or next(iter(broadcasts), None) is not None:
@@ -161,20 +184,6 @@ class PythonStages:
             if java is None:
                 java = self._partitioners[n] = self._partitioner_class(n, id(_slot))
             return java
-
-    def collect(self, built: Any) -> list[Any]:
-        """Run ``build``'s RDD as one Spark job; every partition's results, in order."""
-        if not isinstance(built, _Built):
-            return built.collect()
-        from pyspark.rdd import _load_from_socket
-
-        sock_info = self._run_job(self._java_sc, built.rdd, built.partitions)
-        self.shortcuts += 1
-        loaded = _load_from_socket(sock_info, self._sc.serializer)
-        if not hasattr(loaded, "__enter__"):  # pyspark 3.5: the stream itself
-            return list(loaded)
-        with loaded as stream:  # pyspark 4: closes the socket
-            return list(stream)
 
     def _partition_list(self, n: int) -> Any:
         """The Java list ``0 .. n-1``: every partition of a job over ``n``, made once per ``n``."""
