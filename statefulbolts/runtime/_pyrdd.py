@@ -205,13 +205,14 @@ class PythonStages:
         from py4j.java_collections import ListConverter, MapConverter
 
         sc = self._sc
-        env, includes = dict(sc.environment), list(sc._python_includes)
+        env, includes = sc.environment, sc._python_includes
         with self._lock:
             client = sc._gateway._gateway_client
+            # Compared at every job, copied only when they moved.
             if self._env is None or self._env[0] != env:
-                self._env = (env, MapConverter().convert(env, client))
+                self._env = (dict(env), MapConverter().convert(env, client))
             if self._includes is None or self._includes[0] != includes:
-                self._includes = (includes, ListConverter().convert(includes, client))
+                self._includes = (list(includes), ListConverter().convert(includes, client))
             if self._no_broadcasts is None:
                 self._no_broadcasts = ListConverter().convert([], client)
             return self._env[1], self._includes[1], self._no_broadcasts
