@@ -5,9 +5,9 @@
 made in the JVM with few py4j calls by ``_pyrdd.PythonStages``), runs it on a thread of its
 own, and hands back a ``JobResult``. Everything Spark-specific of running a topology lives
 here: the topology's broadcast (a small topology travels inline with each job instead),
-shipping code to the executors (``extlib/`` folders always, as files beside the tasks and never on their ``sys.path``; on a
-non-local master also the framework and the user's modules, see ``_shipping``), job groups and
-their cancellation: a job's ``JobSpec.group`` is its Spark job *tag*, so ``cancel(group)``
+shipping code to the executors (``extlib/`` folders always, as files beside the tasks and
+never on their ``sys.path``; on a non-local master also the framework and the user's modules,
+see ``_shipping``), job groups and their cancellation: a job's ``JobSpec.group`` is its Spark job *tag*, so ``cancel(group)``
 reaches every job started under it whatever its action; every job of the topology also carries
 ``topology_tag``. A job whose protocol lets the driver run its first stages
 (``JobSpec.driver_stages``) runs them here first, with the same task code (``_inline``), and
