@@ -1,17 +1,17 @@
 """The Spark engine: run a set of component tasks as one Spark job, and give back what they did.
 
 ``SparkEngine`` turns a ``JobSpec`` (see ``_engine``, the seam) into one chain of Spark stages
-(``mapPartitionsWithIndex`` per stage, a ``partitionBy`` on the destination slot between two;
-made in the JVM with few py4j calls by ``_pyrdd.PythonStages``), runs it on a thread of its
-own, and hands back a ``JobResult``. Everything Spark-specific of running a topology lives
-here: the topology's broadcast (a small topology travels inline with each job instead),
-shipping code to the executors (``extlib/`` folders always, as files beside the tasks and
-never on their ``sys.path``; on a non-local master also the framework and the user's modules,
-see ``_shipping``), job groups and their cancellation: a job's ``JobSpec.group`` is its Spark job *tag*, so ``cancel(group)``
-reaches every job started under it whatever its action; every job of the topology also carries
+(``mapPartitionsWithIndex`` per stage, a ``partitionBy`` on the destination slot between two; made
+in the JVM with few py4j calls by ``_pyrdd.PythonStages``), runs it on a thread of its own, and
+hands back a ``JobResult``. Everything Spark-specific of running a topology lives here: the
+topology's broadcast (a small topology travels inline with each job instead), shipping code to the
+executors (``extlib/`` folders always, as files beside the tasks and never on their ``sys.path``; on
+a non-local master also the framework and the user's modules, see ``_shipping``), job groups and
+their cancellation: a job's ``JobSpec.group`` is its Spark job *tag*, so ``cancel(group)`` reaches
+every job started under it whatever its action; every job of the topology also carries
 ``topology_tag``. A job whose protocol lets the driver run its first stages
-(``JobSpec.driver_stages``) runs them here first, with the same task code (``_inline``), and
-Spark's chain starts at the stage after them.
+(``JobSpec.driver_stages``) runs them here first, with the same task code (``_inline``), and Spark's
+chain starts at the stage after them.
 """
 
 from __future__ import annotations
