@@ -101,9 +101,7 @@ class SparkEngine:
         self._topology = blob  # for the jobs run in this process (``run_here``)
         self._released = False
         self._shippers: list[ImageShipper] = []
-        self._slots: dict[int, Any] = {}  # ``_empty_slots``
-        self._slots_lock = threading.Lock()
-        self._stages = PythonStages(self.sc)
+        self._stages = PythonStages.of(self.sc)  # shared by the engines on this context
         self._pool = concurrent.futures.ThreadPoolExecutor(
             max_jobs, thread_name_prefix=f"sb-{name}-job"
         )
@@ -190,7 +188,7 @@ class SparkEngine:
         if any(fed):
             source = sc.parallelize([(s, fed[s]) for s in range(n)], n)
         else:
-            source = self._empty_slots(n)
+            source = self._stages.empty_slots(n)
         # The stages since the last shuffle, run one after the other in each partition.
         functions = [stage(first)]
         for k in range(first + 1, layout.depth):
@@ -219,19 +217,6 @@ class SparkEngine:
             submitted - began - head, ran - submitted, time.perf_counter() - ran, head, first
         )
         return result
-
-    def _empty_slots(self, n: int) -> Any:
-        """``n`` first-stage slots fed nothing, as the RDD every such job starts from.
-
-        Made once per ``n``: ``parallelize`` writes a temporary file and has the JVM read it,
-        most of the driver's own work for a job whose tasks get no input (a transactional
-        batch whose emitters are its first stage; 2-4 ms of each).
-        """
-        with self._slots_lock:
-            rdd = self._slots.get(n)
-            if rdd is None:
-                rdd = self._slots[n] = self.sc.parallelize([(s, []) for s in range(n)], n)
-            return rdd
 
     def _job(self, spec: JobSpec) -> TaskJob:
         """What every task of ``spec`` needs."""

@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 
+from statefulbolts import Fields, Spout
 from statefulbolts.runtime._pyrdd import PythonStages, chain
 
 pytestmark = pytest.mark.spark
@@ -33,6 +34,16 @@ def _by_three(split: int, items: Any) -> list[Any]:
 
 def _gathered(split: int, pairs: Any) -> list[Any]:
     return [(split, sorted(value for _, value in pairs))]
+
+
+class _Quiet(Spout):
+    """A spout that emits nothing: a topology to make engines of."""
+
+    def next_tuple(self) -> None:
+        pass
+
+    def declare_output_fields(self, declarer: Any) -> None:
+        declarer.declare(Fields("word"))
 
 
 def _slot(key: int) -> int:
@@ -212,3 +223,25 @@ def test_a_two_stage_job_makes_less_than_half_of_pyspark_s_calls_into_the_jvm(
     theirs = source.mapPartitionsWithIndex(_by_three).partitionBy(3, _slot)
     assert got == theirs.mapPartitionsWithIndex(_gathered).collect()
     assert our_calls * 2 < len(calls.kinds), (calls.kinds, our_calls)
+
+
+def test_every_engine_on_a_context_shares_one_instance_and_its_empty_slots(
+    spark: Any, calls: _Calls
+) -> None:
+    from statefulbolts import TopologyBuilder
+    from statefulbolts.runtime._spark_engine import SparkEngine
+
+    sc = spark.sparkContext
+    stages = PythonStages.of(sc)
+    slots = stages.empty_slots(3)
+    builder = TopologyBuilder()
+    builder.set_spout("words", _Quiet())
+    SparkEngine(spark, builder.create_topology(), "shares-1", {}).close()
+    calls.kinds.clear()
+    # A topology submitted later: its engine looks nothing up in the JVM again.
+    SparkEngine(spark, builder.create_topology(), "shares-2", {}).close()
+    assert "r" not in calls.kinds, calls.kinds
+    assert PythonStages.of(sc) is stages
+    calls.kinds.clear()
+    assert stages.empty_slots(3) is slots and calls.kinds == []  # no second ``parallelize``
+    assert stages.collect(stages.build(slots, 3, _tagged)) == [(s, (s, [])) for s in range(3)]
