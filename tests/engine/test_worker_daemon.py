@@ -80,8 +80,11 @@ def test_local_workers_import_the_installed_pyspark(spark: Any) -> None:
             pass
         import os
 
-        archives = [p for p in sys.path if p.endswith((".zip", ".jar")) and os.path.isfile(p)]
-        importers = [k for k in sys.path_importer_cache if ".zip" in k or ".jar" in k]
+        # Spark's own archives, all in pyspark's folder (an extlib zip may be on the path too).
+        spark_s = f"{os.sep}pyspark{os.sep}"
+        archives = [p for p in sys.path if spark_s in p and p.endswith((".zip", ".jar"))]
+        cached = sys.path_importer_cache
+        importers = [k for k in cached if spark_s in k and (".zip" in k or ".jar" in k)]
         yield sys.modules["pyspark"].__file__, archives, importers
 
     seen = spark.sparkContext.parallelize([0, 1], 2).mapPartitions(where).collect()
