@@ -17,7 +17,7 @@ first task. And a zip holds no compiled modules, so every new worker compiled
 ``pyspark.worker`` and its imports from source. Where the same pyspark is installed as plain
 files (the pip package, whose own folder holds these archives), the daemon takes them off its
 path before it imports pyspark (``use_installed_packages``); its workers, forked from it,
-import the installed files instead. A job on new workers took 350-380 ms, and 83-94 ms after.
+import the installed files instead. A job on new workers took about 300 ms, now 65-72 ms.
 
 Runtimes on this machine select it with ``spark.python.daemon.module`` (see ``_spark``); it runs
 PySpark's own daemon loop otherwise unchanged. It imports nothing of this package's runtime: the
