@@ -44,13 +44,20 @@ def _installed(name: str, path: Sequence[str]) -> bool:
 
 
 def _python_in(archive: str) -> set[str] | None:
-    """The top-level Python packages and modules in ``archive``; ``None``: it cannot be read."""
+    """The top-level Python packages and modules in ``archive``; ``None``: it cannot be read.
+
+    Sources and compiled modules both count: an archive of ``.pyc`` files holds Python too.
+    """
     try:
         with zipfile.ZipFile(archive) as zipped:
             names = zipped.namelist()
     except (OSError, zipfile.BadZipFile):
         return None
-    return {name.split("/", 1)[0].removesuffix(".py") for name in names if name.endswith(".py")}
+    return {
+        name.split("/", 1)[0].removesuffix(".pyc").removesuffix(".py")
+        for name in names
+        if name.endswith((".py", ".pyc"))
+    }
 
 
 def redundant_archives(path: Sequence[str]) -> list[str]:

@@ -53,7 +53,8 @@ def test_an_archive_with_python_not_installed_as_files_stays(site: Path) -> None
     lib = site / "pyspark" / "python" / "lib"
     extra = _archive(lib / "extra.zip", "pyspark/__init__.py", "onlyhere/__init__.py")
     module = _archive(lib / "single.zip", "solo.py")
-    assert redundant_archives([extra, module, str(site)]) == []
+    compiled = _archive(lib / "compiled.zip", "fast/__init__.pyc")  # Python, though no source
+    assert redundant_archives([extra, module, compiled, str(site)]) == []
     (site / "solo.py").write_text("")  # a module installed as a file
     assert redundant_archives([extra, module, str(site)]) == [module]
 
