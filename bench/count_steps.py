@@ -3,9 +3,11 @@
     python bench/count_steps.py --rounds 5 --json     # 500,000 words, median of 5 rounds
 
 One task of a word count's counter (a ``StatefulBolt``, in-memory state) runs one PREPARE job
-(``run_task``, no Spark, no pickling of its output: its ``(word, count)`` pairs go on to a
-chained sink, as on Spark) over ``--words`` Zipf words from one split task, ten words to a
-root as the spout's sentences give them. The bolt's ``execute`` grows a step at a time:
+(``run_stages``, no Spark, no pickling of its output: its ``(word, count)`` pairs go on to a
+chained sink, which runs after it, as in one Spark task) over ``--words`` Zipf words from one
+split task, ten words to a root as the spout's sentences give them. The sink takes the pairs
+as the word count bench's do: a tuple at a time, or in one batch for the ``batch`` step.
+The bolt's ``execute`` grows a step at a time:
 
 ====== =====================================================================================
 step   ``execute`` does
@@ -57,7 +59,7 @@ from statefulbolts.runtime._plan import ExecutionPlan  # noqa: E402
 from statefulbolts.runtime._program import TaskJob  # noqa: E402
 from statefulbolts.runtime._records import TupleBatch  # noqa: E402
 from statefulbolts.runtime._rows import REFERENCE_KEY  # noqa: E402
-from statefulbolts.runtime._task import run_task  # noqa: E402
+from statefulbolts.runtime._task import run_stages  # noqa: E402
 from statefulbolts.topology import CHECKPOINT_STREAM_ID  # noqa: E402
 
 STEPS = ("ack", "value", "state", "emit", "batch")
@@ -153,12 +155,19 @@ class Batch(_Count):
 
 
 class Sink(BasicBolt):
-    """Chained to the count; never runs here (the job runs the count's task only)."""
+    """Chained to the count: takes its pairs a tuple at a time and does nothing else."""
 
     def execute(self, tuple: Any, collector: Any) -> None:  # noqa: A002, D102
         """Nothing."""
 
     def declare_output_fields(self, declarer: Any) -> None:  # noqa: D102
+        """Nothing."""
+
+
+class BatchSink(Sink):
+    """The sink of the ``batch`` step: takes the pairs in one batch."""
+
+    def execute_batch(self, batch: Any, collector: Any) -> None:  # noqa: D102
         """Nothing."""
 
 
@@ -171,7 +180,8 @@ def topology(step: str) -> Any:
     builder.set_spout("sentences", Sentences())
     builder.set_bolt("split", Split(), 1).shuffle_grouping("sentences")
     builder.set_bolt("count", BOLTS[step](), 1).fields_grouping("split", Fields("word"))
-    builder.set_bolt("sink", Sink(), 1).local_or_shuffle_grouping("count")
+    sink = BatchSink() if step == "batch" else Sink()
+    builder.set_bolt("sink", sink, 1).local_or_shuffle_grouping("count")
     return builder.create_topology()
 
 
@@ -192,7 +202,7 @@ def run(step: str, words: list[str], roots: list[int], reference: bool, name: st
     blob = cloudpickle.dumps(top)
     gc.collect()
     started = time.process_time()
-    out = list(run_task(job, blob, 0, 0, [(0, records)], in_worker=False))
+    out = run_stages(job, blob, (0, 1), 0, [(0, records)], in_worker=False)
     seconds = time.process_time() - started
     assert out
     if step in ("state", "emit", "batch"):

@@ -287,6 +287,15 @@ class TaskCollector(OutputCollector):
         appended = sum(len(batch[0]) for batch in self.batches.values())
         return self._emits + appended - self._appends
 
+    def held_rows(self) -> int:
+        """The rows the batches hold: a list per tuple emitted on a stream of two or more fields.
+
+        Objects the garbage collector tracks that this collector keeps alive until the task's
+        output goes on (``_worker.YoungGarbage`` does not count them as garbage to look for).
+        """
+        widths = self._widths
+        return sum(len(b[0]) for key, b in self.batches.items() if widths[key[2]] > 1)
+
     def basic_collector(self, out: OutputCollector) -> BasicOutputCollector:
         """The ``BasicOutputCollector`` of a ``BasicBolt`` on this task, fast path inlined."""
         return _TaskBasicCollector(out, self)

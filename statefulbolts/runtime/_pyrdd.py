@@ -31,31 +31,16 @@ RDD of empty slots (``empty_slots``).
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
-__all__ = ["PythonStages", "chain"]
+__all__ = ["PythonStages"]
 
 StageFunction = Callable[[int, Iterable[Any]], Iterable[Any]]
 
 # SparkContext -> its shared ``PythonStages`` (``PythonStages.of``), while it runs.
 _SHARED: dict[Any, PythonStages] = {}
 _SHARED_LOCK = threading.Lock()
-
-
-def chain(functions: Sequence[StageFunction]) -> StageFunction:
-    """The stage functions run one after the other in each partition, as Spark pipelines them."""
-    if len(functions) == 1:
-        return functions[0]
-    first, rest = functions[0], functions[1:]
-
-    def piped(split: int, items: Iterable[Any]) -> Iterable[Any]:
-        out = first(split, items)
-        for fn in rest:
-            out = fn(split, out)
-        return out
-
-    return piped
 
 
 class PythonStages:

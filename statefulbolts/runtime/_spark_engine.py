@@ -32,14 +32,14 @@ from statefulbolts.runtime._inline import run_head, run_inline
 from statefulbolts.runtime._local_files import LocalFiles, take_spilled
 from statefulbolts.runtime._plan import ExecutionPlan
 from statefulbolts.runtime._program import TaskJob
-from statefulbolts.runtime._pyrdd import PythonStages, chain
+from statefulbolts.runtime._pyrdd import PythonStages
 from statefulbolts.runtime._records import JobResult, JobTimings, ReportedError
 from statefulbolts.runtime._results import merge_results, reduce_acks
 from statefulbolts.runtime._retried import failed_attempts, retried_errors
 from statefulbolts.runtime._sealing import seal_inputs
 from statefulbolts.runtime._shipping import build_zip, code_to_ship, folder_source, sources, zip_dir
 from statefulbolts.runtime._spark import is_local, task_attempts
-from statefulbolts.runtime._task import run_task
+from statefulbolts.runtime._task import run_stages
 from statefulbolts.topology import StormTopology
 
 __all__ = ["SparkEngine"]
@@ -177,10 +177,10 @@ class SparkEngine:
         sc.addJobTag(topology_tag(self.name))
         log.debug("running %s", labels.description)
 
-        def stage(k: int) -> Any:
+        def stages(ks: list[int]) -> Any:
             def fn(slot: int, items: Any) -> Any:
                 _use_extlib(extlib)
-                return run_task(job, blob, k, slot, items)
+                return run_stages(job, blob, ks, slot, items)
 
             return fn
 
@@ -190,18 +190,20 @@ class SparkEngine:
         else:
             source = self._stages.empty_slots(n)
         # The stages since the last shuffle, run one after the other in each partition.
-        functions = [stage(first)]
+        group = [first]
         for k in range(first + 1, layout.depth):
-            if not layout.narrow[k - 1]:  # a narrow boundary: Spark pipelines k - 1 and k
-                n = len(layout.stages[k])
-                source, functions = self._stages.shuffle(source, chain(functions), n), []
-            functions.append(stage(k))
+            if layout.narrow[k - 1]:  # a narrow boundary: Spark pipelines k - 1 and k
+                group.append(k)
+                continue
+            n = len(layout.stages[k])
+            source, group = self._stages.shuffle(source, stages(group), n), [k]
+        function = stages(group)
         if spec.ackers > 0:
             n = spec.ackers
-            source, functions = self._stages.shuffle(source, chain(functions), n), [_reduce_acks]
+            source, function = self._stages.shuffle(source, function, n), _reduce_acks
         # The job is made in the JVM here, its functions pickled: the driver's work, timed
         # apart from Spark's run of the job.
-        last = self._stages.build(source, n, chain(functions))
+        last = self._stages.build(source, n, function)
         submitted = time.perf_counter()
         collected = self._stages.collect(last)
         ran = time.perf_counter()

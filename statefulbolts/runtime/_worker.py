@@ -6,6 +6,7 @@ No pyspark here.
 from __future__ import annotations
 
 import gc
+from collections.abc import Callable
 from typing import Any
 
 __all__ = ["YoungGarbage", "broadcast_value", "freeze_long_lived"]
@@ -23,16 +24,28 @@ class YoungGarbage:
     It is there for cyclic garbage made by user code. The tuples of a task stay alive until its
     end (acks keep them), so a young collection mostly walks live tuples to find nothing: once
     one finds nothing, the bolt is taken to make no cycles, and the next waits 5 times longer.
+
+    ``held`` counts the young objects the runtime itself keeps alive and made since this
+    object was (a task's collector: the row of each tuple emitted on a stream of two or more
+    fields): they are not counted towards the limit. A counting task that emits
+    ``(word, count)`` keeps one list per word until the task ends, and a young collection
+    walked every one of them to find nothing (some 50 ms a task of 500,000 words, in either
+    bolt form). Young objects alive when this object is made (the task's input, unpickled)
+    are not counted either: they are not garbage the task's bolts made.
     """
 
-    __slots__ = ("limit",)
+    __slots__ = ("base", "held", "limit")
 
-    def __init__(self) -> None:
+    def __init__(self, held: Callable[[], int] = lambda: 0) -> None:
         self.limit = _YOUNG_LIMIT
+        self.held = held
+        # young = gc count - held() - base: nothing young yet, whatever is alive now.
+        self.base = gc.get_count()[0] - held()
 
     def __call__(self) -> None:
-        if gc.get_count()[0] > self.limit:
+        if gc.get_count()[0] - self.held() - self.base > self.limit:
             self.limit = _YOUNG_LIMIT if gc.collect(0) else _QUIET_YOUNG_LIMIT
+            self.base = -self.held()  # the collection left nothing young
 
 
 def broadcast_value(ref: Any) -> Any:

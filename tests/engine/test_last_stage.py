@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from statefulbolts import Fields, Spout
-from statefulbolts.runtime._pyrdd import PythonStages, chain
+from statefulbolts.runtime._pyrdd import PythonStages
 
 pytestmark = pytest.mark.spark
 
@@ -78,7 +78,10 @@ def test_it_gives_what_pyspark_s_collect_gives(spark: Any) -> None:
     sc = spark.sparkContext
     source = sc.parallelize(range(20), 4)
     stage = PythonStages(sc)
-    fn = chain([_tagged, _doubled])
+
+    def fn(split: int, items: Any) -> Any:  # two functions in one partition, as a job's
+        return _doubled(split, _tagged(split, items))
+
     got = stage.collect(stage.build(source, 4, fn))
     assert got == source.mapPartitionsWithIndex(fn).collect()
     assert got[:2] == [(0, 0), (0, 2)] and len(got) == 20

@@ -12,11 +12,11 @@ import pytest
 from pyspark import cloudpickle
 
 from checkpoint import CheckpointTaskProgram
-from statefulbolts import Bolt, Fields, Spout, TopologyBuilder
+from statefulbolts import BasicBolt, Bolt, Fields, Spout, TopologyBuilder
 from statefulbolts.runtime import _worker
 from statefulbolts.runtime._plan import ExecutionPlan
 from statefulbolts.runtime._program import TaskJob
-from statefulbolts.runtime._records import TupleBatch
+from statefulbolts.runtime._records import TaskReport, TupleBatch
 from statefulbolts.runtime._task import run_task
 from statefulbolts.runtime._worker import _QUIET_YOUNG_LIMIT, _YOUNG_LIMIT, YoungGarbage
 
@@ -65,6 +65,31 @@ def test_below_the_limit_nothing_is_collected(gc_off: None) -> None:
     assert gc.get_count()[0] >= before
     assert young.limit == _YOUNG_LIMIT
     assert _worker._YOUNG_LIMIT < _QUIET_YOUNG_LIMIT
+
+
+def test_young_objects_the_runtime_holds_are_not_counted(gc_off: None) -> None:
+    rows: list[list[Any]] = []
+    young = YoungGarbage(lambda: len(rows))
+    young.limit = 1_000
+    rows.extend([["word", i] for i in range(5_000)])  # a task's emitted rows, alive
+    before = gc.get_count()[0]
+    young()
+    assert gc.get_count()[0] >= before  # nothing collected: all of it is held
+    assert young.limit == 1_000
+    _cycles(2_000)  # garbage the bolt made, beyond the limit whatever the runtime holds
+    young()
+    assert gc.get_count()[0] < 1_000
+    assert young.limit == _YOUNG_LIMIT
+
+
+def test_young_objects_alive_when_a_task_starts_are_not_counted(gc_off: None) -> None:
+    kept = [[i] for i in range(5_000)]  # the task's input, unpickled before its steps
+    young = YoungGarbage()
+    young.limit = 1_000
+    before = gc.get_count()[0]
+    young()
+    assert gc.get_count()[0] >= before
+    assert len(kept) == 5_000
 
 
 @pytest.mark.parametrize("on", [False, True])
@@ -184,3 +209,65 @@ def test_an_inline_job_unpickles_its_input_with_the_collector_off(on: bool) -> N
         _collector(was)
     assert _UNPICKLED_WITH_GC == [False, False]
     assert [r.metrics.executed for r in result.reports] == [2]
+
+
+class _Pairs(BasicBolt):
+    """Emits ``[word, n]`` per word: a row list the task holds until its output is made."""
+
+    def execute(self, tuple: Any, collector: Any) -> None:  # noqa: A002
+        collector.emit([tuple.get_value(0), 1])
+
+    def declare_output_fields(self, declarer: Any) -> None:
+        declarer.declare(Fields("word", "n"))
+
+
+class _Drop(BasicBolt):
+    def execute(self, tuple: Any, collector: Any) -> None:  # noqa: A002
+        """Nothing."""
+
+    def declare_output_fields(self, declarer: Any) -> None:
+        """No output."""
+
+
+def test_chained_tasks_never_walk_the_rows_they_hand_on(monkeypatch: pytest.MonkeyPatch) -> None:
+    # A task's emitted rows stay alive until its output is made, and a chained task's rows
+    # until the next task has executed them. No collection may start meanwhile: neither the
+    # young-garbage check (the rows are the runtime's, not garbage) nor an automatic one (the
+    # collector stays off from the first task to the last).
+    from statefulbolts.runtime._task import run_stages
+
+    monkeypatch.setattr(_worker, "_YOUNG_LIMIT", 5_000)
+    builder = TopologyBuilder()
+    builder.set_spout("lines", _Lines())
+    builder.set_bolt("pairs", _Pairs()).shuffle_grouping("lines")
+    builder.set_bolt("drop", _Drop()).local_or_shuffle_grouping("pairs")
+    topology = builder.create_topology()
+    plan = ExecutionPlan(topology)
+    pairs, drop = plan.index["pairs"], plan.index["drop"]
+    layout = plan.layout([pairs, drop], chain=True)
+    assert layout.depth == 2 and layout.narrow == (True,)
+    job = TaskJob(plan, layout, CheckpointTaskProgram(None, 0), "t", {}, 0, 0)
+    n = 60_000
+    words = [f"w{i % 500}" for i in range(n)]
+    batch = TupleBatch(pairs, 0, plan.index["lines"], 0, 0, words, list(range(1, n + 1)), None)
+    started: list[int] = []
+
+    def seen(phase: str, info: dict[str, Any]) -> None:
+        if phase == "start":
+            started.append(info["generation"])
+
+    was = gc.isenabled()
+    gc.enable()
+    gc.callbacks.append(seen)
+    try:
+        out = run_stages(
+            job, cloudpickle.dumps(topology), (0, 1), 0, [(0, [batch])], in_worker=False
+        )
+    finally:
+        gc.callbacks.remove(seen)
+        on_after = gc.isenabled()
+        _collector(was)
+    assert started == []
+    assert on_after
+    reports = [r for _, records in out for r in records if type(r) is TaskReport]
+    assert sorted((r.comp, r.metrics.executed) for r in reports) == sorted([(pairs, n), (drop, n)])
