@@ -53,6 +53,60 @@ def _new_route(
     return route
 
 
+def _batch_in(
+    batches: dict[tuple[int, int, int], list[Any]],
+    dest_of: dict[int, tuple[int, int]],
+    dest: int,
+    dtask: int,
+    stream: int,
+) -> list[Any]:
+    """The batch of ``batches`` for ``(dest, dtask, stream)``, made (and noted) if new."""
+    key = (dest, dtask, stream)
+    batch = batches.get(key)
+    if batch is None:
+        # values, first roots (0: untracked), {position: further roots} or None
+        batch = batches[key] = [[], [], None]
+        dest_of[id(batch)] = (dest, dtask)
+    return batch
+
+
+class _Memo(dict[str, tuple[list[Any], str]]):
+    """One fields-grouped one-field stream's memo: ``value -> (its batch, the first equal str)``.
+
+    Looked up with ``memo[value]`` for a ``str`` value only. A value not in it is routed there
+    and then (``__missing__``): its owner from the process's routes (``_ROUTES``: a hash the
+    first time this process sees the value), this task's batch for that owner, remembered
+    for the task's next emits of it (the first ``_MEMO_SIZE`` values). A task's first emit of
+    a value costs that one frame, not the general path's (a collector's batches are new with
+    every job, so a small transaction's emits were mostly first ones).
+
+    It holds the collector's tables, not the collector: no reference cycle through it.
+    """
+
+    __slots__ = ("_batches", "_dest", "_dest_of", "_owners", "_routes", "_stream")
+
+    def __init__(
+        self,
+        batches: dict[tuple[int, int, int], list[Any]],
+        dest_of: dict[int, tuple[int, int]],
+        dest: int,
+        stream: int,
+        owners: tuple[int, ...],
+        routes: dict[str, tuple[int, str]],
+    ) -> None:
+        super().__init__()
+        self._batches, self._dest_of, self._dest, self._stream = batches, dest_of, dest, stream
+        self._owners, self._routes = owners, routes
+
+    def __missing__(self, value: str) -> tuple[list[Any], str]:
+        routes = self._routes
+        task, value = routes.get(value) or _new_route(routes, self._owners, value)
+        entry = (_batch_in(self._batches, self._dest_of, self._dest, task, self._stream), value)
+        if len(self) < _MEMO_SIZE:
+            self[value] = entry
+        return entry
+
+
 class _ByField(NamedTuple):
     """``emit_to``'s route of one stream fields-grouped on one field into one component."""
 
@@ -120,7 +174,7 @@ class TaskCollector(OutputCollector):
             int,
             tuple[
                 int,
-                dict[str, tuple[list[Any], str]],
+                _Memo,
                 int,
                 tuple[int, ...],
                 dict[str, tuple[int, str]],
@@ -130,10 +184,12 @@ class TaskCollector(OutputCollector):
             single = self._router.single_field_route(stream)
             if single is not None:
                 dest, pos, owners = single
-                self._memo[stream] = (pos, {}, dest, owners, _ROUTES.setdefault(owners, {}))
+                routes = _ROUTES.setdefault(owners, {})
+                memo = _Memo(self.batches, self._dest_of, dest, stream, owners, routes)
+                self._memo[stream] = (pos, memo, dest, owners, routes)
         # The same caches by stream name, for the one-field data streams ``emit`` has a fast
         # path for (none in a data-free job, where a data emit is an error).
-        self._fast: dict[str, dict[str, tuple[list[Any], str]]] = {}
+        self._fast: dict[str, _Memo] = {}
         if data_free is None:
             self._fast = {
                 name: self._memo[s][1]
@@ -228,10 +284,11 @@ class TaskCollector(OutputCollector):
           its batch exists: checked first, by identity of the stream name (the default
           argument, or the interned literal), since a per-tuple bolt's emit per tuple is a
           third of its ``execute``;
-        - a one-field data stream whose fields grouping already routed this value (see
-          ``_memo``): the value shipped is the first equal str this task emitted, so the
-          pickled batch holds each distinct word once (later ones are memo references) and
-          the next stage gets one object per word, its hash computed once;
+        - a ``str`` on a one-field data stream routed by fields grouping (see ``_memo``):
+          the value shipped is the first equal str this task emitted, so the pickled batch
+          holds each distinct word once (later ones are memo references) and the next stage
+          gets one object per word, its hash computed once (a first emit routes it in the
+          memo's lookup, ``_Memo``);
         - any other stream into one task, once its batch exists.
         """
         quick, general = self._quick, self._emit
@@ -265,9 +322,8 @@ class TaskCollector(OutputCollector):
                 cache, fixed = route
                 if cache is not None and len(values) == 1:
                     value = values[0]
-                    entry = cache.get(value) if type(value) is str else None
-                    if entry is not None:
-                        batch, value = entry
+                    if type(value) is str:
+                        batch, value = cache[value]  # routed now if not yet (``_Memo``)
                         batch[0].append(value)
                         batch[1].append(anchors._root)
                         return
@@ -300,11 +356,12 @@ class TaskCollector(OutputCollector):
         """The ``BasicOutputCollector`` of a ``BasicBolt`` on this task, fast path inlined."""
         return _TaskBasicCollector(out, self)
 
-    def fast_routes(self) -> dict[str, dict[str, tuple[list[Any], str]]]:
-        """Per one-field stream routed by fields grouping: the fast path's value cache.
+    def fast_routes(self) -> dict[str, _Memo]:
+        """Per one-field stream routed by fields grouping: the fast path's memo of values.
 
         For a collector of its own that inlines ``emit``'s fast path (one frame less per emit),
-        as ``basic_collector`` does; the cache fills as values are first emitted.
+        as ``basic_collector`` does. Look a ``str`` value up with ``memo[value]``: a value not
+        routed yet is routed by the lookup (``_Memo``).
         """
         return self._fast
 
@@ -448,16 +505,16 @@ class TaskCollector(OutputCollector):
                 entries = list(map(cache.get, column))
             except TypeError:  # an unhashable value: only a str is looked up, as in ``emit``
                 entries = [cache.get(v) if type(v) is str else None for v in column]
-            emit, get = self._emit, cache.get
+            emit = self._emit
             for entry, value, root in zip(entries, column, roots, strict=True):
-                if entry is None and type(value) is str:
-                    entry = get(value)  # routed since the lookups by an earlier miss here
-                if entry is None or type(value) is not str:  # the cache holds str values only
+                if type(value) is not str:  # the memo takes str values only
                     emit([value], (), stream, root)
-                else:  # see ``emit``
-                    batch = entry[0]
-                    batch[0].append(entry[1])
-                    batch[1].append(root)
+                    continue
+                if entry is None:
+                    entry = cache[value]  # first seen here: routed now (``_Memo``)
+                batch = entry[0]  # see ``emit``
+                batch[0].append(entry[1])
+                batch[1].append(root)
             return
         for values, root in zip(zip(*columns, strict=True), roots, strict=True):
             self._emit(list(values), (), stream, root)
@@ -494,8 +551,7 @@ class TaskCollector(OutputCollector):
         memo = self._memo.get(s)
         value = values[memo[0]] if memo is not None else None
         if memo is not None and type(value) is str:
-            entry = memo[1].get(value) or self._route(s, value)
-            targets: Sequence[list[Any]] = (entry[0],)
+            targets: Sequence[list[Any]] = (memo[1][value][0],)
         else:
             targets = [self._batch(d, t, s) for d, t in self._router.targets(self.comp, s, values)]
             fixed = self._fixed.get(stream)
@@ -529,26 +585,8 @@ class TaskCollector(OutputCollector):
             batch[1].append(root)
         return targets
 
-    def _route(self, stream: int, value: str) -> tuple[list[Any], str]:
-        """The memo entry of ``value`` on fields-grouped ``stream``: its batch, and ``value``.
-
-        Remembered for the task's next emits of an equal value (the first ``_MEMO_SIZE``).
-        """
-        _pos, cache, dest, owners, routes = self._memo[stream]
-        task, value = routes.get(value) or _new_route(routes, owners, value)
-        entry = (self._batch(dest, task, stream), value)
-        if len(cache) < _MEMO_SIZE:
-            cache[value] = entry
-        return entry
-
     def _batch(self, dest: int, dtask: int, stream: int) -> list[Any]:
-        key = (dest, dtask, stream)
-        batch = self.batches.get(key)
-        if batch is None:
-            # values, first roots (0: untracked), {position: further roots} or None
-            batch = self.batches[key] = [[], [], None]
-            self._dest_of[id(batch)] = (dest, dtask)
-        return batch
+        return _batch_in(self.batches, self._dest_of, dest, dtask, stream)
 
     def seal(self) -> Unsealed | None:
         """Pickle every values column emitted into since it was last sealed; the first that fails.
@@ -663,9 +701,8 @@ class _TaskBasicCollector(BasicOutputCollector):
         cache = self._fast.get(stream)
         if cache is not None and anchor is not None and anchor._more is None and len(values) == 1:
             value = values[0]
-            entry = cache.get(value) if type(value) is str else None
-            if entry is not None:  # see TaskCollector._emitter
-                batch, value = entry
+            if type(value) is str:  # see TaskCollector._emitter
+                batch, value = cache[value]
                 batch[0].append(value)
                 batch[1].append(anchor._root)
                 return

@@ -360,9 +360,8 @@ class _AttemptBasicOutput(BasicOutputCollector):
         cache = self._fast.get(stream)
         if cache is not None and len(values) == 2:
             value = values[1]
-            entry = cache.get(value) if type(value) is str else None
-            if entry is not None:  # see TaskCollector._emitter
-                batch, value = entry
+            if type(value) is str:  # see TaskCollector._emitter
+                batch, value = cache[value]
                 batch[0].append(value)
                 anchor = self._input  # its lineage goes on (the tuple is never acked)
                 batch[1].append(anchor._root if anchor is not None else 0)

@@ -113,6 +113,42 @@ def test_fast_emit_gives_the_batches_of_the_general_path():
     assert sorted(v for vals, _, _ in fast.batches.values() for v in vals) == sorted(words)
 
 
+def test_a_first_emit_of_a_value_is_routed_by_the_memo_not_the_general_path(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # A collector's batches are new with every job, so a small transaction's emits are mostly
+    # first ones: each is routed in the memo's lookup, where the general path (five frames and
+    # its checks) took them before. Every emit path: a bolt's ``emit``, a BasicBolt's, and
+    # ``emit_columns``; each puts the words where the general path does.
+    plan = split_plan()
+    comp = plan.index["split"]
+    words = [f"first-{i}" for i in range(40)]
+    reference = task_collector(plan, comp)
+    reference.emit = functools.partial(TaskCollector.emit, reference)  # the general path only
+    emit_words(reference, words)
+    general_calls: list[Any] = []
+    general = TaskCollector._emit
+
+    def counted(self: TaskCollector, *args: Any) -> Any:
+        general_calls.append(args)
+        return general(self, *args)
+
+    monkeypatch.setattr(TaskCollector, "_emit", counted)
+    by_emit = task_collector(plan, comp)
+    emit_words(by_emit, words)
+    by_basic = task_collector(plan, comp)
+    basic = by_basic.basic_collector(by_basic)
+    basic.set_context(parent())
+    for word in words:
+        basic.emit([word])
+    by_columns = task_collector(plan, comp)
+    by_columns.emit_columns([words], [11] * len(words))
+    assert general_calls == []
+    for collector in (by_emit, by_basic, by_columns):
+        assert collector.batches == reference.batches
+        assert collector.emitted == len(words)
+
+
 def test_fast_emit_of_an_untracked_parent_ships_zero_roots():
     plan = split_plan()
     collector = task_collector(plan, plan.index["split"])
