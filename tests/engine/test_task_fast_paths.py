@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import random
+from array import array
 from typing import Any
 
 import pytest
@@ -356,6 +357,26 @@ def test_a_stream_into_one_task_takes_the_fixed_fast_path_with_the_general_batch
     assert fast._fixed["default"][1] is not None  # the fast path was armed after one emit
     with pytest.raises(TopologyError, match=r"emitted 1 values on stream 'default'"):
         fast.emit(["w0"], parent())
+
+
+def test_a_pipelined_batch_goes_on_with_its_roots_as_emitted() -> None:
+    # A batch for a chained task never leaves the Python task: its roots go on as the list
+    # the emits filled (the next task's loop then reads those int objects, where an array made
+    # it create each again); a batch for the next Spark stage carries them as one array.
+    plan = count_plan()
+    comp, sink = plan.index["count"], plan.index["sink"]
+    for pipelined in (frozenset({sink}), frozenset()):
+        collector = TaskCollector(plan, comp, 0, 3, "count", None, pipelined)
+        for i in range(5):
+            collector.emit([f"w{i}", i], parent(root=100 + i))
+        assert collector.seal() is None
+        (record,) = collector.records()
+        ((_, (_, roots, _)),) = collector.batches.items()
+        assert list(record.roots) == [100, 101, 102, 103, 104]
+        if pipelined:
+            assert record.roots is roots and record.values == [[f"w{i}", i] for i in range(5)]
+        else:
+            assert type(record.roots) is array and type(record.values) is bytes
 
 
 class Many(Bolt):
