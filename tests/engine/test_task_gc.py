@@ -149,15 +149,20 @@ class _Lines(Spout):
         declarer.declare(Fields("line"))
 
 
+def _chained(first: str, bolt: Any, second: str, then: Any) -> Any:
+    """lines -> ``first`` -> ``second``, the second local-or-shuffle grouped on the first."""
+    builder = TopologyBuilder()
+    builder.set_spout("lines", _Lines())
+    builder.set_bolt(first, bolt).shuffle_grouping("lines")
+    builder.set_bolt(second, then).local_or_shuffle_grouping(first)
+    return builder.create_topology()
+
+
 def test_what_a_task_emitted_goes_with_its_output_not_with_the_collector(gc_off: None) -> None:
     # With the collector off (PySpark's daemon collects only after the task), nothing may keep
     # the emitted values alive: the output carries them sealed (pickled), and they are freed
     # as soon as the task is done.
-    builder = TopologyBuilder()
-    builder.set_spout("lines", _Lines())
-    builder.set_bolt("keep", _KeepsContext()).shuffle_grouping("lines")
-    builder.set_bolt("sink", _KeepsContext()).local_or_shuffle_grouping("keep")
-    topology = builder.create_topology()
+    topology = _chained("keep", _KeepsContext(), "sink", _KeepsContext())
     plan = ExecutionPlan(topology)
     job = TaskJob(plan, plan.layout(plan.bolts()), CheckpointTaskProgram(None, 0), "t", {}, 0, 0)
     lines, keep = plan.index["lines"], plan.index["keep"]
@@ -238,11 +243,7 @@ def test_chained_tasks_never_walk_the_rows_they_hand_on(monkeypatch: pytest.Monk
     from statefulbolts.runtime._task import run_stages
 
     monkeypatch.setattr(_worker, "_YOUNG_LIMIT", 5_000)
-    builder = TopologyBuilder()
-    builder.set_spout("lines", _Lines())
-    builder.set_bolt("pairs", _Pairs()).shuffle_grouping("lines")
-    builder.set_bolt("drop", _Drop()).local_or_shuffle_grouping("pairs")
-    topology = builder.create_topology()
+    topology = _chained("pairs", _Pairs(), "drop", _Drop())
     plan = ExecutionPlan(topology)
     pairs, drop = plan.index["pairs"], plan.index["drop"]
     layout = plan.layout([pairs, drop], chain=True)
