@@ -151,10 +151,12 @@ def run_stages(
     was_on = gc.isenabled()
     gc.disable()
     try:
-        out: Iterable[Any] = items
+        out: list[tuple[int, list[Any]]] = []
+        fed: Iterable[Any] = items
         for stage in stages:
-            out = list(_run(job, topology_blob, stage, slot, out, in_worker))
-        return out  # type: ignore[return-value]
+            out = list(_run(job, topology_blob, stage, slot, fed, in_worker))
+            fed = out
+        return out
     finally:
         if was_on:
             gc.enable()
