@@ -75,7 +75,7 @@ class _Emits(Protocol):
         """
 
     def fast_routes(self) -> dict[str, Any]:
-        """The fast path's caches by stream name (``TaskCollector._emitter``)."""
+        """The fast path's memos by stream name: ``memo[value]`` routes a ``str`` value."""
 
     def report_error(self, error: BaseException) -> None:
         """Keep a reported error."""
