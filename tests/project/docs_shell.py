@@ -82,8 +82,10 @@ SERVE_TIMEOUT_S = 300
 STOP_TIMEOUT_S = 120
 # How long a stopped server may take to close its port (spark-daemon.sh stop does not wait).
 CLOSE_TIMEOUT_S = 60
-# Variables every bash sets for itself: a block that changes only these changed nothing.
-_SHELL_OWN = {"PWD", "OLDPWD", "SHLVL", "_"}
+# Variables every bash sets for itself: a block that changes only these changed nothing. A
+# non-interactive bash also drops PS1, which a virtualenv's ``activate`` exports: run from an
+# activated shell, every block would have "changed" it.
+_SHELL_OWN = {"PWD", "OLDPWD", "SHLVL", "_", "PS1"}
 
 
 def parse_options(text: str | None) -> dict[str, tuple[str, ...]]:
