@@ -40,7 +40,7 @@ from checkpoint._state import Action
 from checkpoint._ttl import component_ttls
 from checkpoint.driver_commit import commit_hooks
 from checkpoint.task import CheckpointTaskProgram
-from providers import DriverOwnedStateProvider, StateFactory, StateProvider
+from providers import DriverOwnedStateProvider, StateBackendError, StateFactory, StateProvider
 from statefulbolts.config import Config
 from statefulbolts.listeners import NO_FAULTS, FaultListener, TaskPoint
 from statefulbolts.namespaces import (
@@ -211,15 +211,37 @@ class CheckpointJobs:
 
     def _commit_all(self, txid: int) -> None:
         plan, faults = self._plan, self._faults
-        for c, t in plan.stateful_tasks():
-            cid = plan.component_ids[c]
+        tasks = [(plan.component_ids[c], t) for c, t in plan.stateful_tasks()]
+        done = self._commit_at_once(tasks, txid)
+        for cid, t in tasks:
             try:
                 for namespace in self._namespaces(cid, t):
-                    self._commit_one(namespace, txid)
+                    if namespace not in done:
+                        self._commit_one(namespace, txid)
             except Exception as exc:
                 spec = self._topology.component(cid)
                 raise encode_task_error(exc, cid, t, txid, spec.user_class) from exc
             faults.on_task_committed(cid, t, txid)
+
+    def _commit_at_once(self, tasks: list[tuple[str, int]], txid: int) -> set[str]:
+        """The namespaces the provider committed in one go (``StateProvider.commit_namespaces``).
+
+        Not with a fault listener: its mid-commit faults need the tasks committed one at a
+        time, each told to it before the next commits. A store that could not be reached
+        commits nothing here; the one-by-one path then reports it against its task.
+        """
+        provider = self._provider
+        if (
+            provider is None
+            or self._faults is not NO_FAULTS
+            or isinstance(provider, DriverOwnedStateProvider)
+        ):
+            return set()
+        names = [ns for cid, t in tasks for ns in self._namespaces(cid, t)]
+        try:
+            return set(provider.commit_namespaces(self._conf, names, txid))
+        except StateBackendError:
+            return set()
 
     def _commit_one(self, namespace: str, txid: int) -> None:
         provider = self._provider

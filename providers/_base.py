@@ -450,6 +450,28 @@ class StateProvider(ABC):
         """
         return None
 
+    def commit_namespaces(
+        self, conf: Mapping[str, Any], namespaces: Sequence[str], txid: int
+    ) -> Sequence[str]:
+        """COMMIT ``txid`` in many namespaces at once; return the ones now committed at it.
+
+        The driver's commit of a transaction calls it with every stateful task's namespace,
+        then commits each namespace not returned one by one (``State.commit`` after checking
+        what the store holds), which reports why one could not. So only namespaces this call
+        settled as that path would may be returned: each holds the prepared delta of ``txid``
+        on top of committed ``txid - 1`` and is committed here, or holds committed ``txid``
+        with nothing prepared. Anything else is left untouched. ``conf`` carries the driver's
+        lease epoch, which every write must be fenced with (``State.fence``).
+
+        The default commits nothing and returns ``[]``: every namespace goes the one-by-one
+        way. Override it when the store can commit many in one round trip.
+
+        Raises:
+            StateBackendError: the store could not be reached (what was committed stays so;
+                a COMMIT again is a no-op).
+        """
+        return []
+
     def lease_store(self, conf: Mapping[str, Any]) -> LeaseStore | None:
         """The store of this provider's leases (one driver per topology), or ``None``.
 

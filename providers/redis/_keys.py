@@ -18,6 +18,8 @@ with the scope (they start with ``{``), so a listing never takes one for a names
 Example:
     >>> namespace_base("wc/count-0", cluster=True), txid_key("wc/count-0", cluster=False)
     ('{wc/count-0}', 'wc/count-0$txid')
+    >>> namespace_keys("wc/count-0", cluster=True).prepare
+    '{wc/count-0}$prepare'
     >>> lease_keys("wc/")
     LeaseKeys(lease='{wc/}$lease', epoch='{wc/}$epoch', holders='{wc/}$leases')
 """
@@ -30,9 +32,11 @@ from typing import Any, NamedTuple
 __all__ = [
     "TXID_SUFFIX",
     "LeaseKeys",
+    "NamespaceKeys",
     "lease_keys",
     "list_namespaces",
     "namespace_base",
+    "namespace_keys",
     "txid_key",
 ]
 
@@ -51,6 +55,21 @@ def namespace_base(namespace: str, cluster: bool) -> str:
 def txid_key(namespace: str, cluster: bool) -> str:
     """The key of the namespace's transaction record (``ns$txid``)."""
     return namespace_base(namespace, cluster) + TXID_SUFFIX
+
+
+class NamespaceKeys(NamedTuple):
+    """A namespace's four keys."""
+
+    committed: str
+    prepare: str
+    txid: str
+    ttl: str
+
+
+def namespace_keys(namespace: str, cluster: bool) -> NamespaceKeys:
+    """``ns``, ``ns$prepare``, ``ns$txid`` and ``ns$ttl`` (hash-tagged on a cluster)."""
+    base = namespace_base(namespace, cluster)
+    return NamespaceKeys(base, f"{base}$prepare", base + TXID_SUFFIX, f"{base}$ttl")
 
 
 class LeaseKeys(NamedTuple):

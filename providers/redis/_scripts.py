@@ -157,14 +157,17 @@ return {0, p or ''}
 # COMMIT. KEYS[1] = ns, KEYS[2] = ns$prepare, KEYS[3] = ns$txid, KEYS[4] = ns$ttl.
 # ARGV[1] = txid (decimal), ARGV[2] = the tombstone envelope,
 # ARGV[3] = the most expired fields one commit deletes (decimal),
-# ARGV[4] = the writer's lease epoch ('' for none: unfenced).
+# ARGV[4] = the writer's lease epoch ('' for none: unfenced),
+# ARGV[5] (optional) = the committed txid the delta of txid must sit on ('-1': none committed;
+# absent or '': not checked).
 # Returns {FENCED, fence} when ARGV[4] is below the fence (checked first; nothing written),
 #         {0, fields deleted as expired} when the delta of txid was applied (HSET values, HDEL
 #         tombstones, index by pexpiry, delete what expired at ptime, DEL ns$prepare,
 #         commit = txid, time = ptime if any, prepare / ptime / pexpiry removed, the fence
 #         raised to ARGV[4]), all in this one atomic step,
 #         {1} when nothing is prepared and txid is already committed (a retried COMMIT: no-op),
-#         {2, prepared txid or '', committed txid or ''} otherwise (nothing written).
+#         {2, prepared txid or '', committed txid or ''} otherwise, and when the committed
+#         txid is not ARGV[5] (nothing written).
 # The fence rises last, so the maxmemory rule (PREPARE) still judges the commit by its own
 # first write.
 COMMIT = (
@@ -175,7 +178,9 @@ local refused, raise = fence(KEYS[3], ARGV[4])
 if refused then return {-1, refused} end
 local p = redis.call('HGET', KEYS[3], 'prepare')
 local c = redis.call('HGET', KEYS[3], 'commit')
-if p and tonumber(p) == tonumber(ARGV[1]) then
+local sits = true
+if ARGV[5] and ARGV[5] ~= '' then sits = math.max(tonumber(c) or -1, -1) == tonumber(ARGV[5]) end
+if p and tonumber(p) == tonumber(ARGV[1]) and sits then
   local t = redis.call('HMGET', KEYS[3], 'ptime', 'pexpiry')
   local delta = redis.call('HGETALL', KEYS[2])
   apply(KEYS[1], ARGV[2], delta, 1)

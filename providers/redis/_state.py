@@ -13,6 +13,7 @@ from typing import Any, NoReturn
 import providers.redis._scripts as _scripts
 from providers._base import StateProvider
 from providers._config import parse_provider_config
+from providers._factory import fence_epoch
 from providers._layered import LayeredKeyValueState
 from providers._resolve import resolve_serializers
 from providers._serializers import Serializer
@@ -26,9 +27,10 @@ from providers.redis._clients import (
     overriding_client,
 )
 from providers.redis._codec import TOMBSTONE, parse_txid, unwrap, wire
+from providers.redis._commits import EXPIRED_PER_COMMIT, commit_namespaces
 from providers.redis._errors import BACKEND_ERRORS, backend_error
 from providers.redis._image import StoredImageReads, replace_image, scan_hash
-from providers.redis._keys import TXID_SUFFIX, list_namespaces, namespace_base
+from providers.redis._keys import list_namespaces, namespace_base, namespace_keys
 from providers.redis._lease import RedisLeaseStore, fenced_error
 
 __all__ = ["RedisKeyValueState", "RedisKeyValueStateProvider"]
@@ -44,9 +46,6 @@ _SCAN_COUNT = 100
 # nothing, and iterating millions of keys does not hold them all.
 _ITER_CACHE_LIMIT = 100_000
 _MISSING: Any = object()
-# The most expired fields one commit deletes (``_scripts.COMMIT``): a commit's script stays short
-# however many keys expired at once; the rest go at the next commits, and reads hide them.
-EXPIRED_PER_COMMIT = 10_000
 
 
 class RedisKeyValueState(StoredImageReads, LayeredKeyValueState):
@@ -75,11 +74,8 @@ class RedisKeyValueState(StoredImageReads, LayeredKeyValueState):
         super().__init__(namespace, key_serializer, value_serializer)
         self._client = client
         self._address = address or address_of(client)
-        base = namespace_base(namespace, is_cluster(client))
-        self.committed_key = base
-        self.prepare_key = f"{base}$prepare"
-        self.txid_key = base + TXID_SUFFIX
-        self.ttl_key = f"{base}$ttl"
+        keys = namespace_keys(namespace, is_cluster(client))
+        self.committed_key, self.prepare_key, self.txid_key, self.ttl_key = keys
         self._load_script = client.register_script(_scripts.LOAD)
         self._prepare_script = client.register_script(_scripts.PREPARE)
         self._commit_script = client.register_script(_scripts.COMMIT)
@@ -108,6 +104,8 @@ class RedisKeyValueState(StoredImageReads, LayeredKeyValueState):
         self._rollbacks = b"0"
         # The driver's lease epoch every write carries (``fence``); '' until then: unfenced.
         self._epoch = ""
+        # The load's ``(commit, prepare)`` until the first ``stored_txids`` or write takes it.
+        self._loaded_txids: tuple[int | None, int | None] | None = None
         self._load()
 
     @property
@@ -164,11 +162,22 @@ class RedisKeyValueState(StoredImageReads, LayeredKeyValueState):
         self._prepared_expiry = parse_txid(fields.get(b"pexpiry"))
         self._indexed = bool(indexed)
         self._rollbacks = fields.get(b"rollbacks", b"0")
+        self._loaded_txids = (self._committed_txid, self._prepared_txid)
         if self._prepared_txid is not None:
             ns = self.namespace
             self._prepared = {
                 k: unwrap(v, ns) for k, v in zip(delta[::2], delta[1::2], strict=True)
             }
+
+    def stored_txids(self) -> tuple[int | None, int | None]:
+        """``commit`` and ``prepare`` of ``ns$txid``.
+
+        The first call after the state loaded, before it wrote anything, answers from the
+        load's reply (``ns$txid`` read in the same round trip: a task opens its state, then
+        checks it, ``checkpoint.check_stored_txids``); any other reads them now.
+        """
+        loaded, self._loaded_txids = self._loaded_txids, None
+        return super().stored_txids() if loaded is None else loaded
 
     # -- reading (get, put and delete: LayeredKeyValueState)
     def _stored(self, ekey: bytes) -> bytes | None:
@@ -327,6 +336,7 @@ class RedisKeyValueState(StoredImageReads, LayeredKeyValueState):
         ``StateTransactionError`` and keeps the pending writes; so does a fenced state whose
         epoch is below the namespace's fence, with ``StateFencedError``.
         """
+        self._loaded_txids = None
         self._flush()
         mode = "1" if self._superseding else "0"
         now, expiry = self._now, self._write_expiry()
@@ -393,6 +403,7 @@ class RedisKeyValueState(StoredImageReads, LayeredKeyValueState):
             5. DEL ``ns$prepare``; set ``commit`` to ``txid`` and ``time`` to the timestamp;
                remove ``prepare``; raise ``epoch`` to the state's lease epoch.
         """
+        self._loaded_txids = None
         if txid is None:
             self._commit_writes()
             return
@@ -479,6 +490,7 @@ class RedisKeyValueState(StoredImageReads, LayeredKeyValueState):
         if prepared and prepared_txid is None:
             msg = f"state {self.namespace!r}: a prepared delta needs a prepared txid"
             raise StateTransactionError(msg)
+        self._loaded_txids = None
         keys = (self.committed_key, self.prepare_key, self.txid_key, self.ttl_key)
         image = (committed_txid, committed, prepared_txid, prepared)
         fence = replace_image(
@@ -508,6 +520,7 @@ class RedisKeyValueState(StoredImageReads, LayeredKeyValueState):
 
         One script call. States of this namespace loaded before it can no longer prepare.
         """
+        self._loaded_txids = None
         with self._backend("rollback"):
             reply = self._rollback_script(
                 keys=[self.prepare_key, self.txid_key], args=[self._epoch]
@@ -579,6 +592,28 @@ class RedisKeyValueStateProvider(StateProvider):
             step = f"key count of {len(names)} namespaces ({names[0]!r}, ...)"
             raise backend_error(exc, address=address, step=step, client=client) from exc
         return {name: int(n) for name, n in zip(names, lengths, strict=True)}
+
+    def commit_namespaces(
+        self, conf: Mapping[str, Any], namespaces: Sequence[str], txid: int
+    ) -> list[str]:
+        """COMMIT ``txid`` in ``namespaces``, one pipelined round trip (``_commits``).
+
+        On a cluster nothing is batched: every namespace is left to the one-by-one commit.
+
+        Raises:
+            ProviderConfigError: the provider config is invalid.
+            StateBackendError: Redis could not be reached.
+            StateBackendRefusedError: Redis refused (a wrong password, out of memory, ...).
+        """
+        if not namespaces:
+            return []
+        client, address = _provider_client(conf, namespaces[0])
+        epoch = fence_epoch(conf)
+        try:
+            return commit_namespaces(client, namespaces, txid, "" if epoch is None else str(epoch))
+        except BACKEND_ERRORS as exc:
+            step = f"commit of txid {txid} in {len(namespaces)} namespaces ({namespaces[0]!r}, ...)"
+            raise backend_error(exc, address=address, step=step, client=client) from exc
 
     def namespaces(self, conf: Mapping[str, Any], prefix: str = "") -> list[str]:
         """The namespaces starting with ``prefix`` that have a ``$txid`` hash, sorted.

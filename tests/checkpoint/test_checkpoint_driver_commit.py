@@ -22,11 +22,12 @@ from checkpoint import commit_hooks
 from checkpoint._jobs import CheckpointJobs, _commits_here
 from checkpoint._ledger import RootLedger
 from examples.wordcount import SentenceSpout, SplitSentence, WordCount, expected_counts
-from providers import InMemoryKeyValueStateProvider, get_provider
+from providers import InMemoryKeyValueStateProvider, StateFactory, get_provider
 from providers.errors import StateLostError, StateTransactionError
 from recovery.faults import FaultPlan
 from statefulbolts import Fields, TopologyBuilder
 from statefulbolts.errors import TaskFailedError
+from statefulbolts.listeners import NoFaults
 from statefulbolts.runtime._plan import ExecutionPlan
 from statefulbolts.runtime._task_errors import decode_task_error
 
@@ -137,6 +138,88 @@ def test_a_state_that_lost_its_prepared_delta_fails_the_commit_naming_its_task()
     assert f"state '{name}/count-0' in memory holds nothing committed" in error.message
     assert "COMMIT(7), which needs committed txid 6 with txid 7 prepared" in error.message
     InMemoryKeyValueStateProvider.drop(f"{name}/")
+
+
+class CommitOrder(NoFaults):
+    """Records, at each task's commit, which namespaces Redis holds committed at the txid."""
+
+    def __init__(self, client: Any, namespaces: list[str]) -> None:
+        self.client, self.namespaces = client, namespaces
+        self.seen: list[tuple[str, int, list[bool]]] = []
+
+    def on_task_committed(self, component: str, task: int, txid: int) -> None:
+        want = str(txid).encode()
+        done = [self.client.hget(f"{ns}$txid", "commit") == want for ns in self.namespaces]
+        self.seen.append((component, task, done))
+
+
+def redis_jobs(name: str, conf: dict[str, Any], faults: Any = None) -> CheckpointJobs:
+    topology = wordcount()
+    more = {} if faults is None else {"faults": faults}
+    ledger, provider = RootLedger(timeout_secs=30), get_provider(conf)
+    plan = ExecutionPlan(topology)
+    return CheckpointJobs(name, topology, plan, ledger, None, ackers=0, provider=provider,
+                          conf=conf, **more)  # fmt: skip
+
+
+def prepare_counts(conf: dict[str, Any], name: str, txid: int) -> list[str]:
+    """Both count tasks' namespaces committed at ``txid - 1`` and prepared at ``txid``."""
+    names = [f"{name}/count-{t}" for t in range(2)]
+    for t, ns in enumerate(names):
+        state: Any = StateFactory.get_state(ns, conf)
+        state.put("storm", t)
+        state.prepare_commit(txid - 1)
+        state.commit(txid - 1)
+        state.put("storm", t + 10)
+        state.prepare_commit(txid)
+    return names
+
+
+def script_calls(client: Any) -> int:
+    stats = client.info("commandstats").get("cmdstat_evalsha")
+    return 0 if stats is None else int(stats["calls"])
+
+
+@pytest.mark.redis
+def test_the_driver_commits_every_redis_namespace_in_one_pipeline(redis_db: Any) -> None:
+    conf = redis_provider_conf(redis_db.port)
+    name = topo.new_key("drv-many")
+    names = prepare_counts(conf, name, 7)
+    client = redis_db.client()
+    client.config_resetstat()
+    future, _ = redis_jobs(name, conf).commit_here(7)
+    assert future.exception() is None
+    assert script_calls(client) == 2  # the COMMIT scripts alone: no state opened one by one
+    assert [client.hget(f"{ns}$txid", "commit") for ns in names] == [b"7", b"7"]
+    assert [StateFactory.get_state(ns, conf).get("storm") for ns in names] == [10, 11]
+
+
+@pytest.mark.redis
+def test_a_namespace_the_pipeline_refuses_fails_the_commit_naming_its_task(redis_db: Any) -> None:
+    conf = redis_provider_conf(redis_db.port)
+    name = topo.new_key("drv-lost")
+    names = prepare_counts(conf, name, 7)
+    client = redis_db.client()
+    client.hset(f"{names[1]}$txid", "commit", "2")  # count-1's store went back in time
+    future, _ = redis_jobs(name, conf).commit_here(7)
+    error = decode_task_error(future.exception())
+    assert error is not None and error.is_a(StateLostError)
+    assert (error.component, error.task, error.txid) == ("count", 1, 7)
+    assert "holds committed txid 2 and a prepared delta of txid 7" in error.message
+    assert client.hget(f"{names[0]}$txid", "commit") == b"7"
+    assert client.hget(f"{names[1]}$txid", "prepare") == b"7"  # untouched
+
+
+@pytest.mark.redis
+def test_with_a_fault_listener_each_task_commits_before_the_next(redis_db: Any) -> None:
+    # A mid-commit kill (KillPoint.MID_COMMIT) needs a commit that is half done when it fires.
+    conf = redis_provider_conf(redis_db.port)
+    name = topo.new_key("drv-order")
+    names = prepare_counts(conf, name, 7)
+    order = CommitOrder(redis_db.client(), names)
+    future, _ = redis_jobs(name, conf, order).commit_here(7)
+    assert future.exception() is None
+    assert order.seen == [("count", 0, [True, False]), ("count", 1, [True, True])]
 
 
 # ---------------------------------------------------------------- on Spark

@@ -17,7 +17,7 @@ from typing import Any
 import msgpack
 import pytest
 
-from checkpoint import Action, CheckpointTask
+from checkpoint import Action, CheckpointTask, check_stored_txids
 from checkpoint._prefetch import grouped_keys
 from providers import KeyValueState
 from providers.memory import InMemoryKeyValueState, InMemoryKeyValueStateProvider
@@ -98,6 +98,28 @@ def test_prefetch_reads_every_key_in_one_hmget_and_get_answers_from_it(
     assert client.reads == [("hmget", 103)]  # nothing new to read
     assert state.get("never-prefetched") is None
     assert client.reads == [("hmget", 103), ("hget", 1)]  # a miss falls back to one read
+
+
+def test_a_tasks_check_of_its_stored_txids_reads_nothing_after_the_load(
+    client: CountingClient,
+) -> None:
+    committed(client, "t/check-0", {"storm": 1}, txid=4)
+    state = RedisKeyValueState("t/check-0", client)
+    check_stored_txids(state, Action.PREPARE, 5)  # as every stateful task does, first thing
+    assert client.reads == []  # the load script's reply had ns$txid
+    # Any later call reads the record now: another writer may have moved it since the load.
+    other = RedisKeyValueState("t/check-0", client)
+    other.put("storm", 2)
+    other.prepare_commit(5)
+    assert state.stored_txids() == (4, 5)
+    assert client.reads == [("hmget", 2)]
+    # So does the first call after a write of the state's own.
+    fresh = RedisKeyValueState("t/check-0", client)
+    fresh.supersede_prepared(5)
+    fresh.prepare_commit(5)
+    client.reads.clear()
+    assert fresh.stored_txids() == (4, 5)
+    assert client.reads == [("hmget", 2)]
 
 
 def test_a_write_of_this_transaction_wins_over_the_prefetched_value(
