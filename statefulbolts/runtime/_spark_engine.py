@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import logging
+import pickle
 import threading
 import time
 from collections.abc import Mapping
@@ -102,6 +103,7 @@ class SparkEngine:
         self._released = False
         self._shippers: list[ImageShipper] = []
         self._stages = PythonStages.of(self.sc)  # shared by the engines on this context
+        self.inline_feeds = 0  # jobs whose first stage made no RDD of its own (for tests)
         self._pool = concurrent.futures.ThreadPoolExecutor(
             max_jobs, thread_name_prefix=f"sb-{name}-job"
         )
@@ -113,6 +115,21 @@ class SparkEngine:
         self._files = LocalFiles(self.sc._temp_dir) if is_local(self.sc.master) else None
         if not is_local(self.sc.master):
             _ship_code(self.sc, blob, conf)
+
+    def _first_slots(self, fed: list[list[Any]], n: int) -> tuple[Any, bytes | None]:
+        """The RDD of the first stage's ``n`` slots, and their input if it goes in the function.
+
+        Input of at most ``INLINE_BYTES`` pickled travels in the job's function: every job
+        starts from the context's RDD of empty slots, and the driver makes no RDD of its own
+        (``parallelize`` writes a file and has the JVM read it: a millisecond or more of each
+        small PREPARE, on its critical path). Larger input goes by ``parallelize``, once per
+        partition rather than in every task's copy of the function.
+        """
+        pickled = pickle.dumps(fed, protocol=pickle.HIGHEST_PROTOCOL) if any(fed) else None
+        if pickled is not None and len(pickled) > INLINE_BYTES:
+            return self.sc.parallelize([(s, fed[s]) for s in range(n)], n), None
+        self.inline_feeds += 1
+        return self._stages.empty_slots(n), pickled
 
     def image_shipper(self, provider: DriverOwnedStateProvider) -> ImageShipper:
         """A new ``ImageShipper`` of ``provider``'s images for this topology's jobs.
@@ -177,18 +194,21 @@ class SparkEngine:
         sc.addJobTag(topology_tag(self.name))
         log.debug("running %s", labels.description)
 
-        def stages(ks: list[int]) -> Any:
+        def stages(ks: list[int], feed: bytes | None = None) -> Any:
             def fn(slot: int, items: Any) -> Any:
                 _use_extlib(extlib)
+                if feed is not None:  # the first stage's input, in the job's function
+                    # The empty slot's one item is read all the same: a Python worker that
+                    # leaves input unread is not used again.
+                    for _ in items:
+                        pass
+                    items = ((slot, pickle.loads(feed)[slot]),)  # noqa: S301 - the driver's
                 return run_stages(job, blob, ks, slot, items)
 
             return fn
 
         n = len(layout.stages[first])
-        if any(fed):
-            source = sc.parallelize([(s, fed[s]) for s in range(n)], n)
-        else:
-            source = self._stages.empty_slots(n)
+        source, feed = self._first_slots(fed, n)
         # The stages since the last shuffle, run one after the other in each partition.
         group = [first]
         for k in range(first + 1, layout.depth):
@@ -196,8 +216,9 @@ class SparkEngine:
                 group.append(k)
                 continue
             n = len(layout.stages[k])
-            source, group = self._stages.shuffle(source, stages(group), n), [k]
-        function = stages(group)
+            source, group = self._stages.shuffle(source, stages(group, feed), n), [k]
+            feed = None
+        function = stages(group, feed)
         if spec.ackers > 0:
             n = spec.ackers
             source, function = self._stages.shuffle(source, function, n), _reduce_acks

@@ -7,6 +7,7 @@ seam directly, with programs of their own, as a second protocol would.
 
 from __future__ import annotations
 
+import os
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -17,6 +18,7 @@ from checkpoint import CheckpointTaskProgram
 from statefulbolts import Bolt, Fields, Spout, TopologyBuilder
 from statefulbolts.errors import FailedException
 from statefulbolts.runtime._engine import JobSpec
+from statefulbolts.runtime._pyrdd import PythonStages
 from statefulbolts.runtime._records import JobResult, TupleBatch
 from statefulbolts.runtime._spark_engine import SparkEngine as Engine
 from statefulbolts.runtime._task_errors import decode_task_error
@@ -207,3 +209,54 @@ def test_pickling_a_job_s_stage_functions_counts_as_the_driver_s_time(engine: En
     assert result.timings is not None
     assert result.timings.before >= 0.3
     assert [v for o in result.outputs for v in o.column()] == ["X"]
+
+
+# ---------------------------------------------------------------- the first stage's input
+
+
+class Pid(Bolt):
+    """Emits the process id of the Python worker that ran it."""
+
+    def prepare(self, conf: Any, context: Any, collector: Any) -> None:
+        self.collector = collector
+
+    def execute(self, tuple: Any) -> None:  # noqa: A002
+        self.collector.emit([os.getpid()], tuple)
+        self.collector.ack(tuple)
+
+    def declare_output_fields(self, declarer: Any) -> None:
+        declarer.declare(Fields("pid"))
+
+
+def test_a_small_input_travels_in_the_function_and_a_large_one_by_parallelize(
+    spark: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    builder = TopologyBuilder()
+    builder.set_spout("lines", Lines())
+    builder.set_bolt("a", Upper(), 2).shuffle_grouping("lines")
+    builder.set_bolt("pid", Pid(), 2).shuffle_grouping("a")
+    builder.set_bolt("after", Pid(), 1).shuffle_grouping("pid")  # outside every job: its input
+    made = Engine(spark, builder.create_topology(), "inline-feed", {}, max_jobs=1)
+    sc = spark.sparkContext
+    parallelized: list[int] = []
+    parallelize = type(sc).parallelize
+
+    def counted(self: Any, data: Any, slices: Any = None) -> Any:
+        parallelized.append(len(data))
+        return parallelize(self, data, slices)
+
+    PythonStages.of(sc).empty_slots(2)  # the context's, which an earlier test may have made
+    monkeypatch.setattr(type(sc), "parallelize", counted)
+    try:
+        small = [run(made, ["a", "pid"], ["x", "y"]) for _ in range(8)]
+        assert made.inline_feeds == 8 and parallelized == []
+        # Every job's tasks ran, on Python workers Spark used again (a worker that left its
+        # input unread would not be: a new process for every task).
+        pids = [v for result in small for o in result.outputs for v in o.column()]
+        assert len(pids) == 16 and len(set(pids)) <= 4
+        lines = [f"line {i:06d} " + "x" * 40 for i in range(2_000)]  # some 100 KB pickled
+        large = run(made, ["a"], lines)
+        assert made.inline_feeds == 8 and parallelized == [2]
+        assert sorted(v for o in large.outputs for v in o.column()) == [s.upper() for s in lines]
+    finally:
+        made.close()
