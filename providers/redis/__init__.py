@@ -6,8 +6,9 @@ is in parts: ``_codec`` (the value envelope), ``_scripts`` (the Lua scripts), ``
 (``connect``, the one factory of redis-py clients in the project, and the connection pools per
 process), ``_errors`` (which Redis errors are an outage to wait out and
 which a refusal that stops the topology; every user of Redis in the project asks it),
-``_keys`` (the key names and the namespace listing), ``_state`` (the state and its provider)
-and ``_lease`` (the lease store and the fence's error).
+``_keys`` (the key names and the namespace listing), ``_state`` (the state and its provider),
+``_commits`` (the commit of many namespaces in one round trip) and ``_lease`` (the lease store
+and the fence's error).
 
 Layout per namespace ``ns`` (Storm's):
 
@@ -38,7 +39,8 @@ committed hash.
 
 Round trips: a process's first state on a server loads the scripts (one pipelined round trip);
 constructing a state is one (a script loads ``ns$txid`` and the prepared delta);
-``prepare_commit``, ``commit`` and ``rollback`` are one script each, whatever the number of keys;
+``prepare_commit``, ``commit`` and ``rollback`` are one script each, whatever the number of keys
+(the driver's commit of a transaction sends every namespace's in one pipeline, ``_commits``);
 ``get`` is at most one ``HGET`` per distinct key per state object (hits and misses are cached, and
 the cache follows commits), and usually none: before a stateful task's tuples the runtime hands the
 state the distinct values its input is fields-grouped on (``prefetch``), read with one ``HMGET``
