@@ -207,3 +207,59 @@ def test_cancel_reaches_a_running_job_by_the_protocols_group(spark: Any, tmp_pat
     finally:
         release.touch()
         engine.close()
+
+
+class JobTags(Bolt):
+    """Emits the Spark job tags of the job it runs in, sorted."""
+
+    def prepare(self, conf: Any, context: Any, collector: Any) -> None:
+        self.collector = collector
+
+    def execute(self, tuple: Any) -> None:  # noqa: A002
+        from pyspark import TaskContext
+
+        ctx = TaskContext.get()
+        assert ctx is not None
+        tags = ctx.getLocalProperty("spark.job.tags") or ""
+        self.collector.emit([",".join(sorted(tags.split(",")))], tuple)
+        self.collector.ack(tuple)
+
+    def declare_output_fields(self, declarer: Any) -> None:
+        declarer.declare(Fields("tags"))
+
+
+@pytest.mark.spark
+def test_a_thread_sets_its_job_tags_only_when_they_change(
+    spark: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    builder = TopologyBuilder()
+    builder.set_spout("words", Words(1))
+    builder.set_bolt("tags", JobTags()).shuffle_grouping("words")
+    builder.set_bolt("after", JobTags()).shuffle_grouping("tags")  # outside every job
+    sc = spark.sparkContext
+    added: list[str] = []
+    add = type(sc).addJobTag
+
+    def counted(self: Any, tag: str) -> None:
+        added.append(tag)
+        add(self, tag)
+
+    monkeypatch.setattr(type(sc), "addJobTag", counted)
+    engine = Engine(spark, builder.create_topology(), "tagged", {}, max_jobs=1)
+    try:
+        plan = engine.plan
+        layout = plan.layout([plan.index["tags"]])
+        batch = TupleBatch(plan.index["tags"], 0, plan.index["words"], 0, 0, ["w"], [0], None)
+        seen, calls = [], []
+        for txid, group in enumerate([None, None, "tagged-3:1", None], start=1):
+            spec = JobSpec(layout, CheckpointTaskProgram(None, txid), [[batch]], txid, "",
+                           group=group, action="BATCH")  # fmt: skip
+            result = engine.submit(spec).result(120)
+            seen.append([v for o in result.outputs for v in o.column()])
+            calls.append(len(added))
+    finally:
+        engine.close()
+    own, topology = "$topology/tagged", "tagged"
+    assert seen == [[f"{own},{topology}"]] * 2 + [[f"{own},tagged-3:1"]] + [[f"{own},{topology}"]]
+    # The second job's tags were the first's: no call. The third's differ, the fourth's too.
+    assert calls == [2, 2, 4, 6]
