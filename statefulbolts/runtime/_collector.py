@@ -80,10 +80,12 @@ class _Memo(dict[str, tuple[list[Any], str]]):
     a value costs that one frame, not the general path's (a collector's batches are new with
     every job, so a small transaction's emits were mostly first ones).
 
-    It holds the collector's tables, not the collector: no reference cycle through it.
+    It holds the collector's tables, not the collector: no reference cycle through it, and
+    this task's batch for each task of the destination once made (``_by_task``), so a value
+    seen first finds its batch by its owner's index.
     """
 
-    __slots__ = ("_batches", "_dest", "_dest_of", "_owners", "_routes", "_stream")
+    __slots__ = ("_batches", "_by_task", "_dest", "_dest_of", "_owners", "_routes", "_stream")
 
     def __init__(
         self,
@@ -97,14 +99,24 @@ class _Memo(dict[str, tuple[list[Any], str]]):
         super().__init__()
         self._batches, self._dest_of, self._dest, self._stream = batches, dest_of, dest, stream
         self._owners, self._routes = owners, routes
+        self._by_task: list[list[Any] | None] = [None] * (max(owners, default=0) + 1)
 
     def __missing__(self, value: str) -> tuple[list[Any], str]:
         routes = self._routes
         task, value = routes.get(value) or _new_route(routes, self._owners, value)
-        entry = (_batch_in(self._batches, self._dest_of, self._dest, task, self._stream), value)
+        batch = self._by_task[task]
+        if batch is None:
+            batch = _batch_in(self._batches, self._dest_of, self._dest, task, self._stream)
+            self._by_task[task] = batch
+        entry = (batch, value)
         if len(self) < _MEMO_SIZE:
             self[value] = entry
         return entry
+
+    def reset(self) -> None:
+        """Forget every value and batch: the collector let go of its batches."""
+        self.clear()
+        self._by_task[:] = [None] * len(self._by_task)
 
 
 class _ByField(NamedTuple):
@@ -645,7 +657,7 @@ class TaskCollector(OutputCollector):
         self._sealed.clear()
         self._dest_of.clear()
         for _pos, cache, _dest, _owners, _routes in self._memo.values():
-            cache.clear()
+            cache.reset()
         for by in self._by_field.values():
             by.batches[:] = [None] * len(by.batches)
         for fixed in self._fixed.values():

@@ -150,6 +150,25 @@ def test_a_first_emit_of_a_value_is_routed_by_the_memo_not_the_general_path(
         assert collector.emitted == len(words)
 
 
+def test_a_released_collector_emits_into_new_batches_and_leaves_the_old_ones_alone() -> None:
+    # The memo keeps this task's batch per destination task, so a value seen first finds it by
+    # its owner; once the collector let go of its batches (handed on as records), the next
+    # emits must make new ones, not append to what went on.
+    plan = split_plan()
+    collector = task_collector(plan, plan.index["split"])
+    first = [f"one-{i}" for i in range(20)]
+    emit_words(collector, first)
+    handed_on = {key: (list(b[0]), b) for key, b in collector.batches.items()}
+    assert len(handed_on) == 2
+    collector.release()
+    second = [f"two-{i}" for i in range(20)]
+    emit_words(collector, second)
+    assert sorted(v for b in collector.batches.values() for v in b[0]) == sorted(second)
+    for key, (values, batch) in handed_on.items():
+        assert batch[0] == values  # nothing appended to a batch already handed on
+        assert collector.batches[key] is not batch
+
+
 def test_fast_emit_of_an_untracked_parent_ships_zero_roots():
     plan = split_plan()
     collector = task_collector(plan, plan.index["split"])
