@@ -34,7 +34,7 @@ from statefulbolts.runtime._local_files import LocalFiles, take_spilled
 from statefulbolts.runtime._plan import ExecutionPlan
 from statefulbolts.runtime._program import TaskJob
 from statefulbolts.runtime._pyrdd import PythonStages
-from statefulbolts.runtime._records import JobResult, JobTimings, ReportedError
+from statefulbolts.runtime._records import JobResult, JobTimings, ReportedError, TupleBatch
 from statefulbolts.runtime._results import merge_results, reduce_acks
 from statefulbolts.runtime._retried import failed_attempts, retried_errors
 from statefulbolts.runtime._sealing import seal_inputs
@@ -72,6 +72,14 @@ def _set_tags(sc: Any, tags: tuple[str, str]) -> None:
     for each in tags:
         sc.addJobTag(each)
     _THREAD_TAGS.key = key
+
+
+def _sealed_bytes(fed: list[list[Any]]) -> int:
+    """The sealed values' bytes in ``fed``: less than its pickle, read without pickling it."""
+    return sum(
+        len(r.values) for slot in fed for r in slot
+        if type(r) is TupleBatch and type(r.values) is bytes
+    )  # fmt: skip
 
 
 def _reduce_acks(split: int, results: Any) -> Any:
@@ -147,9 +155,12 @@ class SparkEngine:
         small PREPARE, on its critical path). Larger input goes by ``parallelize``, once per
         partition rather than in every task's copy of the function.
         """
-        pickled = pickle.dumps(fed, protocol=pickle.HIGHEST_PROTOCOL) if any(fed) else None
-        if pickled is not None and len(pickled) > INLINE_BYTES:
-            return self.sc.parallelize([(s, fed[s]) for s in range(n)], n), None
+        pickled = None
+        if any(fed):
+            if _sealed_bytes(fed) <= INLINE_BYTES:  # else too large for sure: not pickled here
+                pickled = pickle.dumps(fed, protocol=pickle.HIGHEST_PROTOCOL)
+            if pickled is None or len(pickled) > INLINE_BYTES:
+                return self.sc.parallelize([(s, fed[s]) for s in range(n)], n), None
         self.inline_feeds += 1
         return self._stages.empty_slots(n), pickled
 
