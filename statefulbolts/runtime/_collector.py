@@ -81,11 +81,11 @@ class _Memo(dict[str, tuple[list[Any], str]]):
     every job, so a small transaction's emits were mostly first ones).
 
     It holds the collector's tables, not the collector: no reference cycle through it, and
-    this task's batch for each task of the destination once made (``_by_task``), so a value
-    seen first finds its batch by its owner's index.
+    this task's batch for each task of the destination once made (``by_task``, which
+    ``emit_to``'s ``_ByField`` shares), so a value seen first finds its batch by its owner.
     """
 
-    __slots__ = ("_batches", "_by_task", "_dest", "_dest_of", "_owners", "_routes", "_stream")
+    __slots__ = ("_batches", "_dest", "_dest_of", "_owners", "_routes", "_stream", "by_task")
 
     def __init__(
         self,
@@ -95,19 +95,20 @@ class _Memo(dict[str, tuple[list[Any], str]]):
         stream: int,
         owners: tuple[int, ...],
         routes: dict[str, tuple[int, str]],
+        tasks: int,
     ) -> None:
         super().__init__()
         self._batches, self._dest_of, self._dest, self._stream = batches, dest_of, dest, stream
         self._owners, self._routes = owners, routes
-        self._by_task: list[list[Any] | None] = [None] * (max(owners, default=0) + 1)
+        self.by_task: list[list[Any] | None] = [None] * tasks
 
     def __missing__(self, value: str) -> tuple[list[Any], str]:
         routes = self._routes
         task, value = routes.get(value) or _new_route(routes, self._owners, value)
-        batch = self._by_task[task]
+        batch = self.by_task[task]
         if batch is None:
             batch = _batch_in(self._batches, self._dest_of, self._dest, task, self._stream)
-            self._by_task[task] = batch
+            self.by_task[task] = batch
         entry = (batch, value)
         if len(self) < _MEMO_SIZE:
             self[value] = entry
@@ -116,7 +117,7 @@ class _Memo(dict[str, tuple[list[Any], str]]):
     def reset(self) -> None:
         """Forget every value and batch: the collector let go of its batches."""
         self.clear()
-        self._by_task[:] = [None] * len(self._by_task)
+        self.by_task[:] = [None] * len(self.by_task)
 
 
 class _ByField(NamedTuple):
@@ -197,7 +198,8 @@ class TaskCollector(OutputCollector):
             if single is not None:
                 dest, pos, owners = single
                 routes = _ROUTES.setdefault(owners, {})
-                memo = _Memo(self.batches, self._dest_of, dest, stream, owners, routes)
+                tasks = len(plan.task_ids[dest])
+                memo = _Memo(self.batches, self._dest_of, dest, stream, owners, routes, tasks)
                 self._memo[stream] = (pos, memo, dest, owners, routes)
         # The same caches by stream name, for the one-field data streams ``emit`` has a fast
         # path for (none in a data-free job, where a data emit is an error).
@@ -223,11 +225,10 @@ class TaskCollector(OutputCollector):
                     self._fixed[name] = [self._widths[s], None]
                     self._fixed_ids[name] = plan.task_ids[target[0]][target[1]]
                 if s in self._memo:
-                    pos, _cache, dest, owners, routes = self._memo[s]
+                    pos, memo, dest, owners, routes = self._memo[s]
                     ids = plan.task_ids[dest]
-                    by_task: list[list[Any] | None] = [None] * len(ids)
-                    self._by_field[name] = _ByField(
-                        self._widths[s], pos, routes, by_task, ids, s, dest, owners
+                    self._by_field[name] = _ByField(  # the memo's batches per task, shared
+                        self._widths[s], pos, routes, memo.by_task, ids, s, dest, owners
                     )
         # ``emit``'s two fast paths by stream name, in one lookup: (the fields-grouping cache
         # of a one-field stream, the fixed stream's entry), either ``None``.
@@ -657,9 +658,7 @@ class TaskCollector(OutputCollector):
         self._sealed.clear()
         self._dest_of.clear()
         for _pos, cache, _dest, _owners, _routes in self._memo.values():
-            cache.reset()
-        for by in self._by_field.values():
-            by.batches[:] = [None] * len(by.batches)
+            cache.reset()  # and each ``_ByField``'s batches: the same list
         for fixed in self._fixed.values():
             fixed[1] = None
 
