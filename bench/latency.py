@@ -251,6 +251,7 @@ class JobStamp:
     task_seconds: float = 0.0  # the framework's own time in the job's tasks (their reports)
     tasks: int = 0
     phases: dict[str, float] = field(default_factory=dict)  # the runner's (TransactionInfo)
+    cut: float = math.nan  # a late-cut job's tuples taken (``topology.input.cut`` task-start)
 
 
 @dataclass
@@ -274,6 +275,15 @@ class JobClock:
             stamp = JobStamp(spec.action, spec.txid, time.perf_counter())
             self.jobs.append(stamp)
             self._by_key[(spec.action, spec.txid)] = stamp
+            late = getattr(spec, "late", None)
+            if late is not None:  # stamp the cut, when the first task asks
+                give = late.give
+
+                def stamped_give(records: Any, give: Any = give, stamp: JobStamp = stamp) -> None:
+                    stamp.cut = time.perf_counter()
+                    give(records)
+
+                late.give = stamped_give
             future = submit(spec)
             future.add_done_callback(lambda _f: setattr(stamp, "done", time.perf_counter()))
             return future
@@ -343,12 +353,12 @@ def stage_split(record: FullRecord, n: int, stamps: list[JobStamp]) -> dict[str,
     commits = {s.txid: s for s in stamps if s.action == "COMMIT" and s.ok}
     if not prepares:
         return {}
-    p_sub = np.array([s.submitted for s in prepares])
+    p_sub = np.array([_taken(s) for s in prepares])
     p_done = np.array([s.done for s in prepares])
     c_sub = np.array([commits[s.txid].submitted if s.txid in commits else np.nan for s in prepares])
     c_done = np.array([commits[s.txid].done if s.txid in commits else np.nan for s in prepares])
-    # A tuple rides the first PREPARE submitted after its emit: the driver thread takes the whole
-    # buffer right before it submits, and emits happen on that same thread.
+    # A tuple rides the first PREPARE whose buffer was taken after its emit: the driver thread
+    # takes the whole buffer (at submit, or at a late cut), and emits happen on that thread.
     k = np.searchsorted(p_sub, emit, side="right")
     ok = (ack > 0) & (k < len(prepares))
     k = np.where(ok, k, 0)
@@ -367,6 +377,11 @@ def stage_split(record: FullRecord, n: int, stamps: list[JobStamp]) -> dict[str,
         out[name] = pct(v[keep])
         out[name]["share"] = round(float(v[keep].sum() / total[keep].sum()), 3) if keep.any() else 0
     return out
+
+
+def _taken(stamp: JobStamp) -> float:
+    """When a PREPARE took the buffer: its late cut, else its submission."""
+    return stamp.submitted if math.isnan(stamp.cut) else stamp.cut
 
 
 # The latency breakdown's parts, in a tuple's order; their means add up to the mean latency.
@@ -388,14 +403,18 @@ def breakdown(record: FullRecord, n: int, stamps: list[JobStamp]) -> dict[str, A
 
     From the job stamps and the runner's phases of each PREPARE (``TransactionInfo.phases``):
 
-    - ``wait_for_prepare``: emit -> the driver takes the buffer for the PREPARE that carries it;
-    - ``driver_build``: taking the buffer, building the job (the runner's ``build``);
+    - ``wait_for_prepare``: emit -> the driver takes the buffer for the PREPARE that carries it
+      (when the job is submitted, or, cut late, when its first task asks);
+    - ``driver_build``: taking the buffer, building the job (the runner's ``build``; 0 for a
+      job cut late: it was built before its tuples were taken);
     - ``driver_engine``: the PREPARE job's time outside Spark's run of it and its head (the
-      engine thread building the RDD chain, sealing, merging; the thread hand-over);
+      engine thread building the RDD chain, sealing, merging; the thread hand-over); cut late,
+      the sealing after the cut and the merging (the runner's ``engine``);
     - ``driver_head``: the job's stateless head, run by the driver itself (``head``: the
       split, when ``topology.driver.head`` moved it; else 0);
     - ``spark_scheduling``: Spark's run of the job less the tasks' own time: scheduling,
-      shuffles, the Python workers reading, unpickling and writing around our code;
+      shuffles, the Python workers reading, unpickling and writing around our code; cut late,
+      only what follows the cut (what Spark did before its first task asked is no tuple's);
     - ``task_framework``: the tasks' own time outside the executors' steps (setup: the
       topology, context, collector, state images; output: acks, sealing, state changes);
     - ``user_code``: the executors' steps (prepare, the tuples, finish: the bolts' code and the
@@ -422,22 +441,29 @@ def breakdown(record: FullRecord, n: int, stamps: list[JobStamp]) -> dict[str, A
 
     nan = math.nan
     p_sub, p_done = col(lambda s: s.submitted), col(lambda s: s.done)
+    cut = col(_taken)
+    late = col(lambda s: not math.isnan(s.cut)).astype(bool)
     c_sub = col(lambda s: commits[s.txid].submitted if s.txid in commits else nan)
     c_done = col(lambda s: commits[s.txid].done if s.txid in commits else nan)
     build, spark = col(lambda s: s.phases["build"]), col(lambda s: s.phases["spark"])
+    engine = col(lambda s: s.phases.get("engine", 0.0))
     head = col(lambda s: s.phases.get("head", 0.0))
     setup = col(lambda s: s.phases.get("task_setup", 0.0))
     execute = col(lambda s: s.phases.get("task_execute", 0.0))
     output = col(lambda s: s.phases.get("task_output", 0.0))
-    k = np.searchsorted(p_sub, emit, side="right")
+    k = np.searchsorted(cut, emit, side="right")
     ok = (ack > 0) & (k < len(prepares))
     k = np.where(ok, k, 0)
+    tasks = setup[k] + execute[k] + output[k]
+    lk = late[k]
     parts = {
-        "wait_for_prepare": p_sub[k] - build[k] - emit,
-        "driver_build": build[k],
-        "driver_engine": (p_done[k] - p_sub[k]) - spark[k] - head[k],
+        "wait_for_prepare": np.where(lk, cut[k], p_sub[k] - build[k]) - emit,
+        "driver_build": np.where(lk, 0.0, build[k]),
+        "driver_engine": np.where(lk, engine[k], (p_done[k] - p_sub[k]) - spark[k] - head[k]),
         "driver_head": head[k],
-        "spark_scheduling": spark[k] - (setup[k] + execute[k] + output[k]),
+        "spark_scheduling": np.where(
+            lk, (p_done[k] - cut[k]) - engine[k] - head[k] - tasks, spark[k] - tasks
+        ),
         "task_framework": setup[k] + output[k],
         "user_code": execute[k],
         "driver_settle": c_sub[k] - p_done[k],
@@ -716,7 +742,8 @@ def print_summary(result: dict[str, Any]) -> None:
     )
     print(
         f"COMMIT: topology.state.commit.location {result['commit_location']}; "
-        f"topology.driver.head {result['driver_head']}"
+        f"topology.driver.head {result['driver_head']}; "
+        f"topology.input.cut {result.get('input_cut', 'submit')}"
     )
     print(
         f"baseline (median of {result['baseline_repeat']} warm empty Python jobs): one stage "
@@ -850,6 +877,13 @@ def main(argv: list[str] | None = None) -> int:
         help="topology.driver.head: auto (a small PREPARE's split in the driver), always, never",
     )
     parser.add_argument(
+        "--input-cut",
+        choices=["task-start", "submit"],
+        default="task-start",
+        help="topology.input.cut: a PREPARE takes the waiting tuples when its first task asks "
+        "(task-start), or when it is submitted",
+    )
+    parser.add_argument(
         "--spark-conf",
         action="append",
         default=[],
@@ -912,6 +946,7 @@ def measure(args: argparse.Namespace) -> int:
         "topology.state.commit.location": args.commit_location,
         "topology.state.checkpoint.cadence": args.cadence,
         "topology.driver.head": args.driver_head,
+        "topology.input.cut": args.input_cut,
     }
     server = None
     if args.provider == "redis":
@@ -951,6 +986,7 @@ def measure(args: argparse.Namespace) -> int:
         "commit_location": args.commit_location,
         "cadence": args.cadence,
         "driver_head": args.driver_head,
+        "input_cut": args.input_cut,
         "vocab": args.vocab,
         "seconds": args.seconds,
         "baseline_repeat": args.baseline_repeat,

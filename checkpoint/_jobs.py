@@ -55,6 +55,7 @@ from statefulbolts.runtime import (
     JobLayout,
     JobResult,
     JobSpec,
+    LateInputs,
     ShippedImage,
     TupleBatch,
     encode_task_error,
@@ -140,6 +141,7 @@ class CheckpointJobs:
         ticks: Mapping[str, tuple[int, int]] | None = None,
         started_ms: float | None = None,
         reads: Mapping[tuple[str, int], TaskReads] | None = None,
+        late: bool = False,
     ) -> tuple[JobSpec, int | None]:
         """The job of ``action`` (``None``: a plain batch); and the checkpoint tuple's root.
 
@@ -161,7 +163,7 @@ class CheckpointJobs:
                 cp_root = self._add_checkpoint(inputs, layout, txid, action)
             ackers = self._ackers
             # The head moves only in the layout it was chosen for: no partitioned spout reads.
-            head = 0 if spouts else self.head.stages(fed(records))
+            head = 0 if spouts else self.head.stages(tuples if late else fed(records))
         else:
             layout = plan.flat_layout(plan.stateful_tasks())
             inputs, cp_root = self._checkpoint_per_task(txid, action)
@@ -186,8 +188,17 @@ class CheckpointJobs:
             images=self._images(),
             action=action or "BATCH",  # an ``Action`` is the ``str`` the engine takes
             driver_stages=head,
+            late=LateInputs() if late else None,
         )
         return spec, cp_root
+
+    @staticmethod
+    def place(layout: JobLayout, records: Sequence[TupleBatch]) -> list[list[TupleBatch]]:
+        """``records`` per first-stage slot of ``layout`` (a late-cut job's data)."""
+        inputs: list[list[TupleBatch]] = [[] for _ in layout.stages[0]] if layout.depth else []
+        for r in records:
+            inputs[layout.key_for(-1, r.dest, r.dest_task)].append(r)
+        return inputs
 
     def observe(self, result: JobResult, records: Sequence[TupleBatch]) -> None:
         """A data job fed ``records`` succeeded: what its head cost (``DriverHead.observe``)."""

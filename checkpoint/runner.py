@@ -61,7 +61,7 @@ from statefulbolts.clock import Clock
 from statefulbolts.collectors import SpoutOutputCollector
 from statefulbolts.context import TopologyContext
 from statefulbolts.deadletter import Verdict
-from statefulbolts.errors import TopologyError, TopologyFailedError
+from statefulbolts.errors import CheckpointError, TopologyError, TopologyFailedError
 from statefulbolts.listeners import FaultListener, KillPoint
 from statefulbolts.namespaces import TaskNamespace, topology_prefix
 from statefulbolts.protocol_runner import ProtocolRunner
@@ -69,6 +69,7 @@ from statefulbolts.runtime import (
     HeldLease,
     JobLayout,
     JobResult,
+    LateInputs,
     Progress,
     Router,
     TransactionInfo,
@@ -107,6 +108,7 @@ class _Job:
     waited: float = 0.0
     building: float = 0.0
     done_at: float = 0.0  # when its future completed (on the engine's thread)
+    late: LateInputs | None = None  # its input, cut when its first task asks (``_cut``)
 
 
 class _CheckpointCollector(SpoutOutputCollector):
@@ -189,6 +191,8 @@ class CheckpointRunner(ProtocolRunner):
             # runs every task here), and only while the spouts are read here (a partitioned
             # spout is read by the job's first stage).
             moves = not self.engine.in_driver and not self.partitioned
+            # A job's input cut when its first task asks (``statefulbolts.runtime._late``).
+            self._late = self.engine.late_binding and self.tc.input_cut == "task-start"
             self.jobs = CheckpointJobs(
                 name,
                 topology,
@@ -295,6 +299,8 @@ class CheckpointRunner(ProtocolRunner):
     def _stop_jobs(self) -> None:
         job, self._job = self._job, None
         if job is not None:
+            if job.late is not None:  # its tasks wait for input no cut will give
+                job.late.refuse(CheckpointError("the topology stopped before its input was cut"))
             try:
                 job.future.result()
             except Exception:  # noqa: BLE001 - the topology is stopping; the job is abandoned
@@ -307,7 +313,11 @@ class CheckpointRunner(ProtocolRunner):
         self._yielded = time.perf_counter()
         job = self._job
         if job is not None:
-            concurrent.futures.wait([job.future], timeout=0.002)
+            late = job.late
+            waits: list[concurrent.futures.Future[Any]] = [job.future]
+            if late is not None and not late.given:
+                waits.append(late.asked)
+            concurrent.futures.wait(waits, timeout=0.002, return_when="FIRST_COMPLETED")
         else:
             self._stop.wait(0.002)
 
@@ -327,8 +337,13 @@ class CheckpointRunner(ProtocolRunner):
             self.state_keys.tick()
         job = self._job
         if job is not None:
+            late = job.late
+            if late is not None and late.wanted and not late.given:
+                self._cut(job)
             if job.future.done():
                 self._job = None
+                if late is not None and not late.given:  # the job ended before it asked
+                    late.refuse(CheckpointError("the job ended before it took its input"))
                 self._finish(job)
                 return True
             return self._gather() > 0
@@ -468,11 +483,13 @@ class CheckpointRunner(ProtocolRunner):
         """
         carries = action is None or action.carries_data
         started = time.perf_counter()  # before: an inline job, or a commit here, runs in submit
-        records, roots = self.spouts.take() if carries else ([], [])
-        since, waited = self._buffered_since, 0.0
-        if carries and since is not None:
-            self._buffered_since, waited = None, started - since
-            self._buffer_began_ms = None
+        late = carries and self._late and not self.partitioned
+        records: list[TupleBatch] = []
+        roots: list[int] = []
+        waited = 0.0
+        if not late:
+            records, roots = self.spouts.take() if carries else ([], [])
+            waited = self._took(started) if carries else 0.0
         starts = self.starts
         if action is not None and starts is not None:
             started_ms = starts.time_of(txid)
@@ -499,18 +516,41 @@ class CheckpointRunner(ProtocolRunner):
                 txid,
                 action,
                 records,
-                len(roots),
+                self.spouts.buffered if late else len(roots),
                 ticks=per_task,
                 started_ms=started_ms,
                 reads=reads,
+                late=late,
             )
             layout, built = spec.layout, time.perf_counter()
             future = self.engine.submit(spec)
         recovering = self.cp is not None and self.cp.recovering
         job = _Job(txid, action, roots, started, future, cp_root, recovering, records, ticks)
         job.layout, job.waited, job.building = layout, waited, built - started
+        job.late = spec.late if late and layout is not None else None
         future.add_done_callback(lambda _f: setattr(job, "done_at", time.perf_counter()))
         self._job = job
+
+    def _took(self, now: float) -> float:
+        """The buffer was just taken: how long its oldest tuple had waited (seconds)."""
+        since, waited = self._buffered_since, 0.0
+        if since is not None:
+            self._buffered_since, waited = None, now - since
+            self._buffer_began_ms = None
+        return waited
+
+    def _cut(self, job: _Job) -> None:
+        """A late-cut job's first task asked for its input: take the buffer now (``_late``)."""
+        late = job.late
+        assert late is not None and job.layout is not None  # noqa: S101
+        try:
+            records, roots = self.spouts.take()
+            job.waited = self._took(time.perf_counter())
+            job.records, job.roots = records, roots
+            late.give(self.jobs.place(job.layout, records))
+        except BaseException as exc:
+            late.refuse(exc)
+            raise
 
     # ----------------------------------------------------------------- a job ended
     def _finish(self, job: _Job) -> None:
@@ -712,7 +752,11 @@ def _phases(job: _Job, result: JobResult, finishing: float) -> dict[str, float]:
     ``task_execute`` (the executors' steps: the user's code and the loops feeding it) and
     ``task_output``, each a mean over the tasks Spark ran times its stages (what one tuple
     crossing every Spark stage waits); ``noticed``: job done -> the driver's loop took it up;
-    ``settle``: settling its roots and moving the checkpoint spout on.
+    ``settle``: settling its roots and moving the checkpoint spout on. A job whose input was
+    cut when its first task asked (``topology.input.cut`` ``task-start``) also has
+    ``scheduled``, its build and Spark's part before that ask (no tuple of it waited for
+    those), and ``feed``, the cut and the sealing after it (within ``spark``); its ``engine``
+    is then that ``feed`` and the merging, the engine's work on its tuples' path.
     """
     phases = {"waited": job.waited, "build": job.building}
     timings, layout = result.timings, job.layout
@@ -721,6 +765,12 @@ def _phases(job: _Job, result: JobResult, finishing: float) -> dict[str, float]:
             phases["head"] = timings.head
         phases["engine"] = timings.before + timings.after
         phases["spark"] = timings.spark
+        if job.late is not None:
+            # Cut late: the build and Spark's scheduling before the first task asked came
+            # before any of its tuples was taken (``scheduled``); ``feed`` is in ``spark``.
+            phases["engine"] = timings.feed + timings.after
+            phases["scheduled"] = timings.before + timings.asked
+            phases["feed"] = timings.feed
         here = timings.head_stages
         reports = [r for r in result.reports if (layout.stage_of[r.comp] or 0) >= here]
         stages = layout.depth - here

@@ -59,6 +59,10 @@ class TopologyConfig(BaseModel):
     driver_head_budget_ms: float = Field(
         40, ge=0, allow_inf_nan=False, alias="topology.driver.head.budget.ms"
     )
+    # When a data job's spout tuples are cut (``statefulbolts.runtime._late``): when its first
+    # Spark task starts and asks for them, so the tuples gathered while Spark scheduled the job
+    # go with it; or when the job is submitted.
+    input_cut: Literal["task-start", "submit"] = Field("task-start", alias="topology.input.cut")
     message_timeout_secs: float = Field(30, gt=0, alias="topology.message.timeout.secs")
     acker_executors: int | None = Field(None, ge=0, alias="topology.acker.executors")
     max_spout_pending: int | None = Field(None, ge=0, alias="topology.max.spout.pending")
@@ -209,6 +213,7 @@ class Config(dict[str, Any]):
     TOPOLOGY_STATE_COMMIT_LOCATION = "topology.state.commit.location"
     TOPOLOGY_DRIVER_HEAD = "topology.driver.head"
     TOPOLOGY_DRIVER_HEAD_BUDGET_MS = "topology.driver.head.budget.ms"
+    TOPOLOGY_INPUT_CUT = "topology.input.cut"
     TOPOLOGY_MESSAGE_TIMEOUT_SECS = "topology.message.timeout.secs"
     TOPOLOGY_ACKER_EXECUTORS = "topology.acker.executors"
     TOPOLOGY_MAX_SPOUT_PENDING = "topology.max.spout.pending"

@@ -14,6 +14,7 @@ from statefulbolts.runtime._engine import Engine, JobLabels, JobSpec, job_labels
 from statefulbolts.runtime._engines import ENGINES, open_engine
 from statefulbolts.runtime._images import ImageShipper, ShippedImage
 from statefulbolts.runtime._inline import InlineEngine, task_copy
+from statefulbolts.runtime._late import LateInputs
 from statefulbolts.runtime._plan import ExecutionPlan, JobLayout, Router
 from statefulbolts.runtime._program import TaskExecutor, TaskInfo, TaskJob, TaskProgram
 from statefulbolts.runtime._records import JobResult, TupleBatch, id_column
@@ -65,6 +66,7 @@ __all__ = [
     "JobLayout",
     "JobResult",
     "JobSpec",
+    "LateInputs",
     "NamespacesOf",
     "Observation",
     "Progress",

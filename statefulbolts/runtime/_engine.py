@@ -38,6 +38,7 @@ from typing import Any, NamedTuple, Protocol
 from providers import DriverOwnedStateProvider
 from statefulbolts.listeners import FaultListener
 from statefulbolts.runtime._images import ImageShipper, ShippedImage
+from statefulbolts.runtime._late import LateInputs
 from statefulbolts.runtime._plan import ExecutionPlan, JobLayout
 from statefulbolts.runtime._program import TaskJob, TaskProgram
 from statefulbolts.runtime._records import JobResult
@@ -84,6 +85,9 @@ class JobSpec:
     action: str = "JOB"
     attempt: int | None = None
     driver_stages: int = 0
+    # The data records, cut when the first task asks (``_late``): ``inputs`` then holds only
+    # what the protocol fixed at submit (a checkpoint tuple), each slot's data going before it.
+    late: LateInputs | None = None
 
 
 class JobLabels(NamedTuple):
@@ -139,11 +143,13 @@ class Engine(Protocol):
     ``plan`` is the topology's ``ExecutionPlan``. A job's future holds its ``JobResult``, or
     the error that failed it (a task's fatal error as ``TaskFailedError``, or the engine's).
     ``in_driver``: every task of every job runs in this process (the inline engine), so a
-    protocol has nothing to move here (``JobSpec.driver_stages``).
+    protocol has nothing to move here (``JobSpec.driver_stages``). ``late_binding``: the engine
+    takes a job whose input is cut when its first task asks (``JobSpec.late``, ``_late``).
     """
 
     plan: ExecutionPlan
     in_driver: bool
+    late_binding: bool
 
     def image_shipper(self, provider: DriverOwnedStateProvider) -> ImageShipper | None:
         """What ships ``provider``'s images to the tasks; ``None``: the tasks use them here."""

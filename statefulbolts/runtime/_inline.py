@@ -242,6 +242,7 @@ class InlineEngine:
     """
 
     in_driver = True  # ``JobSpec.driver_stages`` changes nothing: every stage runs here
+    late_binding = False  # every input is cut at submit: the tasks run in ``submit``
 
     def __init__(
         self,

@@ -161,6 +161,12 @@ class JobTimings(NamedTuple):
     tasks); ``after``: merging the results. ``head``: the job's first ``head_stages`` stages,
     run by the driver itself before Spark's part (``JobSpec.driver_stages``): their tasks,
     sealing the spout tuples for them and keying what they sent on (not in ``before``).
+
+    A job whose input was cut late (``JobSpec.late``) built itself before its tuples were
+    taken: ``asked`` is Spark's part before its first task asked for input (no tuple waited
+    for it), ``feed`` the driver's work from that ask until the tasks could have their input
+    (the protocol's cut, sealing and pickling it per slot; ``head`` apart); both are in
+    ``spark``.
     """
 
     before: float
@@ -168,6 +174,8 @@ class JobTimings(NamedTuple):
     after: float
     head: float = 0.0
     head_stages: int = 0
+    asked: float = 0.0
+    feed: float = 0.0
 
 
 @dataclass

@@ -11,7 +11,8 @@ their cancellation: a job's ``JobSpec.group`` is its Spark job *tag*, so ``cance
 every job started under it whatever its action; every job of the topology also carries
 ``topology_tag``. A job whose protocol lets the driver run its first stages
 (``JobSpec.driver_stages``) runs them here first, with the same task code (``_inline``), and Spark's
-chain starts at the stage after them.
+chain starts at the stage after them. A job whose input is cut late (``JobSpec.late``) is
+submitted before its input exists; its first tasks fetch it from the driver (``_late``).
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from statefulbolts.listeners import NO_FAULTS, FaultListener
 from statefulbolts.runtime._engine import JobSpec, job_labels, tag, task_job, topology_tag
 from statefulbolts.runtime._images import INLINE_BYTES, ImageShipper
 from statefulbolts.runtime._inline import run_head, run_inline
+from statefulbolts.runtime._late import FETCH_TIMEOUT_S, InputServer, fetch
 from statefulbolts.runtime._local_files import LocalFiles, take_spilled
 from statefulbolts.runtime._plan import ExecutionPlan
 from statefulbolts.runtime._program import TaskJob
@@ -96,6 +98,7 @@ class SparkEngine:
     """
 
     in_driver = False
+    late_binding = True  # a job's input may be cut when its first task asks (``_late``)
 
     def __init__(
         self,
@@ -145,6 +148,16 @@ class SparkEngine:
         self._files = LocalFiles(self.sc._temp_dir) if is_local(self.sc.master) else None
         if not is_local(self.sc.master):
             _ship_code(self.sc, blob, conf)
+        self._inputs: InputServer | None = None  # made for the first late-cut job
+        self._inputs_lock = threading.Lock()
+
+    def _input_server(self) -> InputServer:
+        with self._inputs_lock:
+            if self._inputs is None:
+                conf = self.sc.getConf()
+                host = conf.get("spark.driver.host")
+                self._inputs = InputServer(host, conf.get("spark.driver.bindAddress", host))
+            return self._inputs
 
     def _first_slots(self, fed: list[list[Any]], n: int) -> tuple[Any, bytes | None]:
         """The RDD of the first stage's ``n`` slots, and their input if it goes in the function.
@@ -199,7 +212,10 @@ class SparkEngine:
 
         The first ``spec.driver_stages`` stages run here, before Spark's part
         (``_inline.run_head``); Spark's job then starts at the stage after them, each of its
-        partitions fed what that stage's slot would have been fed by a ``partitionBy``.
+        partitions fed what that stage's slot would have been fed by a ``partitionBy``. A job
+        whose input is cut late (``spec.late``) is submitted first: its first stage's tasks
+        ask this engine's ``InputServer`` for their slot's records, and the head (or the
+        sealing) runs when the first of them asks (``_late_feed``).
         """
         if spec.layout.depth == 0:
             return JobResult()
@@ -209,13 +225,17 @@ class SparkEngine:
         layout, first = spec.layout, spec.driver_stages
         head = 0.0
         retried: list[ReportedError] = []
-        if first:
+        # A late-cut job's input is cut when its first task asks (``_late_feed``): nothing here.
+        late = spec.late
+        fed: list[list[Any]] = []
+        made: dict[str, Any] = {}  # what ``_late_feed`` measured
+        if late is None and first:
             # A task error raised here fails the job as the same error from a Spark task
             # would: a ``TaskFailedError`` carrying its encoded facts (``_task_errors``).
             ran_head = time.perf_counter()
             fed, retried = run_head(job, self._topology, spec.inputs, first, self._attempts)
             head = time.perf_counter() - ran_head
-        else:
+        elif late is None:
             # A spout tuple that does not pickle is that spout task's error.
             sealed = seal_inputs(job.plan, job.txid, spec.inputs)
             fed = [sealed[s] if s < len(sealed) else [] for s in range(len(layout.stages[0]))]
@@ -225,10 +245,25 @@ class SparkEngine:
         _set_tags(sc, (labels.tag, topology_tag(self.name)))
         log.debug("running %s", labels.description)
 
+        n = len(layout.stages[first])
+        asked: tuple[tuple[str, int], bytes, int] | None = None
+        server = None
+        if late is not None:
+            server = self._input_server()
+            slots = n
+            key = server.register(lambda: self._late_feed(job, spec, first, slots, made))
+            asked = (server.address, server.token, key)
+
         def stages(ks: list[int], feed: bytes | None = None) -> Any:
+            where = asked if ks[0] == first else None
+
             def fn(slot: int, items: Any) -> Any:
                 _use_extlib(extlib)
-                if feed is not None:  # the first stage's input, in the job's function
+                if where is not None:  # the first stage's input, cut now by the driver
+                    for _ in items:
+                        pass
+                    items = ((slot, pickle.loads(fetch(*where, slot))),)  # noqa: S301
+                elif feed is not None:  # the first stage's input, in the job's function
                     # The empty slot's one item is read all the same: a Python worker that
                     # leaves input unread is not used again.
                     for _ in items:
@@ -238,8 +273,10 @@ class SparkEngine:
 
             return fn
 
-        n = len(layout.stages[first])
-        source, feed = self._first_slots(fed, n)
+        if late is not None:
+            source, feed = self._stages.empty_slots(n), None
+        else:
+            source, feed = self._first_slots(fed, n)
         # The stages since the last shuffle, run one after the other in each partition.
         group = [first]
         for k in range(first + 1, layout.depth):
@@ -257,8 +294,19 @@ class SparkEngine:
         # apart from Spark's run of the job.
         last = self._stages.build(source, n, function)
         submitted = time.perf_counter()
-        collected = self._stages.collect(last)
+        try:
+            collected = self._stages.collect(last)
+        except Exception:
+            error = None if server is None or asked is None else server.error(asked[2])
+            if error is not None:  # the driver's own error making the input (the head's)
+                raise error from None
+            raise
+        finally:
+            if server is not None and asked is not None:
+                server.drop(asked[2])
         ran = time.perf_counter()
+        head = made.get("head", head)
+        retried = made.get("retried", retried)
         result = merge_results(collected if spec.ackers > 0 else reduce_acks(collected))
         take_spilled(result.reports)
         # The tasks Spark ran (the head's retries are the head's own, in ``retried``).
@@ -267,10 +315,43 @@ class SparkEngine:
             texts = failed_attempts(sc, labels.group)
             result.retried = retried_errors(self.plan, spark_ran, texts)
         result.retried = retried + result.retried  # the head's, then Spark's
+        asked_at, fed_at = made.get("asked", submitted), made.get("fed", submitted)
         result.timings = JobTimings(
-            submitted - began - head, ran - submitted, time.perf_counter() - ran, head, first
+            submitted - began - (0.0 if late is not None else head),
+            ran - submitted,
+            time.perf_counter() - ran,
+            head,
+            first,
+            asked_at - submitted,
+            fed_at - asked_at - (head if late is not None else 0.0),
         )
         return result
+
+    def _late_feed(
+        self, job: TaskJob, spec: JobSpec, first: int, n: int, made: dict[str, Any]
+    ) -> list[bytes]:
+        """A late-cut job's input, pickled per slot of Spark's first stage (``_late``).
+
+        Asked for by the first task: the protocol cuts now (``LateInputs.result``); the head
+        runs here, as ``run`` runs it for an input cut at submit.
+        """
+        assert spec.late is not None  # noqa: S101
+        made["asked"] = time.perf_counter()
+        data = spec.late.result(FETCH_TIMEOUT_S)
+        inputs = [
+            [*data[s], *spec.inputs[s]] if s < len(data) else list(spec.inputs[s])
+            for s in range(len(spec.inputs))
+        ]
+        if first:
+            ran_head = time.perf_counter()
+            fed, made["retried"] = run_head(job, self._topology, inputs, first, self._attempts)
+            made["head"] = time.perf_counter() - ran_head
+        else:
+            sealed = seal_inputs(job.plan, job.txid, inputs)
+            fed = [sealed[s] if s < len(sealed) else [] for s in range(n)]
+        pickled = [pickle.dumps(fed[s], protocol=pickle.HIGHEST_PROTOCOL) for s in range(n)]
+        made["fed"] = time.perf_counter()
+        return pickled
 
     def _job(self, spec: JobSpec) -> TaskJob:
         """What every task of ``spec`` needs."""
@@ -292,6 +373,8 @@ class SparkEngine:
         if self._released:
             return
         self._released = True
+        if self._inputs is not None:
+            self._inputs.close()
         for shipper in self._shippers:
             shipper.close()
         if self._files is not None:  # what failed attempts wrote and nobody read

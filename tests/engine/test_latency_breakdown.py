@@ -40,10 +40,14 @@ def test_a_prepare_on_spark_says_where_its_time_went(cluster: Any) -> None:
         # 20 sentences: the driver ran the split itself (``topology.driver.head`` auto).
         assert RUNNER_PHASES | {"head"} <= set(phases), phases
         assert all(v >= 0 for v in phases.values()), phases
-        # Spark's tasks run inside Spark's run of the job, and that and the head inside the job.
+        # Spark's tasks run inside Spark's run of the job, and that inside the job. Cut when its
+        # first task asked (``topology.input.cut``, the default), the job ran its head and its
+        # cut inside Spark's run, before its tasks had their input.
         tasks = phases["task_setup"] + phases["task_execute"] + phases["task_output"]
         assert tasks <= phases["spark"] <= info.seconds, phases
-        assert phases["head"] + phases["spark"] <= info.seconds, phases
+        assert {"scheduled", "feed"} <= set(phases), phases
+        assert phases["feed"] + phases["head"] + tasks <= phases["spark"], phases
+        assert phases["engine"] >= phases["feed"], phases
     assert sum(i.tuples for i in prepares) == 20
 
 
@@ -78,6 +82,35 @@ def test_the_bench_breakdown_adds_up_to_the_latency() -> None:
     assert found["task_framework"]["mean"] == pytest.approx((13 + 13 + 11) / 3, abs=0.01)
     assert found["user_code"]["mean"] == pytest.approx(5.0)
     assert found["commit"]["mean"] == pytest.approx((20 + 20 + 20) / 3, abs=0.01)
+    assert found["sum_of_means_ms"] == pytest.approx(found["mean_ms"], abs=0.05)
+    assert sum(found[n]["share"] for n in BREAKDOWN) == pytest.approx(1.0, abs=0.01)
+
+
+def test_a_late_cut_starts_a_tuples_prepare_at_the_cut() -> None:
+    # PREPARE(0) submitted at 100 ms, cut at 130 ms when its first task asked: tuple 1 (emitted
+    # at 110 ms, after the submit) rides it too; tuple 2 (emitted at 135 ms) rides PREPARE(1).
+    record = FullRecord(3)
+    for i, (emit, ack) in enumerate([(0.000, 0.200), (0.110, 0.200), (0.135, 0.330)]):
+        record.emitted(i, emit)
+        record.ack(i, ack)
+    phases = {"build": 0.002, "spark": 0.060, "task_setup": 0.010, "task_execute": 0.005}
+    late = {"engine": 0.004, "scheduled": 0.032, "feed": 0.003}
+    stamps = [
+        _stamp("PREPARE", 0, 0.100, 0.170, task_output=0.003, **phases, **late),
+        _stamp("COMMIT", 0, 0.180, 0.190),
+        _stamp("PREPARE", 1, 0.240, 0.300, task_output=0.001, **phases, **late),
+        _stamp("COMMIT", 1, 0.310, 0.320),
+    ]
+    stamps[0].cut, stamps[2].cut = 0.130, 0.262
+    found = breakdown(record, 3, stamps)
+    assert found["tuples"] == 3
+    # Waits: 130 and 20 ms for PREPARE(0)'s cut, 127 ms for PREPARE(1)'s.
+    assert found["wait_for_prepare"]["mean"] == pytest.approx((130 + 20 + 127) / 3, abs=0.01)
+    assert found["driver_build"]["max"] == 0.0  # built before its tuples were taken
+    assert found["driver_engine"]["mean"] == pytest.approx(4.0, abs=0.01)
+    # From the cut to done: 40 ms, of which engine 4 and tasks 18: Spark's part 18 (PREPARE 0);
+    # 38 ms, tasks 16: 18 (PREPARE 1).
+    assert found["spark_scheduling"]["mean"] == pytest.approx(18.0, abs=0.01)
     assert found["sum_of_means_ms"] == pytest.approx(found["mean_ms"], abs=0.05)
     assert sum(found[n]["share"] for n in BREAKDOWN) == pytest.approx(1.0, abs=0.01)
 

@@ -184,6 +184,8 @@ def test_wordcount_page_in_chromium(cluster: Any, tmp_path: Path) -> None:
     parts = ("waited ", "build ", "driver head ", "engine ", "Spark ", "tasks: setup ", "execute ")
     for part in (*parts, "settle "):
         assert part in breakdown, breakdown
+    # Its PREPAREs were cut when their first task asked (``topology.input.cut``, the default).
+    assert "of it before the cut " in breakdown and "the cut " in breakdown, breakdown
     # The JSON the page drew from.
     assert (live["topology"], live["kind"], live["state"]) == (name, "checkpoint", "idle")
     assert (live["committed_txid"], live["committed"], live["pending_trees"]) == (last, last + 1, 0)

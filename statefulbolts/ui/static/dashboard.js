@@ -636,19 +636,22 @@ function renderTransactions(txs) {
 
 // Where the time of the recent PREPAREs went (their ``phases``, means; docs/protocol/engine.md):
 // waiting in the buffer, the driver (with the stateless head it ran itself), Spark, and inside
-// Spark the tasks' own parts.
+// Spark the tasks' own parts. A PREPARE cut when its first task asked also has what came before
+// the cut (``scheduled``) and the cut with its sealing (``feed``, within Spark's part).
 const BREAKDOWN = [
   ["waited", "waited"], ["build", "build"], ["head", "driver head"], ["engine", "engine"],
-  ["spark", "Spark"],
+  ["spark", "Spark"], ["scheduled", "of it before the cut"], ["feed", "the cut"],
   ["task_setup", "tasks: setup"], ["task_execute", "execute"], ["task_output", "output"],
   ["settle", "settle"],
 ];
+const LATE_ONLY = new Set(["scheduled", "feed"]);
 
 function breakdownText(txs) {
   const prepares = txs.filter((t) => t.action === "PREPARE" && t.ok && t.phases && "spark" in t.phases);
   if (!prepares.length) return "";
   const mean = (k) => prepares.reduce((sum, t) => sum + (t.phases[k] || 0), 0) / prepares.length;
-  const parts = BREAKDOWN.map(([k, label]) => `${label} ${fmtSeconds(mean(k))}`);
+  const shown = BREAKDOWN.filter(([k]) => !LATE_ONLY.has(k) || prepares.some((t) => k in t.phases));
+  const parts = shown.map(([k, label]) => `${label} ${fmtSeconds(mean(k))}`);
   return `where a PREPARE's time went (mean of the last ${prepares.length}): ${parts.join(", ")}`;
 }
 
