@@ -67,6 +67,7 @@ class LateInputs:
     """
 
     def __init__(self) -> None:
+        self._lock = threading.Lock()  # the protocol's thread, a stopping one, the server's
         self._wanted = threading.Event()
         self._given: concurrent.futures.Future[Sequence[Sequence[Any]]] = (
             concurrent.futures.Future()
@@ -86,20 +87,22 @@ class LateInputs:
 
     def want(self) -> None:
         """A task asked: tell the protocol."""
-        if not self._wanted.is_set():
-            self._wanted.set()
-            if not self.asked.done():
+        with self._lock:
+            if not self._wanted.is_set():
+                self._wanted.set()
                 self.asked.set_result(None)
 
     def give(self, records: Sequence[Sequence[Any]]) -> None:
-        """The data records of each first-stage slot (the protocol's cut)."""
-        if not self._given.done():
-            self._given.set_result(records)
+        """The data records of each first-stage slot (the protocol's cut); once."""
+        with self._lock:
+            if not self._given.done():
+                self._given.set_result(records)
 
     def refuse(self, error: BaseException) -> None:
-        """No input: ``error`` fails the job."""
-        if not self._given.done():
-            self._given.set_exception(error)
+        """No input: ``error`` fails the job (unless the input was given already)."""
+        with self._lock:
+            if not self._given.done():
+                self._given.set_exception(error)
 
     def result(self, timeout: float | None = None) -> Sequence[Sequence[Any]]:
         """Ask, and wait for the records (raises what ``refuse`` was given)."""
