@@ -156,9 +156,7 @@ class CheckpointJobs:
             spouts = sorted({plan.index[cid] for cid, _ in reads or {}})
             # No task fails a job on purpose: every boundary that can chain does.
             layout = plan.layout([*spouts, *plan.bolts()], chain=True)
-            inputs: list[list[Any]] = [[] for _ in layout.stages[0]] if layout.depth else []
-            for r in records:
-                inputs[layout.key_for(-1, r.dest, r.dest_task)].append(r)
+            inputs: list[list[Any]] = self.place(layout, records)
             if action is not None and layout.depth:
                 cp_root = self._add_checkpoint(inputs, layout, txid, action)
             ackers = self._ackers

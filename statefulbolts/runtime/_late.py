@@ -68,7 +68,6 @@ class LateInputs:
 
     def __init__(self) -> None:
         self._lock = threading.Lock()  # the protocol's thread, a stopping one, the server's
-        self._wanted = threading.Event()
         self._given: concurrent.futures.Future[Sequence[Sequence[Any]]] = (
             concurrent.futures.Future()
         )
@@ -78,7 +77,7 @@ class LateInputs:
     @property
     def wanted(self) -> bool:
         """Whether a task asked (the protocol should cut now)."""
-        return self._wanted.is_set()
+        return self.asked.done()
 
     @property
     def given(self) -> bool:
@@ -88,8 +87,7 @@ class LateInputs:
     def want(self) -> None:
         """A task asked: tell the protocol."""
         with self._lock:
-            if not self._wanted.is_set():
-                self._wanted.set()
+            if not self.asked.done():
                 self.asked.set_result(None)
 
     def give(self, records: Sequence[Sequence[Any]]) -> None:
@@ -115,20 +113,17 @@ class _Feed:
 
     def __init__(self, make: Callable[[], list[bytes]]) -> None:
         self._make = make
-        self._lock = threading.Lock()
-        self._made = threading.Event()
+        self._lock = threading.Lock()  # the first request makes it; the others wait
         self.slots: list[bytes] | None = None
         self.error: BaseException | None = None
 
     def slot(self, slot: int) -> bytes:
         with self._lock:
-            if not self._made.is_set():
+            if self.slots is None and self.error is None:
                 try:
                     self.slots = self._make()
                 except BaseException as exc:  # noqa: BLE001 - handed to the job (``error``)
                     self.error = exc
-                finally:
-                    self._made.set()
         if self.error is not None:
             raise self.error
         assert self.slots is not None  # noqa: S101

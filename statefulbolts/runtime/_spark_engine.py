@@ -22,7 +22,7 @@ import logging
 import pickle
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from providers import DriverOwnedStateProvider, add_extlib_dirs, extlib_dirs
@@ -229,16 +229,8 @@ class SparkEngine:
         late = spec.late
         fed: list[list[Any]] = []
         made: dict[str, Any] = {}  # what ``_late_feed`` measured
-        if late is None and first:
-            # A task error raised here fails the job as the same error from a Spark task
-            # would: a ``TaskFailedError`` carrying its encoded facts (``_task_errors``).
-            ran_head = time.perf_counter()
-            fed, retried = run_head(job, self._topology, spec.inputs, first, self._attempts)
-            head = time.perf_counter() - ran_head
-        elif late is None:
-            # A spout tuple that does not pickle is that spout task's error.
-            sealed = seal_inputs(job.plan, job.txid, spec.inputs)
-            fed = [sealed[s] if s < len(sealed) else [] for s in range(len(layout.stages[0]))]
+        if late is None:
+            fed, head, retried = self._first_input(job, spec.inputs, first)
         sc, blob, extlib = self.sc, self._blob, self._extlib
         # Always set: a pool thread keeps its job group and tags from one job to the next.
         sc.setJobGroup(labels.group, labels.description, interruptOnCancel=True)
@@ -246,12 +238,10 @@ class SparkEngine:
         log.debug("running %s", labels.description)
 
         n = len(layout.stages[first])
+        server, key = (self._input_server(), 0) if late is not None else (None, 0)
         asked: tuple[tuple[str, int], bytes, int] | None = None
-        server = None
-        if late is not None:
-            server = self._input_server()
-            slots = n
-            key = server.register(lambda: self._late_feed(job, spec, first, slots, made))
+        if server is not None:
+            key = server.register(lambda: self._late_feed(job, spec, first, made))
             asked = (server.address, server.token, key)
 
         def stages(ks: list[int], feed: bytes | None = None) -> Any:
@@ -297,13 +287,13 @@ class SparkEngine:
         try:
             collected = self._stages.collect(last)
         except Exception:
-            error = None if server is None or asked is None else server.error(asked[2])
+            error = None if server is None else server.error(key)
             if error is not None:  # the driver's own error making the input (the head's)
                 raise error from None
             raise
         finally:
-            if server is not None and asked is not None:
-                server.drop(asked[2])
+            if server is not None:
+                server.drop(key)
         ran = time.perf_counter()
         head = made.get("head", head)
         retried = made.get("retried", retried)
@@ -327,13 +317,33 @@ class SparkEngine:
         )
         return result
 
+    def _first_input(
+        self, job: TaskJob, inputs: Sequence[Sequence[Any]], first: int
+    ) -> tuple[list[list[Any]], float, list[ReportedError]]:
+        """What each slot of Spark's first stage is fed; the head's seconds and retried errors.
+
+        From the spouts' ``inputs``: the head's output when the driver runs stages
+        ``[0, first)``, else the inputs sealed.
+
+        A head task's error raised here fails the job as the same error from a Spark task
+        would: a ``TaskFailedError`` carrying its encoded facts (``_task_errors``). A spout
+        tuple that does not pickle is that spout task's error.
+        """
+        if first:
+            ran_head = time.perf_counter()
+            fed, retried = run_head(job, self._topology, inputs, first, self._attempts)
+            return fed, time.perf_counter() - ran_head, retried
+        sealed = seal_inputs(job.plan, job.txid, inputs)
+        n = len(job.layout.stages[0])
+        return [sealed[s] if s < len(sealed) else [] for s in range(n)], 0.0, []
+
     def _late_feed(
-        self, job: TaskJob, spec: JobSpec, first: int, n: int, made: dict[str, Any]
+        self, job: TaskJob, spec: JobSpec, first: int, made: dict[str, Any]
     ) -> list[bytes]:
         """A late-cut job's input, pickled per slot of Spark's first stage (``_late``).
 
-        Asked for by the first task: the protocol cuts now (``LateInputs.result``); the head
-        runs here, as ``run`` runs it for an input cut at submit.
+        Asked for by the first task: the protocol cuts now (``LateInputs.result``), and the
+        head or the sealing runs here, as ``run`` runs it for an input cut at submit.
         """
         assert spec.late is not None  # noqa: S101
         made["asked"] = time.perf_counter()
@@ -342,14 +352,8 @@ class SparkEngine:
             [*data[s], *spec.inputs[s]] if s < len(data) else list(spec.inputs[s])
             for s in range(len(spec.inputs))
         ]
-        if first:
-            ran_head = time.perf_counter()
-            fed, made["retried"] = run_head(job, self._topology, inputs, first, self._attempts)
-            made["head"] = time.perf_counter() - ran_head
-        else:
-            sealed = seal_inputs(job.plan, job.txid, inputs)
-            fed = [sealed[s] if s < len(sealed) else [] for s in range(n)]
-        pickled = [pickle.dumps(fed[s], protocol=pickle.HIGHEST_PROTOCOL) for s in range(n)]
+        fed, made["head"], made["retried"] = self._first_input(job, inputs, first)
+        pickled = [pickle.dumps(slot, protocol=pickle.HIGHEST_PROTOCOL) for slot in fed]
         made["fed"] = time.perf_counter()
         return pickled
 
