@@ -4,6 +4,7 @@
     python bench/peers.py --repeat 3 --json     # best of 3 rounds, order alternating
     python bench/peers.py --words 200000 --no-bytewax-2p
     python bench/peers.py --api both --repeat 3 --json  # ours per tuple too (the Storm API)
+    python bench/peers.py --api both --no-emit          # counts that emit nothing (examples')
 
 It takes about 40 s plus 25 s per ``--repeat`` round on 2 cores.
 
@@ -27,6 +28,12 @@ Systems, all over ``examples/zipf.py``'s seeded corpus (10-word sentences), on t
 - ``bytewax_2p``: the same dataflow on two worker processes (``cluster_main``, one worker each,
   two recovery partitions), the input split into two partitions: Bytewax's use of two cores.
 - ``bytewax_1p_norecovery``: one worker, no recovery (what recovery costs Bytewax).
+
+``--no-emit``: every count emits nothing, as ``examples/wordcount.py``'s does (issue 35 names
+its per-tuple form): ours without the sink bolt (the per-tuple count is the examples'
+``WordCount``: ``get``, ``put``, ``ack``), ``same_shape`` without its sink stage, and Bytewax's
+count a ``stateful_flat_map`` that returns no items, its counts then read from the recovery
+store alone. ``bytewax_1p_norecovery`` is left out there: nothing would hold its counts.
 
 Each system's time is its run only: Spark's session, Bytewax's imports and processes and the
 corpus are made before the clock starts (for ``bytewax_2p``: from the later of the two
@@ -69,8 +76,18 @@ def _count(state: int | None, _word: str) -> tuple[int, int]:
     return n, n
 
 
-def bytewax_flow(corpus: list[str], partitions: int, batch: int, sink: dict[str, int]) -> Any:
-    """Input (``partitions`` parts) -> split -> key -> stateful_map count -> last-count sink."""
+def _count_quietly(state: int | None, _word: str) -> tuple[int, list[int]]:
+    return (state or 0) + 1, []
+
+
+def bytewax_flow(
+    corpus: list[str], partitions: int, batch: int, sink: dict[str, int], emit: bool = True
+) -> Any:
+    """Input (``partitions`` parts) -> split -> key -> stateful_map count -> last-count sink.
+
+    ``emit`` false: the count is a ``stateful_flat_map`` that emits nothing (the examples' word
+    count, a sink); its counts are then only in the recovery store.
+    """
     import bytewax.operators as op
     from bytewax.dataflow import Dataflow
     from bytewax.inputs import FixedPartitionedSource, StatefulSourcePartition
@@ -112,7 +129,10 @@ def bytewax_flow(corpus: list[str], partitions: int, batch: int, sink: dict[str,
     lines = op.input("in", flow, _Source())
     split = op.flat_map("split", lines, words)
     keyed = op.key_on("key", split, lambda w: w)
-    counts = op.stateful_map(COUNT_STEP, keyed, _count)
+    if emit:
+        counts = op.stateful_map(COUNT_STEP, keyed, _count)
+    else:
+        counts = op.stateful_flat_map(COUNT_STEP, keyed, _count_quietly)
     op.output("out", counts, _Sink())
     return flow
 
@@ -137,13 +157,15 @@ def snapshot_counts(db_dir: Path) -> dict[str, int]:
     return {k: v for k, v in out.items() if v is not None}
 
 
-def bytewax_1p(corpus: list[str], interval_ms: int, batch: int, recovery: bool) -> dict[str, Any]:
+def bytewax_1p(
+    corpus: list[str], interval_ms: int, batch: int, recovery: bool, emit: bool = True
+) -> dict[str, Any]:
     """One worker in this process (``run_main``); counts from the sink and the store."""
     from bytewax.recovery import RecoveryConfig, init_db_dir
     from bytewax.testing import run_main
 
     sink: dict[str, int] = {}
-    flow = bytewax_flow(corpus, 1, batch, sink)
+    flow = bytewax_flow(corpus, 1, batch, sink, emit)
     with tempfile.TemporaryDirectory(prefix="bytewax-recovery-") as tmp:
         config = None
         if recovery:
@@ -154,7 +176,8 @@ def bytewax_1p(corpus: list[str], interval_ms: int, batch: int, recovery: bool) 
         seconds = time.perf_counter() - started
         stored = snapshot_counts(Path(tmp)) if recovery else None
         size = sum(p.stat().st_size for p in Path(tmp).glob("*.sqlite3"))
-    return {"seconds": seconds, "counts": sink, "stored": stored, "store_bytes": size}
+    counts = sink if emit or stored is None else stored  # no emit: the store is the only record
+    return {"seconds": seconds, "counts": counts, "stored": stored, "store_bytes": size}
 
 
 def _free_ports(n: int) -> list[int]:
@@ -199,6 +222,7 @@ def bytewax_2p(args: argparse.Namespace) -> dict[str, Any]:
                     str(args.interval),
                     "--batch",
                     str(args.batch),
+                    *([] if args.emit else ["--no-emit"]),
                 ],
                 stdout=sys.stderr,  # Bytewax prints its connection retries: keep --json clean
             )
@@ -214,6 +238,8 @@ def bytewax_2p(args: argparse.Namespace) -> dict[str, Any]:
     counts: dict[str, int] = {}
     for part in parts:
         counts.update(part["counts"])
+    if not args.emit:
+        counts = stored  # no emit: the store is the only record
     start = max(p["started"] for p in parts)
     end = max(p["ended"] for p in parts)
     return {
@@ -232,7 +258,7 @@ def bytewax_worker(args: argparse.Namespace) -> int:
 
     corpus = zipf_sentences(-(-args.words // 10), args.vocab, args.seed)
     sink: dict[str, int] = {}
-    flow = bytewax_flow(corpus, 2, args.batch, sink)
+    flow = bytewax_flow(corpus, 2, args.batch, sink, args.emit)
     started = time.time()
     cluster_main(
         flow,
@@ -269,6 +295,14 @@ def main(argv: list[str] | None = None) -> int:  # noqa: C901 - one linear scrip
         default="batch",
         help="our word count's bolts: column batches (statefulbolts), per tuple "
         "(statefulbolts_tuple), or both",
+    )
+    parser.add_argument(
+        "--no-emit",
+        dest="emit",
+        action="store_false",
+        help="counts that emit nothing: examples/wordcount.py's count bolt (get, put, ack) and "
+        "a Bytewax stateful_flat_map emitting nothing; no bytewax_1p_norecovery (nothing to "
+        "check its counts by)",
     )
     parser.add_argument("--json", action="store_true")
     # Internal: one process of the two-process Bytewax run.
@@ -309,6 +343,8 @@ def main(argv: list[str] | None = None) -> int:  # noqa: C901 - one linear scrip
             kwargs["expected"] = counts
         if api != "batch":
             kwargs["api"] = api
+        if not args.emit:
+            kwargs["emit"] = False
         res = framework(spark, sentences, args.parallelism, conf, name, False, **kwargs)
         if "counts" not in res:  # it checked every count in the provider against ``counts``
             res["counts"] = counts if res.get("exact") else {}
@@ -317,14 +353,14 @@ def main(argv: list[str] | None = None) -> int:  # noqa: C901 - one linear scrip
     say("warming up Spark and the topology")
     warm = corpus[: len(corpus) // 5]
     baseline(sc, warm, args.parallelism)
-    same_shape(sc, warm, args.parallelism)
+    same_shape(sc, warm, args.parallelism, args.emit)
     warm_expected = dict(collections.Counter(w for text in warm for w in words(text)))
     apis = ["batch", "tuple"] if args.api == "both" else [args.api]
     for api in apis:
         ours(f"peers-warm-{time.time_ns()}", warm, warm_expected, api)
 
     systems: dict[str, Any] = {
-        "same_shape": lambda: same_shape(sc, corpus, args.parallelism),
+        "same_shape": lambda: same_shape(sc, corpus, args.parallelism, args.emit),
         "reduce_by_key": lambda: baseline(sc, corpus, args.parallelism),
     }
     if "batch" in apis:
@@ -333,10 +369,13 @@ def main(argv: list[str] | None = None) -> int:  # noqa: C901 - one linear scrip
         systems["statefulbolts_tuple"] = lambda: ours(
             f"peers-tuple-{time.time_ns()}", corpus, expected, "tuple"
         )
-    systems["bytewax_1p"] = lambda: bytewax_1p(corpus, args.interval, args.batch, True)
+    systems["bytewax_1p"] = lambda: bytewax_1p(corpus, args.interval, args.batch, True, args.emit)
     if args.bytewax_2p:
         systems["bytewax_2p"] = lambda: bytewax_2p(args)
-    systems["bytewax_1p_norecovery"] = lambda: bytewax_1p(corpus, args.interval, args.batch, False)
+    if args.emit:
+        systems["bytewax_1p_norecovery"] = lambda: bytewax_1p(
+            corpus, args.interval, args.batch, False
+        )
 
     runs: dict[str, dict[str, Any]] = {}
     rounds: list[dict[str, float]] = []
@@ -390,6 +429,7 @@ def main(argv: list[str] | None = None) -> int:  # noqa: C901 - one linear scrip
         "words": total,
         "vocab": len(expected),
         "interval_ms": args.interval,
+        "emit": args.emit,
         "master": sc.master,
         "parallelism": args.parallelism,
         "bytewax_version": version("bytewax"),
