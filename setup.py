@@ -13,9 +13,13 @@ carries them under the framework's packages:
 
 Every package and data folder is found (``find_namespace_packages``: a folder of data files
 such as ``ui/static`` is a package to setuptools), so a new one needs no edit here.
+
+One module is C: ``statefulbolts/runtime/_native/_rowloop.c``, the inner loop that feeds a per-tuple
+bolt its rows (``_rows.feed_rows``). It is optional: without a C compiler and Python's headers
+the install goes on without it, and the runtime runs the same loop in Python.
 """
 
-from setuptools import find_namespace_packages, setup
+from setuptools import Extension, find_namespace_packages, setup
 
 FRAMEWORK = ("statefulbolts", "providers", "checkpoint", "recovery")
 RENAMED = {"examples": "statefulbolts.examples", "extlib": "providers.extlib"}
@@ -32,4 +36,14 @@ def _packages() -> list[str]:
     return sorted(found)
 
 
-setup(packages=_packages(), package_dir={package: folder for folder, package in RENAMED.items()})
+ROWLOOP = Extension(
+    "statefulbolts.runtime._native._rowloop",
+    ["statefulbolts/runtime/_native/_rowloop.c"],
+    optional=True,
+)
+
+setup(
+    packages=_packages(),
+    package_dir={package: folder for folder, package in RENAMED.items()},
+    ext_modules=[ROWLOOP],
+)

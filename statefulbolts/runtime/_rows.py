@@ -50,6 +50,7 @@ from __future__ import annotations
 
 import sys
 import sysconfig
+from array import array
 from collections.abc import Callable, Mapping, Sequence
 from types import CodeType
 from typing import Any, Protocol
@@ -57,6 +58,13 @@ from typing import Any, Protocol
 from statefulbolts.components import BasicRows
 from statefulbolts.errors import FailedException
 from statefulbolts.tuples import ColumnBatch, Fields, Tuple
+
+try:
+    from statefulbolts.runtime._native import _rowloop
+except ImportError:  # not compiled at install (no C compiler), or imported from a zip
+    _rowloop = None  # type: ignore[assignment]
+else:
+    _rowloop.bind(Tuple)
 
 __all__ = [
     "REFERENCE_KEY",
@@ -89,6 +97,26 @@ CHUNK = 1 << 15
 
 # Fields, component, task id and stream of every tuple of a batch (``_task._feed``'s source).
 Source = tuple[Fields, str, int, str]
+
+
+# Whether ``feed_rows`` runs the rows that join a run in C (``_native/_rowloop.c``). Tests turn
+# it off to keep the Python loop, which does the same, covered.
+COMPILED = _rowloop is not None
+
+
+def _compiled(
+    values: Sequence[Any], roots: Sequence[int], acked: list[Any], *, basic: bool = False
+) -> Any:
+    """``_rowloop.stretch`` (``stretch_basic``) when it may run this batch, else ``None``.
+
+    It reads the columns as lists (the roots also as the ``array('q')`` a batch ships them in),
+    and takes acks from a list; ``None``: the Python loop runs the batch.
+    """
+    if not COMPILED or type(values) is not list or type(acked) is not list:
+        return None
+    if type(roots) is list or (type(roots) is array and roots.typecode == "q"):
+        return _rowloop.stretch_basic if basic else _rowloop.stretch
+    return None
 
 
 def fast(conf: Mapping[str, Any]) -> bool:
@@ -161,15 +189,31 @@ def feed_rows(
     held = alone + 1  # and the ack list's
     n = len(values)
     run = number = first  # the number of the first tuple of the current run; of this one
+    stretch = _compiled(values, roots, acked)
     try:
         for start in range(0, n, CHUNK):
             chunked()  # may settle (empty) the ack list
+            stop = min(start + CHUNK, n)
+            at = start
+            while stretch is not None and at < stop:
+                # The rows that join the run, in C; ``i``: the first that did not, or ``stop``.
+                i, error = stretch(execute, acked, values, roots, t, at, stop, first, single)
+                number = first + i
+                if error is not None:
+                    raise error  # from here, so its traceback reads as the loop below's
+                at = i + 1
+                if i == stop:
+                    at = stop
+                    break
+                _run(ack_batch, values, roots, run, number, first, single, source)
+                run = number + 1
+                if refs(t) != alone:
+                    t = _blank(source)  # the bolt kept this one
             # The ack list's length once the row's tuple is acked: a row acked once and kept
             # nowhere leaves the list as it found it, so this holds until another row does not.
             grown = len(acked) + 1
-            stop = min(start + CHUNK, n)
             for vals, root, number in zip(
-                values[start:stop], roots[start:stop], range(first + start, first + stop),
+                values[at:stop], roots[at:stop], range(first + at, first + stop),
                 strict=True,
             ):  # fmt: skip
                 t.values = [vals] if single else vals
@@ -212,12 +256,32 @@ def feed_basic(
     alone = refs(t)
     n = len(values)
     run = number = first
+    stretch = _compiled(values, roots, [], basic=True)
     try:
         for start in range(0, n, CHUNK):
             chunked()
             stop = min(start + CHUNK, n)
+            at = start
+            while stretch is not None and at < stop:
+                # The rows that run normally, in C; ``i``: the first that raised or was kept.
+                i, error = stretch(execute, basic, values, roots, t, at, stop, first, single)
+                number = first + i
+                at = i + 1
+                if i == stop:
+                    at = stop
+                    break
+                if isinstance(error, FailedException):
+                    _run(ack_batch, values, roots, run, number, first, single, source)
+                    run = number + 1
+                    failed(t, error)
+                elif error is not None:
+                    raise error  # from here, so its traceback reads as the loop below's
+                error = None  # its traceback holds the bolt's frame, and so ``t``
+                if refs(t) != alone:
+                    t = _blank(source)  # the bolt kept this one
+                    basic._input = t
             for vals, root, number in zip(
-                values[start:stop], roots[start:stop], range(first + start, first + stop),
+                values[at:stop], roots[at:stop], range(first + at, first + stop),
                 strict=True,
             ):  # fmt: skip
                 t.values = [vals] if single else vals

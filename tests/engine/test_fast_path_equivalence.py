@@ -38,6 +38,7 @@ from checkpoint import Action, CheckpointTaskProgram
 from providers import InMemoryKeyValueStateProvider, KeyValueState, StateFactory
 from statefulbolts import LocalCluster
 from statefulbolts.errors import TaskFailedError
+from statefulbolts.runtime import _rows
 from statefulbolts.runtime._plan import ExecutionPlan
 from statefulbolts.runtime._program import TaskJob
 from statefulbolts.runtime._records import TaskReport, TupleBatch
@@ -149,10 +150,18 @@ def _case(seed: int, kind: str, crash: bool = False) -> tuple[dict[str, Any], di
     return fast, ref
 
 
+@pytest.fixture(params=["compiled", "python"])
+def row_loop(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """``feed_rows`` with its inner loop in C (``_rowloop.c``), or all in Python."""
+    if request.param == "python":
+        monkeypatch.setattr(_rows, "COMPILED", False)
+    return str(request.param)
+
+
 @pytest.mark.parametrize("kind", ["basic", "rich", "stateful"])
 @pytest.mark.parametrize("seed", range(40))
 def test_one_task_sends_back_and_prepares_what_the_reference_loop_does(
-    kind: str, seed: int
+    kind: str, seed: int, row_loop: str
 ) -> None:
     fast, ref = _case(seed, kind)
     assert fast == ref
@@ -160,9 +169,45 @@ def test_one_task_sends_back_and_prepares_what_the_reference_loop_does(
 
 @pytest.mark.parametrize("kind", ["basic", "rich", "stateful"])
 @pytest.mark.parametrize("seed", range(100, 112))
-def test_a_task_that_raises_names_the_tuple_the_reference_loop_names(kind: str, seed: int) -> None:
+def test_a_task_that_raises_names_the_tuple_the_reference_loop_names(
+    kind: str, seed: int, row_loop: str
+) -> None:
     fast, ref = _case(seed, kind, crash=True)
     assert fast == ref
+
+
+@pytest.mark.skipif(not REUSABLE, reason="this Python runs every bolt through the reference loop")
+def test_the_compiled_loop_is_built_and_runs_the_rows_that_join_a_run(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    assert _rows.COMPILED, (
+        "statefulbolts/runtime/_native/_rowloop.c was not compiled: reinstall with a C "
+        "compiler and Python's headers (pip install -e .)"
+    )
+    real = _rows._rowloop
+    stretches: dict[str, list[tuple[int, int]]] = {"stretch": [], "stretch_basic": []}
+
+    def spy(name: str) -> Any:
+        def stretch(*args: Any) -> tuple[int, BaseException | None]:
+            i, error = getattr(real, name)(*args)
+            stretches[name].append((args[6] - args[5], i - args[5]))  # rows given, run
+            return i, error
+
+        return stretch
+
+    class Spy:
+        stretch = staticmethod(spy("stretch"))
+        stretch_basic = staticmethod(spy("stretch_basic"))
+
+    monkeypatch.setattr(_rows, "_rowloop", Spy)
+    for kind in ("stateful", "rich", "basic"):
+        for seed in range(12):
+            fast, ref = _case(seed, kind)
+            assert fast == ref
+    for name, runs in stretches.items():
+        assert sum(ran for _, ran in runs) > 100, name
+        # Some rows stopped the stretch (kept, failed, acked twice...): Python took them over.
+        assert any(ran < given for given, ran in runs), name
 
 
 @pytest.mark.skipif(not REUSABLE, reason="this Python runs every bolt through the reference loop")

@@ -33,7 +33,7 @@ ROOT = Path(__file__).resolve().parents[2]
 FRAMEWORK = ("statefulbolts", "providers", "checkpoint", "recovery")
 # Not part of a build: left out of the copy the wheel is built from.
 _NOT_BUILT = {".git", "tests", "docs", "bench", "build", "dist", "site"}
-_NEVER = ("__pycache__", "*.egg-info", ".venv*", ".*_cache", "*.pyc")
+_NEVER = ("__pycache__", "*.egg-info", ".venv*", ".*_cache", "*.pyc", "*.so")
 SENTENCES = 300
 
 
