@@ -29,6 +29,12 @@ settles the same acks, with less work:
    (``BasicRows.failed``: reported if it is a ``ReportedFailedException``, then the tuple
    failed), which ends the run there.
 
+The stretch of rows that join a run, the common case, runs in C where it was built
+(``_native/_rowloop.c``: the same steps, the Python loop's own bookkeeping per row was as long
+as a counting bolt's ``execute``); the first row that does not join comes back to the Python
+loop, and the rest of the batch goes on in C. Without the compiled module the Python loop runs
+every row.
+
 A transactional job's tuples (``feed_lead``) get step 1: one reused ``Tuple``, the batch's
 attempt put back in front of each row's values, the lineage told; that protocol tracks no
 tuple, so there is nothing to settle.
