@@ -110,19 +110,19 @@ Source = tuple[Fields, str, int, str]
 COMPILED = _rowloop is not None
 
 
-def _compiled(
-    values: Sequence[Any], roots: Sequence[int], acked: list[Any], *, basic: bool = False
-) -> Any:
-    """``_rowloop.stretch`` (``stretch_basic``) when it may run this batch, else ``None``.
+def _compiled(values: Sequence[Any], roots: Sequence[int], acked: Any = None) -> Any:
+    """``_rowloop.stretch`` (``stretch_basic`` without ``acked``) if it may run this batch.
 
     It reads the columns as lists (the roots also as the ``array('q')`` a batch ships them in),
-    and takes acks from a list; ``None``: the Python loop runs the batch.
+    and a bolt's acks from a list; ``None``: the Python loop runs the batch.
     """
-    if not COMPILED or type(values) is not list or type(acked) is not list:
+    if not COMPILED or type(values) is not list:
         return None
-    if type(roots) is list or (type(roots) is array and roots.typecode == "q"):
-        return _rowloop.stretch_basic if basic else _rowloop.stretch
-    return None
+    if not (type(roots) is list or (type(roots) is array and roots.typecode == "q")):
+        return None
+    if acked is None:
+        return _rowloop.stretch_basic
+    return _rowloop.stretch if type(acked) is list else None
 
 
 def fast(conf: Mapping[str, Any]) -> bool:
@@ -262,7 +262,7 @@ def feed_basic(
     alone = refs(t)
     n = len(values)
     run = number = first
-    stretch = _compiled(values, roots, [], basic=True)
+    stretch = _compiled(values, roots)
     try:
         for start in range(0, n, CHUNK):
             chunked()
