@@ -207,10 +207,10 @@ def feed_rows(
                 number = first + i
                 if error is not None:
                     raise error  # from here, so its traceback reads as the loop below's
-                at = i + 1
                 if i == stop:
                     at = stop
                     break
+                at = i + 1
                 _run(ack_batch, values, roots, run, number, first, single, source)
                 run = number + 1
                 if refs(t) != alone:
@@ -272,10 +272,10 @@ def feed_basic(
                 # The rows that run normally, in C; ``i``: the first that raised or was kept.
                 i, error = stretch(execute, basic, values, roots, t, at, stop, first, single)
                 number = first + i
-                at = i + 1
                 if i == stop:
                     at = stop
                     break
+                at = i + 1
                 if isinstance(error, FailedException):
                     _run(ack_batch, values, roots, run, number, first, single, source)
                     run = number + 1

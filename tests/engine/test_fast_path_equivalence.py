@@ -152,7 +152,7 @@ def _case(seed: int, kind: str, crash: bool = False) -> tuple[dict[str, Any], di
 
 @pytest.fixture(params=["compiled", "python"])
 def row_loop(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
-    """``feed_rows`` with its inner loop in C (``_rowloop.c``), or all in Python."""
+    """``feed_rows`` and ``feed_basic`` with their inner loops in C (``_rowloop.c``), or not."""
     if request.param == "python":
         monkeypatch.setattr(_rows, "COMPILED", False)
     return str(request.param)
