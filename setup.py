@@ -14,9 +14,13 @@ carries them under the framework's packages:
 Every package and data folder is found (``find_namespace_packages``: a folder of data files
 such as ``ui/static`` is a package to setuptools), so a new one needs no edit here.
 
-One module is C: ``statefulbolts/runtime/_native/_rowloop.c``, the inner loop that feeds a per-tuple
-bolt its rows (``_rows.feed_rows``). It is optional: without a C compiler and Python's headers
-the install goes on without it, and the runtime runs the same loop in Python.
+Two modules are C, each optional: without a C compiler and Python's headers the install goes on
+without them, and the same work runs in Python.
+
+- ``statefulbolts/runtime/_native/_rowloop.c``: the inner loop that feeds a per-tuple bolt its
+  rows (``_rows.feed_rows``).
+- ``providers/_native/_fresh.c``: a layered state's ``get`` and ``put`` of a ``str`` key in its
+  fresh layer (``providers._layered``).
 """
 
 from setuptools import Extension, find_namespace_packages, setup
@@ -41,9 +45,14 @@ ROWLOOP = Extension(
     ["statefulbolts/runtime/_native/_rowloop.c"],
     optional=True,
 )
+FRESH = Extension(
+    "providers._native._fresh",
+    ["providers/_native/_fresh.c"],
+    optional=True,
+)
 
 setup(
     packages=_packages(),
     package_dir={package: folder for folder, package in RENAMED.items()},
-    ext_modules=[ROWLOOP],
+    ext_modules=[ROWLOOP, FRESH],
 )

@@ -13,7 +13,10 @@ that is ``_flush``. Layers, newest first::
 
 ``get``, ``put`` and ``delete`` live here, once, for every layered state: a subclass only says
 how to read its store (``_stored``). ``get`` is the hottest call of most stateful bolts, so a
-fresh hit costs one type check and one dict lookup before anything else runs.
+fresh hit costs one type check and one dict lookup before anything else runs. Where it was
+built, ``providers/_native/_fresh.c`` is the class's base: its ``get`` and ``put`` do a fresh
+``str`` key's case in C, without a Python frame, and hand every other call to ``_get`` and
+``_put`` below; without it, ``get`` and ``put`` are those methods themselves.
 
 Why the fast path cannot change what a caller sees:
 
@@ -38,7 +41,7 @@ from __future__ import annotations
 
 from abc import abstractmethod
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from providers._base import KeyValueState, updated
 from providers._serializers import (
@@ -50,6 +53,11 @@ from providers._serializers import (
 )
 from providers._ttl import StateTtl
 from providers.errors import StateSerializationError
+
+try:
+    from providers._native._fresh import FreshLayer
+except ImportError:  # not compiled at install (no C compiler), or imported from a zip
+    FreshLayer = None  # type: ignore[assignment,misc]
 
 __all__ = ["LayeredKeyValueState"]
 
@@ -66,7 +74,19 @@ _KEY_CACHE_SIZE = 100_000
 _SHARED_KEYS: dict[Any, bytes] = {}
 
 
-class LayeredKeyValueState(KeyValueState):
+# Whether ``get`` and ``put`` of a fresh ``str`` key run in C (``FreshLayer``).
+COMPILED = FreshLayer is not None
+
+if TYPE_CHECKING or FreshLayer is None:
+
+    class _Layer:
+        """The base without the compiled module: nothing (``get``, ``put``: ``_get``, ``_put``)."""
+
+else:
+    _Layer = FreshLayer
+
+
+class LayeredKeyValueState(_Layer, KeyValueState):
     """A key-value state whose reads and pending writes live in this object.
 
     A subclass provides ``_stored(ekey)``, the payload of an encoded key in its store (the
@@ -169,7 +189,7 @@ class LayeredKeyValueState(KeyValueState):
             self._key_cache[key] = cached
         return cached
 
-    def get(self, key: Any, default: Any = None) -> Any:
+    def _get(self, key: Any, default: Any = None) -> Any:
         """Return the value of ``key``, or ``default`` when it is absent."""
         # The fresh layer before any other work: a hit returns after one dict lookup.
         if type(key) is str:
@@ -336,7 +356,7 @@ class LayeredKeyValueState(KeyValueState):
         payload = self._pending.get(ekey, _MISSING)
         return self._stored(ekey) if payload is _MISSING else payload
 
-    def put(self, key: Any, value: Any) -> None:
+    def _put(self, key: Any, value: Any) -> None:
         """Set ``key``; ``None`` is not a value (use ``delete``)."""
         kind = type(value)
         if (
@@ -367,6 +387,9 @@ class LayeredKeyValueState(KeyValueState):
             else:
                 self._flush()
         self._pending[ekey] = payload
+
+    if not COMPILED:  # else ``FreshLayer``'s, which call these for all but a fresh str key
+        get, put = _get, _put
 
     def put_many(self, items: Iterable[tuple[Any, Any]]) -> None:
         """``put`` of each pair, in order, with ``put`` written into the loop.

@@ -2,12 +2,15 @@
 
 Scalars put under ``str`` keys stay Python objects until a prepare; these tests mix them with
 writes that take the encoded path, with deletes, errors and every transaction step, over the
-in-memory state and the Redis state on fakeredis.
+in-memory state and the Redis state on fakeredis. Each runs twice: with ``get`` and ``put`` of
+the compiled base (``providers/_native/_fresh.c``, a fresh ``str`` key's case in C) and with the
+Python methods alone, as a state runs where the module was not built.
 """
 
 from __future__ import annotations
 
 import enum
+import pickle
 import random
 import time
 from collections.abc import Iterator
@@ -18,10 +21,20 @@ import pytest
 from test_state_contract import Backend
 
 from providers import InMemoryKeyValueStateProvider, StateSerializationError, StateTransactionError
+from providers._layered import COMPILED, LayeredKeyValueState
+
+
+@pytest.fixture(params=["compiled", "python"])
+def layer(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Which ``get`` and ``put`` the layered states run: the compiled base's, or the Python ones."""
+    if request.param == "python":
+        monkeypatch.setattr(LayeredKeyValueState, "get", LayeredKeyValueState._get)
+        monkeypatch.setattr(LayeredKeyValueState, "put", LayeredKeyValueState._put)
+    return str(request.param)
 
 
 @pytest.fixture(params=["memory", "fakeredis"])
-def backend(request: pytest.FixtureRequest) -> Iterator[Backend]:
+def backend(request: pytest.FixtureRequest, layer: str) -> Iterator[Backend]:
     if request.param == "memory":
         b = Backend("memory", "providers.memory.InMemoryKeyValueStateProvider", {})
         yield b
@@ -395,3 +408,133 @@ def test_the_layers_are_read_and_written_in_one_place() -> None:
         assert issubclass(cls, LayeredKeyValueState)
         assert {"get", "put", "delete", "_encode_key"} & set(vars(cls)) == set(), cls
         assert "_stored" in vars(cls)
+
+
+class Spied:
+    """Records the calls that reach a state's Python ``_get`` and ``_put``."""
+
+    def __init__(self, state: Any) -> None:
+        self.calls: list[tuple[str, Any]] = []
+        get, put = state._get, state._put
+
+        def _get(key: Any, default: Any = None) -> Any:
+            self.calls.append(("get", key))
+            return get(key, default)
+
+        def _put(key: Any, value: Any) -> None:
+            self.calls.append(("put", key))
+            put(key, value)
+
+        state._get, state._put = _get, _put
+
+
+def test_the_compiled_layer_is_built_and_takes_only_a_fresh_str_key() -> None:
+    """The test command builds ``_fresh``; its ``get`` and ``put`` answer a ``str`` key of the
+    fresh layer themselves and hand every other call to the Python methods."""
+    from providers._native._fresh import FreshLayer
+
+    assert COMPILED, "providers/_native/_fresh.c was not built (pip install -e . builds it)"
+    assert LayeredKeyValueState.get is FreshLayer.get
+    assert LayeredKeyValueState.put is FreshLayer.put
+    state = Backend("memory", "providers.memory.InMemoryKeyValueStateProvider", {}).state()
+    spied = Spied(state)
+    state.put("w", 1)  # new to the fresh layer: its place in _pending is the Python method's
+    state.put("w", 2)
+    state.put("w", 2**63 - 1)
+    state.put("w", "ascii")
+    state.put("w", b"raw")
+    state.put("w", 0.5)
+    state.put("w", False)
+    assert state.get("w") is False
+    assert state.get("w", 0) is False
+    assert spied.calls == [("put", "w")]
+    spied.calls.clear()
+    state.put("w", 2**63)  # msgpack takes it; the C case stops at a long long
+    state.put("w", "é")
+    state.put("w", Level.HIGH)
+    state.put(Word.STORM, 1)
+    state.put(b"w", 1)
+    state.put(key="w", value=3)
+    assert state.get("missing", 0) == 0
+    assert state.get(b"w") == 1
+    assert state.get(Word.STORM) == 1
+    assert state.get(key="w") == 3
+    assert spied.calls == [
+        ("put", "w"),
+        ("put", "w"),
+        ("put", "w"),
+        ("put", Word.STORM),
+        ("put", b"w"),
+        ("put", "w"),
+        ("get", "missing"),
+        ("get", b"w"),
+        ("get", Word.STORM),
+        ("get", "w"),
+    ]
+    assert state.get("w") == 3
+    del state._get, state._put  # the spies
+    assert pickle.loads(pickle.dumps(state)).get("w") == 3  # the base has no fields of its own
+    with pytest.raises(TypeError, match=r"get\(\) takes a key and an optional default \(0 given\)"):
+        state.get()
+    with pytest.raises(TypeError, match=r"put\(\) takes a key and a value \(1 given\)"):
+        state.put("w")
+
+
+FUZZ_KEYS: list[Any] = ["a", "b", "c", "storm", Word.STORM, b"a", 7, ("a",), ["a"]]
+FUZZ_VALUES: list[Any] = [
+    *[0, 1, -1, 2**63 - 1, 2**63, 2**64 - 1, 2**64, -(2**63), -(2**63) - 1, Level.HIGH],
+    *[True, False, 0.5, -0.0, "", "ascii", "é", "\ud800", b"", b"\x00", [1], {"n": 1}, None],
+]
+
+
+def outcome(call: Any, *args: Any) -> tuple[str, Any]:
+    """What ``call(*args)`` returned, or the type and words of what it raised."""
+    try:
+        got = call(*args)
+    except Exception as exc:  # noqa: BLE001 -- the same error either way is the point
+        return "raised", (type(exc).__name__, str(exc).replace("-py", ""))
+    return "returned", (type(got).__name__, got)
+
+
+@pytest.mark.parametrize("seed", range(16))
+def test_the_compiled_and_python_layers_do_the_same(seed: int) -> None:
+    """Random puts, gets and deletes over exact and other ``str`` keys, values at and past each
+    edge of the C case (a long long, msgpack's range, ASCII) and refused ones, with prepares,
+    commits and rollbacks: a state on the compiled layer and one on the Python methods return
+    and raise the same, hold the same and commit the same."""
+    rng = random.Random(seed)
+    backend = Backend("memory", "providers.memory.InMemoryKeyValueStateProvider", {})
+    root = backend.namespace
+    states = {name: backend.state(f"{root}{name}") for name in ("", "-py")}
+    python = states["-py"]
+    python.get, python.put = python._get, python._put  # the Python methods, as when not built
+    txid = 0
+    try:
+        for step in range(300):
+            key, value = rng.choice(FUZZ_KEYS), rng.choice(FUZZ_VALUES)
+            op = rng.choices(["put", "get", "delete", "end"], [10, 8, 1, 1])[0]
+            got = []
+            for state in states.values():
+                if op == "put":
+                    got.append(outcome(state.put, key, value))
+                elif op == "get":
+                    got.append(outcome(state.get, key, "none"))
+                elif op == "delete":
+                    got.append(outcome(state.delete, key))
+                elif step % 2:
+                    state.rollback()
+                else:
+                    state.prepare_commit(txid + 1)
+                    state.commit(txid + 1)
+            txid += op == "end" and not step % 2
+            if got:
+                assert got[0] == got[1], (step, op, key, value)
+            assert list(states[""]) == list(python), step
+        for name, state in states.items():
+            state.prepare_commit(txid + 1)
+            state.commit(txid + 1)
+            states[name] = backend.state(f"{root}{name}")
+        assert list(states[""]) == list(states["-py"])
+        assert len(states[""]) > 0
+    finally:
+        InMemoryKeyValueStateProvider.drop(root.split("/")[0])
