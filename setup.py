@@ -14,11 +14,13 @@ carries them under the framework's packages:
 Every package and data folder is found (``find_namespace_packages``: a folder of data files
 such as ``ui/static`` is a package to setuptools), so a new one needs no edit here.
 
-Two modules are C, each optional: without a C compiler and Python's headers the install goes on
-without them, and the same work runs in Python.
+Three modules are C, each optional: without a C compiler and Python's headers the install goes
+on without them, and the same work runs in Python.
 
 - ``statefulbolts/runtime/_native/_rowloop.c``: the inner loop that feeds a per-tuple bolt its
   rows (``_rows.feed_rows``).
+- ``statefulbolts/runtime/_native/_basicemit.c``: a ``BasicBolt``'s emit of one ``str``
+  (``_collector._TaskBasicCollector``).
 - ``providers/_native/_fresh.c``: a layered state's ``get`` and ``put`` of a ``str`` key in its
   fresh layer (``providers._layered``).
 """
@@ -40,9 +42,17 @@ def _packages() -> list[str]:
     return sorted(found)
 
 
+NATIVE = "statefulbolts/runtime/_native"
 ROWLOOP = Extension(
     "statefulbolts.runtime._native._rowloop",
-    ["statefulbolts/runtime/_native/_rowloop.c"],
+    [f"{NATIVE}/_rowloop.c"],
+    depends=[f"{NATIVE}/_slots.h"],
+    optional=True,
+)
+BASICEMIT = Extension(
+    "statefulbolts.runtime._native._basicemit",
+    [f"{NATIVE}/_basicemit.c"],
+    depends=[f"{NATIVE}/_slots.h"],
     optional=True,
 )
 FRESH = Extension(
@@ -54,5 +64,5 @@ FRESH = Extension(
 setup(
     packages=_packages(),
     package_dir={package: folder for folder, package in RENAMED.items()},
-    ext_modules=[ROWLOOP, FRESH],
+    ext_modules=[ROWLOOP, BASICEMIT, FRESH],
 )

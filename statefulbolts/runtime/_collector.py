@@ -7,7 +7,8 @@ nothing: the task seals the batches (``seal``: each values column pickled once, 
 before it hands them on (``records``). Most emits take one fast path (one anchor on one tree, a
 one-field stream routed by fields grouping on that field, a ``str`` value seen before): that
 path lives here, in ``TaskCollector._emitter`` (the closure that is a collector's ``emit``) and
-its copy in ``_TaskBasicCollector.emit``, and nowhere else.
+its copy in ``_TaskBasicCollector._emit``, and nowhere else but the compiled copy of the
+latter (``_native/_basicemit.c``, ``_TaskBasicCollector``'s base where it was built).
 
 No pyspark here: this module runs inside Spark's Python workers but is plain Python.
 """
@@ -17,7 +18,7 @@ from __future__ import annotations
 import traceback
 from collections.abc import Callable, Iterator, Sequence
 from operator import itemgetter
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from statefulbolts.acker import DeliveryLedger, id_base
 from statefulbolts.collectors import Anchors, BasicOutputCollector, OutputCollector
@@ -29,6 +30,11 @@ from statefulbolts.runtime._sealing import seal_column
 from statefulbolts.runtime._stats import format_traceback
 from statefulbolts.runtime._task_errors import exception_types
 from statefulbolts.tuples import DEFAULT_STREAM, ColumnBatch, Tuple
+
+try:
+    from statefulbolts.runtime._native import _basicemit
+except ImportError:  # not compiled at install (no C compiler), or imported from a zip
+    _basicemit = None  # type: ignore[assignment]
 
 __all__ = ["TaskCollector", "Unsealed"]
 
@@ -696,11 +702,26 @@ def _row(values: Sequence[Any], skip: int) -> list[Any]:
     return list(values[skip:] if skip else values)
 
 
-class _TaskBasicCollector(BasicOutputCollector):
+# Whether a ``BasicBolt``'s emit of one str takes its fast path in C (``_TaskBasicCollector``).
+COMPILED_EMIT = _basicemit is not None
+
+if TYPE_CHECKING or _basicemit is None:
+
+    class _EmitBase:
+        """The base without the compiled module: nothing (``emit`` is ``_emit``)."""
+
+else:
+    _EmitBase = _basicemit.BasicEmit
+
+
+class _TaskBasicCollector(_EmitBase, BasicOutputCollector):
     """A ``BasicOutputCollector`` with ``TaskCollector._emitter``'s fast path written into ``emit``.
 
-    A split bolt emits several tuples per input: one frame less per emit is a tenth of its
-    stage. Anything the fast path does not take goes the usual way.
+    A split bolt emits several tuples per input: one frame less per emit was a tenth of its
+    stage. Where ``_native/_basicemit.c`` was built, ``emit`` is its base's, which takes the
+    fast path below in C, without a Python frame at all, and hands every other call to
+    ``_emit``; without it, ``emit`` is ``_emit``. Anything the fast path does not take goes the
+    usual way.
     """
 
     __slots__ = ("_fast",)
@@ -709,7 +730,7 @@ class _TaskBasicCollector(BasicOutputCollector):
         super().__init__(out)
         self._fast = task._fast
 
-    def emit(self, values: Sequence[Any], stream: str = DEFAULT_STREAM) -> None:
+    def _emit(self, values: Sequence[Any], stream: str = DEFAULT_STREAM) -> None:
         """Emit anchored to the current input tuple."""
         anchor = self._input
         cache = self._fast.get(stream)
@@ -721,3 +742,10 @@ class _TaskBasicCollector(BasicOutputCollector):
                 batch[1].append(anchor._root)
                 return
         BasicOutputCollector.emit(self, values, stream)
+
+    if not COMPILED_EMIT:
+        emit = _emit
+
+
+if _basicemit is not None:
+    _basicemit.bind(Tuple, _TaskBasicCollector, DEFAULT_STREAM)

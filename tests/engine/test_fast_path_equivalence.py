@@ -38,7 +38,7 @@ from checkpoint import Action, CheckpointTaskProgram
 from providers import InMemoryKeyValueStateProvider, KeyValueState, StateFactory
 from statefulbolts import LocalCluster
 from statefulbolts.errors import TaskFailedError
-from statefulbolts.runtime import _rows
+from statefulbolts.runtime import _collector, _rows
 from statefulbolts.runtime._plan import ExecutionPlan
 from statefulbolts.runtime._program import TaskJob
 from statefulbolts.runtime._records import TaskReport, TupleBatch
@@ -112,6 +112,10 @@ def _run_one(
     txid = 0  # a stateful task's first PREPARE, over no committed state
     job = TaskJob(plan, layout, CheckpointTaskProgram(action, txid), name, conf, txid, 0)
     outcome: dict[str, Any] = {}
+    basic = _collector._TaskBasicCollector
+    emit = basic.emit
+    if reference:  # all in Python: a ``BasicBolt``'s emit too (``_native/_basicemit.c``)
+        basic.emit = basic._emit  # type: ignore[method-assign]
     try:
         out = list(run_task(job, cloudpickle.dumps(topology), 0, task, [(0, records)]))
     except TaskFailedError as exc:
@@ -120,6 +124,8 @@ def _run_one(
         outcome["error"] = error
     else:
         outcome["sent"] = _comparable([r for _, recs in out for r in recs])
+    finally:
+        basic.emit = emit  # type: ignore[method-assign]
     state = StateFactory.get_state(f"{name}/bolt-{task}", {})
     assert isinstance(state, KeyValueState)
     outcome["state"] = dict(state)
@@ -152,9 +158,12 @@ def _case(seed: int, kind: str, crash: bool = False) -> tuple[dict[str, Any], di
 
 @pytest.fixture(params=["compiled", "python"])
 def row_loop(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
-    """``feed_rows`` and ``feed_basic`` with their inner loops in C (``_rowloop.c``), or not."""
+    """``feed_rows`` and ``feed_basic`` with their inner loops in C (``_rowloop.c``) and a
+    ``BasicBolt``'s emit too (``_basicemit.c``), or all in Python."""
     if request.param == "python":
         monkeypatch.setattr(_rows, "COMPILED", False)
+        basic = _collector._TaskBasicCollector
+        monkeypatch.setattr(basic, "emit", basic._emit)
     return str(request.param)
 
 
@@ -208,6 +217,42 @@ def test_the_compiled_loop_is_built_and_runs_the_rows_that_join_a_run(
         assert sum(ran for _, ran in runs) > 100, name
         # Some rows stopped the stretch (kept, failed, acked twice...): Python took them over.
         assert any(ran < given for given, ran in runs), name
+
+
+def test_the_compiled_emit_is_built_and_takes_a_basic_bolts_emits_of_one_str(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``_basicemit.c`` is built; its ``emit`` takes the one-str emits of a fields-grouped
+    stream and hands the others (two fields, several trees) to the Python ``_emit``."""
+    assert _collector.COMPILED_EMIT, (
+        "statefulbolts/runtime/_native/_basicemit.c was not compiled: reinstall with a C "
+        "compiler and Python's headers (pip install -e .)"
+    )
+    basic = _collector._TaskBasicCollector
+    compiled, python = basic.emit, basic._emit
+    counts = {"emit": 0, "handed on": 0}
+    inside = [False]
+
+    def emit(self: Any, *args: Any, **kwargs: Any) -> None:
+        counts["emit"] += 1
+        inside[0] = True
+        try:
+            compiled(self, *args, **kwargs)
+        finally:
+            inside[0] = False
+
+    def _emit(self: Any, *args: Any, **kwargs: Any) -> None:
+        counts["handed on"] += inside[0]
+        python(self, *args, **kwargs)
+
+    monkeypatch.setattr(basic, "emit", emit)
+    monkeypatch.setattr(basic, "_emit", _emit)
+    for seed in range(12):
+        fast, ref = _case(seed, "basic")
+        assert fast == ref
+    taken = counts["emit"] - counts["handed on"]
+    assert taken > 100, counts  # by C
+    assert counts["handed on"] > 50, counts  # two fields, several trees: to Python
 
 
 @pytest.mark.skipif(not REUSABLE, reason="this Python runs every bolt through the reference loop")

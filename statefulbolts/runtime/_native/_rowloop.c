@@ -37,28 +37,12 @@ the one ack. As in Python, this needs CPython with the GIL, up to 3.13 (``_rows.
 
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
-#include <structmember.h>
+
+#include "_slots.h"
 
 /* Byte offsets of the Tuple's slots, and the type they belong to (``bind``). */
 static PyTypeObject *tuple_type = NULL;
 static Py_ssize_t off_values = -1, off_root = -1, off_edge = -1;
-
-static Py_ssize_t
-slot_offset(PyTypeObject *type, const char *name)
-{
-    PyObject *descr = PyObject_GetAttrString((PyObject *)type, name);
-    if (descr == NULL) {
-        return -1;
-    }
-    if (!PyObject_TypeCheck(descr, &PyMemberDescr_Type)) {
-        Py_DECREF(descr);
-        PyErr_Format(PyExc_TypeError, "%s.%s is not a slot", type->tp_name, name);
-        return -1;
-    }
-    Py_ssize_t offset = ((PyMemberDescrObject *)descr)->d_member->offset;
-    Py_DECREF(descr);
-    return offset;
-}
 
 static PyObject *
 bind(PyObject *module, PyObject *type)

@@ -1,0 +1,6 @@
+from typing import Any
+
+class BasicEmit:
+    def emit(self, values: Any, stream: str = ...) -> None: ...
+
+def bind(tuple_class: type, collector_class: type, default_stream: str, /) -> None: ...
