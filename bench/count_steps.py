@@ -22,7 +22,10 @@ batch  the ``execute_batch`` form (``get_many``, ``put_many``, ``emit_columns``)
 Each round runs every step once, in an order that alternates from round to round, and takes
 the task's CPU seconds (``time.process_time``); the table gives each step's median and, per
 word, what the step adds to the one before. ``--reference`` runs the per-tuple steps through the
-runtime's reference loop too (``<step>_ref``). The counts are checked after every run.
+runtime's reference loop too (``<step>_ref``); ``--python`` runs them on the Python twins of the
+compiled parts (``<step>_py``: the row loop, the state's ``get`` and ``put``, the emit; see
+``bench/_native.py``), as an install without a C compiler does. The counts are checked after
+every run.
 
 Only CPU time is measured, so the figures hold on a busy machine better than wall time; they
 still move with the load (caches, frequency): compare steps within one run.
@@ -45,6 +48,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from pyspark import cloudpickle  # noqa: E402
 
+from bench._native import python_only  # noqa: E402
 from checkpoint import Action, CheckpointTaskProgram  # noqa: E402
 from examples.zipf import zipf_sentences  # noqa: E402
 from providers import InMemoryKeyValueStateProvider, KeyValueState, StateFactory  # noqa: E402
@@ -227,26 +231,33 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--steps", default=",".join(STEPS))
     parser.add_argument("--reference", action="store_true", help="also the reference loop")
+    parser.add_argument("--python", action="store_true", help="also without the compiled parts")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)
     words = " ".join(zipf_sentences(-(-args.words // 10), args.vocab)).split()[: args.words]
     roots = [(i // 10) * 2654435761 % (1 << 62) + 1 for i in range(len(words))]
     steps = args.steps.split(",")
-    names = steps + [f"{s}_ref" for s in steps if args.reference and s != "batch"]
+    variants = [v for v, on in (("_ref", args.reference), ("_py", args.python)) if on]
+    names = steps + [f"{s}{v}" for v in variants for s in steps if s != "batch"]
     times: dict[str, list[float]] = {n: [] for n in names}
     loads = []
     for r in range(args.rounds):
         loads.append(os.getloadavg()[0])
         order = names if r % 2 == 0 else names[::-1]
         for n in order:
-            step, reference = n.removesuffix("_ref"), n.endswith("_ref")
-            times[n].append(run(step, words, roots, reference, f"steps-{os.getpid()}-{r}-{n}"))
+            step, variant = n.split("_")[0], n[len(n.split("_")[0]) :]
+            label = f"steps-{os.getpid()}-{r}-{n}"
+            if variant == "_py":
+                with python_only():
+                    times[n].append(run(step, words, roots, False, label))
+            else:
+                times[n].append(run(step, words, roots, variant == "_ref", label))
     medians = {n: statistics.median(v) for n, v in times.items()}
     print(f"{len(words):,} words, {args.rounds} rounds, load {min(loads):.1f}-{max(loads):.1f}")
     before = 0.0
     for n in names:
-        if n.endswith("_ref") and n.removesuffix("_ref") == steps[0]:
-            before = 0.0
+        if n.split("_")[0] == steps[0]:
+            before = 0.0  # each variant's first step adds to nothing
         added = (
             ""
             if n.startswith("batch")

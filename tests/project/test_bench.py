@@ -218,7 +218,7 @@ def test_wordcount_bench_reports_exact_runs_and_their_ratios(bench: BenchRun) ->
     assert all(0 < s < memory["seconds"] for s in memory["transaction_seconds_medians"])
 
 
-def test_count_steps_bench_times_every_step_both_ways_and_checks_the_counts() -> None:
+def test_count_steps_bench_times_every_step_every_way_and_checks_the_counts() -> None:
     result = subprocess.run(
         [
             sys.executable,
@@ -230,6 +230,7 @@ def test_count_steps_bench_times_every_step_both_ways_and_checks_the_counts() ->
             "--rounds",
             "2",
             "--reference",
+            "--python",
             "--json",
         ],
         cwd=ROOT,
@@ -242,11 +243,53 @@ def test_count_steps_bench_times_every_step_both_ways_and_checks_the_counts() ->
     report = json.loads(result.stdout.splitlines()[-1])
     assert report["words"] == 3000 and len(report["loads"]) == 2
     steps = ["ack", "value", "state", "emit", "batch"]
-    assert set(report["seconds"]) == {*steps, *(f"{s}_ref" for s in steps[:-1])}
+    names = [*steps, *(f"{s}_ref" for s in steps[:-1]), *(f"{s}_py" for s in steps[:-1])]
+    assert set(report["seconds"]) == set(names)
     assert all(len(v) == 2 and min(v) > 0 for v in report["seconds"].values())
     # The table: one line per step, each with its seconds and what it adds per word.
     table = result.stdout.splitlines()[1:-1]
-    assert [line.split()[0] for line in table] == [*steps, *(f"{s}_ref" for s in steps[:-1])]
+    assert [line.split()[0] for line in table] == names
+
+
+def test_split_steps_bench_times_the_split_each_way_and_checks_the_words() -> None:
+    result = subprocess.run(
+        [sys.executable, "bench/split_steps.py", "--sentences", "300", "--rounds", "2"]
+        + ["--python", "--json"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    report = json.loads(result.stdout.splitlines()[-1])
+    assert report["words"] == 3000 and len(report["loads"]) == 2
+    assert set(report["seconds"]) == {"tuple", "batch", "tuple_py"}
+    assert all(len(v) == 2 and min(v) > 0 for v in report["seconds"].values())
+    table = result.stdout.splitlines()[1:-1]
+    assert [line.split()[0] for line in table] == ["tuple", "batch", "tuple_py"]
+    assert table[1].endswith("1.00x batch")
+
+
+def test_python_only_runs_the_python_twins_and_puts_the_compiled_parts_back() -> None:
+    from bench._native import python_only
+    from providers._layered import COMPILED, LayeredKeyValueState
+    from statefulbolts.runtime import _rows
+    from statefulbolts.runtime._collector import COMPILED_EMIT, _TaskBasicCollector
+
+    assert COMPILED and COMPILED_EMIT and _rows.COMPILED  # built by the test command
+    compiled = (LayeredKeyValueState.get, LayeredKeyValueState.put, _TaskBasicCollector.emit)
+    with python_only():
+        assert not _rows.COMPILED
+        assert LayeredKeyValueState.get is LayeredKeyValueState._get
+        assert LayeredKeyValueState.put is LayeredKeyValueState._put
+        assert _TaskBasicCollector.emit is _TaskBasicCollector._emit
+    assert _rows.COMPILED
+    assert (LayeredKeyValueState.get, LayeredKeyValueState.put, _TaskBasicCollector.emit) == (
+        compiled
+    )
+    assert {"get", "put"}.isdisjoint(vars(LayeredKeyValueState))
+    assert "emit" not in vars(_TaskBasicCollector)
 
 
 def test_transactional_bench_reports_both_shapes_exact_with_their_ratios(bench: BenchRun) -> None:
