@@ -82,6 +82,8 @@ if TYPE_CHECKING or FreshLayer is None:
     class _Layer:
         """The base without the compiled module: nothing (``get``, ``put``: ``_get``, ``_put``)."""
 
+        __slots__ = ()
+
 else:
     _Layer = FreshLayer
 

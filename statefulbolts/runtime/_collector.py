@@ -710,6 +710,8 @@ if TYPE_CHECKING or _basicemit is None:
     class _EmitBase:
         """The base without the compiled module: nothing (``emit`` is ``_emit``)."""
 
+        __slots__ = ()
+
 else:
     _EmitBase = _basicemit.BasicEmit
 
