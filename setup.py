@@ -49,15 +49,20 @@ ROWLOOP = Extension(
     depends=[f"{NATIVE}/_slots.h"],
     optional=True,
 )
+# Included from the repository's top (``providers/_native/_forward.h``): the two compiled
+# methods share how they hand a call on.
+FORWARD = "providers/_native/_forward.h"
 BASICEMIT = Extension(
     "statefulbolts.runtime._native._basicemit",
     [f"{NATIVE}/_basicemit.c"],
-    depends=[f"{NATIVE}/_slots.h"],
+    include_dirs=["."],
+    depends=[f"{NATIVE}/_slots.h", FORWARD],
     optional=True,
 )
 FRESH = Extension(
     "providers._native._fresh",
     ["providers/_native/_fresh.c"],
+    depends=[FORWARD],
     optional=True,
 )
 

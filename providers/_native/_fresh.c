@@ -28,6 +28,8 @@ as before.
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 
+#include "_forward.h"
+
 static PyObject *str_fresh, *str_fast, *str_get, *str_put;
 
 /* ``self._fresh`` if it is a dict (a new reference), else NULL; never leaves an error set. */
@@ -44,28 +46,6 @@ fresh_of(PyObject *self)
         return NULL;
     }
     return fresh;
-}
-
-/* ``self.<name>(*args)``, the arguments (and keywords) as they came. */
-static PyObject *
-forward(PyObject *self, PyObject *name, PyObject *const *args, Py_ssize_t nargs,
-        PyObject *kwnames)
-{
-    Py_ssize_t total = nargs + (kwnames ? PyTuple_GET_SIZE(kwnames) : 0);
-    PyObject *small[4];
-    PyObject **stack = total < 4 ? small : PyMem_New(PyObject *, total + 1);
-    if (stack == NULL) {
-        return PyErr_NoMemory();
-    }
-    stack[0] = self;
-    for (Py_ssize_t i = 0; i < total; i++) {
-        stack[i + 1] = args[i];
-    }
-    PyObject *result = PyObject_VectorcallMethod(name, stack, (size_t)nargs + 1, kwnames);
-    if (stack != small) {
-        PyMem_Free(stack);
-    }
-    return result;
 }
 
 /* One of ``low`` to ``high`` arguments, or a TypeError naming the public method. */

@@ -27,6 +27,7 @@ Reads the slots' offsets (``Tuple._more``, ``Tuple._root``, the collector's ``_i
 #include <Python.h>
 
 #include "_slots.h"
+#include "providers/_native/_forward.h"
 
 static PyTypeObject *tuple_type = NULL, *collector_type = NULL;
 static PyObject *default_stream = NULL, *str_emit = NULL;
@@ -59,27 +60,6 @@ bind(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     off_input = input;
     off_fast = fast;
     Py_RETURN_NONE;
-}
-
-/* ``self._emit(*args)``, the arguments (and keywords) as they came. */
-static PyObject *
-forward(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
-{
-    Py_ssize_t total = nargs + (kwnames ? PyTuple_GET_SIZE(kwnames) : 0);
-    PyObject *small[4];
-    PyObject **stack = total < 4 ? small : PyMem_New(PyObject *, total + 1);
-    if (stack == NULL) {
-        return PyErr_NoMemory();
-    }
-    stack[0] = self;
-    for (Py_ssize_t i = 0; i < total; i++) {
-        stack[i + 1] = args[i];
-    }
-    PyObject *result = PyObject_VectorcallMethod(str_emit, stack, (size_t)nargs + 1, kwnames);
-    if (stack != small) {
-        PyMem_Free(stack);
-    }
-    return result;
 }
 
 /* The one ``str`` of ``values`` (borrowed), or NULL: not a one-``str`` list or tuple. */
@@ -126,14 +106,14 @@ static PyObject *
 basic_emit(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
 {
     if (kwnames != NULL || nargs < 1 || nargs > 2 || Py_TYPE(self) != collector_type) {
-        return forward(self, args, nargs, kwnames);
+        return forward(self, str_emit, args, nargs, kwnames);
     }
     PyObject *stream = nargs == 2 ? args[1] : default_stream;
     PyObject *value = one_str(args[0]);
     PyObject *anchor = slot(self, off_input), *fast = slot(self, off_fast);
     if (value == NULL || anchor == NULL || fast == NULL || !PyDict_CheckExact(fast) ||
         !PyObject_TypeCheck(anchor, tuple_type) || slot(anchor, off_more) != Py_None) {
-        return forward(self, args, nargs, kwnames);
+        return forward(self, str_emit, args, nargs, kwnames);
     }
     PyObject *root = slot(anchor, off_root);
     PyObject *memo = PyDict_GetItemWithError(fast, stream); /* borrowed */
@@ -141,7 +121,7 @@ basic_emit(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kw
         if (PyErr_Occurred()) {
             return NULL;
         }
-        return forward(self, args, nargs, kwnames);
+        return forward(self, str_emit, args, nargs, kwnames);
     }
     PyObject *entry = PyDict_GetItemWithError(memo, value); /* borrowed */
     if (entry != NULL) {
@@ -162,7 +142,7 @@ basic_emit(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kw
         return NULL;
     }
     if (done == 0) {
-        return forward(self, args, nargs, kwnames);
+        return forward(self, str_emit, args, nargs, kwnames);
     }
     Py_RETURN_NONE;
 }
