@@ -112,20 +112,18 @@ def _run_one(
     txid = 0  # a stateful task's first PREPARE, over no committed state
     job = TaskJob(plan, layout, CheckpointTaskProgram(action, txid), name, conf, txid, 0)
     outcome: dict[str, Any] = {}
-    basic = _collector._TaskBasicCollector
-    emit = basic.emit
-    if reference:  # all in Python: a ``BasicBolt``'s emit too (``_native/_basicemit.c``)
-        basic.emit = basic._emit  # type: ignore[method-assign]
-    try:
-        out = list(run_task(job, cloudpickle.dumps(topology), 0, task, [(0, records)]))
-    except TaskFailedError as exc:
-        error = decode_task_error(exc)
-        assert error is not None
-        outcome["error"] = error
-    else:
-        outcome["sent"] = _comparable([r for _, recs in out for r in recs])
-    finally:
-        basic.emit = emit  # type: ignore[method-assign]
+    with pytest.MonkeyPatch.context() as patch:
+        if reference:  # all in Python: a ``BasicBolt``'s emit too (``_native/_basicemit.c``)
+            basic = _collector._TaskBasicCollector
+            patch.setattr(basic, "emit", basic._emit)
+        try:
+            out = list(run_task(job, cloudpickle.dumps(topology), 0, task, [(0, records)]))
+        except TaskFailedError as exc:
+            error = decode_task_error(exc)
+            assert error is not None
+            outcome["error"] = error
+        else:
+            outcome["sent"] = _comparable([r for _, recs in out for r in recs])
     state = StateFactory.get_state(f"{name}/bolt-{task}", {})
     assert isinstance(state, KeyValueState)
     outcome["state"] = dict(state)
