@@ -108,36 +108,34 @@ basic_emit(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kw
     if (kwnames != NULL || nargs < 1 || nargs > 2 || Py_TYPE(self) != collector_type) {
         return forward(self, str_emit, args, nargs, kwnames);
     }
+    /* Only exact str keys are looked up here: hashing them runs no Python code. */
     PyObject *stream = nargs == 2 ? args[1] : default_stream;
     PyObject *value = one_str(args[0]);
     PyObject *anchor = slot(self, off_input), *fast = slot(self, off_fast);
-    if (value == NULL || anchor == NULL || fast == NULL || !PyDict_CheckExact(fast) ||
-        !PyObject_TypeCheck(anchor, tuple_type) || slot(anchor, off_more) != Py_None) {
+    if (value == NULL || !PyUnicode_CheckExact(stream) || anchor == NULL || fast == NULL ||
+        !PyDict_CheckExact(fast) || !PyObject_TypeCheck(anchor, tuple_type) ||
+        slot(anchor, off_more) != Py_None || slot(anchor, off_root) == NULL) {
         return forward(self, str_emit, args, nargs, kwnames);
     }
-    PyObject *root = slot(anchor, off_root);
     PyObject *memo = PyDict_GetItemWithError(fast, stream); /* borrowed */
-    if (memo == NULL || root == NULL || !PyDict_Check(memo)) {
+    if (memo == NULL || !PyDict_Check(memo)) {
         if (PyErr_Occurred()) {
             return NULL;
         }
         return forward(self, str_emit, args, nargs, kwnames);
     }
+    /* Held: a first emit of the value runs the memo's ``__missing__``, Python code. */
+    PyObject *root = Py_NewRef(slot(anchor, off_root));
     PyObject *entry = PyDict_GetItemWithError(memo, value); /* borrowed */
     if (entry != NULL) {
         Py_INCREF(entry);
     }
-    else if (PyErr_Occurred()) {
-        return NULL;
+    else if (!PyErr_Occurred()) {
+        entry = PyObject_GetItem(memo, value); /* routed now */
     }
-    else {
-        entry = PyObject_GetItem(memo, value); /* routed now: the memo's ``__missing__`` */
-        if (entry == NULL) {
-            return NULL;
-        }
-    }
-    int done = append(entry, root);
-    Py_DECREF(entry);
+    int done = entry == NULL ? -1 : append(entry, root);
+    Py_XDECREF(entry);
+    Py_DECREF(root);
     if (done < 0) {
         return NULL;
     }
