@@ -245,18 +245,18 @@ def main(argv: list[str] | None = None) -> int:
         loads.append(os.getloadavg()[0])
         order = names if r % 2 == 0 else names[::-1]
         for n in order:
-            step, variant = n.split("_")[0], n[len(n.split("_")[0]) :]
+            step, _, variant = n.partition("_")
             label = f"steps-{os.getpid()}-{r}-{n}"
-            if variant == "_py":
+            if variant == "py":
                 with python_only():
                     times[n].append(run(step, words, roots, False, label))
             else:
-                times[n].append(run(step, words, roots, variant == "_ref", label))
+                times[n].append(run(step, words, roots, variant == "ref", label))
     medians = {n: statistics.median(v) for n, v in times.items()}
     print(f"{len(words):,} words, {args.rounds} rounds, load {min(loads):.1f}-{max(loads):.1f}")
     before = 0.0
     for n in names:
-        if n.split("_")[0] == steps[0]:
+        if n.partition("_")[0] == steps[0]:
             before = 0.0  # each variant's first step adds to nothing
         added = (
             ""
