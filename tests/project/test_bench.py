@@ -218,21 +218,10 @@ def test_wordcount_bench_reports_exact_runs_and_their_ratios(bench: BenchRun) ->
     assert all(0 < s < memory["seconds"] for s in memory["transaction_seconds_medians"])
 
 
-def test_count_steps_bench_times_every_step_every_way_and_checks_the_counts() -> None:
+def run_steps_bench(script: str, *args: str) -> tuple[dict[str, Any], list[str]]:
+    """A one-task bench (``count_steps``, ``split_steps``) run small: its report, its table."""
     result = subprocess.run(
-        [
-            sys.executable,
-            "bench/count_steps.py",
-            "--words",
-            "3000",
-            "--vocab",
-            "200",
-            "--rounds",
-            "2",
-            "--reference",
-            "--python",
-            "--json",
-        ],
+        [sys.executable, f"bench/{script}", "--rounds", "2", *args, "--json"],
         cwd=ROOT,
         capture_output=True,
         text=True,
@@ -240,33 +229,29 @@ def test_count_steps_bench_times_every_step_every_way_and_checks_the_counts() ->
         check=False,
     )
     assert result.returncode == 0, result.stderr[-2000:]
-    report = json.loads(result.stdout.splitlines()[-1])
-    assert report["words"] == 3000 and len(report["loads"]) == 2
+    lines = result.stdout.splitlines()
+    report: dict[str, Any] = json.loads(lines[-1])
+    assert len(report["loads"]) == 2
+    assert all(len(v) == 2 and min(v) > 0 for v in report["seconds"].values())
+    return report, lines[1:-1]
+
+
+def test_count_steps_bench_times_every_step_every_way_and_checks_the_counts() -> None:
+    report, table = run_steps_bench(
+        "count_steps.py", "--words", "3000", "--vocab", "200", "--reference", "--python"
+    )
+    assert report["words"] == 3000
     steps = ["ack", "value", "state", "emit", "batch"]
     names = [*steps, *(f"{s}_ref" for s in steps[:-1]), *(f"{s}_py" for s in steps[:-1])]
     assert set(report["seconds"]) == set(names)
-    assert all(len(v) == 2 and min(v) > 0 for v in report["seconds"].values())
     # The table: one line per step, each with its seconds and what it adds per word.
-    table = result.stdout.splitlines()[1:-1]
     assert [line.split()[0] for line in table] == names
 
 
 def test_split_steps_bench_times_the_split_each_way_and_checks_the_words() -> None:
-    result = subprocess.run(
-        [sys.executable, "bench/split_steps.py", "--sentences", "300", "--rounds", "2"]
-        + ["--python", "--json"],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=600,
-        check=False,
-    )
-    assert result.returncode == 0, result.stderr[-2000:]
-    report = json.loads(result.stdout.splitlines()[-1])
-    assert report["words"] == 3000 and len(report["loads"]) == 2
+    report, table = run_steps_bench("split_steps.py", "--sentences", "300", "--python")
+    assert report["words"] == 3000
     assert set(report["seconds"]) == {"tuple", "batch", "tuple_py"}
-    assert all(len(v) == 2 and min(v) > 0 for v in report["seconds"].values())
-    table = result.stdout.splitlines()[1:-1]
     assert [line.split()[0] for line in table] == ["tuple", "batch", "tuple_py"]
     assert table[1].endswith("1.00x batch")
 
