@@ -68,6 +68,9 @@ class RootLedger:
         self._spouts: SpoutCalls | None = None
         self._timeouts: RotatingMap[int, Root] = RotatingMap(2, self._expire)
         self._awaiting: dict[int, list[int]] = {}
+        # The grouping ``awaiting_messages`` made of a transaction's roots (the manifest's),
+        # kept for its commit's acks: one pass over the roots where there were two.
+        self._grouped: dict[int, dict[int, list[Any]]] = {}
         self._period_ms = timeout_secs * 1000.0
         self._timeouts_enabled = timeouts
         self._next_rotate = 0.0
@@ -122,17 +125,37 @@ class RootLedger:
         """Hold the spout acks of ``roots`` until transaction ``txid`` commits."""
         if roots:
             self._awaiting.setdefault(txid, []).extend(roots)
+            self._grouped.pop(txid, None)  # made before these roots joined
 
     def awaiting_messages(self, txid: int) -> dict[int, list[Any]]:
-        """The message ids transaction ``txid`` carried, per spout task index."""
-        return group_by_task(map(self.live.get, self._awaiting.get(txid, [])))
+        """The message ids transaction ``txid`` carried, per spout task index.
+
+        The grouping is kept for the commit of ``txid``, which acks by it (do not change it).
+        """
+        grouped = group_by_task(map(self.live.get, self._awaiting.get(txid, [])))
+        self._grouped[txid] = grouped
+        return grouped
 
     def committed(self, txid: int) -> None:
-        """Transaction ``txid`` committed: ack its roots at their spouts."""
-        self.ack(self._awaiting.pop(txid, []))
+        """Transaction ``txid`` committed: ack its roots at their spouts.
+
+        By the grouping ``awaiting_messages`` kept when every root is still live (root ids are
+        never reused, so they were all live then and it holds them all); else grouped anew.
+        """
+        assert self._spouts is not None  # noqa: S101 - attach() ran
+        roots = self._awaiting.pop(txid, [])
+        grouped = self._grouped.pop(txid, None)
+        live = self.live
+        before = len(live)
+        popped = list(map(live.pop, roots, itertools.repeat(None)))
+        if grouped is None or before - len(live) != len(roots):
+            grouped = group_by_task(popped)
+        for index, ids in grouped.items():
+            self._spouts.ack_messages(index, ids)
 
     def discard_awaiting(self) -> None:
         """Every transaction awaiting its commit was rolled back: fail their roots."""
+        self._grouped.clear()
         for txid in list(self._awaiting):
             for root in self._awaiting.pop(txid):
                 self.fail(root)

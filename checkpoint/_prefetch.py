@@ -15,7 +15,7 @@ Example:
     >>> by_word = Record(dest=1, kind=GroupingKind.FIELDS, positions=(0,))
     >>> plan = Record(routes={(0, 0): (by_word,)}, widths=[[2]])  # 0 emits (word, n) to 1
     >>> batch = Record(dest=1, src=0, stream=0, values=[["a", 1], ["b", 2], ["a", 3]])
-    >>> list(grouped_keys(plan, [batch]))
+    >>> sorted(grouped_keys(plan, [batch]))
     ['a', 'b']
 """
 
@@ -81,9 +81,10 @@ def grouped_keys(plan: PlanLike, batches: Iterable[BatchLike]) -> Iterator[Any]:
     """The distinct values of the grouping field of every batch taken by a one-field grouping.
 
     Lazy: nothing is read until the first key is asked for, so a state that ignores the hint
-    costs nothing. First seen first; an unhashable value is left out.
+    costs nothing. In no particular order (a set: the task's half a million words cost about
+    half of what an ordered dict of them did); an unhashable value is left out.
     """
-    found: dict[Any, None] = {}
+    found: set[Any] = set()
     for batch in batches:
         position = _grouping_position(plan, batch)
         if position is None:
@@ -106,13 +107,13 @@ def _grouping_position(plan: PlanLike, batch: BatchLike) -> int | None:
     return route.positions[0]
 
 
-def _add_distinct(found: dict[Any, None], values: Sequence[Any]) -> None:
-    """Add each value of ``values`` to ``found`` once; an unhashable value is skipped."""
+def _add_distinct(found: set[Any], values: Sequence[Any]) -> None:
+    """Add each value of ``values`` to ``found``; an unhashable value is skipped."""
     try:
-        found.update(dict.fromkeys(values))  # the common case, in C
+        found.update(values)  # the common case, in C
     except TypeError:
         for value in values:
             try:
-                found[value] = None
+                found.add(value)
             except TypeError:
                 continue  # left out: the hint may miss keys, a get reads them singly

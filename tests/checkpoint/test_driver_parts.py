@@ -116,6 +116,36 @@ def test_ledger_acks_a_transactions_roots_only_when_it_commits() -> None:
     assert (ledger.live, ledger.awaiting) == ({}, 0)
 
 
+def test_ledger_commit_acks_by_the_kept_grouping_only_while_it_still_holds() -> None:
+    # Kept as it was: the commit acks the very lists the manifest was given.
+    ledger, spouts, roots = _ledger()
+    ledger.await_commit(7, roots)
+    grouped = ledger.awaiting_messages(7)
+    ledger.committed(7)
+    assert spouts.acked == [(0, ["a", "b"]), (1, ["c"])]
+    assert spouts.acked[0][1] is grouped[0]
+    # A root failed after the grouping: it is not acked as well.
+    ledger, spouts, roots = _ledger()
+    ledger.await_commit(7, roots)
+    ledger.awaiting_messages(7)
+    ledger.fail(roots[0])
+    ledger.committed(7)
+    assert (spouts.failed, spouts.acked) == ([(0, "a")], [(0, ["b"]), (1, ["c"])])
+    # A root that joined after the grouping is acked too; nothing is kept past a rollback.
+    ledger, spouts, roots = _ledger()
+    ledger.await_commit(7, roots[:2])
+    ledger.awaiting_messages(7)
+    ledger.await_commit(7, roots[2:])
+    ledger.committed(7)
+    assert spouts.acked == [(0, ["a", "b"]), (1, ["c"])]
+    ledger, spouts, roots = _ledger()
+    ledger.await_commit(7, roots)
+    ledger.awaiting_messages(7)
+    ledger.discard_awaiting()
+    ledger.committed(7)
+    assert (len(spouts.failed), spouts.acked, ledger.live) == (3, [], {})
+
+
 def test_ledger_fails_failed_roots_at_once_and_keeps_open_ones_until_their_timeout() -> None:
     ledger, spouts, roots = _ledger()
     result = JobResult(acks={roots[1]: 12345}, fails={roots[0]})
