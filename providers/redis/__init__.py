@@ -38,16 +38,19 @@ delta and keeps the payload opaque, so any value serializer works. Tombstones ne
 committed hash.
 
 Round trips: a process's first state on a server loads the scripts (one pipelined round trip);
-constructing a state is one (a script loads ``ns$txid`` and the prepared delta);
+constructing a state is one (a script loads ``ns$txid``, the prepared delta and the committed
+hash's length);
 ``prepare_commit``, ``commit`` and ``rollback`` are one script each, whatever the number of keys
 (the driver's commit of a transaction sends every namespace's in one pipeline, ``_commits``);
 ``get`` is at most one ``HGET`` per distinct key per state object (hits and misses are cached, and
 the cache follows commits), and usually none: before a stateful task's tuples the runtime hands the
 state the distinct values its input is fields-grouped on (``prefetch``), read with one ``HMGET``
 per 10,000 keys, so a keyed aggregation costs a handful of round trips per task and transaction
-whatever its number of keys. Writes only touch memory until ``prepare_commit``. A state object
-assumes it is the only writer of its namespace while it lives, which the checkpoint protocol
-guarantees (one task per namespace). Connection pools are shared per process and per config.
+whatever its number of keys; when the committed hash was empty at the load (a namespace's first
+transaction), none at all, and the hint is not even computed. Writes only touch memory until
+``prepare_commit``. A state object assumes it is the only writer of its namespace while it
+lives, which the checkpoint protocol guarantees (one task per namespace). Connection pools
+are shared per process and per config.
 
 Every script is idempotent, so redis-py may retry one after a dropped connection. The provider
 can list the namespaces it holds (``namespaces``: a ``SCAN`` for the ``$txid`` hashes).

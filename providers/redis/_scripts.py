@@ -96,11 +96,12 @@ local function index(zset, tombstone, kv, first, expiry)
 end
 """
 
-# LOAD. KEYS[1] = ns$prepare, KEYS[2] = ns$txid, KEYS[3] = ns$ttl. No ARGV.
-# Returns {HGETALL ns$txid, HGETALL ns$prepare} as flat field/value lists, and EXISTS ns$ttl.
+# LOAD. KEYS[1] = ns$prepare, KEYS[2] = ns$txid, KEYS[3] = ns$ttl, KEYS[4] = ns. No ARGV.
+# Returns {HGETALL ns$txid, HGETALL ns$prepare} as flat field/value lists, EXISTS ns$ttl and
+# HLEN ns.
 LOAD = """
 return {redis.call('HGETALL', KEYS[2]), redis.call('HGETALL', KEYS[1]),
-        redis.call('EXISTS', KEYS[3])}
+        redis.call('EXISTS', KEYS[3]), redis.call('HLEN', KEYS[4])}
 """
 
 # PREPARE. KEYS[1] = ns$prepare, KEYS[2] = ns$txid.

@@ -95,6 +95,12 @@ class RedisKeyValueState(StoredImageReads, LayeredKeyValueState):
         # the expiry of every value of the stored prepared delta.
         self._expiry: dict[bytes, float] = {}
         self._indexed = False
+        # How many fields the committed hash had at the load (None once this object changed
+        # it), and whether the cache holds all of them: a key not in it is absent. ``prefetch``
+        # sets that on a hash empty at the load, so a task's first transaction on a namespace
+        # reads nothing (see ``prefetch``); a commit keeps it (what it applied is cached).
+        self._loaded_len: int | None = None
+        self._whole = False
         self._prepared_expiry: int | None = None
         self._committed_txid: int | None = None
         self._prepared_txid: int | None = None
@@ -153,14 +159,15 @@ class RedisKeyValueState(StoredImageReads, LayeredKeyValueState):
 
     def _load(self) -> None:
         with self._backend("load"):
-            txids, delta, indexed = self._load_script(
-                keys=[self.prepare_key, self.txid_key, self.ttl_key]
+            txids, delta, indexed, length = self._load_script(
+                keys=[self.prepare_key, self.txid_key, self.ttl_key, self.committed_key]
             )
         fields = dict(zip(txids[::2], txids[1::2], strict=True))
         self._committed_txid = parse_txid(fields.get(b"commit"))
         self._prepared_txid = parse_txid(fields.get(b"prepare"))
         self._prepared_expiry = parse_txid(fields.get(b"pexpiry"))
         self._indexed = bool(indexed)
+        self._loaded_len = int(length)
         self._rollbacks = fields.get(b"rollbacks", b"0")
         self._loaded_txids = (self._committed_txid, self._prepared_txid)
         if self._prepared_txid is not None:
@@ -191,6 +198,8 @@ class RedisKeyValueState(StoredImageReads, LayeredKeyValueState):
             return None if is_expired(self._prepared_expiry, self._now) else payload
         payload = self._cache.get(ekey, _MISSING)
         if payload is _MISSING:
+            if self._whole:
+                return None  # the cache is the whole hash
             if self._indexed:
                 self._read_committed([ekey])
                 payload = self._cache[ekey]
@@ -207,7 +216,8 @@ class RedisKeyValueState(StoredImageReads, LayeredKeyValueState):
     def _stored_many(self, ekeys: list[bytes]) -> list[bytes | None]:
         """``_stored`` of each key; the committed ones not cached yet in one ``HMGET``."""
         prepared, cache = self._prepared, self._cache
-        self._read_committed([k for k in ekeys if k not in prepared and k not in cache])
+        if not self._whole:
+            self._read_committed([k for k in ekeys if k not in prepared and k not in cache])
         return [self._stored(k) for k in ekeys]
 
     def _read_committed(self, ekeys: list[bytes], step: str = "get") -> None:
@@ -240,7 +250,19 @@ class RedisKeyValueState(StoredImageReads, LayeredKeyValueState):
 
         Values and absences go to the read cache, where ``get`` finds them as if it had read
         each key singly. A key the key serializer refuses is skipped (its ``get`` raises).
+
+        A committed hash that was empty at the load (and has no expiry index) is read not at
+        all, and ``keys`` not even iterated: from here on every key this object has not
+        written or cached reads as absent without a round trip. Only here, where a task is
+        about to run its tuples, right after its load: nothing else writes a task's namespace
+        while the task runs (the driver commits between jobs).
         """
+        if self._whole:
+            return
+        if self._loaded_len == 0 and not self._indexed:
+            self._whole = True
+            log.debug("state %s: nothing committed; no reads", self.namespace)
+            return
         pending, prepared, cache = self._pending, self._prepared, self._cache
         wanted: dict[bytes, None] = {}
         for key in keys:
@@ -404,6 +426,7 @@ class RedisKeyValueState(StoredImageReads, LayeredKeyValueState):
                remove ``prepare``; raise ``epoch`` to the state's lease epoch.
         """
         self._loaded_txids = None
+        self._loaded_len = None
         if txid is None:
             self._commit_writes()
             return
@@ -427,14 +450,17 @@ class RedisKeyValueState(StoredImageReads, LayeredKeyValueState):
             if self._superseding:
                 # The delta applied is one this object never read: what it cached may be stale.
                 self._cache = {}
+                self._whole = False
                 self._superseding = False
-            self._remember(self._prepared, self._prepared_expiry)
+            self._remember(self._prepared, self._prepared_expiry)  # the cache stays whole
             log.debug(
                 "state %s: committed txid %s (%s expired keys deleted)",
                 self.namespace,
                 txid,
                 int(reply[1]),
             )
+        else:
+            self._whole = False  # committed before, by another: its delta is not cached
         self._prepared = {}
         self._prepared_expiry = None
         self._prepared_txid = None
@@ -499,6 +525,7 @@ class RedisKeyValueState(StoredImageReads, LayeredKeyValueState):
         if fence is not None:
             self._refuse("replace", fence)
         self._pending, self._fresh, self._cache, self._expiry = {}, {}, {}, {}
+        self._loaded_len, self._whole = None, False
         self._indexed, self._prepared_expiry = True, None
         self._prepared = {} if prepared_txid is None else dict(prepared)
         self._committed_txid, self._prepared_txid = committed_txid, prepared_txid

@@ -499,11 +499,10 @@ def test_redis_dying_mid_run_gives_backend_error(redis_server_factory: Any) -> N
 
 def test_wrong_type_reply_is_a_refusal_naming_the_key(redis_db: Any) -> None:
     redis_db.client().set("topo/typed-0", "not a hash")
-    state = StateFactory.get_state("topo/typed-0", pool_conf(redis_db))
-    with pytest.raises(StateBackendRefusedError) as info:
-        state.get("a")
+    with pytest.raises(StateBackendRefusedError) as info:  # the load reads the hash's length
+        StateFactory.get_state("topo/typed-0", pool_conf(redis_db))
     assert str(info.value).startswith(
-        f"Redis at 127.0.0.1:{redis_db.port} refused the get of state 'topo/typed-0': a key "
+        f"Redis at 127.0.0.1:{redis_db.port} refused the load of state 'topo/typed-0': a key "
         "holds another type of value (key 'topo/typed-0' holds a string, not a hash); another "
         "program writes these keys"
     )
