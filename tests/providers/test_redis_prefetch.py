@@ -10,6 +10,7 @@ first tuple).
 
 from __future__ import annotations
 
+import random
 import uuid
 from collections.abc import Iterator
 from typing import Any
@@ -272,6 +273,50 @@ def test_an_empty_namespace_reads_again_once_it_may_hold_what_it_did_not_write(
     keys = iter(["a"])
     indexed.prefetch(keys)
     assert next(keys, None) is None  # taken: read with the index (one pipelined round trip)
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_a_state_that_began_empty_reads_what_a_model_of_its_layers_says(
+    client: CountingClient, seed: int
+) -> None:
+    """Random writes, reads, prepares, commits, rollbacks and reloads against a dict model."""
+    rng = random.Random(seed)
+    ns = f"t/model-{seed}"
+    keys = [f"k{i}" for i in range(10)]
+    state = RedisKeyValueState(ns, client)
+    state.prefetch(_NeverIterated())
+    committed: dict[str, Any] = {}
+    view: dict[str, Any] = {}
+    txid, reloaded = 0, False
+    for _ in range(150):
+        op, key = rng.random(), rng.choice(keys)
+        if op < 0.35:
+            value = rng.choice([rng.randint(0, 9), [rng.randint(0, 9)], "s"])
+            state.put(key, value)
+            view[key] = value
+        elif op < 0.45:
+            assert state.delete(key) == view.pop(key, None)
+        elif op < 0.7:
+            assert state.get(key) == view.get(key)
+        elif op < 0.8:
+            some = rng.sample(keys, 3)
+            assert state.get_many(some) == [view.get(k) for k in some]
+        elif op < 0.93:
+            txid += 1
+            state.prepare_commit(txid)
+            if rng.random() < 0.7:
+                state.commit(txid)
+                committed = dict(view)
+            else:
+                state.rollback()
+                view = dict(committed)
+        else:  # the next task's object: the writes not committed are gone with this one
+            state = RedisKeyValueState(ns, client)
+            state.prefetch(list(keys))
+            view, reloaded = dict(committed), True
+        if not reloaded:
+            assert client.reads == []  # it began empty: nothing to read, whatever it did
+    assert dict(RedisKeyValueState(ns, client)) == committed
 
 
 @pytest.mark.redis
