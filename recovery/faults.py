@@ -361,9 +361,15 @@ def _values(kind: type[enum.Enum]) -> str:
 
 
 def _hold(marker: str, where: str) -> None:
-    """Make ``marker`` and wait for ``<marker>.release`` (a ``"hold"`` fault)."""
-    with open(marker, "w", encoding="utf-8") as f:
+    """Make ``marker`` and wait for ``<marker>.release`` (a ``"hold"`` fault).
+
+    The marker appears whole (written aside, then renamed): whoever waits for it may read it
+    the moment it exists.
+    """
+    aside = f"{marker}.{os.getpid()}.tmp"
+    with open(aside, "w", encoding="utf-8") as f:
         f.write(f"{os.getpid()} {where}\n")
+    os.replace(aside, marker)
     release = f"{marker}.release"
     deadline = time.monotonic() + HOLD_LIMIT_SECONDS
     while not os.path.exists(release):

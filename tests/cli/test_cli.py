@@ -277,13 +277,16 @@ def test_a_hold_fault_after_commit_waits_for_its_release(tmp_path):
     assert not marker.exists()
     held = threading.Thread(target=plan.on_task_committed, args=("count", 1, 4), daemon=True)
     held.start()
-    deadline = time.monotonic() + 60
-    while not marker.exists():
-        assert time.monotonic() < deadline
-        time.sleep(0.01)
-    assert "count task 1 after its state committed, txid 4" in marker.read_text()
-    assert held.is_alive()  # waiting for its release
-    (tmp_path / "held.release").touch()
+    try:
+        deadline = time.monotonic() + 60
+        while not marker.exists():
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+        # Read the moment it exists: the marker appears whole.
+        assert "count task 1 after its state committed, txid 4" in marker.read_text()
+        assert held.is_alive()  # waiting for its release
+    finally:
+        (tmp_path / "held.release").touch()  # never leave the thread holding past the test
     held.join(60)
     assert not held.is_alive()
 
