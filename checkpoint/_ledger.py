@@ -142,16 +142,17 @@ class RootLedger:
         By the grouping ``awaiting_messages`` kept when every root is still live (root ids are
         never reused, so they were all live then and it holds them all); else grouped anew.
         """
-        assert self._spouts is not None  # noqa: S101 - attach() ran
         roots = self._awaiting.pop(txid, [])
         grouped = self._grouped.pop(txid, None)
+        if grouped is None:  # no manifest was saved: group them now, as ``ack`` does
+            self.ack(roots)
+            return
         live = self.live
         before = len(live)
         popped = list(map(live.pop, roots, itertools.repeat(None)))
-        if grouped is None or before - len(live) != len(roots):
+        if before - len(live) != len(roots):
             grouped = group_by_task(popped)
-        for index, ids in grouped.items():
-            self._spouts.ack_messages(index, ids)
+        self._ack_grouped(grouped)
 
     def discard_awaiting(self) -> None:
         """Every transaction awaiting its commit was rolled back: fail their roots."""
@@ -163,8 +164,11 @@ class RootLedger:
     # ---------------------------------------------------------------- acks and fails
     def ack(self, roots: Sequence[int]) -> None:
         """Ack ``roots`` at their spouts (message ids per spout task, each task in one loop)."""
+        self._ack_grouped(group_by_task(map(self.live.pop, roots, itertools.repeat(None))))
+
+    def _ack_grouped(self, per_task: dict[int, list[Any]]) -> None:
+        """Ack each spout task's message ids, one call per task."""
         assert self._spouts is not None  # noqa: S101 - attach() ran
-        per_task = group_by_task(map(self.live.pop, roots, itertools.repeat(None)))
         for index, ids in per_task.items():
             self._spouts.ack_messages(index, ids)
 
