@@ -53,6 +53,7 @@ import json
 import logging
 import os
 import time
+import uuid
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -366,7 +367,7 @@ def _hold(marker: str, where: str) -> None:
     The marker appears whole (written aside, then renamed): whoever waits for it may read it
     the moment it exists.
     """
-    aside = f"{marker}.{os.getpid()}.tmp"
+    aside = f"{marker}.{uuid.uuid4().hex[:12]}.tmp"  # two holds on one marker never share it
     with open(aside, "w", encoding="utf-8") as f:
         f.write(f"{os.getpid()} {where}\n")
     os.replace(aside, marker)
